@@ -1,0 +1,340 @@
+"""Local stand-in GPU boxes: systemd-nspawn containers with real systemd and sshd.
+
+Each host gets an overlayfs over one cached Debian root, its own network
+namespace joined to the controller by a veth pair, a fresh SSH host key and
+the sandbox controller key in authorized_keys.  Everything is named with the
+``sop`` prefix so that setup can sweep leftovers of a killed earlier run.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+SUITE = "bookworm"
+PACKAGES = ["systemd", "systemd-sysv", "openssh-server", "python3", "python3-venv",
+            "dbus", "iproute2", "curl", "ca-certificates", "procps"]
+CACHE = Path(os.environ.get("SPECOPS_ROOTFS_CACHE", "/var/cache/specops"))
+STATE = Path(os.environ.get("SPECOPS_SANDBOX_STATE", "/var/lib/specops-sandbox"))
+PREFIX = "sop"
+# 192.168.231.0/24 carved into /30s: the controller end is .4k+1, the host .4k+2.
+SUBNET = "192.168.231"
+MAX_HOSTS = 63
+
+
+def log(msg: str) -> None:
+    print(f"[sandbox] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(*argv: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    res = subprocess.run(argv, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {res.stderr.strip() or res.stdout.strip()}")
+    return res
+
+
+def rootfs() -> Path:
+    """The cached Debian root, built once by debootstrap (about a minute)."""
+    key = hashlib.sha256(f"{SUITE}:{','.join(PACKAGES)}".encode()).hexdigest()[:10]
+    root = CACHE / f"rootfs-{SUITE}-{key}"
+    if (root / ".complete").exists():
+        return root
+    for tool in ("debootstrap", "systemd-nspawn"):
+        if not shutil.which(tool):
+            raise RuntimeError(f"{tool} is missing: apt-get install debootstrap systemd-container")
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    log(f"building root filesystem {root} with debootstrap (about a minute, cached afterwards)")
+    t0 = time.monotonic()
+    sh("debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp))
+    _prepare_base(tmp)
+    (tmp / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    tmp.rename(root)
+    log(f"root filesystem ready in {time.monotonic() - t0:.0f}s")
+    return root
+
+
+def _prepare_base(root: Path) -> None:
+    # Host keys are made per host, so each sandbox host has an identity of its own.
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (root / "etc/machine-id").write_text("")
+    # No DNS here: an unreachable resolver stalls every lookup (getfqdn in HTTPServer).
+    (root / "etc/resolv.conf").unlink(missing_ok=True)
+    (root / "etc/resolv.conf").write_text("")
+    sshd = root / "etc/ssh/sshd_config.d/sandbox.conf"
+    sshd.write_text("PermitRootLogin prohibit-password\nUseDNS no\nMaxStartups 100:30:200\n"
+                    "MaxSessions 50\n")
+    # Units that only slow the boot of a container or fail in one.
+    for unit in ("systemd-timesyncd.service", "apt-daily.timer", "apt-daily-upgrade.timer",
+                 "e2scrub_all.timer", "fstrim.timer", "getty@tty1.service"):
+        (root / "etc/systemd/system" / unit).unlink(missing_ok=True)
+        os.symlink("/dev/null", root / "etc/systemd/system" / unit)
+
+
+def controller_key() -> Path:
+    """The sandbox controller's SSH key, made once."""
+    key = STATE / "id_ed25519"
+    if not key.exists():
+        STATE.mkdir(parents=True, exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "specops-sandbox", "-f", str(key))
+    return key
+
+
+@dataclass
+class Host:
+    name: str
+    index: int
+
+    @property
+    def netns(self) -> str:
+        return f"{PREFIX}-{self.name}"
+
+    @property
+    def veth(self) -> str:
+        return f"{PREFIX}v{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"{SUBNET}.{4 * self.index + 2}"
+
+    @property
+    def gateway(self) -> str:
+        return f"{SUBNET}.{4 * self.index + 1}"
+
+    @property
+    def dir(self) -> Path:
+        return STATE / "hosts" / self.name
+
+    @property
+    def merged(self) -> Path:
+        return self.dir / "merged"
+
+    @property
+    def host_key_pub(self) -> str:
+        return (self.dir / "upper/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[1]
+
+    def pid(self) -> int | None:
+        try:
+            pid = int((self.dir / "nspawn.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it if we started it and it has exited
+        except ChildProcessError:
+            pass
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+        return None if state in ("Z", "X") else pid
+
+    def run(self, *argv: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+        """Run a command inside the booted host, bypassing SSH (for test set-up and oracles)."""
+        res = subprocess.run(["nsenter", "-t", str(_container_pid(self)), "-m", "-u", "-i", "-n", "-p",
+                              "--", *argv], capture_output=True, text=True, input=input)
+        if check and res.returncode != 0:
+            raise RuntimeError(f"{self.name}: {' '.join(argv)}: {res.stderr.strip()}")
+        return res
+
+    def path(self, inside: str) -> Path:
+        """A path inside the host, as seen from the controller."""
+        return self.merged / inside.lstrip("/")
+
+
+def _host_index(name: str, taken: set[int]) -> int:
+    for i in range(1, MAX_HOSTS):
+        if i not in taken:
+            return i
+    raise RuntimeError("too many sandbox hosts")
+
+
+def _network_up(h: Host) -> None:
+    sh("ip", "netns", "add", h.netns)
+    sh("ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.netns)
+    sh("ip", "addr", "add", f"{h.gateway}/30", "dev", h.veth)
+    sh("ip", "link", "set", h.veth, "up")
+    ns = ("ip", "-n", h.netns)
+    sh(*ns, "addr", "add", f"{h.address}/30", "dev", "eth0")
+    sh(*ns, "link", "set", "eth0", "up")
+    sh(*ns, "link", "set", "lo", "up")
+    sh(*ns, "route", "add", "default", "via", h.gateway)
+
+
+def _filesystem_up(h: Host, lowers: list[Path]) -> None:
+    for d in ("upper", "work", "merged"):
+        (h.dir / d).mkdir(parents=True, exist_ok=True)
+    upper = h.dir / "upper"
+    (upper / "etc/ssh").mkdir(parents=True, exist_ok=True)
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{h.name}",
+       "-f", str(upper / "etc/ssh/ssh_host_ed25519_key"))
+    (upper / "root/.ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
+    pub = controller_key().with_suffix(".pub").read_text()
+    (upper / "root/.ssh/authorized_keys").write_text(pub)
+    (upper / "etc/hostname").write_text(h.name + "\n")
+    (upper / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {h.name}\n")
+    sh("mount", "-t", "overlay", "overlay", "-o",
+       f"lowerdir={':'.join(map(str, lowers))},upperdir={upper},workdir={h.dir / 'work'}",
+       str(h.merged))
+
+
+def _boot(h: Host) -> None:
+    logf = open(h.dir / "console.log", "wb")
+    proc = subprocess.Popen(
+        ["systemd-nspawn", "-q", "-D", str(h.merged), "--boot", "--register=no", "--keep-unit",
+         f"--network-namespace-path=/run/netns/{h.netns}", f"--machine={h.name}",
+         "--capability=all", "--resolv-conf=off"],
+        stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    (h.dir / "nspawn.pid").write_text(str(proc.pid))
+
+
+def _wait_ssh(h: Host, timeout: float = 60) -> None:
+    import socket
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if h.pid() is None:
+            raise RuntimeError(f"{h.name}: container exited during boot, see {h.dir}/console.log")
+        try:
+            with socket.create_connection((h.address, 22), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{h.name}: sshd did not answer within {timeout:.0f}s")
+
+
+def _container_pid(h: Host) -> int | None:
+    """PID 1 of the container (systemd), the child of systemd-nspawn."""
+    pid = h.pid()
+    if pid is None:
+        return None
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return int(children[0]) if children else None
+    except OSError:
+        return None
+
+
+class Fleet:
+    """Boot, reset and tear down sandbox hosts.  Safe to re-run after a crash."""
+
+    def __init__(self, names: list[str], layers: list[Path] = ()):
+        """`layers` are extra overlay layers above the root filesystem, topmost first."""
+        self.hosts = [Host(n, i + 1) for i, n in enumerate(names)]
+        self.layers = list(layers)
+
+    def __getitem__(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    def up(self) -> "Fleet":
+        sweep()
+        lowers = self.layers + [rootfs()]
+        controller_key()
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max(1, len(self.hosts))) as pool:
+            list(pool.map(lambda h: self._up_one(h, lowers), self.hosts))
+        log(f"{len(self.hosts)} host(s) up in {time.monotonic() - t0:.1f}s")
+        return self
+
+    def _up_one(self, h: Host, lowers: list[Path]) -> None:
+        _network_up(h)
+        _filesystem_up(h, lowers)
+        _boot(h)
+        _wait_ssh(h)
+        _wait_system(h)
+
+    def down(self) -> None:
+        with ThreadPoolExecutor(max(1, len(self.hosts))) as pool:
+            list(pool.map(_stop, self.hosts))
+        sweep()
+
+    def reset(self, name: str, layers: list[Path] | None = None) -> Host:
+        """Throw away everything the host has written and boot it afresh."""
+        h = self[name]
+        _stop(h)
+        _teardown_one(h)
+        self._up_one(h, (self.layers if layers is None else layers) + [rootfs()])
+        return h
+
+    def known_hosts(self) -> str:
+        return "".join(f"{h.address} ssh-ed25519 {h.host_key_pub}\n" for h in self.hosts)
+
+
+def _wait_system(h: Host, timeout: float = 60) -> None:
+    # sshd answers before systemd has finished booting; systemctl calls made
+    # too early race with the boot transaction.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = h.run("systemctl", "is-system-running", check=False).stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"{h.name}: systemd did not finish booting within {timeout:.0f}s")
+
+
+def _stop(h: Host, grace: float = 8) -> None:
+    pid = h.pid()
+    if pid is None:
+        return
+    init = _container_pid(h)
+    # SIGTERM to nspawn asks the container's systemd for a clean shutdown.
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and h.pid() is not None:
+        time.sleep(0.1)
+    if h.pid() is not None:
+        # Killing the container's init takes its whole PID namespace with it;
+        # killing only nspawn would leave the container running, re-parented.
+        for target in (init, pid):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except (OSError, TypeError):
+                pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and h.pid() is not None:
+            time.sleep(0.1)
+
+
+def _teardown_one(h: Host) -> None:
+    if os.path.ismount(h.merged):
+        sh("umount", "-l", str(h.merged), check=False)
+    sh("ip", "link", "del", h.veth, check=False)
+    sh("ip", "netns", "del", h.netns, check=False)
+    shutil.rmtree(h.dir, ignore_errors=True)
+
+
+def sweep() -> None:
+    """Remove every sandbox host, running or left behind by a killed run."""
+    hosts_dir = STATE / "hosts"
+    if hosts_dir.exists():
+        leftovers = [Host(d.name, 0) for d in hosts_dir.iterdir()]
+        with ThreadPoolExecutor(max(1, len(leftovers))) as pool:
+            list(pool.map(_stop, leftovers))
+        for h in leftovers:
+            if os.path.ismount(h.merged):
+                sh("umount", "-l", str(h.merged), check=False)
+            shutil.rmtree(h.dir, ignore_errors=True)
+    for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(f"{PREFIX}v"):
+            sh("ip", "link", "del", name, check=False)
+    for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0]
+        if name.startswith(f"{PREFIX}-"):
+            sh("ip", "netns", "del", name, check=False)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1] if len(sys.argv) > 1 else "rootfs"
+    if cmd == "rootfs":
+        print(rootfs())
+    elif cmd == "sweep":
+        sweep()

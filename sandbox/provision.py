@@ -1,0 +1,143 @@
+"""What turns a bare sandbox host into a stand-in GPU box.
+
+The "gpubox" layer is built once and cached like the root filesystem: the
+nvidia-smi stand-in, tiny model directories (config.json only: the simulator
+loads no weights), and a venv with the SGLang simulator, installed inside the
+container by the container's own python3 and pip.  Hosts mount it as an extra
+overlay layer, so booting a provisioned host costs nothing.  A "bare" host
+(for bootstrap) gets the stand-in and models but no venv.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from sandbox import fleet, wheels
+
+HERE = Path(__file__).resolve().parent
+SIM_SRC = HERE / "sglang_sim"
+VENV = "/opt/sglang/venv"
+SIM_VERSION = "0.5.23"
+
+MODELS = {
+    "tiny-llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "num_hidden_layers": 32, "hidden_size": 4096, "max_position_embeddings": 8192},
+    "tiny-llama-eagle3": {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+                          "num_hidden_layers": 1, "hidden_size": 4096,
+                          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 29]}},
+    "tiny-qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                   "num_hidden_layers": 28, "max_position_embeddings": 32768},
+    "tiny-deepseek": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                      "num_hidden_layers": 61, "max_position_embeddings": 163840},
+    "tiny-deepseek-eagle3": {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+                             "num_hidden_layers": 1,
+                             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}},
+}
+GPUS = {"driver_version": "575.57.08",
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total": 81559} for _ in range(4)]}
+
+
+def _tree_hash(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for root in paths:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and ".egg-info" not in str(p)) if root.is_dir() else [root]
+        for p in files:
+            h.update(str(p.relative_to(root.parent)).encode())
+            h.update(p.read_bytes())
+    h.update(json.dumps([MODELS, GPUS, VENV]).encode())
+    return h.hexdigest()[:10]
+
+
+def sim_wheel(dest: Path) -> Path:
+    """The simulator as the wheel sglang-0.5.23-py3-none-any.whl."""
+    return wheels.from_tree(dest, "sglang", SIM_VERSION, SIM_SRC, "sglang",
+                            summary="specops sandbox stand-in for SGLang")
+
+
+def _in_container(root: Path, script: str) -> None:
+    res = subprocess.run(["systemd-nspawn", "-q", "-D", str(root), "--register=no", "--keep-unit",
+                          "--resolv-conf=off", "/bin/sh", "-ec", script], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"provisioning failed: {res.stdout[-800:]}{res.stderr[-800:]}")
+
+
+def _write_common(upper: Path) -> None:
+    smi = upper / "usr/local/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "nvidia_smi.py", smi)
+    smi.chmod(0o755)
+    (upper / "etc/specops-sim").mkdir(parents=True, exist_ok=True)
+    (upper / "etc/specops-sim/gpus.json").write_text(json.dumps(GPUS, indent=2))
+    for name, cfg in MODELS.items():
+        (upper / "models" / name).mkdir(parents=True, exist_ok=True)
+        (upper / "models" / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def layer(kind: str = "gpubox") -> Path:
+    """The cached overlay layer: 'gpubox' (SGLang preinstalled) or 'bare' (no venv)."""
+    base = fleet.rootfs()
+    key = _tree_hash(SIM_SRC, HERE / "nvidia_smi.py", HERE / "provision.py")
+    path = fleet.CACHE / f"layer-{kind}-{key}"
+    if (path / ".complete").exists():
+        return path
+    tmp = Path(str(path) + ".tmp")
+    work, merged = Path(str(path) + ".work"), Path(str(path) + ".merged")
+    for d in (tmp, work, merged):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    fleet.log(f"building sandbox layer {path.name}")
+    t0 = time.monotonic()
+    _write_common(tmp)
+    if kind == "gpubox":
+        wheel = sim_wheel(tmp / "opt/specops-sim")
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={base},upperdir={tmp},workdir={work}", str(merged)], check=True)
+        try:
+            _in_container(merged, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-index "
+                                  f"--no-compile /opt/specops-sim/{wheel.name}")
+        finally:
+            subprocess.run(["umount", str(merged)], check=True)
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(merged, ignore_errors=True)
+    (tmp / ".complete").write_text("")
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+    fleet.log(f"layer ready in {time.monotonic() - t0:.0f}s")
+    return path
+
+
+def sandbox_service(name: str = "sglang", port: int = 30000, **over) -> dict:
+    """The sandbox's example service: Llama target with an EAGLE-3 draft, consistent flags."""
+    svc = {"name": name, "model_path": "/models/tiny-llama", "served_model_name": "tiny-llama",
+           "port": port,
+           "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3",
+                           "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4},
+           "env": {"SGLANG_SIM_STARTUP_DELAY": "1"}}
+    svc.update(over)
+    return svc
+
+
+def host_vars(h: fleet.Host) -> dict:
+    return {"address": h.address, "ssh_user": "root", "ssh_key": str(fleet.controller_key()),
+            "known_hosts": str(fleet.STATE / "known_hosts"), "connect_timeout": 5}
+
+
+def write_known_hosts(f: fleet.Fleet) -> Path:
+    path = fleet.STATE / "known_hosts"
+    path.write_text(f.known_hosts())
+    return path
+
+
+def inventory_yaml(f: fleet.Fleet) -> str:
+    write_known_hosts(f)
+    hosts = {h.name: {**host_vars(h), "services": [sandbox_service()]} for h in f.hosts}
+    doc = {"all": {"children": {"sandbox": {"vars": {"venv": VENV}, "hosts": hosts}}}}
+    return "# Written by `inv sandbox.up`; removed by `inv sandbox.down`.\n" + yaml.safe_dump(doc, sort_keys=False)

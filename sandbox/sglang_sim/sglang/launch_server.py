@@ -1,0 +1,189 @@
+"""python -m sglang.launch_server: the sandbox server.
+
+It resolves its arguments like SGLang, imports the model module for the
+target's architecture (so tests see which code really loaded), registers its
+processes as GPU compute apps for the nvidia-smi stand-in, and serves SGLang's
+endpoints with SGLang's status codes and JSON shapes.
+
+Behaviour knobs, from the environment (the flags stay SGLang's own):
+  SGLANG_SIM_STARTUP_DELAY  seconds before ready (default 1)
+  SGLANG_SIM_TOK_S          decode tokens/s reported by /generate (default 100)
+  SGLANG_SIM_ACCEPT_LENGTH  mean accepted tokens per verify step (default 3.2)
+  SGLANG_SIM_ORPHAN         "ignore-term": a scheduler child that ignores SIGTERM
+                            "escape": that child also leaves the service's cgroup
+  SGLANG_SIM_GPU_MEM_MB     memory each process holds per GPU (default 1000)
+"""
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from sglang.srt.server_args import prepare_server_args
+from sglang.version import __version__
+
+GPU_REGISTRY = "/run/sglang-sim/gpu"
+ARCH_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v2"}
+logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
+log = logging.getLogger("sglang")
+
+
+def register_gpu(pid, label):
+    """What a CUDA context does for nvidia-smi: this pid now holds memory on every visible GPU."""
+    os.makedirs(GPU_REGISTRY, exist_ok=True)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = [int(g) for g in visible.split(",") if g.strip()] if visible else [0]
+    with open(os.path.join(GPU_REGISTRY, "%d.json" % pid), "w") as f:
+        json.dump({"pid": pid, "gpus": gpus, "label": label,
+                   "used_memory": int(os.environ.get("SGLANG_SIM_GPU_MEM_MB", "1000"))}, f)
+
+
+def spawn_scheduler(mode):
+    pid = os.fork()
+    if pid:
+        return pid
+    # The child: a "scheduler" process that outlives its parent (sglang #4080 and others).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if mode == "escape":
+        # Leave the unit's cgroup, as processes started through another manager do.
+        for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            procs = os.path.join(root, "cgroup.procs")
+            try:
+                with open(procs, "w") as f:
+                    f.write(str(os.getpid()))
+                break
+            except OSError:
+                continue
+    register_gpu(os.getpid(), "sglang::scheduler")
+    try:
+        os.setproctitle("sglang::scheduler")  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    while True:
+        time.sleep(3600)
+
+
+class State:
+    ready = False
+    started = time.time()
+    verify_steps = 0
+
+
+def make_handler(args, model_module, model_config):
+    info_extra = {"version": __version__, "model_code": model_module.MODEL_CODE}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):
+            pass
+
+        def _send(self, code, body=None, ctype="application/json"):
+            data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorized(self):
+            if not args.api_key or self.path.startswith("/health"):
+                return True
+            if self.headers.get("Authorization") == "Bearer " + args.api_key:
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate", "/ready"):
+                return self._send(200 if State.ready else 503)
+            if not self._authorized():
+                return
+            if not State.ready:
+                return self._send(503)
+            if path == "/v1/models":
+                return self._send(200, {"object": "list", "data": [{
+                    "id": args.served_model_name, "object": "model", "created": int(State.started),
+                    "owned_by": "sglang", "root": args.served_model_name,
+                    "max_model_len": model_config.get("max_position_embeddings", 4096)}]})
+            if path in ("/server_info", "/get_server_info"):
+                state = {"last_gen_throughput": float(os.environ.get("SGLANG_SIM_TOK_S", "100"))}
+                if State.verify_steps >= 40:  # SGLang reports it only after 40 decode steps
+                    state["avg_spec_accept_length"] = float(os.environ.get("SGLANG_SIM_ACCEPT_LENGTH", "3.2"))
+                body = {**args.resolved_dict(), "api_key": None, "internal_states": [state], **info_extra}
+                return self._send(200, body)
+            if path in ("/model_info", "/get_model_info"):
+                return self._send(200, {"model_path": args.model_path, "served_model_name": args.served_model_name,
+                                        "tokenizer_path": args.tokenizer_path, "is_generation": True,
+                                        "model_type": model_config.get("model_type"),
+                                        "architectures": model_config.get("architectures"), **info_extra})
+            self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self):
+            if not self._authorized():
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                req = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                return self._send(400, {"error": "invalid JSON"})
+            if self.path != "/generate":
+                return self._send(404, {"detail": "Not Found"})
+            if not State.ready:
+                return self._send(503)
+            params = req.get("sampling_params") or {}
+            n = int(params.get("max_new_tokens", 16))
+            tok_s = float(os.environ.get("SGLANG_SIM_TOK_S", "100"))
+            accept = float(os.environ.get("SGLANG_SIM_ACCEPT_LENGTH", "3.2"))
+            t0 = time.time()
+            time.sleep(n / tok_s)
+            meta = {"id": "sim-%d" % int(t0 * 1000), "finish_reason": {"type": "length", "length": n},
+                    "prompt_tokens": len(str(req.get("text", "")).split()), "completion_tokens": n,
+                    "cached_tokens": 0, "e2e_latency": time.time() - t0}
+            if args.speculative_algorithm:
+                verify_ct = max(1, int(round(n / accept)))
+                State.verify_steps += verify_ct
+                meta["spec_verify_ct"] = verify_ct
+                meta["spec_accept_length"] = n / verify_ct
+            self._send(200, {"text": " tok" * n, "meta_info": meta})
+
+    return Handler
+
+
+def main(argv=None):
+    args = prepare_server_args(sys.argv[1:] if argv is None else argv)
+    args.resolve_once()
+    config_path = os.path.join(args.model_path, "config.json")
+    try:
+        with open(config_path) as f:
+            model_config = json.load(f)
+    except OSError:
+        log.error("OSError: %s does not appear to have a file named config.json.", args.model_path)
+        sys.exit(1)
+    arch = (model_config.get("architectures") or ["LlamaForCausalLM"])[0]
+    module = importlib.import_module("sglang.srt.models." + ARCH_MODULES.get(arch, "llama"))
+    log.info("Loaded model code %s from %s (MODEL_CODE=%s)", module.__name__, module.__file__, module.MODEL_CODE)
+    register_gpu(os.getpid(), "sglang::server")
+    orphan = os.environ.get("SGLANG_SIM_ORPHAN")
+    if orphan:
+        log.info("Started scheduler pid %d", spawn_scheduler(orphan))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config))
+
+    def ready_later():
+        time.sleep(float(os.environ.get("SGLANG_SIM_STARTUP_DELAY", "1")))
+        State.ready = True
+        log.info("The server is fired up and ready to roll!")
+
+    threading.Thread(target=ready_later, daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

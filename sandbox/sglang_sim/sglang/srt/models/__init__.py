@@ -1,0 +1,1 @@
+"""Model modules; the server imports the one for the target's architecture at startup."""

@@ -1,0 +1,382 @@
+"""The program specops runs on a host: one invocation is one round trip.
+
+It is sent over SSH on stdin to the host's python3 and must run on Python 3.7+
+with the standard library alone.  ``probe`` gathers every fact the ops asked
+for; ``apply`` executes a batch of actions.  Apply stages and validates every
+file it can before it changes anything, so a bad file refuses the whole batch.
+"""
+import base64
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+STAGE = ".specops-stage"
+CONTENT_LIMIT = 2 * 1024 * 1024
+UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestamp",
+              "ExecMainStartTimestamp", "ExecMainPID", "MainPID", "NRestarts",
+              "ControlGroup", "FragmentPath", "UnitFileState", "Result")
+VENV_PROBE = r"""
+import importlib.metadata as md, importlib.util as iu, json, os, re, sys
+out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
+       "tag": sys.implementation.cache_tag, "packages": {}, "dirs": {}}
+for dist in ("torch", "flash-linear-attention", "fla-core", "sglang"):
+    try:
+        out["packages"][dist] = md.version(dist)
+    except Exception:
+        out["packages"][dist] = None
+for mod in ("sglang", "torch", "fla"):
+    try:
+        spec = iu.find_spec(mod)
+    except Exception:
+        spec = None
+    out["dirs"][mod] = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+# torch.version.cuda without importing torch (seconds, and a GPU context on real boxes).
+cuda = None
+if out["dirs"]["torch"]:
+    try:
+        text = open(os.path.join(out["dirs"]["torch"], "version.py")).read()
+        m = re.search(r"^cuda\s*(?::\s*[^=]+)?=\s*(['\"]?)([^'\"\n]*)\1\s*$", text, re.M)
+        cuda = None if not m or m.group(2) in ("None", "") else m.group(2)
+    except OSError:
+        pass
+out["torch_cuda"] = cuda
+print(json.dumps(out))
+"""
+
+_staged = []  # temp paths to remove if we are interrupted
+
+
+def _cleanup(*_):
+    for tmp in _staged:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    os._exit(130)
+
+
+def _die_with_connection():
+    # If the SSH session dies, sshd's child (us) must not finish a half batch.
+    signal.signal(signal.SIGTERM, _cleanup)
+    signal.signal(signal.SIGHUP, _cleanup)
+    signal.signal(signal.SIGINT, _cleanup)
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _name(getter, ident):
+    try:
+        return getter(ident)[0]
+    except KeyError:
+        return str(ident)
+
+
+def file_fact(path, want_content=None):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"path": path, "exists": False}
+    fact = {"path": path, "exists": True, "mtime": st.st_mtime, "size": st.st_size,
+            "mode": "%04o" % stat.S_IMODE(st.st_mode),
+            "owner": _name(pwd.getpwuid, st.st_uid), "group": _name(grp.getgrgid, st.st_gid)}
+    if stat.S_ISDIR(st.st_mode):
+        fact["type"] = "dir"
+        return fact
+    if not stat.S_ISREG(st.st_mode):
+        fact["type"] = "other"
+        return fact
+    fact["type"] = "file"
+    try:
+        fact["sha256"] = sha256_file(path)
+    except OSError as e:
+        fact["error"] = str(e)
+        return fact
+    if want_content is not None and want_content != fact["sha256"] and st.st_size <= CONTENT_LIMIT:
+        with open(path, "rb") as f:
+            fact["content_b64"] = base64.b64encode(f.read()).decode()
+    if path.endswith(".py"):
+        d, base = os.path.split(path)
+        mod = base[:-3]
+        cache = os.path.join(d, "__pycache__")
+        try:
+            fact["pycache"] = sorted(n for n in os.listdir(cache)
+                                     if n.startswith(mod + ".") and n.endswith(".pyc")
+                                     and n[len(mod) + 1:].count(".") >= 1)
+        except OSError:
+            fact["pycache"] = []
+    return fact
+
+
+def unit_fact(name):
+    res = subprocess.run(["systemctl", "show", name, "--timestamp=unix", "-p", ",".join(UNIT_PROPS)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    fact = {}
+    for line in res.stdout.splitlines():
+        k, _, v = line.partition("=")
+        fact[k] = v
+    for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):
+        v = fact.get(k, "")
+        fact[k] = float(v[1:]) if v.startswith("@") else None
+    return fact
+
+
+def venv_fact(venv):
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        return {"exists": False}
+    res = subprocess.run([py, "-c", VENV_PROBE], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True)
+    if res.returncode != 0:
+        return {"exists": True, "broken": res.stderr.strip()[-500:]}
+    fact = json.loads(res.stdout)
+    fact["exists"] = True
+    return fact
+
+
+def gpu_fact():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {"present": False}
+
+    def query(kind, fields):
+        res = subprocess.run([smi, "--query-%s=%s" % (kind, ",".join(fields)),
+                              "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True)
+        if res.returncode != 0:
+            raise RuntimeError(res.stderr.strip() or res.stdout.strip())
+        rows = []
+        for line in res.stdout.strip().splitlines():
+            rows.append(dict(zip(fields, [c.strip() for c in line.split(",")])))
+        return rows
+
+    try:
+        gpus = query("gpu", ["index", "uuid", "name", "driver_version", "memory.total", "memory.used"])
+        apps = query("compute-apps", ["pid", "gpu_uuid", "used_memory"])
+    except Exception as e:
+        return {"present": True, "error": str(e)[-300:]}
+    return {"present": True, "gpus": gpus, "apps": apps,
+            "driver": gpus[0]["driver_version"] if gpus else None}
+
+
+def probe(req):
+    facts = {"time": time.time(), "hostname": os.uname()[1], "python": sys.executable,
+             "venvs": {}, "files": {}, "units": {}, "checks": {}}
+    for venv in req.get("venvs", []):
+        facts["venvs"][venv] = venv_fact(venv)
+    content = req.get("content", {})
+    for key in req.get("files", []):
+        path = key
+        if key.startswith("pkg:"):
+            # pkg:<venv>:<package>/<relative path>, resolved with the venv's own interpreter.
+            _, venv, rel = key.split(":", 2)
+            package, _, inner = rel.partition("/")
+            v = facts["venvs"].get(venv) or venv_fact(venv)
+            facts["venvs"][venv] = v
+            base = (v.get("dirs") or {}).get(package)
+            if not base:
+                facts["files"][key] = {"path": None, "exists": False, "unresolved": True}
+                continue
+            path = os.path.join(base, inner)
+        facts["files"][key] = file_fact(path, content.get(key))
+    for name in req.get("units", []):
+        facts["units"][name] = unit_fact(name)
+    if req.get("gpu"):
+        facts["gpu"] = gpu_fact()
+    for name, cmd in req.get("checks", {}).items():
+        facts["checks"][name] = subprocess.run(cmd, shell=True, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL).returncode
+    if req.get("lock"):
+        try:
+            with open(os.path.join(req["lock"], "holder.json")) as f:
+                facts["lock"] = json.load(f)
+        except (OSError, ValueError):
+            facts["lock"] = {"held": os.path.isdir(req["lock"])} if os.path.isdir(req["lock"]) else None
+    return facts
+
+
+class ActionError(Exception):
+    pass
+
+
+def _ids(owner, group):
+    uid = pwd.getpwnam(owner).pw_uid if owner else -1
+    gid = grp.getgrnam(group).gr_gid if group else -1
+    return uid, gid
+
+
+def _stage(action):
+    """Write the new content beside its target and validate it.  Returns the temp path."""
+    target = action["path"]
+    stage_dir = os.path.join(os.path.dirname(target), STAGE)
+    os.makedirs(stage_dir, mode=0o700, exist_ok=True)
+    tmp = os.path.join(stage_dir, os.path.basename(target))
+    data = base64.b64decode(action["data"])
+    _staged.append(tmp)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+            os.fchmod(fd, int(action.get("mode") or "0644", 8))
+            uid, gid = _ids(action.get("owner"), action.get("group"))
+            os.fchown(fd, uid, gid)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        _unstage(tmp)
+        raise ActionError("cannot write %s: %s" % (target, e.strerror))
+    if action.get("validate"):
+        argv = [a.replace("{}", tmp) for a in action["validate"]]
+        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True)
+        if res.returncode != 0:
+            _unstage(tmp)
+            out = res.stdout.strip().replace(tmp, target)
+            raise ActionError("%s refused %s: %s" % (os.path.basename(argv[0]) if argv[0] != sys.executable else "validator",
+                                                    target, out[-800:]))
+    return tmp
+
+
+def _unstage(tmp):
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    if tmp in _staged:
+        _staged.remove(tmp)
+    try:
+        os.rmdir(os.path.dirname(tmp))
+    except OSError:
+        pass
+
+
+def _backup(path, backup):
+    if backup and os.path.lexists(path):
+        os.makedirs(os.path.dirname(backup), mode=0o700, exist_ok=True)
+        shutil.copy2(path, backup)
+
+
+def _commit(action, tmp):
+    path = action["path"]
+    _backup(path, action.get("backup"))
+    os.rename(tmp, path)
+    _staged.remove(tmp)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    try:
+        os.rmdir(os.path.dirname(tmp))
+    except OSError:
+        pass
+
+
+def _run(argv_or_cmd, desc):
+    shell = isinstance(argv_or_cmd, str)
+    proc = subprocess.Popen(argv_or_cmd, shell=shell, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1)
+    tail = []
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip()])[-30:]
+        sys.stderr.write("  | %s\n" % line.rstrip())
+        sys.stderr.flush()
+    rc = proc.wait()
+    if rc != 0:
+        raise ActionError("%s failed (exit %d): %s" % (desc, rc, "\n".join(tail)[-1500:]))
+
+
+def _purge(py):
+    d, base = os.path.split(py)
+    mod = base[:-3]
+    cache = os.path.join(d, "__pycache__")
+    removed = []
+    if os.path.isdir(cache):
+        for n in os.listdir(cache):
+            if n.startswith(mod + ".") and n.endswith(".pyc"):
+                os.unlink(os.path.join(cache, n))
+                removed.append(n)
+        left = [n for n in os.listdir(cache) if n.startswith(mod + ".") and n.endswith(".pyc")]
+        if left:
+            raise ActionError("bytecode for %s still present after purge: %s" % (py, left))
+    return removed
+
+
+def apply(req):
+    actions = req["actions"]
+    staged = {}
+    results = []
+    # Stage and validate everything we can before touching anything.
+    for i, a in enumerate(actions):
+        if a["kind"] == "write" and os.path.isdir(os.path.dirname(a["path"])):
+            try:
+                staged[i] = _stage(a)
+            except ActionError as e:
+                for tmp in list(staged.values()):
+                    _unstage(tmp)
+                return {"ok": False, "failed": i, "error": str(e), "results": []}
+    total = len(actions)
+    for i, a in enumerate(actions):
+        kind = a["kind"]
+        sys.stderr.write("  [%d/%d] %s\n" % (i + 1, total, a.get("desc", kind)))
+        sys.stderr.flush()
+        try:
+            out = None
+            if kind == "write":
+                _commit(a, staged.pop(i) if i in staged else _stage(a))
+            elif kind == "mkdir":
+                os.makedirs(a["path"], exist_ok=True)
+                os.chmod(a["path"], int(a.get("mode") or "0755", 8))
+                os.chown(a["path"], *_ids(a.get("owner"), a.get("group")))
+            elif kind == "attrs":
+                if a.get("mode"):
+                    os.chmod(a["path"], int(a["mode"], 8))
+                os.chown(a["path"], *_ids(a.get("owner"), a.get("group")))
+            elif kind == "remove":
+                _backup(a["path"], a.get("backup"))
+                if os.path.isdir(a["path"]) and not os.path.islink(a["path"]):
+                    shutil.rmtree(a["path"])
+                elif os.path.lexists(a["path"]):
+                    os.unlink(a["path"])
+            elif kind == "purge":
+                out = _purge(a["path"])
+            elif kind == "run":
+                _run(a["cmd"], a.get("desc", "command"))
+            else:
+                raise ActionError("unknown action %r" % kind)
+            results.append({"index": i, "out": out})
+        except (ActionError, OSError, KeyError) as e:
+            for tmp in list(staged.values()):
+                _unstage(tmp)
+            msg = str(e) if isinstance(e, ActionError) else "%s: %s" % (a.get("desc", kind), e)
+            return {"ok": False, "failed": i, "error": msg, "results": results}
+    return {"ok": True, "results": results}
+
+
+def main(request_json):
+    req = json.loads(request_json)
+    _die_with_connection()
+    result = probe(req) if req["mode"] == "probe" else apply(req)
+    sys.stdout.write(json.dumps(result))
+    sys.stdout.flush()

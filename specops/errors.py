@@ -1,0 +1,17 @@
+"""The two ways a run can fail, and the exit codes users script against."""
+
+
+class SpecopsError(Exception):
+    """A failure on a host, or of the run: exit 1."""
+
+    exit_code = 1
+
+
+class UsageError(SpecopsError):
+    """Bad input found before any connection is made: exit 2."""
+
+    exit_code = 2
+
+
+class HostKeyError(SpecopsError):
+    """The host's SSH key is unknown or has changed."""

@@ -1,0 +1,163 @@
+"""Ansible-style inventory: hosts.yml plus group_vars/ and host_vars/.
+
+Precedence is all < parent group < child group < host; a group_vars file
+overrides the vars written inline for that group.  Mappings merge key by key,
+everything else replaces.  Every error names the file and the key path, and
+is raised before any connection is made.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+from .schema import HOST_VARS, check
+
+NODE_KEYS = {"vars", "children", "hosts"}
+
+
+@dataclass
+class Host:
+    name: str
+    vars: dict[str, Any]
+    groups: list[str] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.vars[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.vars.get(key, default)
+
+
+@dataclass
+class Inventory:
+    path: Path
+    hosts: dict[str, Host]
+    groups: dict[str, list[str]]  # group → host names, transitively
+
+    def select(self, host: str | None = None, group: str | None = None) -> list[Host]:
+        """The same selection rules in every task: --host a,b | --group g | all."""
+        if host and group:
+            raise UsageError("give --host or --group, not both")
+        if host:
+            names = [n.strip() for n in host.split(",") if n.strip()]
+            unknown = [n for n in names if n not in self.hosts]
+            if unknown:
+                raise UsageError(f"{self.path}: unknown host {unknown[0]!r} "
+                                 f"(known: {', '.join(sorted(self.hosts)) or 'none'})")
+            return [self.hosts[n] for n in dict.fromkeys(names)]
+        if group:
+            if group not in self.groups:
+                raise UsageError(f"{self.path}: unknown group {group!r} "
+                                 f"(known: {', '.join(sorted(self.groups))})")
+            return [self.hosts[n] for n in self.groups[group]]
+        return list(self.hosts.values())
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f":{mark.line + 1}" if mark else ""
+        raise UsageError(f"{path}{where}: invalid YAML: {e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: invalid YAML: {e}") from None
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _vars_file(directory: Path, name: str) -> dict:
+    for ext in (".yml", ".yaml"):
+        path = directory / f"{name}{ext}"
+        if path.exists():
+            data = _read_yaml(path)
+            if data is None:
+                return {}
+            check(data, HOST_VARS, str(path), "")
+            return data
+    return {}
+
+
+def load(path: str | Path) -> Inventory:
+    """Load an inventory directory (hosts.yml and any other *.yml beside it) or one hosts file."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.yml"), key=lambda p: (p.name != "hosts.yml", p.name))
+        if not files:
+            raise UsageError(f"{path}: no hosts.yml in the inventory directory")
+        root_dir = path
+    elif path.exists():
+        files, root_dir = [path], path.parent
+    else:
+        raise UsageError(f"{path}: inventory not found")
+
+    host_layers: dict[str, list[tuple[int, str, dict]]] = {}
+    groups: dict[str, list[str]] = {}
+    inline_host: dict[str, dict] = {}
+
+    def walk(hosts_file: Path, name: str, node: Any, where: str, depth: int, parents: list[str]) -> list[str]:
+        if node is None:
+            node = {}
+        if not isinstance(node, dict):
+            raise UsageError(f"{hosts_file}: {where}: must be a mapping, not {type(node).__name__}")
+        for key in node:
+            if key not in NODE_KEYS:
+                raise UsageError(f"{hosts_file}: {where}.{key}: unknown key "
+                                 f"(a group has {', '.join(sorted(NODE_KEYS))})")
+        group_vars = node.get("vars") or {}
+        check(group_vars, HOST_VARS, str(hosts_file), f"{where}.vars")
+        group_vars = merge(group_vars, _vars_file(root_dir / "group_vars", name))
+        members: list[str] = []
+        hosts = node.get("hosts") or {}
+        if not isinstance(hosts, dict):
+            raise UsageError(f"{hosts_file}: {where}.hosts: must be a mapping of host names")
+        for hname, hvars in hosts.items():
+            hwhere = f"{where}.hosts.{hname}"
+            hvars = hvars or {}
+            check(hvars, HOST_VARS, str(hosts_file), hwhere)
+            if hname in inline_host and inline_host[hname] != hvars:
+                raise UsageError(f"{hosts_file}: {hwhere}: host defined twice with different vars")
+            inline_host[hname] = hvars
+            members.append(hname)
+        children = node.get("children") or {}
+        if not isinstance(children, dict):
+            raise UsageError(f"{hosts_file}: {where}.children: must be a mapping of group names")
+        for child, cnode in children.items():
+            if child in parents or child == name:
+                raise UsageError(f"{hosts_file}: {where}.children.{child}: group cycle")
+            members += walk(hosts_file, child, cnode, f"{where}.children.{child}", depth + 1,
+                            parents + [name])
+        members = list(dict.fromkeys(members))
+        groups[name] = list(dict.fromkeys(groups.get(name, []) + members))
+        for h in members:
+            host_layers.setdefault(h, []).append((depth, name, group_vars))
+        return members
+
+    for hosts_file in files:
+        data = _read_yaml(hosts_file)
+        if not isinstance(data, dict) or set(data) != {"all"}:
+            raise UsageError(f"{hosts_file}: the top level must be a single key 'all'")
+        walk(hosts_file, "all", data["all"], "all", 0, [])
+    hosts = {}
+    for hname, layers in host_layers.items():
+        merged: dict = {}
+        # Deeper groups win; ties are broken by name, as Ansible does.
+        for _, _, gvars in sorted(layers, key=lambda layer: (layer[0], layer[1])):
+            merged = merge(merged, gvars)
+        merged = merge(merged, inline_host.get(hname, {}))
+        merged = merge(merged, _vars_file(root_dir / "host_vars", hname))
+        hosts[hname] = Host(hname, merged, sorted({g for _, g, _ in layers}))
+    return Inventory(files[0], hosts, groups)

@@ -1,0 +1,145 @@
+"""The inventory's vocabulary, as data, with a checker that names file and key."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Enum:
+    values: tuple
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """A mapping with free keys, each value of one type."""
+    value: Any
+
+
+@dataclass(frozen=True)
+class Req:
+    """A key that must be present."""
+    schema: Any
+
+
+ANY = object()
+NUMBER = (int, float)
+
+SPECULATIVE = {
+    "algorithm": Req(Enum(("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"))),
+    "draft_model_path": str,
+    "draft_model_revision": str,
+    "num_steps": int,
+    "eagle_topk": int,
+    "num_draft_tokens": int,
+    "ngram_max_bfs_breadth": int,
+    "dflash_block_size": int,
+}
+
+SERVICE = {
+    "name": Req(str),
+    "model_path": Req(str),
+    "served_model_name": str,
+    "port": int,
+    "bind": str,
+    "tp": int,
+    "dp": int,
+    "cuda_visible_devices": str,
+    "mem_fraction_static": NUMBER,
+    "attention_backend": str,
+    "page_size": int,
+    "max_running_requests": int,
+    "device": str,
+    "speculative": SPECULATIVE,
+    "allow_sglang_adjustments": bool,
+    "draft_config": MapOf(ANY),
+    "patches": [str],
+    "env": MapOf(str),
+    "env_secret": MapOf(str),
+    "api_key": str,
+    "extra_args": [str],
+    "timeout_stop_sec": int,
+    "limit_nofile": int,
+    "verify": {
+        "timeout": NUMBER,
+        "min_accept_length": NUMBER,
+        "baseline_tok_s": NUMBER,
+        "prompt": str,
+    },
+}
+
+HOST_VARS = {
+    "address": str,
+    "ssh_user": str,
+    "ssh_port": int,
+    "ssh_key": str,
+    "known_hosts": str,
+    "host_key_policy": Enum(("reject", "accept-new")),
+    "connect_timeout": NUMBER,
+    "venv": str,
+    "python": str,
+    "torch": {"version": str, "cuda": str, "index_url": str},
+    "fla": {"version": str},
+    "sglang": {"version": str},
+    "package_index": str,
+    "extra_index": str,
+    "wheelhouse": str,
+    "services": [SERVICE],
+}
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number",
+               NUMBER: "a number", list: "a list", dict: "a mapping"}
+
+
+def check(value: Any, schema: Any, file: str, where: str) -> None:
+    """Raise UsageError('file: key.path: problem') on the first mismatch."""
+    def fail(problem: str) -> None:
+        raise UsageError(f"{file}: {where or '(top)'}: {problem}")
+
+    if isinstance(schema, Req):
+        schema = schema.schema
+    if schema is ANY:
+        return
+    if isinstance(schema, Enum):
+        if value not in schema.values:
+            fail(f"must be one of {', '.join(map(str, schema.values))}, not {value!r}")
+    elif isinstance(schema, MapOf):
+        if not isinstance(value, dict):
+            fail(f"must be a mapping, not {_kind(value)}")
+        for k, v in value.items():
+            check(v, schema.value, file, f"{where}.{k}")
+    elif isinstance(schema, dict):
+        if not isinstance(value, dict):
+            fail(f"must be a mapping, not {_kind(value)}")
+        for k, v in value.items():
+            if k not in schema:
+                close = [s for s in schema if s.replace("_", "") == str(k).replace("_", "").replace("-", "")]
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise UsageError(f"{file}: {_join(where, k)}: unknown key{hint}")
+            check(v, schema[k], file, _join(where, k))
+        for k, sub in schema.items():
+            if isinstance(sub, Req) and k not in value:
+                raise UsageError(f"{file}: {_join(where, k)}: required key is missing")
+    elif isinstance(schema, list):
+        if not isinstance(value, list):
+            fail(f"must be a list, not {_kind(value)}")
+        for i, item in enumerate(value):
+            check(item, schema[0], file, f"{where}[{i}]")
+    else:
+        # bool is an int in Python; a YAML `yes` must not pass for a port.
+        ok = isinstance(value, schema) and not (isinstance(value, bool) and schema is not bool)
+        if not ok:
+            fail(f"must be {_TYPE_NAMES.get(schema, schema)}, not {_kind(value)}")
+
+
+def _join(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "empty"
+    return {str: "a string", int: "an integer", bool: "a boolean", float: "a number",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__) + f" ({value!r})"[:60]

@@ -1,0 +1,67 @@
+"""A service's SGLang launch arguments: the intended values, and the argv that asks for them."""
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_VENV = "/opt/sglang/venv"
+API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"
+
+# service key → (flag, server_info field)
+SERVER_FLAGS = [
+    ("served_model_name", "--served-model-name", "served_model_name"),
+    ("bind", "--host", "host"),
+    ("port", "--port", "port"),
+    ("tp", "--tp-size", "tp_size"),
+    ("dp", "--dp-size", "dp_size"),
+    ("mem_fraction_static", "--mem-fraction-static", "mem_fraction_static"),
+    ("attention_backend", "--attention-backend", "attention_backend"),
+    ("page_size", "--page-size", "page_size"),
+    ("max_running_requests", "--max-running-requests", "max_running_requests"),
+    ("device", "--device", "device"),
+]
+SPEC_FLAGS = [
+    ("algorithm", "--speculative-algorithm", "speculative_algorithm"),
+    ("draft_model_path", "--speculative-draft-model-path", "speculative_draft_model_path"),
+    ("draft_model_revision", "--speculative-draft-model-revision", "speculative_draft_model_revision"),
+    ("num_steps", "--speculative-num-steps", "speculative_num_steps"),
+    ("eagle_topk", "--speculative-eagle-topk", "speculative_eagle_topk"),
+    ("num_draft_tokens", "--speculative-num-draft-tokens", "speculative_num_draft_tokens"),
+    ("ngram_max_bfs_breadth", "--speculative-ngram-max-bfs-breadth", "speculative_ngram_max_bfs_breadth"),
+    ("dflash_block_size", "--speculative-dflash-block-size", "speculative_dflash_block_size"),
+]
+
+
+def port(svc: dict) -> int:
+    return svc.get("port", 30000)
+
+
+def venv_python(venv: str) -> str:
+    return f"{venv}/bin/python"
+
+
+def launch_args(svc: dict) -> list[str]:
+    """The arguments after `-m sglang.launch_server`, in a stable order."""
+    args = ["--model-path", svc["model_path"]]
+    values = {**svc, "port": port(svc), "bind": svc.get("bind", "127.0.0.1")}
+    for key, flag, _ in SERVER_FLAGS:
+        if values.get(key) is not None:
+            args += [flag, str(values[key])]
+    spec = svc.get("speculative") or {}
+    for key, flag, _ in SPEC_FLAGS:
+        if spec.get(key) is not None:
+            args += [flag, str(spec[key])]
+    return args + list(svc.get("extra_args") or [])
+
+
+def intended(svc: dict) -> dict[str, Any]:
+    """What /server_info should report for the fields specops sets."""
+    out: dict[str, Any] = {"model_path": svc["model_path"], "port": port(svc)}
+    for key, _, field in SERVER_FLAGS:
+        if svc.get(key) is not None:
+            out[field] = svc[key]
+    for key, _, field in SPEC_FLAGS:
+        if (svc.get("speculative") or {}).get(key) is not None:
+            out[field] = svc["speculative"][key]
+    if "algorithm" in (svc.get("speculative") or {}) and out["speculative_algorithm"] == "NEXTN":
+        out["speculative_algorithm"] = "EAGLE"
+    return out

@@ -1,0 +1,160 @@
+"""Fabric connections that check host keys, and a counted, streaming exec.
+
+Fabric's Connection installs paramiko's AutoAddPolicy, which trusts any key.
+We load the system and user known_hosts files and install our own policy:
+unknown keys are refused unless accept-new was asked for, in which case the
+key is recorded; changed keys are always refused (paramiko raises
+BadHostKeyException for those before any policy is consulted).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import paramiko
+from fabric import Config, Connection
+
+from .errors import HostKeyError, SpecopsError
+
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+USER_KNOWN_HOSTS = os.path.expanduser("~/.ssh/known_hosts")
+AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_text()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    def __init__(self, name: str, accept_new: bool, record_to: str, port: int):
+        self.name, self.accept_new, self.record_to, self.port = name, accept_new, record_to, port
+
+    def missing_host_key(self, client, hostname, key):
+        fp = fingerprint(key)
+        if not self.accept_new:
+            raise HostKeyError(
+                f"{self.name}: unknown host key {key.get_name()} {fp} for {hostname}; check it, "
+                f"then accept it with --accept-new-host-key or host_key_policy: accept-new")
+        entry = known_hosts_name(hostname, self.port)
+        Path(self.record_to).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.record_to, "a") as f:
+            f.write(f"{entry} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(entry, key.get_name(), key)
+
+
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+class Remote:
+    """One host: a Fabric Connection plus the counted exec specops builds on."""
+
+    def __init__(self, name: str, vars: dict, accept_new: bool = False,
+                 ssh_config: str | None = None):
+        self.name = name
+        self.round_trips = 0
+        port = vars.get("ssh_port")
+        config = Config(runtime_ssh_path=ssh_config) if ssh_config else Config()
+        kwargs = {}
+        if vars.get("ssh_key"):
+            kwargs["key_filename"] = os.path.expanduser(vars["ssh_key"])
+        self.conn = Connection(vars.get("address") or name, user=vars.get("ssh_user"), port=port,
+                               config=config, connect_timeout=vars.get("connect_timeout", 10),
+                               connect_kwargs=kwargs)
+        client = self.conn.client
+        if os.path.exists(SYSTEM_KNOWN_HOSTS):
+            client.load_system_host_keys(SYSTEM_KNOWN_HOSTS)
+        user_file = os.path.expanduser(vars.get("known_hosts") or USER_KNOWN_HOSTS)
+        if os.path.exists(user_file):
+            client.load_host_keys(user_file)
+        # load_host_keys would make paramiko rewrite the file on save; we only append.
+        client._host_keys_filename = None
+        accept = accept_new or vars.get("host_key_policy") == "accept-new"
+        client.set_missing_host_key_policy(_Policy(name, accept, user_file, self.conn.port))
+
+    def open(self) -> None:
+        try:
+            self.conn.open()
+        except paramiko.BadHostKeyException as e:
+            raise HostKeyError(
+                f"{self.name}: host key CHANGED for {e.hostname}: got {fingerprint(e.key)}, "
+                f"expected {fingerprint(e.expected_key)}; if the host was rebuilt, remove the old "
+                f"key with ssh-keygen -R {e.hostname} and accept the new one") from None
+        except HostKeyError:
+            raise
+        except (socket.timeout, TimeoutError):
+            raise SpecopsError(f"{self.name}: SSH connect to {self.conn.host}:{self.conn.port} "
+                               f"timed out") from None
+        except (OSError, paramiko.SSHException) as e:
+            raise SpecopsError(f"{self.name}: SSH to {self.conn.user}@{self.conn.host}:"
+                               f"{self.conn.port} failed: {e}") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def exec(self, command: str, stdin: bytes = b"", on_stderr: Callable[[str], None] | None = None,
+             timeout: float | None = None) -> Result:
+        """Run one command over a fresh channel: this is one round trip."""
+        if not self.conn.is_connected:
+            self.open()
+        self.round_trips += 1
+        chan = self.conn.client.get_transport().open_session()
+        chan.exec_command(command)
+        if stdin:
+            sender = threading.Thread(target=lambda: (chan.sendall(stdin), chan.shutdown_write()),
+                                      daemon=True)
+            sender.start()
+        else:
+            chan.shutdown_write()
+        out, err, pending = [], [], b""
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            if deadline and time.monotonic() > deadline:
+                chan.close()
+                raise SpecopsError(f"{self.name}: {command[:60]} timed out after {timeout:.0f}s")
+            select.select([chan], [], [], 0.2)
+            while chan.recv_ready():
+                out.append(chan.recv(1 << 16))
+            while chan.recv_stderr_ready():
+                data = chan.recv_stderr(1 << 16)
+                err.append(data)
+                if on_stderr:
+                    pending += data
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        on_stderr(line.decode(errors="replace"))
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            if chan.closed and not chan.recv_ready():
+                break
+        rc = chan.recv_exit_status()
+        chan.close()
+        return Result(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
+
+    def agent(self, request: dict, on_stderr: Callable[[str], None] | None = None) -> dict:
+        """Run the on-host agent with one request, in one round trip."""
+        payload = AGENT_SOURCE + f"\nmain({json.dumps(json.dumps(request))})\n"
+        res = self.exec("python3 -", payload.encode(), on_stderr=on_stderr)
+        if res.rc != 0 or not res.stdout.strip():
+            tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            if res.rc == 127 or "python3: not found" in res.stderr or "command not found" in res.stderr:
+                tail = "python3 is not installed on the host"
+            raise SpecopsError(f"{self.name}: remote agent failed (exit {res.rc}): {tail}")
+        return json.loads(res.stdout)
