@@ -1,4 +1,6 @@
 """specops: deploy SGLang with speculative decoding to GPU boxes.  `inv --list` for the tasks."""
+import sys
+
 from invoke import Collection, task
 
 from roles import sglang_service
@@ -28,9 +30,11 @@ def facts(c, host=None, group=None, inventory=None, accept_new_host_key=False):
     def body(run):
         collected[run.host.name] = facts_probe(run)
 
-    cli.play(body, [], inventory=inventory, host=host, group=group, accept_new=accept_new_host_key,
-             quiet=True)
-    cli.print_json(collected)
+    try:
+        cli.play(body, [], inventory=inventory, host=host, group=group,
+                 accept_new=accept_new_host_key, quiet=True, stream=sys.stderr)
+    finally:
+        cli.print_json(collected)
 
 
 ns = Collection(deploy, facts)

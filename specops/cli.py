@@ -34,13 +34,14 @@ def select(inventory: str | None, host: str | None, group: str | None) -> list[i
 
 
 def play(body: Callable[[HostRun], None], roles: list, *, inventory=None, host=None, group=None,
-         check=False, diff=False, json_path=None, accept_new=False, forks=10, quiet=False) -> None:
+         check=False, diff=False, json_path=None, accept_new=False, forks=10, quiet=False,
+         stream=None) -> None:
     """Select hosts, run `body` on each, print the recap, exit non-zero on any failure."""
     try:
         hosts = select(inventory, host, group)
         if not hosts:
             raise UsageError("no hosts selected")
-        out = Reporter(Redactor(hosts), show_diff=diff or check, verbose=not quiet)
+        out = Reporter(Redactor(hosts), show_diff=diff or check, verbose=not quiet, stream=stream)
         opts = Options(check=check, diff=diff, accept_new=accept_new, forks=forks)
         reports = run_hosts(hosts, body, roles, opts, out)
     except UsageError as e:

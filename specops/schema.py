@@ -1,6 +1,7 @@
 """The inventory's vocabulary, as data, with a checker that names file and key."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +116,7 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
             fail(f"must be a mapping, not {_kind(value)}")
         for k, v in value.items():
             if k not in schema:
-                close = [s for s in schema if s.replace("_", "") == str(k).replace("_", "").replace("-", "")]
+                close = difflib.get_close_matches(str(k).replace("-", "_"), list(schema), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise UsageError(f"{file}: {_join(where, k)}: unknown key{hint}")
             check(v, schema[k], file, _join(where, k))

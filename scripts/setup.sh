@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what specops and its sandbox fleet need on a Debian machine, as root.
+# Idempotent: a second run only checks.  Leaves the project in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=()
+need() { command -v "$1" >/dev/null 2>&1 || packages+=("$2"); }
+need debootstrap debootstrap
+need systemd-nspawn systemd-container
+need ssh-keygen openssh-client
+need ip iproute2
+need nsenter util-linux
+python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)
+if ((${#packages[@]})); then
+  echo "[setup] apt-get install ${packages[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  python3 -m venv .venv
+fi
+echo "[setup] installing specops and its test tools into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+# The fleet's root filesystem and SGLang layer: built once (about a minute), then cached.
+.venv/bin/python -c 'from sandbox import provision; provision.layer("gpubox")'
+echo "[setup] ready"

@@ -1,0 +1,217 @@
+"""The engine against real hosts: real SSH, real files, real systemd."""
+import json
+import threading
+import time
+
+import pytest
+
+from conftest import load_json, role, sha256_on, unit_prop
+from specops.ops import Absent, Command, Directory, File, JsonKeys, Service, template, unit_file
+
+pytestmark = pytest.mark.fleet
+
+UNIT = """[Unit]
+Description=specops test unit {tag}
+
+[Service]
+Type=simple
+ExecStart=/bin/sleep infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def every_op(tag: str):
+    def make(host):
+        return [
+            Directory("/srv/demo", mode="0750"),
+            File("/srv/demo/plain.txt", f"hello {tag}\n", mode="0640", owner="root", group="daemon"),
+            template("/srv/demo/sglang.env", "sglang.env.j2", {"name": "demo", "secrets": []}, mode="0600"),
+            Absent("/srv/demo/old.txt"),
+            JsonKeys("/srv/demo/config.json", {"eagle_config.eagle_aux_hidden_state_layer_ids": [2, 16, 29],
+                                                "tag": tag}),
+            unit_file("demo-sleep", UNIT.format(tag=tag)),
+            Service("demo-sleep", state="started", enabled=True),
+            Command(["sh", "-c", f"echo {tag} > /srv/demo/marker"], desc="write marker",
+                    unless=f"grep -qx {tag} /srv/demo/marker"),
+        ]
+    return role("demo", make)
+
+
+def fresh_demo_host(sandbox, name):
+    h = sandbox.reset(name)
+    h.run("mkdir", "-p", "/srv/demo")
+    h.path("/srv/demo/config.json").write_text('{"architectures": ["X"]}')
+    h.path("/srv/demo/old.txt").write_text("x\n")
+    return h, sandbox.inventory({name: {}})
+
+
+def test_every_op_changes_then_reports_zero(sandbox):
+    h, inv = fresh_demo_host(sandbox, "t1")
+
+    first, out = sandbox.apply(inv, [every_op("a")])
+    assert first[0].error is None, out
+    assert first[0].changed == 8, out
+    assert h.path("/srv/demo/plain.txt").read_text() == "hello a\n"
+    assert h.run("stat", "-c", "%a %U %G", "/srv/demo/plain.txt").stdout.split() == ["640", "root", "daemon"]
+    assert h.run("stat", "-c", "%a", "/srv/demo").stdout.strip() == "750"
+    assert not h.path("/srv/demo/old.txt").exists()
+    cfg = json.loads(h.path("/srv/demo/config.json").read_text())
+    assert cfg == {"architectures": ["X"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 29]},
+                   "tag": "a"}
+    assert unit_prop(h, "demo-sleep", "ActiveState") == "active"
+    assert unit_prop(h, "demo-sleep", "UnitFileState") == "enabled"
+    assert h.path("/srv/demo/marker").read_text() == "a\n"
+    # No staging leftovers anywhere we wrote.
+    assert not list(h.path("/srv/demo").glob(".specops-stage*"))
+
+    second, out = sandbox.apply(inv, [every_op("a")])
+    assert second[0].error is None and second[0].changed == 0, out
+    assert second[0].round_trips == 1  # the probe; nothing to apply
+
+
+def test_check_mode_prints_diff_and_changes_nothing(sandbox):
+    h, inv = fresh_demo_host(sandbox, "t2")
+    first, out = sandbox.apply(inv, [every_op("before")])
+    assert first[0].error is None, out
+    paths = ["/srv/demo/plain.txt", "/srv/demo/config.json", "/etc/systemd/system/demo-sleep.service",
+             "/srv/demo/marker"]
+    before = sha256_on(h, *paths)
+    started = unit_prop(h, "demo-sleep", "ExecMainStartTimestampMonotonic")
+
+    reports, out = sandbox.apply(inv, [every_op("after")], check=True)
+    assert reports[0].error is None, out
+    assert reports[0].changed == 4, out  # file, json key, unit, marker command
+    assert "-hello before\n+hello after" in out
+    assert "-Description=specops test unit before" in out and "+Description=specops test unit after" in out
+    assert '-  "tag": "before"' in out and '+  "tag": "after"' in out
+    assert "would change" in out and "handler         restart demo-sleep: would run" in out
+    assert sha256_on(h, *paths) == before
+    assert unit_prop(h, "demo-sleep", "ExecMainStartTimestampMonotonic") == started
+
+
+def test_two_notifications_one_restart(sandbox):
+    """Env file and unit both change: systemd shows exactly one new start."""
+    h = sandbox.reset("t3")
+    svc = {"name": "sglang", "model_path": "/models/tiny-llama", "port": 30000,
+           "env": {"SGLANG_SIM_STARTUP_DELAY": "0"}}
+    inv = sandbox.inventory({"t3": {"services": [svc]}})
+    from roles import sglang_service
+    r, out = sandbox.apply(inv, [sglang_service])
+    assert r[0].error is None, out
+    cursor = h.run("journalctl", "-n", "0", "--show-cursor", "-q").stdout.strip().split("cursor: ")[-1]
+    start_before = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
+
+    svc2 = {**svc, "env_secret": {"HF_TOKEN": "hf_secret_value_123"}, "tp": 1}
+    inv = sandbox.inventory({"t3": {"services": [svc2]}})
+    r, out = sandbox.apply(inv, [sglang_service])
+    assert r[0].error is None, out
+    changed = [c["target"] for c in r[0].changes if c["changed"]]
+    assert changed == ["/etc/specops/sglang.env", "/etc/systemd/system/sglang.service"], out
+    assert out.count("handler: restart sglang") == 1
+    starts = h.run("journalctl", "-u", "sglang", "--after-cursor", cursor, "-o", "cat").stdout
+    assert starts.count("Started sglang.service") == 1, starts
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != start_before
+    assert unit_prop(h, "sglang", "NRestarts") == "0"
+    assert "hf_secret_value_123" not in out
+
+
+def test_interrupted_write_leaves_old_file(sandbox):
+    """Kill the SSH session while the new content sits staged: the old file survives."""
+    h = sandbox.reset("t4")
+    h.run("sh", "-c", "mkdir -p /srv/demo && echo old > /srv/demo/victim")
+    inv = sandbox.inventory({"t4": {}})
+    slow = ["/bin/sh", "-c", "sleep 30", "validator", "{}"]
+    results = {}
+
+    def run():
+        results["r"] = sandbox.apply(inv, [role("w", lambda host: [
+            File("/srv/demo/victim", "new\n", validate=slow)])])
+
+    t = threading.Thread(target=run)
+    t.start()
+    staged = h.path("/srv/demo/.specops-stage/victim")
+    deadline = time.monotonic() + 20
+    while not staged.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert staged.exists(), "the write never reached its staging file"
+    h.run("pkill", "-KILL", "-f", "sshd: root@notty")  # cut the connection
+    t.join(30)
+    reports, out = results["r"]
+    assert reports[0].error, out
+    assert h.path("/srv/demo/victim").read_text() == "old\n"
+    deadline = time.monotonic() + 5
+    while staged.exists() and time.monotonic() < deadline:  # the agent cleans up on SIGTERM
+        time.sleep(0.1)
+    assert not staged.exists()
+    again, out = sandbox.apply(inv, [role("w", lambda host: [File("/srv/demo/victim", "new\n")])])
+    assert again[0].error is None and h.path("/srv/demo/victim").read_text() == "new\n"
+
+
+def test_validator_failure_refuses_whole_batch(sandbox):
+    h = sandbox.reset("t4")
+    inv = sandbox.inventory({"t4": {}})
+    ops = lambda host: [File("/srv/a.txt", "a\n"), unit_file("broken", "[Service]\nExecStart=relative/path\n")]
+    reports, out = sandbox.apply(inv, [role("w", ops)])
+    assert reports[0].error and "systemd-analyze refused /etc/systemd/system/broken.service" in reports[0].error
+    assert not h.path("/srv/a.txt").exists()  # validated before anything was placed
+    assert not h.path("/etc/systemd/system/broken.service").exists()
+
+
+def test_host_keys_unknown_accept_new_changed(sandbox, tmp_path):
+    h = sandbox.reset("t5")
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    inv = sandbox.inventory({"t5": {"known_hosts": str(known)}})
+    facts = ["facts", "--host", "t5"]
+
+    refused = sandbox.inv(*facts, inventory=inv)
+    assert refused.returncode != 0
+    assert "unknown host key ssh-ed25519 SHA256:" in refused.stdout + refused.stderr
+    assert "--accept-new-host-key" in refused.stdout + refused.stderr
+    assert known.read_text() == ""
+
+    accepted = sandbox.inv(*facts, "--accept-new-host-key", inventory=inv)
+    assert accepted.returncode == 0, accepted.stderr
+    assert h.host_key_pub in known.read_text()
+    assert sandbox.inv(*facts, inventory=inv).returncode == 0  # recorded key is used later
+
+    # Rebuild the host's identity: the recorded key no longer matches.
+    h.run("sh", "-c", "rm -f /etc/ssh/ssh_host_ed25519_key* && ssh-keygen -q -t ed25519 -N '' "
+                      "-f /etc/ssh/ssh_host_ed25519_key && systemctl restart ssh")
+    changed = sandbox.inv(*facts, "--accept-new-host-key", inventory=inv)
+    assert changed.returncode != 0
+    assert "host key CHANGED" in changed.stdout + changed.stderr
+
+
+def test_cli_deploy_twice_and_facts(sandbox, tmp_path):
+    h = sandbox.reset("t2")
+    from sandbox.provision import sandbox_service
+    inv = sandbox.inventory({"t2": {"services": [sandbox_service()]}})
+    first = sandbox.inv("deploy", "--host", "t2", "--json", str(tmp_path / "1.json"), inventory=inv)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert load_json(tmp_path / "1.json")["hosts"]["t2"]["changed"] == 4
+    second = sandbox.inv("deploy", "--host", "t2", "--json", str(tmp_path / "2.json"), inventory=inv)
+    assert second.returncode == 0
+    rep = load_json(tmp_path / "2.json")["hosts"]["t2"]
+    assert rep["changed"] == 0 and rep["status"] == "ok"
+    assert "changed=0" in second.stdout
+    assert unit_prop(h, "sglang", "ActiveState") == "active"
+
+    facts = sandbox.inv("facts", "--host", "t2", inventory=inv)
+    assert facts.returncode == 0, facts.stderr
+    data = json.loads(facts.stdout)["t2"]
+    assert data["units"]["sglang"]["ActiveState"] == "active"
+    assert data["venvs"]["/opt/sglang/venv"]["packages"]["sglang"] == "0.5.23"
+    assert data["gpu"]["present"] and data["gpu"]["driver"] == "575.57.08"
+
+
+def test_unreachable_host_fails_alone(sandbox, tmp_path):
+    sandbox.reset("t1")
+    # Loopback, closed port: unreachable without sending a packet off this machine.
+    inv = sandbox.inventory({"t1": {}, "ghost": {"address": "127.0.0.1", "ssh_port": 9, "connect_timeout": 2}})
+    res = sandbox.inv("facts", inventory=inv)
+    assert res.returncode == 1
+    assert "failed hosts: ghost" in res.stderr
+    assert list(json.loads(res.stdout)) == ["t1"]

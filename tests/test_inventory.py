@@ -1,0 +1,165 @@
+"""Inventory loading, precedence, selection and validation: no fleet needed."""
+import re
+import socket
+import threading
+import textwrap
+
+import pytest
+
+from specops import inventory
+from specops.errors import UsageError
+
+
+def write(tmp_path, files):
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_precedence_all_parent_child_host(tmp_path):
+    inv = inventory.load(write(tmp_path, {
+        "hosts.yml": """
+            all:
+              vars: {venv: /all, ssh_port: 22, torch: {version: "2.9.1", cuda: auto}}
+              children:
+                parent:
+                  vars: {venv: /parent, ssh_user: p}
+                  children:
+                    child:
+                      vars: {venv: /child}
+                      hosts:
+                        a: {ssh_user: hostuser}
+                        b:
+            """,
+        "group_vars/child.yml": "ssh_port: 2222\n",
+        "host_vars/b.yml": "torch: {cuda: cu128}\n",
+    }))
+    a, b = inv.hosts["a"], inv.hosts["b"]
+    assert a["venv"] == "/child" and b["venv"] == "/child"          # child group beats parent and all
+    assert a["ssh_user"] == "hostuser" and b["ssh_user"] == "p"     # host beats groups
+    assert a["ssh_port"] == 2222                                    # group_vars file applies
+    assert b["torch"] == {"version": "2.9.1", "cuda": "cu128"}      # mappings merge key by key
+    assert set(inv.groups) == {"all", "parent", "child"}
+    assert [h.name for h in inv.select(group="parent")] == ["a", "b"]
+
+
+def test_selection_by_host_group_and_all(tmp_path):
+    inv = inventory.load(write(tmp_path, {"hosts.yml": """
+        all:
+          children:
+            g1: {hosts: {a: , b: }}
+            g2: {hosts: {c: }}
+        """}))
+    assert [h.name for h in inv.select()] == ["a", "b", "c"]
+    assert [h.name for h in inv.select(host="c,a")] == ["c", "a"]
+    assert [h.name for h in inv.select(group="g2")] == ["c"]
+    with pytest.raises(UsageError, match="unknown host 'zz'"):
+        inv.select(host="a,zz")
+    with pytest.raises(UsageError, match="unknown group 'nope'"):
+        inv.select(group="nope")
+
+
+def test_example_inventory_loads():
+    inv = inventory.load(inventory.Path(__file__).parent.parent / "inventory" / "hosts.yml")
+    ct129 = inv.hosts["ct129"]
+    assert ct129["address"] == "10.1.230.172" and ct129["ssh_user"] == "root"
+    assert "gpu_boxes" in ct129.groups and ct129["torch"]["cuda"] == "auto"
+
+
+BAD = {
+    "yaml syntax": ("hosts.yml", "all:\n  hosts:\n    a: {address: [1, 2\n", r"hosts.yml:\d+: invalid YAML"),
+    "unknown host key": ("hosts.yml", "all:\n  hosts:\n    a: {adress: 1.2.3.4}\n",
+                         r"hosts.yml: all.hosts.a.adress: unknown key \(did you mean 'address'\?\)"),
+    "wrong type": ("hosts.yml", "all:\n  hosts:\n    a: {ssh_port: twenty}\n",
+                   r"all.hosts.a.ssh_port: must be an integer, not a string"),
+    "bool is not a port": ("hosts.yml", "all:\n  hosts:\n    a: {ssh_port: yes}\n",
+                           r"ssh_port: must be an integer, not a boolean"),
+    "unknown group key": ("hosts.yml", "all:\n  childs: {}\n", r"all.childs: unknown key"),
+    "top level": ("hosts.yml", "gpu_boxes: {}\n", r"the top level must be a single key 'all'"),
+    "service without model": ("hosts.yml", "all:\n  hosts:\n    a:\n      services: [{name: s}]\n",
+                              r"all.hosts.a.services\[0\].model_path: required key is missing"),
+    "bad enum": ("hosts.yml", "all:\n  hosts:\n    a: {host_key_policy: yolo}\n",
+                 r"host_key_policy: must be one of reject, accept-new"),
+    "bad group_vars": ("group_vars/all.yml", "venv: [1]\n", r"group_vars/all.yml: venv: must be a string"),
+    "spec algorithm": ("hosts.yml", "all:\n  hosts:\n    a:\n      services:\n        - {name: s, model_path: /m, speculative: {algorithm: MEDUSA}}\n",
+                       r"speculative.algorithm: must be one of EAGLE"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_inventory_is_one_line_naming_file_and_key(tmp_path, case):
+    rel, text, pattern = BAD[case]
+    files = {rel: text}
+    if rel != "hosts.yml":
+        files["hosts.yml"] = "all:\n  hosts:\n    a: {}\n"
+    write(tmp_path, files)
+    with pytest.raises(UsageError) as e:
+        inventory.load(tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert str(tmp_path) in msg
+    assert re.search(pattern, msg), msg
+
+
+class Listener:
+    """A loopback TCP listener that counts connection attempts: the 'no SSH happened' oracle."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["deploy", "--host", "nosuch"], "unknown host 'nosuch'"),
+    (["deploy", "--group", "nosuch"], "unknown group 'nosuch'"),
+    (["facts", "--host", "a", "--group", "g"], "give --host or --group, not both"),
+])
+def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):
+    from conftest import Sandbox
+    listener = Listener()
+    try:
+        inv_dir = write(tmp_path / "inv", {"hosts.yml": f"""
+            all:
+              children:
+                g:
+                  hosts:
+                    a: {{address: 127.0.0.1, ssh_port: {listener.port}, connect_timeout: 2}}
+            """})
+        res = Sandbox(None, tmp_path).inv(*args, inventory=inv_dir, timeout=60)
+    finally:
+        listener.close()
+    assert res.returncode == 2, res.stderr
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and pattern in lines[0], res.stderr
+    assert listener.accepted == 0
+
+
+def test_cli_bad_inventory_exit_2(tmp_path):
+    from conftest import Sandbox
+    write(tmp_path / "inv", {"hosts.yml": "all:\n  hosts:\n    a: {ssh_port: x}\n"})
+    res = Sandbox(None, tmp_path).inv("deploy", inventory=tmp_path / "inv", timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "ssh_port: must be an integer" in res.stderr

@@ -1,0 +1,114 @@
+"""Pure logic: unit rendering, quoting, handlers, diffs, redaction.  No fleet."""
+import shlex
+
+import pytest
+
+from roles import sglang_service
+from specops.errors import UsageError
+from specops.inventory import Host
+from specops.ops import Change, Context, Facts, File, Service, handler_actions, render, unified_diff
+from specops.run import Redactor
+from specops.unitfmt import envfile_line, exec_line, quote_word, unit_environment
+
+SVC = {"name": "sglang", "model_path": "/models/Kimi K2.5", "port": 30001, "tp": 8,
+       "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/k25-eagle3",
+                       "num_steps": 15, "eagle_topk": 1, "num_draft_tokens": 16},
+       "env_secret": {"HF_TOKEN": "hf_abc$def"}, "api_key": "sk-very-secret",
+       "cuda_visible_devices": "0,1"}
+
+
+def systemd_split(line: str) -> list[str]:
+    """How systemd reads our ExecStart words (double-quoted, C escapes, $$ and %% doubled)."""
+    words = shlex.split(line.replace("$$", "$").replace("%%", "%"), posix=True)
+    return words
+
+
+def test_unit_has_required_directives_and_no_secret():
+    text = sglang_service.unit_text(SVC, "/opt/sglang/venv")
+    for line in ("Type=simple", "KillMode=control-group", "TimeoutStopSec=120", "Restart=on-failure",
+                 "LimitNOFILE=65535", "EnvironmentFile=/etc/specops/sglang.env",
+                 'Environment="CUDA_VISIBLE_DEVICES=0,1"'):
+        assert line in text.splitlines()
+    exec_start = next(l for l in text.splitlines() if l.startswith("ExecStart="))[len("ExecStart="):]
+    argv = systemd_split(exec_start)
+    assert argv[:3] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
+    assert argv[argv.index("--model-path") + 1] == "/models/Kimi K2.5"
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "16"
+    assert argv[argv.index("--tp-size") + 1] == "8"
+    assert "${SGLANG_SPECOPS_API_KEY}" in exec_start  # expanded by systemd from the 0600 env file
+    assert "sk-very-secret" not in text and "hf_abc" not in text
+
+
+def test_env_file_holds_secrets_quoted():
+    text = sglang_service.env_text(SVC)
+    assert 'HF_TOKEN="hf_abc\\$def"' in text.splitlines()
+    assert 'SGLANG_SPECOPS_API_KEY="sk-very-secret"' in text.splitlines()
+
+
+@pytest.mark.parametrize("word", ["plain", "with space", "$(touch /tmp/pwned)", "; rm -rf /", "it's",
+                                  'say "hi"', "back\\slash", "100%", "${HOME}"])
+def test_exec_words_round_trip(word):
+    assert systemd_split(quote_word(word)) == [word]
+
+
+def test_newlines_refused():
+    with pytest.raises(UsageError, match="newlines"):
+        quote_word("a\nExecStartPre=/bin/evil")
+    with pytest.raises(UsageError, match="newlines"):
+        envfile_line("X", "a\nY=b")
+    with pytest.raises(UsageError, match="not a valid environment variable name"):
+        unit_environment("BAD-NAME", "x")
+
+
+def test_exec_line_expands_only_named_positions():
+    assert exec_line(["/bin/a", "--k", "K"], {2: "K"}) == '"/bin/a" "--k" ${K}'
+
+
+def test_template_is_strict():
+    with pytest.raises(UsageError, match="templates/sglang.env.j2: 'secrets' is undefined"):
+        render("sglang.env.j2", name="x")
+
+
+def test_handlers_run_once_daemon_reload_first():
+    acts = handler_actions(["restart:a", "daemon-reload", "restart:b", "restart:a", "daemon-reload"])
+    assert [a["cmd"] for a in acts] == [["systemctl", "daemon-reload"], ["systemctl", "restart", "a"],
+                                        ["systemctl", "restart", "b"]]
+
+
+def facts_with(path, **fact):
+    return Facts({"files": {path: {"path": path, **fact}}, "units": {}, "venvs": {}, "checks": {}})
+
+
+def test_file_plan_diff_and_noop():
+    import base64, hashlib
+    old = b"a\nb\n"
+    f = facts_with("/x", exists=True, type="file", sha256=hashlib.sha256(old).hexdigest(), size=4,
+                   mode="0644", owner="root", group="root", content_b64=base64.b64encode(old).decode())
+    op = File("/x", "a\nc\n", notify=["restart:s"])
+    c = op.plan(f, Context("h", False))
+    assert c.changed and c.notify == ["restart:s"] and "-b\n+c\n" in c.diff
+    assert c.actions[0]["kind"] == "write"
+    same = File("/x", old).plan(facts_with("/x", exists=True, type="file", sha256=hashlib.sha256(old).hexdigest(),
+                                           size=4, mode="0644", owner="root", group="root"), Context("h", False))
+    assert not same.changed and same.actions == []
+
+
+def test_secret_file_diff_is_hidden():
+    c = File("/e", "TOKEN=abc\n", secret=True).plan(facts_with("/e", exists=False), Context("h", False))
+    assert "TOKEN" not in c.diff and "secret content: not shown" in c.diff
+
+
+def test_service_start_is_left_to_a_pending_restart():
+    facts = Facts({"files": {}, "venvs": {}, "checks": {},
+                   "units": {"s": {"ActiveState": "inactive", "UnitFileState": "enabled"}}})
+    assert Service("s").plan(facts, Context("h", False, notified=["restart:s"])).actions == []
+    assert Service("s").plan(facts, Context("h", False)).actions[0]["cmd"] == ["systemctl", "start", "s"]
+
+
+def test_redactor_hides_every_secret():
+    r = Redactor([Host("h", {"services": [SVC]})])
+    assert r("token hf_abc$def key sk-very-secret") == "token *** key ***"
+
+
+def test_unified_diff_binary():
+    assert "binary" in unified_diff(b"\xff\x00", b"\xfe", "f")
