@@ -23,10 +23,31 @@ PACKAGES = ["systemd", "systemd-sysv", "openssh-server", "python3", "python3-ven
             "dbus", "iproute2", "curl", "ca-certificates", "procps"]
 CACHE = Path(os.environ.get("SPECOPS_ROOTFS_CACHE", "/var/cache/specops"))
 STATE = Path(os.environ.get("SPECOPS_SANDBOX_STATE", "/var/lib/specops-sandbox"))
-PREFIX = "sop"
-# 192.168.231.0/24 carved into /30s: the controller end is .4k+1, the host .4k+2.
-SUBNET = "192.168.231"
 MAX_HOSTS = 63
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a fleet lives: its name prefix, its /24 and its state directory.
+
+    The /24 is carved into /30s: the controller end of host k is .4k+1, the host .4k+2.
+    A second site lets a test simulate a killed run without touching the shared fleet.
+    """
+    prefix: str = "sop"
+    subnet: str = "192.168.231"
+    state: Path = STATE
+
+
+def _site_from_env() -> Site:
+    """SPECOPS_SANDBOX_SITE=prefix,subnet,state puts `inv sandbox.*` somewhere else (tests use it)."""
+    spec = os.environ.get("SPECOPS_SANDBOX_SITE")
+    if not spec:
+        return Site()
+    prefix, subnet, state = spec.split(",")
+    return Site(prefix, subnet, Path(state))
+
+
+DEFAULT_SITE = _site_from_env()
 
 
 def log(msg: str) -> None:
@@ -81,7 +102,7 @@ def _prepare_base(root: Path) -> None:
 
 
 def controller_key() -> Path:
-    """The sandbox controller's SSH key, made once."""
+    """The sandbox controller's SSH key, made once (shared by every site)."""
     key = STATE / "id_ed25519"
     if not key.exists():
         STATE.mkdir(parents=True, exist_ok=True)
@@ -93,26 +114,27 @@ def controller_key() -> Path:
 class Host:
     name: str
     index: int
+    site: Site = DEFAULT_SITE
 
     @property
     def netns(self) -> str:
-        return f"{PREFIX}-{self.name}"
+        return f"{self.site.prefix}-{self.name}"
 
     @property
     def veth(self) -> str:
-        return f"{PREFIX}v{self.index}"
+        return f"{self.site.prefix}v{self.index}"
 
     @property
     def address(self) -> str:
-        return f"{SUBNET}.{4 * self.index + 2}"
+        return f"{self.site.subnet}.{4 * self.index + 2}"
 
     @property
     def gateway(self) -> str:
-        return f"{SUBNET}.{4 * self.index + 1}"
+        return f"{self.site.subnet}.{4 * self.index + 1}"
 
     @property
     def dir(self) -> Path:
-        return STATE / "hosts" / self.name
+        return self.site.state / "hosts" / self.name
 
     @property
     def merged(self) -> Path:
@@ -148,13 +170,6 @@ class Host:
     def path(self, inside: str) -> Path:
         """A path inside the host, as seen from the controller."""
         return self.merged / inside.lstrip("/")
-
-
-def _host_index(name: str, taken: set[int]) -> int:
-    for i in range(1, MAX_HOSTS):
-        if i not in taken:
-            return i
-    raise RuntimeError("too many sandbox hosts")
 
 
 def _network_up(h: Host) -> None:
@@ -226,16 +241,19 @@ def _container_pid(h: Host) -> int | None:
 class Fleet:
     """Boot, reset and tear down sandbox hosts.  Safe to re-run after a crash."""
 
-    def __init__(self, names: list[str], layers: list[Path] = ()):
+    def __init__(self, names: list[str], layers: list[Path] = (), site: Site = DEFAULT_SITE):
         """`layers` are extra overlay layers above the root filesystem, topmost first."""
-        self.hosts = [Host(n, i + 1) for i, n in enumerate(names)]
+        if len(names) >= MAX_HOSTS:
+            raise ValueError(f"at most {MAX_HOSTS - 1} sandbox hosts")
+        self.site = site
+        self.hosts = [Host(n, i + 1, site) for i, n in enumerate(names)]
         self.layers = list(layers)
 
     def __getitem__(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
 
     def up(self) -> "Fleet":
-        sweep()
+        sweep(self.site)
         lowers = self.layers + [rootfs()]
         controller_key()
         t0 = time.monotonic()
@@ -254,7 +272,7 @@ class Fleet:
     def down(self) -> None:
         with ThreadPoolExecutor(max(1, len(self.hosts))) as pool:
             list(pool.map(_stop, self.hosts))
-        sweep()
+        sweep(self.site)
 
     def reset(self, name: str, layers: list[Path] | None = None) -> Host:
         """Throw away everything the host has written and boot it afresh."""
@@ -311,11 +329,11 @@ def _teardown_one(h: Host) -> None:
     shutil.rmtree(h.dir, ignore_errors=True)
 
 
-def sweep() -> None:
-    """Remove every sandbox host, running or left behind by a killed run."""
-    hosts_dir = STATE / "hosts"
+def sweep(site: Site = DEFAULT_SITE) -> None:
+    """Remove every sandbox host of the site, running or left behind by a killed run."""
+    hosts_dir = site.state / "hosts"
     if hosts_dir.exists():
-        leftovers = [Host(d.name, 0) for d in hosts_dir.iterdir()]
+        leftovers = [Host(d.name, 0, site) for d in hosts_dir.iterdir()]
         with ThreadPoolExecutor(max(1, len(leftovers))) as pool:
             list(pool.map(_stop, leftovers))
         for h in leftovers:
@@ -324,11 +342,11 @@ def sweep() -> None:
             shutil.rmtree(h.dir, ignore_errors=True)
     for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(f"{PREFIX}v"):
+        if name.startswith(f"{site.prefix}v"):
             sh("ip", "link", "del", name, check=False)
     for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0]
-        if name.startswith(f"{PREFIX}-"):
+        if name.startswith(f"{site.prefix}-"):
             sh("ip", "netns", "del", name, check=False)
 
 

@@ -125,13 +125,18 @@ def sandbox_service(name: str = "sglang", port: int = 30000, **over) -> dict:
     return svc
 
 
+def known_hosts_path(site: fleet.Site) -> Path:
+    return site.state / "known_hosts"
+
+
 def host_vars(h: fleet.Host) -> dict:
     return {"address": h.address, "ssh_user": "root", "ssh_key": str(fleet.controller_key()),
-            "known_hosts": str(fleet.STATE / "known_hosts"), "connect_timeout": 5}
+            "known_hosts": str(known_hosts_path(h.site)), "connect_timeout": 5}
 
 
 def write_known_hosts(f: fleet.Fleet) -> Path:
-    path = fleet.STATE / "known_hosts"
+    path = known_hosts_path(f.site)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f.known_hosts())
     return path
 

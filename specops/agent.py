@@ -265,8 +265,12 @@ def _unstage(tmp):
         pass
     if tmp in _staged:
         _staged.remove(tmp)
+    _remove_stage_dir(tmp)
+
+
+def _remove_stage_dir(tmp):
     try:
-        os.rmdir(os.path.dirname(tmp))
+        os.rmdir(os.path.dirname(tmp))  # only when empty: another file may be staged there
     except OSError:
         pass
 
@@ -287,10 +291,7 @@ def _commit(action, tmp):
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    try:
-        os.rmdir(os.path.dirname(tmp))
-    except OSError:
-        pass
+    _remove_stage_dir(tmp)
 
 
 def _run(argv_or_cmd, desc):

@@ -92,7 +92,6 @@ class Options:
     diff: bool = False
     accept_new: bool = False
     forks: int = 10
-    ssh_config: str | None = None
     verbose: bool = True
 
 
@@ -117,7 +116,7 @@ class HostRun:
 
     def connect(self) -> Remote:
         if self.remote is None:
-            self.remote = Remote(self.host.name, self.host.vars, self.opts.accept_new, self.opts.ssh_config)
+            self.remote = Remote(self.host.name, self.host.vars, self.opts.accept_new)
             self.remote.open()
         return self.remote
 

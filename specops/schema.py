@@ -77,6 +77,7 @@ HOST_VARS = {
     "ssh_port": int,
     "ssh_key": str,
     "known_hosts": str,
+    "ssh_config": str,
     "host_key_policy": Enum(("reject", "accept-new")),
     "connect_timeout": NUMBER,
     "venv": str,

@@ -66,12 +66,13 @@ class Result:
 class Remote:
     """One host: a Fabric Connection plus the counted exec specops builds on."""
 
-    def __init__(self, name: str, vars: dict, accept_new: bool = False,
-                 ssh_config: str | None = None):
+    def __init__(self, name: str, vars: dict, accept_new: bool = False):
         self.name = name
         self.round_trips = 0
         port = vars.get("ssh_port")
-        config = Config(runtime_ssh_path=ssh_config) if ssh_config else Config()
+        # Without an address the name is an ssh_config alias (HostName, User, Port, IdentityFile).
+        ssh_config = vars.get("ssh_config")
+        config = Config(runtime_ssh_path=os.path.expanduser(ssh_config)) if ssh_config else Config()
         kwargs = {}
         if vars.get("ssh_key"):
             kwargs["key_filename"] = os.path.expanduser(vars["ssh_key"])

@@ -215,3 +215,31 @@ def test_unreachable_host_fails_alone(sandbox, tmp_path):
     assert res.returncode == 1
     assert "failed hosts: ghost" in res.stderr
     assert list(json.loads(res.stdout)) == ["t1"]
+
+
+def test_address_from_ssh_config_alias(sandbox, tmp_path):
+    h = sandbox.host("t1")
+    from sandbox import fleet
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host gpu-alias\n  HostName {h.address}\n  User root\n"
+                   f"  IdentityFile {fleet.controller_key()}\n")
+    inv = sandbox.inventory({"gpu-alias": {"ssh_config": str(cfg),
+                                           "known_hosts": str(sandbox.fleet.site.state / "known_hosts")}})
+    res = sandbox.inv("facts", "--host", "gpu-alias", inventory=inv)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["gpu-alias"]["hostname"] == "t1"
+
+
+def test_readme_demo_command(sandbox, tmp_path):
+    """`inv sandbox.up deploy --host sandbox`, twice, in a site of its own."""
+    env = {"SPECOPS_SANDBOX_SITE": f"sod,192.168.233,{tmp_path}/site"}
+    inv_dir = tmp_path / "inventory"
+    try:
+        first = sandbox.inv("sandbox.up", "deploy", "--host", "sandbox", inventory=inv_dir, env=env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "sandbox      ok=0   changed=4   failed=0" in first.stdout
+        again = sandbox.inv("deploy", "--host", "sandbox", inventory=inv_dir, env=env)
+        assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
+    finally:
+        down = sandbox.inv("sandbox.down", inventory=inv_dir, env=env)
+    assert down.returncode == 0 and not (inv_dir / "sandbox.yml").exists()
