@@ -136,6 +136,11 @@ def unit_fact(name):
     for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):
         v = fact.get(k, "")
         fact[k] = float(v[1:]) if v.startswith("@") else None
+    try:
+        with open(fact.get("FragmentPath") or "/nonexistent") as f:
+            fact["text"] = f.read(65536)
+    except OSError:
+        fact["text"] = None
     return fact
 
 
