@@ -7,6 +7,7 @@ from roles import sglang_service
 from sandbox import tasks as sandbox_tasks
 from specops import cli
 from specops.facts import facts_probe
+from specops.verify import verify as verify_host
 
 DEPLOY = [sglang_service]
 H = cli.HELP
@@ -16,10 +17,21 @@ H = cli.HELP
                               "accept-new-host-key", "forks", "quiet")})
 def deploy(c, host=None, group=None, inventory=None, check=False, diff=False, json=None,
            accept_new_host_key=False, forks=10, quiet=False):
-    """Converge hosts to the inventory: probe, plan, apply, run handlers."""
-    cli.play(lambda run: run.converge(), DEPLOY, inventory=inventory, host=host, group=group,
-             check=check, diff=diff, json_path=json, accept_new=accept_new_host_key,
-             forks=forks, quiet=quiet)
+    """Converge hosts to the inventory: probe, plan, apply, run handlers, then verify."""
+    def body(run):
+        run.converge()
+        if not check:
+            verify_host(run)
+
+    cli.play(body, DEPLOY, inventory=inventory, host=host, group=group, check=check, diff=diff,
+             json_path=json, accept_new=accept_new_host_key, forks=forks, quiet=quiet)
+
+
+@task(help={k: H[k] for k in ("host", "group", "inventory", "json", "accept-new-host-key", "forks")})
+def verify(c, host=None, group=None, inventory=None, json=None, accept_new_host_key=False, forks=10):
+    """Check each service: ready, serving its model, running the intended spec args, generating."""
+    cli.play(verify_host, DEPLOY, inventory=inventory, host=host, group=group, json_path=json,
+             accept_new=accept_new_host_key, forks=forks)
 
 
 @task(help={k: H[k] for k in ("host", "group", "inventory", "accept-new-host-key")})
@@ -37,5 +49,5 @@ def facts(c, host=None, group=None, inventory=None, accept_new_host_key=False):
         cli.print_json(collected)
 
 
-ns = Collection(deploy, facts)
+ns = Collection(deploy, verify, facts)
 ns.add_collection(Collection.from_module(sandbox_tasks, name="sandbox"))

@@ -329,6 +329,25 @@ def _purge(py):
     return removed
 
 
+def _preflight(a):
+    """The installed SGLang's own resolver, on these exact arguments, before anything restarts."""
+    res = subprocess.run([a["python"], "-c", a["script"]], input=json.dumps([a["argv"]]),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    if res.returncode != 0:
+        raise ActionError("host preflight could not run SGLang's resolver in %s: %s"
+                          % (a["python"], res.stderr.strip()[-500:]))
+    result = json.loads(res.stdout)[0]
+    if not result["ok"]:
+        raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
+    got = result["values"]
+    diffs = ["%s: intended %s, effective %s" % (k, v, got.get(k))
+             for k, v in sorted(a["expect"].items()) if got.get(k) != v]
+    if diffs:
+        raise ActionError("host preflight (the installed SGLang's own resolver) refuses %s: %s"
+                          % (a.get("service", "the service"), "; ".join(diffs)))
+    return got
+
+
 def apply(req):
     actions = req["actions"]
     staged = {}
@@ -342,10 +361,14 @@ def apply(req):
                 for tmp in list(staged.values()):
                     _unstage(tmp)
                 return {"ok": False, "failed": i, "error": str(e), "results": []}
+    # Preflights ask "will this work?" of the host: they run before anything is changed.
+    order = [i for i, a in enumerate(actions) if a["kind"] == "preflight"]
+    order += [i for i, a in enumerate(actions) if a["kind"] != "preflight"]
     total = len(actions)
-    for i, a in enumerate(actions):
+    for n, i in enumerate(order):
+        a = actions[i]
         kind = a["kind"]
-        sys.stderr.write("  [%d/%d] %s\n" % (i + 1, total, a.get("desc", kind)))
+        sys.stderr.write("  [%d/%d] %s\n" % (n + 1, total, a.get("desc", kind)))
         sys.stderr.flush()
         try:
             out = None
@@ -369,6 +392,8 @@ def apply(req):
                 out = _purge(a["path"])
             elif kind == "run":
                 _run(a["cmd"], a.get("desc", "command"))
+            elif kind == "preflight":
+                out = _preflight(a)
             else:
                 raise ActionError("unknown action %r" % kind)
             results.append({"index": i, "out": out})
@@ -380,9 +405,146 @@ def apply(req):
     return {"ok": True, "results": results}
 
 
+# ---- verify: wait for ready, then compare what runs with what was intended ----
+
+def _http(svc, method, path, body=None, timeout=30):
+    import urllib.error
+    import urllib.request
+    url = "http://%s:%d%s" % (svc.get("host", "127.0.0.1"), svc["port"], path)
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if svc.get("api_key") and not path.startswith("/health"):
+        req.add_header("Authorization", "Bearer " + svc["api_key"])
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            return r.status, raw
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _journal(unit, lines=25):
+    res = subprocess.run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    return res.stdout.strip()
+
+
+def _say(msg):
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def _wait_ready(svc, report):
+    name, t0 = svc["name"], time.time()
+    deadline = t0 + svc.get("timeout", 600)
+    last_note, statuses = 0.0, []
+    while True:
+        u = unit_fact(name)
+        if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
+            report["failures"].append("unit %s is %s/%s after %.1fs: the server exited" % (
+                name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
+            report["journal"] = _journal(name)
+            return False
+        try:
+            status, _ = _http(svc, "GET", "/health", timeout=5)
+        except OSError:
+            status = "no listener"
+        if not statuses or statuses[-1] != status:
+            statuses.append(status)
+        if status == 200:
+            report["ready_after"] = round(time.time() - t0, 2)
+            report["health_statuses"] = statuses
+            _say("  %s: ready after %.1fs" % (name, time.time() - t0))
+            return True
+        now = time.time()
+        if now > deadline:
+            report["failures"].append("not ready after %.0fs (last /health: %s)" % (now - t0, status))
+            report["journal"] = _journal(name)
+            return False
+        if now - last_note >= 2:
+            _say("  %s: starting (/health: %s) %.0fs elapsed" % (name, status, now - t0))
+            last_note = now
+        time.sleep(0.5)
+
+
+def _compare(svc, info, report):
+    for field, want in sorted(svc.get("intended", {}).items()):
+        have = info.get(field)
+        if have == want:
+            continue
+        accepted = svc.get("accepted", {})
+        text = "%s: intended %s, effective %s" % (field, want, have)
+        if field in accepted and accepted[field] == have:
+            report["notes"].append(text + " (accepted SGLang adjustment)")
+        else:
+            report["failures"].append(text)
+
+
+def _verify_service(svc):
+    report = {"name": svc["name"], "failures": [], "notes": [], "checks": []}
+    if not _wait_ready(svc, report):
+        return report
+    status, raw = _http(svc, "GET", "/v1/models")
+    ids = [m.get("id") for m in json.loads(raw).get("data", [])] if status == 200 else []
+    if svc.get("served_model_name") and svc["served_model_name"] not in ids:
+        report["failures"].append("/v1/models lists %s, not %s" % (ids or status, svc["served_model_name"]))
+    report["checks"].append("/v1/models: %s" % ", ".join(map(str, ids)))
+    status, raw = _http(svc, "GET", "/server_info")
+    if status == 404:
+        status, raw = _http(svc, "GET", "/get_server_info")
+    if status != 200:
+        report["failures"].append("/server_info answered %s" % status)
+        return report
+    info = json.loads(raw)
+    report["effective"] = {k: info.get(k) for k in svc.get("intended", {})}
+    _compare(svc, info, report)
+    t0 = time.time()
+    status, raw = _http(svc, "POST", "/generate", {
+        "text": svc.get("prompt", "The capital of France is"),
+        "sampling_params": {"max_new_tokens": svc.get("max_new_tokens", 32), "temperature": 0}},
+        timeout=svc.get("timeout", 600))
+    wall = time.time() - t0
+    if status != 200:
+        report["failures"].append("/generate answered %s: %s" % (status, raw[:200]))
+        return report
+    meta = json.loads(raw).get("meta_info", {})
+    tokens = meta.get("completion_tokens") or 0
+    tok_s = tokens / wall if wall > 0 else 0.0
+    report["generate"] = {"completion_tokens": tokens, "tok_s": round(tok_s, 1),
+                          "spec_verify_ct": meta.get("spec_verify_ct"),
+                          "spec_accept_length": meta.get("spec_accept_length")}
+    accept = meta.get("spec_accept_length")
+    if svc.get("min_accept_length") is not None and (accept is None or accept < svc["min_accept_length"]):
+        report["failures"].append("spec_accept_length %s is below min_accept_length %s"
+                                  % (accept, svc["min_accept_length"]))
+    if svc.get("baseline_tok_s") is not None and tok_s < svc["baseline_tok_s"]:
+        report["failures"].append("%.1f tok/s is slower than the baseline without speculation (%s tok/s)"
+                                  % (tok_s, svc["baseline_tok_s"]))
+    _stale_check(svc, report)
+    return report
+
+
+def _stale_check(svc, report):
+    """The process must have started after every managed file changed (else it runs old code)."""
+    started = unit_fact(svc["name"]).get("ExecMainStartTimestamp")
+    newest = max([(os.stat(p).st_mtime, p) for p in svc.get("managed", []) if os.path.exists(p)]
+                 + [(t, "bytecode purge") for t in svc.get("purged_at", [])], default=None)
+    if started and newest and newest[0] > started:
+        report["failures"].append("running old code: the service started at %s, before %s changed at %s"
+                                  % (time.strftime("%H:%M:%S", time.gmtime(started)), newest[1],
+                                     time.strftime("%H:%M:%S", time.gmtime(newest[0]))))
+        report["stale"] = True
+
+
+def verify(req):
+    return {"services": [_verify_service(svc) for svc in req["services"]]}
+
+
 def main(request_json):
     req = json.loads(request_json)
     _die_with_connection()
-    result = probe(req) if req["mode"] == "probe" else apply(req)
+    result = {"probe": probe, "apply": apply, "verify": verify}[req["mode"]](req)
     sys.stdout.write(json.dumps(result))
     sys.stdout.flush()

@@ -1,0 +1,45 @@
+"""Ask the installed SGLang what it would run with: run by the service venv's interpreter.
+
+stdin: a JSON list of argv lists (the arguments after `-m sglang.launch_server`).
+stdout: one JSON result per argv: {"ok": true, "values": {...}} or {"ok": false, "error": "..."}.
+Uses SGLang's own interface: prepare_server_args(argv), then resolve_once() where it exists
+(0.5.23 and later; older versions resolve while building the record), then resolved_dict()
+or, before it existed, the record's attributes.  Works unchanged on the sandbox simulator.
+"""
+import contextlib
+import io
+import json
+import logging
+import sys
+
+FIELDS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+          "speculative_eagle_topk", "speculative_num_draft_tokens", "max_running_requests",
+          "tp_size", "port", "model_path", "served_model_name")
+
+
+def resolve(argv):
+    from sglang.srt.server_args import prepare_server_args
+    warnings = io.StringIO()
+    handler = logging.StreamHandler(warnings)
+    logging.getLogger().addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = prepare_server_args(argv)
+            if hasattr(args, "resolve_once"):
+                args.resolve_once()
+        values = args.resolved_dict() if hasattr(args, "resolved_dict") else vars(args)
+        return {"ok": True, "values": {k: values.get(k) for k in FIELDS},
+                "warnings": warnings.getvalue().strip().splitlines()[-5:]}
+    except BaseException as e:  # argparse exits; SGLang asserts; all are refusals
+        text = str(e) if not isinstance(e, SystemExit) else "argument parsing failed (exit %s)" % e.code
+        return {"ok": False, "error": ("%s: %s" % (type(e).__name__, text))[:400]}
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def main():
+    print(json.dumps([resolve(argv) for argv in json.load(sys.stdin)]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""SGLang's spec-decode rules (DESIGN §5): each rule with a valid and an invalid case."""
+import pytest
+
+from specops.errors import UsageError
+from specops.rules import check_service, resolve
+
+DRAFT = "/models/draft"
+
+
+def spec(algorithm="EAGLE3", **kw):
+    return {"algorithm": algorithm, "draft_model_path": DRAFT, **kw}
+
+
+def effective(res):
+    e = res.effective
+    return e.get("speculative_num_steps"), e.get("speculative_eagle_topk"), e.get("speculative_num_draft_tokens")
+
+
+@pytest.mark.parametrize("algorithm,arch,auto", [
+    ("EAGLE3", "LlamaForCausalLM", (5, 4, 8)),
+    ("EAGLE", "Grok1ForCausalLM", (5, 4, 8)),
+    ("EAGLE3", "Qwen2ForCausalLM", (3, 1, 4)),
+    ("STANDALONE", "LlamaForCausalLM", (3, 1, 4)),  # STANDALONE ignores the architecture
+    ("EAGLE3", None, (None, None, None)),            # unknown until the host's config.json is read
+])
+def test_auto_params_valid(algorithm, arch, auto):
+    res = resolve(spec(algorithm), arch=arch)
+    assert not res.findings and effective(res) == auto
+
+
+@pytest.mark.parametrize("given", [{"eagle_topk": 1}, {"num_draft_tokens": 4}])
+def test_auto_params_invalid_partial(given):
+    res = resolve(spec(**given))
+    assert [f.rule for f in res.errors] == ["auto-params"]
+
+
+def test_topk_needed():
+    assert [f.rule for f in resolve(spec(num_steps=3)).errors] == ["topk-needed"]
+    assert not resolve(spec(num_steps=3, eagle_topk=4)).findings
+
+
+def test_seed_case_is_an_adjustment_to_two_draft_tokens():
+    res = resolve(spec(num_steps=1, eagle_topk=1, num_draft_tokens=16))
+    (adj,) = res.adjustments
+    assert (adj.rule, adj.field, adj.asked, adj.effective) == ("topk1-draft", "speculative_num_draft_tokens", 16, 2)
+    msg = adj.message()
+    assert "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1" in msg
+    assert "you asked for speculative_num_draft_tokens = 16, SGLang would run with 2" in msg
+
+
+def test_topk1_draft_valid_and_filled():
+    assert not resolve(spec(num_steps=15, eagle_topk=1, num_draft_tokens=16)).findings
+    filled = resolve(spec(num_steps=15, eagle_topk=1))  # unset: SGLang fills it, no override
+    assert not filled.findings and effective(filled) == (15, 1, 16)
+
+
+def test_page_tree_backends():
+    bad = resolve(spec(num_steps=3, eagle_topk=4, num_draft_tokens=8), page_size=16, attention_backend="flashmla")
+    assert [f.rule for f in bad.errors] == ["page-tree"]
+    ok = resolve(spec(num_steps=3, eagle_topk=4, num_draft_tokens=8), page_size=16, attention_backend="fa3")
+    assert not ok.findings
+
+
+def test_ngram_topk_is_overwritten_by_bfs_breadth():
+    bad = resolve({"algorithm": "NGRAM", "eagle_topk": 4})
+    assert [(f.rule, f.asked, f.effective) for f in bad.adjustments] == [("ngram-topk", 4, 10)]
+    ok = resolve({"algorithm": "NGRAM", "eagle_topk": 8, "ngram_max_bfs_breadth": 8, "num_draft_tokens": 16})
+    assert not ok.findings and effective(ok) == (2, 8, 16)  # steps = draft // topk
+    default = resolve({"algorithm": "NGRAM"})
+    assert effective(default) == (1, 10, 12)
+
+
+def test_dflash_rules():
+    assert [f.rule for f in resolve({"algorithm": "DFLASH"}).errors] == ["dflash-draft"]
+    bad = resolve(spec("DFLASH", num_steps=3, eagle_topk=2))
+    assert sorted(f.rule for f in bad.adjustments) == ["dflash-steps", "dflash-topk"]
+    assert [f.rule for f in resolve(spec("DFLASH", dflash_block_size=8, num_draft_tokens=16)).errors] == ["dflash-block"]
+    ok = resolve(spec("DFLASH", num_steps=1, eagle_topk=1, dflash_block_size=16))
+    assert not ok.findings and effective(ok) == (1, 1, 16)
+
+
+def test_positive_values():
+    assert [f.rule for f in resolve(spec(num_steps=0, eagle_topk=1)).errors] == ["positive"]
+
+
+def test_nextn_is_eagle_and_max_running_requests():
+    res = resolve(spec("NEXTN", num_steps=3, eagle_topk=1, num_draft_tokens=4))
+    assert res.effective["speculative_algorithm"] == "EAGLE"
+    assert res.effective["max_running_requests"] == 48
+    assert "max_running_requests" not in resolve(spec(num_steps=3, eagle_topk=1), max_running_requests=8).effective
+
+
+def service(**kw):
+    return {"name": "sglang", "model_path": "/m", "speculative": spec(num_steps=1, eagle_topk=1, num_draft_tokens=16), **kw}
+
+
+def test_check_service_refuses_seed_case_in_one_line():
+    with pytest.raises(UsageError) as e:
+        check_service(service(), "ct129: service 'sglang'")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("ct129: service 'sglang': SGLang rule [topk1-draft]")
+    assert "allow_sglang_adjustments: true" in msg
+
+
+def test_check_service_opt_in_records_effective_values():
+    res = check_service(service(allow_sglang_adjustments=True), "x")
+    assert {f.field: f.effective for f in res.adjustments} == {"speculative_num_draft_tokens": 2}
+    with pytest.raises(UsageError, match=r"\[auto-params\]"):  # errors are never opt-in
+        check_service(service(allow_sglang_adjustments=True, speculative=spec(eagle_topk=1)), "x")
+
+
+def test_cli_refuses_seed_case_without_connecting(tmp_path):
+    from conftest import Sandbox
+    from test_inventory import Listener, write
+    listener = Listener()
+    try:
+        inv = write(tmp_path / "inv", {"hosts.yml": f"""
+            all:
+              hosts:
+                ct129:
+                  address: 127.0.0.1
+                  ssh_port: {listener.port}
+                  services:
+                    - name: sglang
+                      model_path: /models/Kimi-K2.5
+                      speculative: {{algorithm: EAGLE3, draft_model_path: /d, num_steps: 1, eagle_topk: 1, num_draft_tokens: 16}}
+            """})
+        res = Sandbox(None, tmp_path).inv("deploy", "--host", "ct129", inventory=inv, timeout=60)
+    finally:
+        listener.close()
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "[topk1-draft]" in res.stderr
+    assert "SGLang would run with 2" in res.stderr
+    assert listener.accepted == 0
