@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from specops.errors import UsageError
-from specops.ops import Context, Directory, Facts, File, Op, Service, render, unit_file
+from specops.ops import Change, Context, Directory, Facts, File, Op, Service, render, unit_file
 from specops.spec import API_KEY_ENV, DEFAULT_VENV, expectations, launch_args, venv_python
 from specops.unitfmt import envfile_line, exec_line, unit_environment
 
@@ -62,11 +62,11 @@ class Preflight(Op):
         target = f"preflight {self.svc['name']}"
         if facts.file(self.unit.path).get("sha256") == self.unit.sha256:
             return self._change(target, "ok")
-        return self._change(target, "resolve the new arguments with the installed SGLang", [{
+        # A check, not a change: the host is the same afterwards, so it counts as ok.
+        return Change(self.role, target, False, "the installed SGLang resolves the new arguments", "", [{
             "kind": "preflight", "python": venv_python(self.venv), "script": RESOLVER,
             "argv": launch_args(self.svc), "expect": self.expect, "service": self.svc["name"],
-            "desc": f"preflight {self.svc['name']}: the installed SGLang resolves the new arguments"}],
-            notify=[])
+            "desc": f"preflight {self.svc['name']}: the installed SGLang resolves the new arguments"}])
 
 
 def check(host, services):

@@ -20,8 +20,8 @@ import time
 
 STAGE = ".specops-stage"
 CONTENT_LIMIT = 2 * 1024 * 1024
-UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestamp",
-              "ExecMainStartTimestamp", "ExecMainPID", "MainPID", "NRestarts",
+UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
+              "ExecMainStartTimestampMonotonic", "ExecMainPID", "MainPID", "NRestarts",
               "ControlGroup", "FragmentPath", "UnitFileState", "Result")
 VENV_PROBE = r"""
 import importlib.metadata as md, importlib.util as iu, json, os, re, sys
@@ -127,15 +127,18 @@ def file_fact(path, want_content=None):
 
 
 def unit_fact(name):
-    res = subprocess.run(["systemctl", "show", name, "--timestamp=unix", "-p", ",".join(UNIT_PROPS)],
+    res = subprocess.run(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     fact = {}
     for line in res.stdout.splitlines():
         k, _, v = line.partition("=")
         fact[k] = v
+    # Wall-clock times to the microsecond (compared with file mtimes), from systemd's
+    # monotonic stamps: its realtime properties print whole seconds only.
+    offset = time.time() - time.monotonic()
     for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):
-        v = fact.get(k, "")
-        fact[k] = float(v[1:]) if v.startswith("@") else None
+        mono = int(fact.pop(k + "Monotonic", "0") or 0)
+        fact[k] = offset + mono / 1e6 if mono else None
     try:
         with open(fact.get("FragmentPath") or "/nonexistent") as f:
             fact["text"] = f.read(65536)

@@ -57,7 +57,8 @@ class Reporter:
         if not c.changed and not self.verbose:
             return
         state = ("would change" if check else "changed") if c.changed else "ok"
-        self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({c.summary})" if c.changed else ""))
+        detail = c.summary if c.changed or c.actions else ""
+        self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({detail})" if detail else ""))
         if c.changed and c.diff and self.show_diff:
             with self.lock:
                 self.stream.write(self.redact(c.diff if c.diff.endswith("\n") else c.diff + "\n"))

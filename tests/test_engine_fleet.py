@@ -237,7 +237,7 @@ def test_readme_demo_command(sandbox, tmp_path):
     try:
         first = sandbox.inv("sandbox.up", "deploy", "--host", "sandbox", inventory=inv_dir, env=env)
         assert first.returncode == 0, first.stdout + first.stderr
-        assert "sandbox      ok=0   changed=4   failed=0" in first.stdout
+        assert "sandbox      ok=1   changed=4   failed=0" in first.stdout and "sglang verified" in first.stdout
         again = sandbox.inv("deploy", "--host", "sandbox", inventory=inv_dir, env=env)
         assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
     finally:

@@ -1,0 +1,125 @@
+"""The SGLang service role and verify, on sandbox hosts running the SGLang simulator."""
+import json
+import time
+
+import pytest
+
+from conftest import load_json, sha256_on, unit_prop
+from roles import sglang_service
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+SEED = {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3",
+        "num_steps": 1, "eagle_topk": 1, "num_draft_tokens": 16}
+
+
+def deploy(sandbox, name, services, *args, tmp_path=None):
+    inv = sandbox.inventory({name: {"services": services}})
+    report = (tmp_path or sandbox.tmp) / f"deploy-{time.monotonic_ns()}.json"
+    res = sandbox.inv("deploy", "--host", name, "--json", str(report), *args, inventory=inv)
+    return res, (load_json(report) if report.exists() else None)
+
+
+def test_seed_case_with_opt_in_deploys_and_verify_reads_effective_value(sandbox):
+    sandbox.reset("t1")
+    svc = sandbox_service(speculative=SEED, allow_sglang_adjustments=True)
+    res, report = deploy(sandbox, "t1", [svc])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "speculative_num_draft_tokens: intended 16, effective 2 (accepted SGLang adjustment)" in res.stdout
+    (verified,) = report["hosts"]["t1"]["verify"]
+    assert verified["effective"]["speculative_num_draft_tokens"] == 2  # read from /server_info
+    assert verified["failures"] == []
+
+
+def test_preflight_refuses_before_restart(sandbox, monkeypatch):
+    """A static table that lets the seed's case through (say, out of date for the installed
+    SGLang) is caught on the host by SGLang's own resolver, before anything changes."""
+    h = sandbox.reset("t2")
+    res, _ = deploy(sandbox, "t2", [sandbox_service()])
+    assert res.returncode == 0, res.stdout + res.stderr
+    files = ["/etc/systemd/system/sglang.service", "/etc/specops/sglang.env"]
+    before = sha256_on(h, *files)
+    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
+
+    import specops.rules
+    monkeypatch.setattr(specops.rules, "check_service", lambda svc, where: None)
+    inv = sandbox.inventory({"t2": {"services": [sandbox_service(speculative=SEED, env_secret={"X": "changed"})]}})
+    reports, out = sandbox.apply(inv, [sglang_service])
+    err = reports[0].error
+    assert err and "host preflight (the installed SGLang's own resolver) refuses sglang" in err, out
+    assert "speculative_num_draft_tokens: intended 16, effective 2" in err
+    assert sha256_on(h, *files) == before
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started
+    assert unit_prop(h, "sglang", "ActiveState") == "active"
+
+
+def test_verify_waits_for_slow_startup(sandbox):
+    sandbox.reset("t3")
+    res, report = deploy(sandbox, "t3", [sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "20"})])
+    assert res.returncode == 0, res.stdout + res.stderr
+    (v,) = report["hosts"]["t3"]["verify"]
+    assert 503 in v["health_statuses"] and v["health_statuses"][-1] == 200
+    assert v["ready_after"] >= 19
+    assert "starting (/health: 503)" in res.stdout and "elapsed" in res.stdout
+
+
+def test_server_exit_fails_verify_fast_with_journal(sandbox):
+    h = sandbox.reset("t4")
+    res, report = deploy(sandbox, "t4", [sandbox_service(model_path="/models/missing")])
+    finished = time.time()
+    assert res.returncode == 1
+    (v,) = report["hosts"]["t4"]["verify"]
+    assert "the server exited" in v["failures"][0]
+    assert "does not appear to have a file named config.json" in v["journal"]
+    assert "journal tail:" in res.stdout
+    exits = h.run("journalctl", "-u", "sglang", "-o", "short-unix", "--no-pager").stdout
+    first_exit = float(next(l for l in exits.splitlines() if "Main process exited" in l).split()[0])
+    assert finished - first_exit <= 5, f"verify took {finished - first_exit:.1f}s after the exit"
+
+
+def test_secrets_appear_only_in_the_env_file(sandbox, tmp_path):
+    h = sandbox.reset("t5")
+    token, key = "hf_SECRETtoken123", "sk-SECRETkey456"
+    svc = sandbox_service(env_secret={"HF_TOKEN": token}, api_key=key)
+    outputs = []
+    for args in (["--check"], [], ["--check", "--diff"]):
+        res, report = deploy(sandbox, "t5", [svc], *args, tmp_path=tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+        outputs += [res.stdout, res.stderr, json.dumps(report)]
+    inv = sandbox.inventory({"t5": {"services": [svc]}})
+    verified = sandbox.inv("verify", "--host", "t5", inventory=inv)
+    assert verified.returncode == 0, verified.stdout  # /v1/models etc. need the Bearer key
+    outputs += [verified.stdout, verified.stderr]
+    outputs.append(h.path("/etc/systemd/system/sglang.service").read_text())
+    outputs.append(h.run("journalctl", "--no-pager", "-o", "cat").stdout)
+    for text in outputs:
+        assert token not in text and key not in text
+    env = h.path("/etc/specops/sglang.env")
+    assert h.run("stat", "-c", "%a", "/etc/specops/sglang.env").stdout.strip() == "600"
+    assert token in env.read_text() and key in env.read_text()
+    assert h.run("stat", "-c", "%a", "/etc/systemd/system/sglang.service").stdout.strip() == "644"
+
+
+def test_two_services_on_one_host(sandbox):
+    h = sandbox.reset("t1")
+    services = [sandbox_service(name="sglang-a", port=30000, cuda_visible_devices="0,1"),
+                sandbox_service(name="sglang-b", port=30001, cuda_visible_devices="2,3",
+                                served_model_name="tiny-b")]
+    res, report = deploy(sandbox, "t1", services)
+    assert res.returncode == 0, res.stdout + res.stderr
+    verified = {v["name"]: v for v in report["hosts"]["t1"]["verify"]}
+    assert set(verified) == {"sglang-a", "sglang-b"} and not any(v["failures"] for v in verified.values())
+    assert "/v1/models: tiny-b" in res.stdout and "/v1/models: tiny-llama" in res.stdout
+    gpus = h.run("nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
+    assert [int(l.split(",")[1]) for l in gpus.splitlines()] == [1000, 1000, 1000, 1000]
+
+
+def test_second_deploy_changes_nothing_and_does_not_restart(sandbox):
+    h = sandbox.reset("t2")
+    res, _ = deploy(sandbox, "t2", [sandbox_service()])
+    assert res.returncode == 0
+    started = unit_prop(h, "sglang", "ExecMainStartTimestamp")
+    res, report = deploy(sandbox, "t2", [sandbox_service()])
+    assert res.returncode == 0 and report["hosts"]["t2"]["changed"] == 0
+    assert unit_prop(h, "sglang", "ExecMainStartTimestamp") == started
+    assert report["hosts"]["t2"]["round_trips"] == 2  # one probe, one verify
