@@ -3,13 +3,14 @@ import sys
 
 from invoke import Collection, task
 
-from roles import sglang_service
+from roles import draft_config, model_patches, sglang_service
 from sandbox import tasks as sandbox_tasks
 from specops import cli
+from specops import status as status_mod
 from specops.facts import facts_probe
 from specops.verify import verify as verify_host
 
-DEPLOY = [sglang_service]
+DEPLOY = [model_patches, draft_config, sglang_service]
 H = cli.HELP
 
 
@@ -49,5 +50,21 @@ def facts(c, host=None, group=None, inventory=None, accept_new_host_key=False):
         cli.print_json(collected)
 
 
-ns = Collection(deploy, verify, facts)
+@task(help={k: H[k] for k in ("host", "group", "inventory", "json", "accept-new-host-key", "forks")})
+def status(c, host=None, group=None, inventory=None, json=None, accept_new_host_key=False, forks=10):
+    """Show each service's state, uptime, drift from the inventory, stale code and GPU memory."""
+    results = {}
+
+    def body(run):
+        results[run.host.name] = status_mod.collect(run)
+
+    try:
+        cli.play(body, DEPLOY, inventory=inventory, host=host, group=group, check=True, quiet=True,
+                 json_path=json, accept_new=accept_new_host_key, forks=forks, stream=sys.stderr)
+    finally:
+        if results:
+            print(status_mod.table(results))
+
+
+ns = Collection(deploy, verify, status, facts)
 ns.add_collection(Collection.from_module(sandbox_tasks, name="sandbox"))

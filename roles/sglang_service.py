@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from specops.errors import UsageError
-from specops.ops import Change, Context, Directory, Facts, File, Op, Service, render, unit_file
+from specops.ops import Change, Context, Directory, Facts, File, Op, RunningCode, Service, render, unit_file
 from specops.spec import API_KEY_ENV, DEFAULT_VENV, expectations, launch_args, venv_python
 from specops.unitfmt import envfile_line, exec_line, unit_environment
 
@@ -84,6 +84,17 @@ def check(host, services):
         expectations(svc, where)  # SGLang's flag rules
 
 
+def sources(svc, venv):
+    """Every managed file the running service depends on: it must have started after them."""
+    from roles.draft_config import draft_config_path
+    from roles.model_patches import patch_key
+    out = [f"/etc/systemd/system/{svc['name']}.service", env_file(svc)]
+    out += [patch_key(venv, rel) for rel in svc.get("patches") or []]
+    if svc.get("draft_config"):
+        out.append(draft_config_path(svc))
+    return out
+
+
 def ops_for_service(svc, venv):
     unit = unit_file(svc["name"], unit_text(svc, venv))
     return [
@@ -91,6 +102,7 @@ def ops_for_service(svc, venv):
         Preflight(svc, venv, unit),
         unit,
         Service(svc["name"], state="started", enabled=True),
+        RunningCode(svc["name"], sources(svc, venv)),
     ]
 
 

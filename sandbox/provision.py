@@ -62,9 +62,11 @@ def sim_wheel(dest: Path) -> Path:
                             summary="specops sandbox stand-in for SGLang")
 
 
-def _in_container(root: Path, script: str) -> None:
+def _in_container(root: Path, script: str, network: bool = False) -> None:
+    # With network, the build shares the controller's (to reach Debian's mirror for apt).
+    resolv = "--resolv-conf=copy-host" if network else "--resolv-conf=off"
     res = subprocess.run(["systemd-nspawn", "-q", "-D", str(root), "--register=no", "--keep-unit",
-                          "--resolv-conf=off", "/bin/sh", "-ec", script], capture_output=True, text=True)
+                          resolv, "/bin/sh", "-ec", script], capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"provisioning failed: {res.stdout[-800:]}{res.stderr[-800:]}")
 
@@ -81,10 +83,21 @@ def _write_common(upper: Path) -> None:
         (upper / "models" / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
+# How each kind of layer gets its SGLang venv, run inside the container: (script, needs network).
+LAYER_SCRIPTS = {
+    "gpubox": ("python3 -m venv {venv} && {venv}/bin/pip install -q --no-index --no-compile {wheel}", False),
+    # The venv's interpreter (PyPy 3.9) differs from the host's python3 (CPython 3.11).
+    "pypy": ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pypy3 pypy3-venv"
+             " >/dev/null && pypy3 -m venv {venv} && {venv}/bin/pip install -q --no-index --no-compile {wheel}",
+             True),
+}
+
+
 def layer(kind: str = "gpubox") -> Path:
-    """The cached overlay layer: 'gpubox' (SGLang preinstalled) or 'bare' (no venv)."""
+    """The cached overlay layer: 'gpubox' (SGLang preinstalled), 'pypy' (in a PyPy venv) or
+    'bare' (stand-in GPU and models, no venv: for bootstrap)."""
     base = fleet.rootfs()
-    key = _tree_hash(SIM_SRC, HERE / "nvidia_smi.py", HERE / "provision.py")
+    key = _tree_hash(SIM_SRC, HERE / "nvidia_smi.py", HERE / "provision.py", HERE / "wheels.py")
     path = fleet.CACHE / f"layer-{kind}-{key}"
     if (path / ".complete").exists():
         return path
@@ -96,20 +109,26 @@ def layer(kind: str = "gpubox") -> Path:
     fleet.log(f"building sandbox layer {path.name}")
     t0 = time.monotonic()
     _write_common(tmp)
-    if kind == "gpubox":
+    if kind in LAYER_SCRIPTS:
         wheel = sim_wheel(tmp / "opt/specops-sim")
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                         f"lowerdir={base},upperdir={tmp},workdir={work}", str(merged)], check=True)
         try:
-            _in_container(merged, f"python3 -m venv {VENV} && {VENV}/bin/pip install -q --no-index "
-                                  f"--no-compile /opt/specops-sim/{wheel.name}")
+            script, network = LAYER_SCRIPTS[kind]
+            _in_container(merged, script.format(venv=VENV, wheel=f"/opt/specops-sim/{wheel.name}"), network)
         finally:
             subprocess.run(["umount", str(merged)], check=True)
+        # Leave the image as a host would have it: apt lists and caches are not part of it.
+        for junk in ("var/lib/apt/lists", "var/cache/apt/archives"):
+            shutil.rmtree(tmp / junk, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(merged, ignore_errors=True)
     (tmp / ".complete").write_text("")
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
+    for old in fleet.CACHE.glob(f"layer-{kind}-*"):
+        if old != path and not old.name.endswith((".tmp", ".work", ".merged")):
+            shutil.rmtree(old, ignore_errors=True)  # an older build of this kind
     fleet.log(f"layer ready in {time.monotonic() - t0:.0f}s")
     return path
 
@@ -143,6 +162,10 @@ def write_known_hosts(f: fleet.Fleet) -> Path:
 
 def inventory_yaml(f: fleet.Fleet) -> str:
     write_known_hosts(f)
-    hosts = {h.name: {**host_vars(h), "services": [sandbox_service()]} for h in f.hosts}
+    # The seed's setup: an EAGLE-3 draft wired to the embedding output (-1), which needs the
+    # patched model file that captures it.
+    demo = sandbox_service(patches=["srt/models/llama.py"],
+                           draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
+    hosts = {h.name: {**host_vars(h), "services": [demo]} for h in f.hosts}
     doc = {"all": {"children": {"sandbox": {"vars": {"venv": VENV}, "hosts": hosts}}}}
     return "# Written by `inv sandbox.up`; removed by `inv sandbox.down`.\n" + yaml.safe_dump(doc, sort_keys=False)

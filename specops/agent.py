@@ -118,12 +118,17 @@ def file_fact(path, want_content=None):
         mod = base[:-3]
         cache = os.path.join(d, "__pycache__")
         try:
-            fact["pycache"] = sorted(n for n in os.listdir(cache)
-                                     if n.startswith(mod + ".") and n.endswith(".pyc")
-                                     and n[len(mod) + 1:].count(".") >= 1)
+            names = sorted(n for n in os.listdir(cache) if _is_bytecode_of(n, mod))
+            fact["pycache"] = [{"name": n, "mtime": os.stat(os.path.join(cache, n)).st_mtime} for n in names]
         except OSError:
             fact["pycache"] = []
     return fact
+
+
+def _is_bytecode_of(filename, module):
+    """<module>.<tag>[.opt-N].pyc: every interpreter tag and optimisation level."""
+    return filename.startswith(module + ".") and filename.endswith(".pyc") \
+        and filename[len(module) + 1:].count(".") >= 1
 
 
 def unit_fact(name):
@@ -260,9 +265,10 @@ def _stage(action):
                              universal_newlines=True)
         if res.returncode != 0:
             _unstage(tmp)
-            out = res.stdout.strip().replace(tmp, target)
-            raise ActionError("%s refused %s: %s" % (os.path.basename(argv[0]) if argv[0] != sys.executable else "validator",
-                                                    target, out[-800:]))
+            lines = [l.strip() for l in res.stdout.replace(tmp, target).splitlines() if l.strip()]
+            raise ActionError("%s refused %s: %s" % (action.get("validator") or argv[0],
+                                                    action.get("label") or target,
+                                                    " | ".join(lines[-3:])[-800:] or "exit %d" % res.returncode))
     return tmp
 
 
@@ -316,19 +322,45 @@ def _run(argv_or_cmd, desc):
         raise ActionError("%s failed (exit %d): %s" % (desc, rc, "\n".join(tail)[-1500:]))
 
 
-def _purge(py):
+STATE_FILE = "/var/lib/specops/state.json"
+
+
+def _read_state():
+    try:
+        with open(STATE_FILE) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(state):
+    os.makedirs(os.path.dirname(STATE_FILE), mode=0o700, exist_ok=True)
+    tmp = STATE_FILE + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, STATE_FILE)
+
+
+def _purge(a):
+    """Remove every cached bytecode of a module, check none is left, record when."""
+    py = a["path"]
     d, base = os.path.split(py)
     mod = base[:-3]
     cache = os.path.join(d, "__pycache__")
     removed = []
     if os.path.isdir(cache):
         for n in os.listdir(cache):
-            if n.startswith(mod + ".") and n.endswith(".pyc"):
+            if _is_bytecode_of(n, mod):
                 os.unlink(os.path.join(cache, n))
                 removed.append(n)
-        left = [n for n in os.listdir(cache) if n.startswith(mod + ".") and n.endswith(".pyc")]
+        left = [n for n in os.listdir(cache) if _is_bytecode_of(n, mod)]
         if left:
             raise ActionError("bytecode for %s still present after purge: %s" % (py, left))
+    state = _read_state()
+    state.setdefault("purges", {})[py] = {"sha256": a["sha256"], "purged_at": time.time(), "removed": removed}
+    _write_state(state)
     return removed
 
 
@@ -392,7 +424,7 @@ def apply(req):
                 elif os.path.lexists(a["path"]):
                     os.unlink(a["path"])
             elif kind == "purge":
-                out = _purge(a["path"])
+                out = _purge(a)
             elif kind == "run":
                 _run(a["cmd"], a.get("desc", "command"))
             elif kind == "preflight":
@@ -532,13 +564,34 @@ def _verify_service(svc):
 def _stale_check(svc, report):
     """The process must have started after every managed file changed (else it runs old code)."""
     started = unit_fact(svc["name"]).get("ExecMainStartTimestamp")
-    newest = max([(os.stat(p).st_mtime, p) for p in svc.get("managed", []) if os.path.exists(p)]
-                 + [(t, "bytecode purge") for t in svc.get("purged_at", [])], default=None)
+    newest = _newest_change(svc.get("managed", []))
     if started and newest and newest[0] > started:
         report["failures"].append("running old code: the service started at %s, before %s changed at %s"
                                   % (time.strftime("%H:%M:%S", time.gmtime(started)), newest[1],
                                      time.strftime("%H:%M:%S", time.gmtime(newest[0]))))
         report["stale"] = True
+
+
+def _resolve_key(key):
+    if not key.startswith("pkg:"):
+        return key
+    _, venv, rel = key.split(":", 2)
+    package, _, inner = rel.partition("/")
+    base = (venv_fact(venv).get("dirs") or {}).get(package)
+    return os.path.join(base, inner) if base else None
+
+
+def _newest_change(keys):
+    """(time, what) of the latest change to a managed file or bytecode purge among `keys`."""
+    purges = _read_state().get("purges", {})
+    events = []
+    for key in keys:
+        path = _resolve_key(key)
+        if path and os.path.exists(path):
+            events.append((os.stat(path).st_mtime, path))
+        if path in purges:
+            events.append((purges[path]["purged_at"], "the bytecode purge of " + path))
+    return max(events) if events else None
 
 
 def verify(req):

@@ -39,10 +39,11 @@ class Change:
     diff: str = ""
     actions: list = field(default_factory=list)
     notify: list = field(default_factory=list)
+    warning: str = ""  # shown even when nothing changes
 
     def record(self, host: str) -> dict:
         return {"host": host, "role": self.role, "target": self.target, "changed": self.changed,
-                "summary": self.summary, "diff": self.diff}
+                "summary": self.summary, "diff": self.diff, "warning": self.warning}
 
 
 class Facts:
@@ -147,12 +148,13 @@ class File(Op):
 
     def __init__(self, path: str, content: bytes | str, mode: str = "0644", owner: str = "root",
                  group: str = "root", validate: list[str] | None = None, notify=(),
-                 secret: bool = False, label: str | None = None):
+                 secret: bool = False, label: str | None = None, validator: str | None = None):
         self.path = path
         self.content = content.encode() if isinstance(content, str) else content
         self.mode, self.owner, self.group = mode, owner, group
         self.validate, self.notify, self.secret = validate, tuple(notify), secret
         self.label = label or path
+        self.validator = validator or (" ".join(validate[:2]) if validate else None)
         self.sha256 = hashlib.sha256(self.content).hexdigest()
 
     def wants(self):
@@ -168,10 +170,12 @@ class File(Op):
         if f["exists"] and f.get("type") != "file":
             raise PlanError(f"{real} exists and is not a regular file")
         facts.data["files"][self.path] = {**f, "exists": True, "type": "file", "sha256": self.sha256,
-                                          "mode": self.mode, "owner": self.owner, "group": self.group,
+                                          "mode": self.mode, "owner": self.owner or f.get("owner"),
+                                          "group": self.group or f.get("group"),
                                           "changed_now": f.get("sha256") != self.sha256}
         if f["exists"] and f["sha256"] == self.sha256:
-            if (f["mode"], f["owner"], f["group"]) == (self.mode, self.owner, self.group):
+            if all(want is None or f[k] == want for k, want in
+                   (("mode", self.mode), ("owner", self.owner), ("group", self.group))):
                 return self._change(self.label, "ok")
             summary = f"attrs {f['mode']} {f['owner']}:{f['group']} → {self.mode} {self.owner}:{self.group}"
             return self._change(self.label, summary, [{"kind": "attrs", "path": real, "mode": self.mode,
@@ -188,7 +192,8 @@ class File(Op):
         backup = posixpath.join(ctx.release_dir, "files", real.lstrip("/")) if ctx.release_dir and f["exists"] else None
         action = {"kind": "write", "path": real, "data": base64.b64encode(self.content).decode(),
                   "mode": self.mode, "owner": self.owner, "group": self.group,
-                  "validate": self.validate, "backup": backup, "desc": f"{summary} {self.label}"}
+                  "validate": self.validate, "validator": self.validator, "label": self.label,
+                  "backup": backup, "desc": f"{summary} {self.label}"}
         return self._change(self.label, summary, [action], diff)
 
 
@@ -204,6 +209,91 @@ def render(template: str, **vars: Any) -> str:
 def template(path: str, name: str, vars: dict, **kw: Any) -> File:
     """A File whose content is a Jinja2 template rendered with StrictUndefined."""
     return File(path, render(name, **vars), **kw)
+
+
+STATE_FILE = "/var/lib/specops/state.json"
+
+
+def host_state(facts: Facts) -> dict:
+    """specops's own record on the host (bytecode purges), from the probe."""
+    f = facts.file(STATE_FILE)
+    if not f.get("exists") or "content_b64" not in f:
+        return {}
+    try:
+        return json.loads(base64.b64decode(f["content_b64"]))
+    except ValueError:
+        return {}
+
+
+STATE_WANTS = {"files": [STATE_FILE], "content": {STATE_FILE: "always"}}
+
+
+class PurgeBytecode(Op):
+    """No cached bytecode may outlive a managed module source.
+
+    Python trusts a .pyc whose recorded source size and mtime match (so a same-size
+    edit that keeps the mtime runs the old code), and never checks an unchecked-hash
+    .pyc at all.  So every <module>.*.pyc is removed whenever the source is replaced,
+    when specops has no purge on record for the current content, or when a .pyc is
+    older than the last purge.  Bytecode written by the restarted service is newer
+    than the purge, so a second run does nothing.
+    """
+
+    def __init__(self, source: str, label: str | None = None, notify=()):
+        self.source, self.label, self.notify = source, label or source, tuple(notify)
+
+    def wants(self):
+        return merge_wants([{"files": [self.source]}, STATE_WANTS])
+
+    def plan(self, facts, ctx):
+        f = facts.file(self.source)
+        if f.get("unresolved") or not f.get("exists"):
+            return self._change(f"bytecode of {self.label}", "ok")
+        record = host_state(facts).get("purges", {}).get(f["path"])
+        pycs = f.get("pycache", [])
+        if f.get("changed_now"):
+            reason = "source replaced"
+        elif not record or record["sha256"] != f["sha256"]:
+            reason = "no purge on record for this content"
+        elif any(p["mtime"] < record["purged_at"] for p in pycs):
+            reason = "bytecode older than the last purge"
+        else:
+            return self._change(f"bytecode of {self.label}", "ok")
+        names = ", ".join(p["name"] for p in pycs) or "none cached yet"
+        return self._change(f"bytecode of {self.label}", f"purge ({reason}): {names}", [{
+            "kind": "purge", "path": f["path"], "sha256": f["sha256"],
+            "desc": f"purge bytecode of {self.label}"}])
+
+
+class RunningCode(Op):
+    """A running service must have started after every file it runs from last changed."""
+
+    def __init__(self, service: str, sources: list[str]):
+        self.service, self.sources = service, sources
+        self.notify = (f"restart:{service}",)
+
+    def wants(self):
+        return merge_wants([{"units": [self.service], "files": self.sources}, STATE_WANTS])
+
+    def plan(self, facts, ctx):
+        target = f"running code of {self.service}"
+        u = facts.unit(self.service)
+        started = u.get("ExecMainStartTimestamp")
+        if u.get("ActiveState") != "active" or not started or f"restart:{self.service}" in ctx.notified:
+            return self._change(target, "ok")
+        purges = host_state(facts).get("purges", {})
+        events = []
+        for key in self.sources:
+            f = facts.file(key)
+            if f.get("exists") and f.get("mtime"):
+                events.append((f["mtime"], f["path"]))
+            if f.get("path") in purges:
+                events.append((purges[f["path"]]["purged_at"], f"the bytecode purge of {f['path']}"))
+        newest = max(events, default=None)
+        if not newest or newest[0] <= started:
+            return self._change(target, "ok")
+        return Change(self.role, target, True, f"running old code: started before {newest[1]} changed; restart",
+                      notify=list(self.notify))
 
 
 class Absent(Op):
@@ -224,7 +314,7 @@ class Absent(Op):
                             diff=f"--- {self.path}\n+++ /dev/null\n")
 
 
-def _dotted_set(doc: dict, dotted: str, value: Any) -> None:
+def dotted_set(doc: dict, dotted: str, value: Any) -> None:
     *parents, last = dotted.split(".")
     node = doc
     for p in parents:
@@ -234,7 +324,7 @@ def _dotted_set(doc: dict, dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def _dotted_get(doc: dict, dotted: str, default: Any = None) -> Any:
+def dotted_get(doc: dict, dotted: str, default: Any = None) -> Any:
     node: Any = doc
     for p in dotted.split("."):
         if not isinstance(node, dict) or p not in node:
@@ -267,10 +357,10 @@ class JsonKeys(Op):
     def plan(self, facts, ctx):
         f = facts.file(self.path)
         doc = self.current(facts)
-        if all(_dotted_get(doc, k, object()) == v for k, v in self.keys.items()):
+        if all(dotted_get(doc, k, object()) == v for k, v in self.keys.items()):
             return self._change(self.path, "ok")
         for k, v in self.keys.items():
-            _dotted_set(doc, k, v)
+            dotted_set(doc, k, v)
         new = (json.dumps(doc, indent=2) + "\n").encode()
         write = File(self.path, new, mode=self.mode or f["mode"], owner=f["owner"], group=f["group"],
                      notify=self.notify)

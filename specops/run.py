@@ -19,6 +19,7 @@ from typing import Any, Callable
 from .errors import SpecopsError
 from .inventory import Host
 from .ops import Change, Context, Facts, Op, handler_actions, merge_wants
+from .releases import new_stamp, release_dir
 from .ssh import Remote
 
 
@@ -54,11 +55,12 @@ class Reporter:
             self.stream.flush()
 
     def change(self, host: str, c: Change, check: bool) -> None:
-        if not c.changed and not self.verbose:
+        if not c.changed and not c.warning and not self.verbose:
             return
         state = ("would change" if check else "changed") if c.changed else "ok"
         detail = c.summary if c.changed or c.actions else ""
-        self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({detail})" if detail else ""))
+        self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({detail})" if detail else "")
+                  + (f" WARNING: {c.warning}" if c.warning else ""))
         if c.changed and c.diff and self.show_diff:
             with self.lock:
                 self.stream.write(self.redact(c.diff if c.diff.endswith("\n") else c.diff + "\n"))
@@ -136,11 +138,13 @@ class HostRun:
             raise SpecopsError(f"{res['error']} (action {res['failed'] + 1} of {len(actions)}; "
                                f"{done} applied before it)")
 
-    def converge(self, ctx: Context | None = None) -> Context:
+    def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
         """Plan every role against the facts and apply: the body of deploy."""
         ctx = ctx or Context(self.host.name, self.opts.check)
+        if not ctx.check and ctx.release_dir is None:
+            ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
         remaining = [op for _, ops in self.plan for op in ops]
-        facts = self.probe(remaining)
+        facts = facts or self.probe(remaining)
         pending: list[dict] = []
         for role, ops in self.plan:
             role_actions = []

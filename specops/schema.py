@@ -88,6 +88,7 @@ HOST_VARS = {
     "package_index": str,
     "extra_index": str,
     "wheelhouse": str,
+    "patch_dir": str,
     "services": [SERVICE],
 }
 

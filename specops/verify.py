@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from .errors import SpecopsError
 from .run import HostRun
-from .spec import bind_address, expectations, port
-
-UNIT_DIR = "/etc/systemd/system"
+from .spec import DEFAULT_VENV, bind_address, expectations, port
 
 
 def service_request(host, svc: dict, managed: list[str]) -> dict:
@@ -19,9 +17,9 @@ def service_request(host, svc: dict, managed: list[str]) -> dict:
             "managed": managed}
 
 
-def managed_paths(svc: dict) -> list[str]:
-    from roles.sglang_service import env_file
-    return [f"{UNIT_DIR}/{svc['name']}.service", env_file(svc)]
+def managed_paths(host, svc: dict) -> list[str]:
+    from roles.sglang_service import sources
+    return sources(svc, host.get("venv", DEFAULT_VENV))
 
 
 def verify(run: HostRun) -> None:
@@ -29,7 +27,7 @@ def verify(run: HostRun) -> None:
     services = run.host.get("services") or []
     if not services:
         return
-    req = {"mode": "verify", "services": [service_request(run.host, s, managed_paths(s)) for s in services]}
+    req = {"mode": "verify", "services": [service_request(run.host, s, managed_paths(run.host, s)) for s in services]}
     name = run.host.name
     res = run.connect().agent(req, on_stderr=lambda line: run.out.line(name, f"{'verify':<15}{line}"))
     run.report.extra["verify"] = res["services"]

@@ -74,8 +74,36 @@ class State:
     verify_steps = 0
 
 
-def make_handler(args, model_module, model_config):
-    info_extra = {"version": __version__, "model_code": model_module.MODEL_CODE}
+def eagle3_capture_layers(args, model_config, module):
+    """As SGLang: layer ids only from the draft's nested eagle_config, captured at id + 1
+    (index 0 is the embedding output); -1 needs a model file that captures embeddings."""
+    if args.speculative_algorithm != "EAGLE3" or not args.speculative_draft_model_path:
+        return None
+    try:
+        with open(os.path.join(args.speculative_draft_model_path, "config.json")) as f:
+            draft = json.load(f)
+    except OSError:
+        log.error("OSError: %s does not appear to have a file named config.json.",
+                  args.speculative_draft_model_path)
+        sys.exit(1)
+    layers = model_config.get("num_hidden_layers", 32)
+    ids = (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if ids is None:
+        ids = [2, layers // 2, layers - 3]
+    if -1 in ids and not getattr(module, "CAPTURES_EMBEDDING", False):
+        log.error("ValueError: eagle_aux_hidden_state_layer_ids contains -1, but %s cannot capture "
+                  "the embedding output", module.__name__)
+        sys.exit(1)
+    capture = [i + 1 for i in ids]
+    if max(capture) >= layers:
+        log.error("IndexError: aux hidden state layer %d is out of range for %d layers", max(capture) - 1, layers)
+        sys.exit(1)
+    return capture
+
+
+def make_handler(args, model_module, model_config, capture):
+    info_extra = {"version": __version__, "model_code": model_module.MODEL_CODE,
+                  "model_code_file": model_module.__file__, "aux_hidden_state_capture": capture}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -169,11 +197,12 @@ def main(argv=None):
     arch = (model_config.get("architectures") or ["LlamaForCausalLM"])[0]
     module = importlib.import_module("sglang.srt.models." + ARCH_MODULES.get(arch, "llama"))
     log.info("Loaded model code %s from %s (MODEL_CODE=%s)", module.__name__, module.__file__, module.MODEL_CODE)
+    capture = eagle3_capture_layers(args, model_config, module)
     register_gpu(os.getpid(), "sglang::server")
     orphan = os.environ.get("SGLANG_SIM_ORPHAN")
     if orphan:
         log.info("Started scheduler pid %d", spawn_scheduler(orphan))
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():
         time.sleep(float(os.environ.get("SGLANG_SIM_STARTUP_DELAY", "1")))

@@ -1,0 +1,66 @@
+"""Patched SGLang model files: compiled by the service's own interpreter, placed atomically,
+their bytecode purged, the service restarted."""
+import posixpath
+from pathlib import Path
+
+from specops.errors import UsageError
+from specops.ops import File, PurgeBytecode, pkg_path
+from specops.spec import DEFAULT_VENV, venv_python
+
+NAME = "model_patches"
+PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"
+# A patch that makes the model capture the embedding output (EAGLE-3 layer id -1) says so.
+EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
+# Compile without writing bytecode (py_compile would leave a .pyc named after the staged
+# file), and say what is wrong in one line.
+COMPILE = ("import sys\n"
+           "try:\n"
+           "    compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n"
+           "except SyntaxError as e:\n"
+           "    sys.exit('%s: %s (line %s)' % (type(e).__name__, e.msg, e.lineno))\n")
+
+
+def patch_root(host) -> Path:
+    return Path(host.get("patch_dir") or PATCH_DIR).expanduser().resolve()
+
+
+def patch_source(host, rel: str, where: str) -> Path:
+    """The local file for a patch path inside the sglang package; refuses anything outside."""
+    root = patch_root(host)
+    norm = posixpath.normpath(rel)
+    if rel.startswith("/") or norm.startswith("..") or norm != rel.rstrip("/") or "\\" in rel:
+        raise UsageError(f"{where}: patch {rel!r} must be a plain relative path inside the sglang package")
+    src = (root / norm).resolve()
+    if root not in src.parents:
+        raise UsageError(f"{where}: patch {rel!r} points outside {root}")
+    if not src.is_file():
+        raise UsageError(f"{where}: patch {rel!r} not found: expected {src}")
+    return src
+
+
+def provides_embedding_capture(host, svc: dict) -> bool:
+    return any(EMBEDDING_CAPTURE_MARKER in patch_source(host, rel, host.name).read_text()
+               for rel in svc.get("patches") or [])
+
+
+def patch_key(venv: str, rel: str) -> str:
+    return pkg_path(venv, f"sglang/{rel}")
+
+
+def ops(host):
+    venv = host.get("venv", DEFAULT_VENV)
+    patches: dict[str, list[str]] = {}  # one file may serve several services in a venv
+    for svc in host.get("services") or []:
+        for rel in svc.get("patches") or []:
+            patch_source(host, rel, f"{host.name}: service {svc['name']!r}")
+            patches.setdefault(rel, []).append(f"restart:{svc['name']}")
+    out = []
+    for rel, restarts in patches.items():
+        key, label = patch_key(venv, rel), f"sglang/{rel}"
+        validate = [venv_python(venv), "-c", COMPILE, "{}"] if rel.endswith(".py") else None
+        out.append(File(key, patch_source(host, rel, host.name).read_bytes(), mode="0644", owner=None,
+                        group=None, validate=validate, notify=restarts, label=label,
+                        validator=f"compiling with {venv_python(venv)}"))
+        if rel.endswith(".py"):
+            out.append(PurgeBytecode(key, label=label, notify=restarts))
+    return out

@@ -1,0 +1,16 @@
+"""Releases on the host: /var/lib/specops/releases/<UTC stamp>/, one per deploy that changes something."""
+from __future__ import annotations
+
+import time
+
+ROOT = "/var/lib/specops/releases"
+
+
+def new_stamp() -> str:
+    """UTC, sortable, unique to the microsecond (tests deploy twice within a second)."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+
+
+def release_dir(stamp: str) -> str:
+    return f"{ROOT}/{stamp}"

@@ -1,0 +1,67 @@
+"""Patch paths and draft-config lint at plan time: no fleet."""
+import pytest
+
+from roles import draft_config, model_patches
+from specops.errors import UsageError
+from specops.inventory import Host
+from specops.ops import PlanError
+
+LLAMA = "srt/models/llama.py"
+IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
+
+
+def host(**svc):
+    base = {"name": "sglang", "model_path": "/models/t",
+            "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/d"}}
+    return Host("h", {"venv": "/opt/v", "services": [{**base, **svc}]})
+
+
+@pytest.mark.parametrize("rel", ["../../etc/passwd", "/etc/passwd", "srt/../../../etc/passwd",
+                                 "srt/models/../../../x.py", "srt\\models\\llama.py", "srt//models/llama.py"])
+def test_patch_path_traversal_refused_at_plan_time(rel):
+    with pytest.raises(UsageError, match="must be a plain relative path|points outside"):
+        model_patches.ops(host(patches=[rel]))
+
+
+def test_missing_patch_refused():
+    with pytest.raises(UsageError, match="not found"):
+        model_patches.ops(host(patches=["srt/models/nope.py"]))
+
+
+def test_patch_ops_compile_with_the_venv_interpreter_and_purge():
+    file_op, purge = model_patches.ops(host(patches=[LLAMA]))
+    assert file_op.path == "pkg:/opt/v:sglang/srt/models/llama.py"
+    assert file_op.validate[0] == "/opt/v/bin/python" and file_op.validate[-1] == "{}"
+    assert file_op.notify == ("restart:sglang",) and purge.source == file_op.path
+
+
+def test_minus_one_needs_a_patch_that_captures_embeddings():
+    with pytest.raises(UsageError, match="-1 .*deploy a patch that declares embedding capture"):
+        draft_config.ops(host(draft_config={IDS: [-1, 2, 30]}))
+    ops = draft_config.ops(host(draft_config={IDS: [-1, 2, 30]}, patches=[LLAMA]))
+    assert [type(o).__name__ for o in ops] == ["JsonKeys", "LayerIdLint"]
+
+
+def test_layer_ids_range():
+    draft_config.check_layer_ids([2, 16, 29], False, 32, "s")
+    with pytest.raises(PlanError, match=r"ids \[31\] are never captured: the target has 32 layers"):
+        draft_config.check_layer_ids([2, 16, 31], False, 32, "s")
+    with pytest.raises(PlanError, match="list of integers"):
+        draft_config.check_layer_ids("2,3", False, 32, "s")
+    with pytest.raises(PlanError, match=r"ids \[-2\]"):
+        draft_config.check_layer_ids([-2, 3], True, None, "s")
+
+
+def test_draft_config_needs_a_draft_model():
+    h = Host("h", {"services": [{"name": "s", "model_path": "/m", "draft_config": {IDS: [1]}}]})
+    with pytest.raises(UsageError, match="draft_config needs speculative.draft_model_path"):
+        draft_config.ops(h)
+
+
+def test_example_patches_declare_capture_and_match_upstream_size():
+    from pathlib import Path
+    sim = Path(model_patches.__file__).parent.parent / "sandbox/sglang_sim/sglang"
+    for rel in (LLAMA, "srt/models/deepseek_v2.py"):
+        patch = model_patches.PATCH_DIR / rel
+        assert model_patches.EMBEDDING_CAPTURE_MARKER in patch.read_text()
+        assert patch.stat().st_size == (sim / rel).stat().st_size
