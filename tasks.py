@@ -3,14 +3,14 @@ import sys
 
 from invoke import Collection, task
 
-from roles import draft_config, model_patches, sglang_service
+from roles import draft_config, gpu_stack, model_patches, sglang_service
 from sandbox import tasks as sandbox_tasks
 from specops import cli
 from specops import status as status_mod
 from specops.facts import facts_probe
 from specops.verify import verify as verify_host
 
-DEPLOY = [model_patches, draft_config, sglang_service]
+DEPLOY = [gpu_stack, model_patches, draft_config, sglang_service]
 H = cli.HELP
 
 

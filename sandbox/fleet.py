@@ -329,6 +329,22 @@ def _teardown_one(h: Host) -> None:
     shutil.rmtree(h.dir, ignore_errors=True)
 
 
+def service_address(site: Site) -> str:
+    """A controller address every host reaches through its gateway: for the package index."""
+    return f"{site.subnet}.254"
+
+
+def service_address_up(site: Site) -> None:
+    # On lo: the controller delivers locally whatever arrives for one of its own addresses.
+    if service_address(site) not in sh("ip", "-o", "addr", "show", "dev", "lo").stdout:
+        sh("ip", "addr", "add", f"{service_address(site)}/32", "dev", "lo")
+
+
+def service_address_down(site: Site) -> None:
+    if service_address(site) in sh("ip", "-o", "addr", "show", "dev", "lo").stdout:
+        sh("ip", "addr", "del", f"{service_address(site)}/32", "dev", "lo", check=False)
+
+
 def sweep(site: Site = DEFAULT_SITE) -> None:
     """Remove every sandbox host of the site, running or left behind by a killed run."""
     hosts_dir = site.state / "hosts"
@@ -344,6 +360,7 @@ def sweep(site: Site = DEFAULT_SITE) -> None:
         name = line.split(":")[1].strip().split("@")[0]
         if name.startswith(f"{site.prefix}v"):
             sh("ip", "link", "del", name, check=False)
+    service_address_down(site)
     for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0]
         if name.startswith(f"{site.prefix}-"):

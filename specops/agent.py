@@ -212,6 +212,12 @@ def probe(req):
         facts["files"][key] = file_fact(path, content.get(key))
     for name in req.get("units", []):
         facts["units"][name] = unit_fact(name)
+    facts["listings"] = {}
+    for d in req.get("listdirs", []):
+        try:
+            facts["listings"][d] = {n: os.stat(os.path.join(d, n)).st_size for n in os.listdir(d)}
+        except OSError:
+            facts["listings"][d] = {}
     if req.get("gpu"):
         facts["gpu"] = gpu_fact()
     for name, cmd in req.get("checks", {}).items():
@@ -312,14 +318,16 @@ def _run(argv_or_cmd, desc):
     shell = isinstance(argv_or_cmd, str)
     proc = subprocess.Popen(argv_or_cmd, shell=shell, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1)
-    tail = []
+    tail, t0 = [], time.time()
     for line in proc.stdout:
         tail = (tail + [line.rstrip()])[-30:]
-        sys.stderr.write("  | %s\n" % line.rstrip())
+        sys.stderr.write("  | %5.1fs %s\n" % (time.time() - t0, line.rstrip()))
         sys.stderr.flush()
     rc = proc.wait()
     if rc != 0:
-        raise ActionError("%s failed (exit %d): %s" % (desc, rc, "\n".join(tail)[-1500:]))
+        # The lines that say why: pip's ERROR lines, else the last few.
+        why = [l.strip() for l in tail if l.strip().startswith("ERROR")] or [l.strip() for l in tail if l.strip()][-3:]
+        raise ActionError("%s failed (exit %d): %s" % (desc, rc, " | ".join(why)[-1500:]))
 
 
 STATE_FILE = "/var/lib/specops/state.json"
@@ -374,13 +382,27 @@ def _preflight(a):
     result = json.loads(res.stdout)[0]
     if not result["ok"]:
         raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
-    got = result["values"]
+    return _compare_expect(result["values"], a["expect"],
+                           "host preflight (the installed SGLang's own resolver) refuses %s"
+                           % a.get("service", "the service"))
+
+
+def _compare_expect(got, expect, what):
     diffs = ["%s: intended %s, effective %s" % (k, v, got.get(k))
-             for k, v in sorted(a["expect"].items()) if got.get(k) != v]
+             for k, v in sorted(expect.items()) if got.get(k) != v]
     if diffs:
-        raise ActionError("host preflight (the installed SGLang's own resolver) refuses %s: %s"
-                          % (a.get("service", "the service"), "; ".join(diffs)))
+        raise ActionError("%s: %s" % (what, "; ".join(diffs)))
     return got
+
+
+def _expect(a):
+    """Run code with an interpreter; its JSON answer must hold the expected values."""
+    res = subprocess.run([a["python"], "-c", a["code"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True)
+    if res.returncode != 0:
+        lines = [l for l in res.stderr.strip().splitlines() if l.strip()]
+        raise ActionError("%s: %s" % (a["what"], " | ".join(lines[-2:]) or "exit %d" % res.returncode))
+    return _compare_expect(json.loads(res.stdout), a["expect"], a["what"])
 
 
 def apply(req):
@@ -429,6 +451,8 @@ def apply(req):
                 _run(a["cmd"], a.get("desc", "command"))
             elif kind == "preflight":
                 out = _preflight(a)
+            elif kind == "expect":
+                out = _expect(a)
             else:
                 raise ActionError("unknown action %r" % kind)
             results.append({"index": i, "out": out})

@@ -40,6 +40,7 @@ class Change:
     actions: list = field(default_factory=list)
     notify: list = field(default_factory=list)
     warning: str = ""  # shown even when nothing changes
+    uploads: list = field(default_factory=list)  # (local path, remote path): pushed before the batch
 
     def record(self, host: str) -> dict:
         return {"host": host, "role": self.role, "target": self.target, "changed": self.changed,
@@ -61,6 +62,10 @@ class Facts:
     def venv(self, path: str) -> dict:
         return self.data["venvs"].get(path, {"exists": False})
 
+    def listing(self, directory: str) -> dict[str, int]:
+        """name → size of the files in a directory."""
+        return self.data.get("listings", {}).get(directory, {})
+
     def check(self, name: str) -> int:
         return self.data["checks"][name]
 
@@ -79,9 +84,9 @@ class Context:
 
 def merge_wants(parts: list[dict]) -> dict:
     out: dict[str, Any] = {"files": [], "content": {}, "units": [], "venvs": [], "checks": {},
-                           "gpu": False}
+                           "gpu": False, "listdirs": []}
     for w in parts:
-        for k in ("files", "units", "venvs"):
+        for k in ("files", "units", "venvs", "listdirs"):
             out[k] += [x for x in w.get(k, []) if x not in out[k]]
         out["content"].update(w.get("content", {}))
         out["checks"].update(w.get("checks", {}))

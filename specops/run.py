@@ -128,6 +128,21 @@ class HostRun:
         self.facts = Facts(self.connect().agent({"mode": "probe", **wants}))
         return self.facts
 
+    def push(self, uploads: list[tuple[str, str]]) -> None:
+        """Send files the batch needs, with progress: name, bytes sent, elapsed time."""
+        for local, remote in uploads:
+            name, t0, last = remote.rsplit("/", 1)[-1], time.monotonic(), [0.0]
+
+            def progress(sent, total, name=name, t0=t0, last=last):
+                now = time.monotonic()
+                if now - last[0] >= 2 or sent == total:
+                    last[0] = now
+                    self.out.line(self.host.name, f"push {name}: {sent / 2**20:.1f}/{total / 2**20:.1f} MiB "
+                                                  f"{now - t0:.1f}s")
+
+            self.report.extra["bytes_pushed"] = (self.report.extra.get("bytes_pushed", 0)
+                                                 + self.connect().push(local, remote, progress))
+
     def apply(self, actions: list[dict]) -> None:
         if not actions:
             return
@@ -146,6 +161,7 @@ class HostRun:
         remaining = [op for _, ops in self.plan for op in ops]
         facts = facts or self.probe(remaining)
         pending: list[dict] = []
+        self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
             role_actions = []
             for op in ops:
@@ -154,6 +170,8 @@ class HostRun:
                 self.out.change(self.host.name, c, ctx.check)
                 role_actions += c.actions
                 ctx.notified += [n for n in c.notify if n not in ctx.notified]
+                if c.uploads and not ctx.check:
+                    self.push(c.uploads)
             pending += role_actions
             remaining = remaining[len(ops):]
             if getattr(role, "REPROBE", False) and role_actions and not ctx.check and remaining:

@@ -149,6 +149,23 @@ class Remote:
         chan.close()
         return Result(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
 
+    def push(self, local: str, remote: str, progress: Callable[[int, int], None] | None = None) -> int:
+        """Upload a file (as remote.part, renamed when whole); returns the bytes sent."""
+        if not self.conn.is_connected:
+            self.open()
+        self.round_trips += 1
+        sftp = self.conn.sftp()
+        parts = remote.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/" + "/".join(parts[:i])
+            try:
+                sftp.stat(d)
+            except OSError:
+                sftp.mkdir(d, 0o755)
+        sftp.put(local, remote + ".part", callback=progress)
+        sftp.posix_rename(remote + ".part", remote)
+        return sftp.stat(remote).st_size
+
     def agent(self, request: dict, on_stderr: Callable[[str], None] | None = None) -> dict:
         """Run the on-host agent with one request, in one round trip."""
         payload = AGENT_SOURCE + f"\nmain({json.dumps(json.dumps(request))})\n"

@@ -38,6 +38,16 @@ def fleet():
     f.down()
 
 
+@pytest.fixture(scope="session")
+def pkg_index(fleet):
+    """The sandbox package index (stand-in CUDA torch, the SGLang simulator, real CPU torch
+    and fla), served to the fleet."""
+    from sandbox import pkgindex
+    index = pkgindex.Index(fleet.site).start()
+    yield index
+    index.stop()
+
+
 class Sandbox:
     """Per-test view of the fleet: inventories, host resets and specops runs."""
 

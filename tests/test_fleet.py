@@ -23,7 +23,9 @@ def traces(site: fleet.Site) -> dict:
                 procs.append(pid)
         except OSError:
             pass
+    addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
     return {"netns": [n for n in netns if n.startswith(site.prefix + "-")],
+            "addresses": [a for a in addresses.splitlines() if f" {site.subnet}." in a],
             "veth": [l for l in links.splitlines() if f": {site.prefix}v" in l],
             "mounts": [m for m in mounts.splitlines() if str(site.state) in m],
             "procs": procs}
@@ -33,6 +35,7 @@ def test_killed_run_leftovers_are_swept_and_teardown_is_clean(tmp_path):
     site = fleet.Site("sox", "192.168.232", Path("/var/lib/specops-sandbox-selftest"))
     try:
         abandoned = fleet.Fleet(["left"], site=site).up()
+        fleet.service_address_up(site)
         old_pid = abandoned["left"].pid()
         # The run "dies" here: nothing is torn down.  The next run must cope.
         assert all(traces(site).values())
@@ -42,4 +45,4 @@ def test_killed_run_leftovers_are_swept_and_teardown_is_clean(tmp_path):
         assert len(traces(site)["netns"]) == 2
     finally:
         fleet.sweep(site)
-    assert traces(site) == {"netns": [], "veth": [], "mounts": [], "procs": []}
+    assert traces(site) == {"netns": [], "addresses": [], "veth": [], "mounts": [], "procs": []}

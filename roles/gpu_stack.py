@@ -1,0 +1,151 @@
+"""The GPU Python stack in the service venv: torch for the driver's CUDA, fla, sglang, pinned.
+
+Installs only what differs (one pip call), checks the result by importing in the venv,
+and makes no pip call at all when everything is already right.  Packages come from the
+torch variant index plus a package index, or, air-gapped, from a wheelhouse pushed over SSH.
+"""
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from specops.errors import UsageError
+from specops.ops import Change, Op, PlanError
+from specops.spec import DEFAULT_VENV, venv_python
+from specops.torchvariant import cuda_of, index_for, variant_for
+
+NAME = "gpu_stack"
+REPROBE = True  # installing sglang decides where later roles' patches go
+REMOTE_WHEELHOUSE = "/var/cache/specops/wheelhouse"
+PYPI = "https://pypi.org/simple"
+IMPORT_CHECK = """import json, importlib.metadata as md
+out = {}
+try:
+    import torch
+    out["torch"] = torch.__version__.split("+")[0]
+    out["torch.version.cuda"] = torch.version.cuda
+except ImportError as e:
+    out["torch"] = "import failed: %s" % e
+for dist, mod in (("flash-linear-attention", "fla"), ("sglang", "sglang")):
+    try:
+        __import__(mod)
+        out[dist] = md.version(dist)
+    except Exception as e:
+        out[dist] = "import failed: %s" % e
+print(json.dumps(out))
+"""
+
+
+class Venv(Op):
+    """The service venv exists, made by the Python version asked for."""
+
+    def __init__(self, path, python=None):
+        self.path, self.python = path, python
+
+    def wants(self):
+        return {"venvs": [self.path]}
+
+    def plan(self, facts, ctx):
+        v = facts.venv(self.path)
+        if v.get("exists"):
+            if v.get("broken"):
+                raise PlanError(f"venv {self.path} is broken: {v['broken']}")
+            if self.python and not (v["version"] + ".").startswith(self.python + "."):
+                raise PlanError(f"venv {self.path} has Python {v['version']}, not {self.python}; "
+                                f"move it away to have it rebuilt")
+            return self._change(f"venv {self.path}", "ok")
+        facts.data["venvs"][self.path] = {"exists": True, "packages": {}, "torch_cuda": None, "planned": True}
+        interpreter = f"python{self.python}" if self.python else "python3"
+        return self._change(f"venv {self.path}", f"create with {interpreter}", [{
+            "kind": "run", "cmd": [interpreter, "-m", "venv", self.path],
+            "desc": f"create venv {self.path} ({interpreter})"}])
+
+
+class Wheelhouse(Op):
+    """Air-gapped installs: the local wheelhouse on the host; only missing wheels are sent."""
+
+    def __init__(self, local_dir):
+        self.local = Path(local_dir).expanduser()
+        if not self.local.is_dir():
+            raise UsageError(f"wheelhouse {self.local} is not a directory")
+        self.wheels = sorted(p for p in self.local.iterdir() if p.suffix == ".whl")
+
+    def wants(self):
+        return {"listdirs": [REMOTE_WHEELHOUSE]}
+
+    def plan(self, facts, ctx):
+        have = facts.listing(REMOTE_WHEELHOUSE)
+        missing = [w for w in self.wheels if have.get(w.name) != w.stat().st_size]
+        if not missing:
+            return self._change(f"wheelhouse {REMOTE_WHEELHOUSE}", "ok")
+        size = sum(w.stat().st_size for w in missing)
+        return Change(self.role, f"wheelhouse {REMOTE_WHEELHOUSE}", True,
+                      f"push {len(missing)} wheel(s), {size / 2**20:.1f} MiB",
+                      uploads=[(str(w), f"{REMOTE_WHEELHOUSE}/{w.name}") for w in missing])
+
+
+class PythonPackages(Op):
+    """torch (base version + CUDA), flash-linear-attention and sglang at their pins."""
+
+    def __init__(self, host, venv):
+        self.host, self.venv = host, venv
+        self.torch, self.fla, self.sglang = host.get("torch"), host.get("fla"), host.get("sglang")
+
+    def wants(self):
+        return {"venvs": [self.venv], "gpu": bool(self.torch)}
+
+    def plan(self, facts, ctx):
+        v = facts.venv(self.venv)
+        have = v.get("packages") or {}
+        specs, expect, wrong = [], {}, []
+        variant = None
+        if self.torch:
+            variant = variant_for(self.torch.get("cuda", "auto"), facts.gpu, self.host.name)
+            version, cuda = self.torch["version"], cuda_of(variant)
+            specs.append(f"torch=={version}+{variant}")
+            expect.update({"torch": version, "torch.version.cuda": cuda})
+            installed = have.get("torch")
+            if not installed or installed.split("+")[0] != version or v.get("torch_cuda") != cuda:
+                wrong.append(f"torch {installed or 'missing'} (cuda {v.get('torch_cuda')}) → {version}+{variant}")
+        for dist, pin in (("flash-linear-attention", self.fla), ("sglang", self.sglang)):
+            if pin:
+                specs.append(f"{dist}=={pin['version']}")
+                expect[dist] = pin["version"]
+                if have.get(dist) != pin["version"]:
+                    wrong.append(f"{dist} {have.get(dist) or 'missing'} → {pin['version']}")
+        target = f"packages in {self.venv}" + (f" (torch {variant})" if variant else "")
+        if not wrong:
+            return self._change(target, "ok")
+        python = venv_python(self.venv)
+        install = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+                   *self.sources(variant), *specs]
+        return self._change(target, "; ".join(wrong), [
+            {"kind": "run", "cmd": install, "desc": f"pip install {' '.join(specs)}"},
+            {"kind": "expect", "python": python, "code": IMPORT_CHECK, "expect": expect,
+             "what": f"after installing, the venv {self.venv} imports", "desc": "import torch, fla, sglang"},
+        ], notify=[f"restart:{s['name']}" for s in self.host.get("services") or []])
+
+    def sources(self, variant):
+        if self.host.get("wheelhouse"):
+            return ["--no-index", "--find-links", REMOTE_WHEELHOUSE]
+        index = self.host.get("package_index") or PYPI
+        out = []
+        if variant:
+            out += ["--index-url", index_for(variant, (self.torch or {}).get("index_url")), "--extra-index-url", index]
+        else:
+            out += ["--index-url", index]
+        if self.host.get("extra_index"):
+            out += ["--extra-index-url", self.host["extra_index"]]
+        # pip ignores plain-http indexes unless told; writing an http:// URL is that choice.
+        trusted = {urlsplit(url).hostname for url in out[1::2] if url.startswith("http://")}
+        for host in sorted(trusted):
+            out += ["--trusted-host", host]
+        return out
+
+
+def ops(host):
+    venv = host.get("venv", DEFAULT_VENV)
+    out = [Venv(venv, host.get("python"))]
+    if host.get("wheelhouse"):
+        out.append(Wheelhouse(host["wheelhouse"]))
+    if host.get("torch") or host.get("fla") or host.get("sglang"):
+        out.append(PythonPackages(host, venv))
+    return out

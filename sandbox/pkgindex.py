@@ -1,0 +1,117 @@
+"""The sandbox's package index: PEP 503 pages served to the hosts over their veth.
+
+Layout as the real world has it: /whl/<variant>/ per torch variant (like
+download.pytorch.org/whl/cu128) and /simple/ for everything else (like PyPI).  It holds
+the stand-in CUDA torch wheels, the SGLang simulator, the real CPU torch from
+PIP_FIND_LINKS and the real flash-linear-attention with its dependencies.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sandbox import fleet, provision, torch_standin
+
+STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
+REAL = ["torch==2.13.0", "flash-linear-attention==0.6.0"]
+PORT = 8631
+
+
+def _project(wheel: Path) -> str:
+    return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+
+
+def real_wheels() -> Path:
+    """The real CPU torch 2.13.0 and flash-linear-attention 0.6.0 with their dependencies, cached."""
+    key = hashlib.sha256(" ".join(REAL).encode()).hexdigest()[:10]
+    path = fleet.CACHE / f"wheels-real-{key}"
+    if (path / ".complete").exists():
+        return path
+    tmp = Path(str(path) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    fleet.log(f"downloading {' and '.join(REAL)} with dependencies (cached afterwards)")
+    # torch 2.13.0+cpu comes from the file on disk (PIP_FIND_LINKS); the rest from PyPI.
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                    "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+                    "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                    "--platform", "any", "-d", str(tmp), *REAL], check=True)
+    (tmp / ".complete").write_text("")
+    tmp.rename(path)
+    return path
+
+
+def standin_wheels() -> Path:
+    path = fleet.CACHE / "wheels-standin"
+    shutil.rmtree(path, ignore_errors=True)
+    version, variants = STANDIN_TORCH
+    for v in variants:
+        torch_standin.build(path, version, v)
+    provision.sim_wheel(path)
+    return path
+
+
+def build(root: Path) -> Path:
+    """Lay out the index under root; returns root."""
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "files").mkdir(parents=True)
+    by_index: dict[str, dict[str, list[Path]]] = {}
+    for wheel in sorted(standin_wheels().glob("*.whl")) + sorted(real_wheels().glob("*.whl")):
+        try:
+            os.link(wheel, root / "files" / wheel.name)  # the cache and the index share a disk
+        except OSError:
+            shutil.copy(wheel, root / "files" / wheel.name)
+        project = _project(wheel)
+        local = re.search(r"\+(\w+)-", wheel.name)
+        index = f"whl/{local.group(1)}" if project == "torch" and local else "simple"
+        by_index.setdefault(index, {}).setdefault(project, []).append(wheel)
+    for index, projects in by_index.items():
+        for project, files in projects.items():
+            page = root / index / project / "index.html"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            depth = "../" * (index.count("/") + 2)
+            links = "".join(f'<a href="{depth}files/{html.escape(w.name)}#sha256='
+                            f'{hashlib.sha256(w.read_bytes()).hexdigest()}">{html.escape(w.name)}</a><br>\n'
+                            for w in files)
+            page.write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    return root
+
+
+class Index:
+    """The index, served on the fleet's service address (reached by hosts via their gateway)."""
+
+    def __init__(self, site: fleet.Site = fleet.DEFAULT_SITE, port: int = PORT):
+        self.site, self.port = site, port
+        self.root = build(site.state / "index")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{fleet.service_address(self.site)}:{self.port}"
+
+    def start(self) -> "Index":
+        fleet.service_address_up(self.site)
+        self.proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", fleet.service_address(self.site),
+                                      "--directory", str(self.root), str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import socket
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((fleet.service_address(self.site), self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("package index did not start")
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(10)
