@@ -52,12 +52,18 @@ print(json.dumps(out))
 """
 
 _staged = []  # temp paths to remove if we are interrupted
+_children = []  # commands we run, to stop with us
 
 
 def _cleanup(*_):
     for tmp in _staged:
         try:
             os.unlink(tmp)
+        except OSError:
+            pass
+    for proc in _children:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
         except OSError:
             pass
     os._exit(130)
@@ -190,9 +196,45 @@ def gpu_fact():
             "driver": gpus[0]["driver_version"] if gpus else None}
 
 
+LOCK_DIR = "/run/specops.lock"
+
+
+def _lock(req):
+    """mkdir is atomic: whoever creates the directory holds the lock."""
+    if req.get("break"):
+        shutil.rmtree(LOCK_DIR, ignore_errors=True)
+    try:
+        os.mkdir(LOCK_DIR, 0o700)
+    except FileExistsError:
+        try:
+            with open(os.path.join(LOCK_DIR, "holder.json")) as f:
+                holder = json.load(f)
+        except (OSError, ValueError):
+            holder = {"holder": "unknown (no holder.json)"}
+        return {"acquired": False, "holder": holder}
+    with open(os.path.join(LOCK_DIR, "holder.json"), "w") as f:
+        json.dump(req["holder"], f)
+    return {"acquired": True, "token": req["holder"]["token"]}
+
+
+def unlock(req):
+    try:
+        with open(os.path.join(LOCK_DIR, "holder.json")) as f:
+            mine = json.load(f).get("token") == req["token"]
+    except (OSError, ValueError):
+        mine = False
+    if mine:
+        shutil.rmtree(LOCK_DIR, ignore_errors=True)
+    return {"released": mine}
+
+
 def probe(req):
     facts = {"time": time.time(), "hostname": os.uname()[1], "python": sys.executable,
              "venvs": {}, "files": {}, "units": {}, "checks": {}}
+    if req.get("lock_acquire"):
+        facts["lock"] = _lock(req["lock_acquire"])
+        if not facts["lock"]["acquired"]:
+            return facts  # gather nothing for a run that may not proceed
     for venv in req.get("venvs", []):
         facts["venvs"][venv] = venv_fact(venv)
     content = req.get("content", {})
@@ -223,12 +265,12 @@ def probe(req):
     for name, cmd in req.get("checks", {}).items():
         facts["checks"][name] = subprocess.run(cmd, shell=True, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL).returncode
-    if req.get("lock"):
+    if req.get("lock") and "lock" not in facts:
         try:
             with open(os.path.join(req["lock"], "holder.json")) as f:
-                facts["lock"] = json.load(f)
+                facts["lock"] = {"held": True, "holder": json.load(f)}
         except (OSError, ValueError):
-            facts["lock"] = {"held": os.path.isdir(req["lock"])} if os.path.isdir(req["lock"]) else None
+            facts["lock"] = {"held": os.path.isdir(req["lock"])}
     return facts
 
 
@@ -316,8 +358,9 @@ def _commit(action, tmp):
 
 def _run(argv_or_cmd, desc):
     shell = isinstance(argv_or_cmd, str)
-    proc = subprocess.Popen(argv_or_cmd, shell=shell, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv_or_cmd, shell=shell, stdout=subprocess.PIPE, start_new_session=True,
                             stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1)
+    _children.append(proc)
     tail, t0 = [], time.time()
     for line in proc.stdout:
         tail = (tail + [line.rstrip()])[-30:]
@@ -618,13 +661,329 @@ def _newest_change(keys):
     return max(events) if events else None
 
 
+def _api_key_from_env_file(svc):
+    """Rollback verifies a release from its manifest, which holds no secrets: read the key here."""
+    try:
+        with open("/etc/specops/%s.env" % svc["name"]) as f:
+            for line in f:
+                if line.startswith("SGLANG_SPECOPS_API_KEY="):
+                    value = line.split("=", 1)[1].strip()
+                    return json.loads(value) if value.startswith('"') else value
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def peek(req):
+    """The running servers' effective args against the intended ones: /server_info only."""
+    out = []
+    for svc in req["services"]:
+        svc.setdefault("api_key", _api_key_from_env_file(svc))
+        report = {"name": svc["name"], "failures": [], "notes": []}
+        try:
+            status, raw = _http(svc, "GET", "/server_info", timeout=5)
+            if status == 404:
+                status, raw = _http(svc, "GET", "/get_server_info", timeout=5)
+            info = json.loads(raw) if status == 200 else {}
+        except (OSError, ValueError):
+            status, info = "no answer", {}
+        if status != 200:
+            report["failures"].append("/server_info: %s" % status)
+        else:
+            report["effective"] = {k: info.get(k) for k in svc.get("intended", {})}
+            _compare(svc, info, report)
+        out.append(report)
+    return {"services": out}
+
+
 def verify(req):
+    for svc in req["services"]:
+        if not svc.get("api_key"):
+            svc["api_key"] = _api_key_from_env_file(svc)
     return {"services": [_verify_service(svc) for svc in req["services"]]}
+
+
+# ---- releases: /var/lib/specops/releases/<stamp>/{manifest.json, files/, previous/} ----
+
+RELEASES = "/var/lib/specops/releases"
+KEEP = 5
+
+
+def _manifests():
+    out = []
+    try:
+        names = sorted(os.listdir(RELEASES))
+    except OSError:
+        return out
+    for n in names:
+        if n == "current" or n.endswith(".tmp"):
+            continue
+        try:
+            with open(os.path.join(RELEASES, n, "manifest.json")) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _current():
+    try:
+        return os.readlink(os.path.join(RELEASES, "current"))
+    except OSError:
+        return None
+
+
+def _set_current(stamp):
+    link = os.path.join(RELEASES, "current")
+    tmp = link + ".tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(stamp, tmp)
+    os.rename(tmp, link)
+
+
+def _snapshot_fact(path):
+    st = os.stat(path)
+    return {"sha256": sha256_file(path), "mode": "%04o" % stat.S_IMODE(st.st_mode),
+            "owner": _name(pwd.getpwuid, st.st_uid), "group": _name(grp.getgrgid, st.st_gid)}
+
+
+def release_record(req):
+    """After a verified deploy: snapshot every managed file, write the manifest, move current."""
+    d = os.path.join(RELEASES, req["stamp"])
+    os.makedirs(os.path.join(d, "files"), mode=0o700, exist_ok=True)
+    os.chmod(os.path.dirname(d), 0o700)
+    files = {}
+    for key in req["managed"]:
+        path = _resolve_key(key)
+        if path and os.path.isfile(path):
+            dest = os.path.join(d, "files", path.lstrip("/"))
+            os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+            shutil.copy2(path, dest)
+            files[path] = _snapshot_fact(path)
+    previous = {}
+    for path, how in req.get("previous", {}).items():
+        backup = os.path.join(d, "previous", path.lstrip("/"))
+        previous[path] = _snapshot_fact(backup) if how == "backup" and os.path.exists(backup) else None
+    manifest = dict(req["manifest"], stamp=req["stamp"], status=req.get("status", "deployed"),
+                    files=files, previous=previous, recorded_at=time.time())
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    if manifest["status"] == "deployed":
+        _set_current(req["stamp"])
+    _prune()
+    return {"stamp": req["stamp"], "files": len(files)}
+
+
+def _prune():
+    current = _current()
+    names = sorted(n for n in os.listdir(RELEASES) if n != "current" and not n.endswith(".tmp"))
+    for n in names[:-KEEP]:
+        if n != current:
+            shutil.rmtree(os.path.join(RELEASES, n), ignore_errors=True)
+
+
+def releases(req):
+    current = _current()
+    return {"current": current, "releases": [
+        {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
+         "files": len(m.get("files", {})), "current": m["stamp"] == current,
+         "summary": m.get("summary", ""), "verify": m.get("verify", [])} for m in _manifests()]}
+
+
+def _state_at(target, manifests):
+    """path → content source (or None: absent) that puts the host back to release `target`."""
+    later = [m for m in manifests if m["stamp"] > target["stamp"] and m.get("status") == "deployed"]
+    want = {}
+    for m in later:  # earliest first: the content a path had before it was first changed after target
+        for path, prev in m.get("previous", {}).items():
+            if path not in target["files"] and path not in want:
+                want[path] = os.path.join(RELEASES, m["stamp"], "previous", path.lstrip("/")) if prev else None
+    for path in target["files"]:
+        want[path] = os.path.join(RELEASES, target["stamp"], "files", path.lstrip("/"))
+    return want
+
+
+def _restore(want):
+    """Put files back atomically; purge bytecode of restored modules.  Returns what changed."""
+    changed = []
+    for path, src in sorted(want.items()):
+        if src is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+                changed.append(path)
+            continue
+        if os.path.exists(path) and sha256_file(path) == sha256_file(src):
+            continue
+        st = os.stat(src)
+        tmp = _stage({"path": path, "data": base64.b64encode(open(src, "rb").read()).decode(),
+                      "mode": "%04o" % stat.S_IMODE(st.st_mode)})
+        _commit({"path": path}, tmp)
+        changed.append(path)
+    for path in changed:
+        if path.endswith(".py") and os.path.exists(path):
+            _purge({"path": path, "sha256": sha256_file(path)})
+    return changed
+
+
+def _restart(services, daemon_reload):
+    if daemon_reload:
+        _run(["systemctl", "daemon-reload"], "daemon-reload")
+    for name in services:
+        _run(["systemctl", "restart", name], "restart " + name)
+
+
+def undo(req):
+    """Undo a deploy whose verify failed: its own backups back in place, created files removed."""
+    d = os.path.join(RELEASES, req["stamp"])
+    want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
+            for p, how in req["previous"].items()}
+    changed = _restore(want)
+    _restart(req["services"], any(p.endswith(".service") for p in changed))
+    current = _current()
+    manifest = next((m for m in _manifests() if m["stamp"] == current), {})
+    return {"restored": changed, "current": current, "verify": manifest.get("verify", [])}
+
+
+def rollback(req):
+    """Back to the release before current (or req['to']): files, bytecode, reload, restart."""
+    manifests = [m for m in _manifests() if m.get("status") == "deployed"]
+    current = _current()
+    if req.get("to"):
+        target = next((m for m in manifests if m["stamp"] == req["to"]), None)
+        if target is None:
+            raise ActionError("no deployed release %s (see inv releases)" % req["to"])
+    else:
+        older = [m for m in manifests if current and m["stamp"] < current]
+        if not older:
+            raise ActionError("no release before %s to roll back to" % (current or "the first deploy"))
+        target = older[-1]
+    changed = _restore(_state_at(target, manifests))
+    _restart(target.get("services", []), any(p.endswith(".service") for p in changed))
+    _set_current(target["stamp"])
+    return {"to": target["stamp"], "from": current, "restored": changed, "verify": target.get("verify", [])}
+
+
+# ---- stop: the service, then anything of it that still holds GPU memory ----
+
+def _proc_env(pid, name):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(name.encode() + b"="):
+                    return item.split(b"=", 1)[1].decode()
+    except OSError:
+        pass
+    return None
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _belongs(pid, svc, invocation):
+    """The service's own processes, even outside its cgroup: same systemd invocation, or its command."""
+    if invocation and _proc_env(pid, "INVOCATION_ID") == invocation:
+        return True
+    cmd = _cmdline(pid)
+    return "sglang" in cmd and ("--port %d" % svc["port"]) in cmd
+
+
+def _apps():
+    g = gpu_fact()
+    return g.get("apps", []) if g.get("present") else []
+
+
+def _gpu_used():
+    g = gpu_fact()
+    return {x["index"]: int(x["memory.used"]) for x in g.get("gpus", [])} if g.get("present") else {}
+
+
+def stop(req):
+    out = []
+    for svc in req["services"]:
+        name = svc["name"]
+        invocation = subprocess.run(["systemctl", "show", "-p", "InvocationID", "--value", name],
+                                    stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+        before = _gpu_used()
+        held = [a for a in _apps() if _belongs(int(a["pid"]), svc, invocation)]
+        t0 = time.time()
+        _say("  %s: systemctl stop (TimeoutStopSec bounds it)" % name)
+        subprocess.run(["systemctl", "stop", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        report = {"name": name, "held_before_mib": sum(int(a["used_memory"]) for a in held),
+                  "killed": [], "failures": []}
+        deadline = time.time() + svc.get("settle", 3)
+        leftover = []
+        while True:  # processes can take a moment to release their contexts
+            leftover = sorted({int(a["pid"]) for a in _apps() if _belongs(int(a["pid"]), svc, invocation)})
+            if not leftover or time.time() > deadline:
+                break
+            time.sleep(0.3)
+        for pid in leftover:
+            report["killed"].append({"pid": pid, "cmd": _cmdline(pid)[:80]})
+            _signal(pid, signal.SIGTERM)
+        grace = time.time() + svc.get("grace", 10)
+        while leftover and time.time() < grace:
+            leftover = [p for p in leftover if _alive(p)]
+            time.sleep(0.2)
+        for pid in leftover:
+            _signal(pid, signal.SIGKILL)
+            for k in report["killed"]:
+                if k["pid"] == pid:
+                    k["signal"] = "SIGKILL"
+        deadline = time.time() + 5
+        while leftover and time.time() < deadline:
+            leftover = [p for p in leftover if _alive(p)]
+            time.sleep(0.1)
+        still = [a for a in _apps() if _belongs(int(a["pid"]), svc, invocation)]
+        after = _gpu_used()
+        report["freed_mib"] = {i: before[i] - after.get(i, 0) for i in before if before[i] != after.get(i, 0)}
+        report["apps_after"] = len(_apps())
+        report["seconds"] = round(time.time() - t0, 1)
+        if still:
+            report["failures"].append("GPU memory still held by %s" % ", ".join(
+                "pid %s (%s MiB)" % (a["pid"], a["used_memory"]) for a in still))
+        out.append(report)
+    return {"services": out, "gpus": _gpu_used()}
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def start(req):
+    for name in req["services"]:
+        _run(["systemctl", "start", name], "start " + name)
+    return {"started": req["services"]}
 
 
 def main(request_json):
     req = json.loads(request_json)
     _die_with_connection()
-    result = {"probe": probe, "apply": apply, "verify": verify}[req["mode"]](req)
+    modes = {"probe": probe, "apply": apply, "verify": verify, "peek": peek, "unlock": unlock, "stop": stop,
+             "start": start, "release_record": release_record, "releases": releases, "undo": undo,
+             "rollback": rollback}
+    try:
+        result = modes[req["mode"]](req)
+    except ActionError as e:
+        result = {"ok": False, "error": str(e)}
+    finally:
+        if req.get("unlock"):  # the last call of a run gives the lock back in the same round trip
+            unlock({"token": req["unlock"]})
     sys.stdout.write(json.dumps(result))
     sys.stdout.flush()

@@ -194,7 +194,7 @@ class File(Op):
         else:
             diff = unified_diff(old, self.content, self.label)
         summary = "create" if not f["exists"] else "update"
-        backup = posixpath.join(ctx.release_dir, "files", real.lstrip("/")) if ctx.release_dir and f["exists"] else None
+        backup = posixpath.join(ctx.release_dir, "previous", real.lstrip("/")) if ctx.release_dir and f["exists"] else None
         action = {"kind": "write", "path": real, "data": base64.b64encode(self.content).decode(),
                   "mode": self.mode, "owner": self.owner, "group": self.group,
                   "validate": self.validate, "validator": self.validator, "label": self.label,
@@ -313,7 +313,7 @@ class Absent(Op):
         facts.data["files"][self.path] = {"path": f.get("path"), "exists": False}
         if not f["exists"]:
             return self._change(self.path, "ok")
-        backup = posixpath.join(ctx.release_dir, "files", f["path"].lstrip("/")) if ctx.release_dir else None
+        backup = posixpath.join(ctx.release_dir, "previous", f["path"].lstrip("/")) if ctx.release_dir else None
         return self._change(self.path, "remove", [{"kind": "remove", "path": f["path"], "backup": backup,
                                                    "desc": f"remove {self.path}"}],
                             diff=f"--- {self.path}\n+++ /dev/null\n")

@@ -8,10 +8,14 @@ probed again before the next role is planned.
 """
 from __future__ import annotations
 
+import getpass
 import json
+import os
+import socket
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -96,10 +100,10 @@ class Options:
     accept_new: bool = False
     forks: int = 10
     verbose: bool = True
-
-
-# A step after apply (verify, for one): (host, remote, facts, report, options) → None, raising on failure.
-Step = Callable[[Host, Remote, Facts, HostReport, "HostRun"], None]
+    serial: int = 0          # hosts per rolling batch; 0: all at once
+    max_fail: float = 100.0  # percent of a batch that may fail before later batches are skipped
+    break_lock: bool = False
+    task: str = "run"
 
 
 class HostRun:
@@ -116,6 +120,8 @@ class HostRun:
             self.plan.append((role, ops))
         self.remote: Remote | None = None
         self.facts: Facts | None = None
+        self.lock_token: str | None = None  # set while this run holds the host's lock
+        self.applied: list[dict] = []       # writes and removals done, for undo
 
     def connect(self) -> Remote:
         if self.remote is None:
@@ -123,10 +129,26 @@ class HostRun:
             self.remote.open()
         return self.remote
 
-    def probe(self, ops: list[Op], extra: dict | None = None) -> Facts:
+    def probe(self, ops: list[Op], extra: dict | None = None, lock: bool = False) -> Facts:
+        """One round trip for every fact the ops need; with lock=True it also takes the host lock."""
         wants = merge_wants([op.wants() for op in ops] + [extra or {}])
+        if lock:
+            wants["lock_acquire"] = {"holder": holder(self.opts.task), "break": self.opts.break_lock}
         self.facts = Facts(self.connect().agent({"mode": "probe", **wants}))
+        if lock:
+            got = self.facts.data["lock"]
+            if not got["acquired"]:
+                h = got["holder"]
+                raise SpecopsError(f"{self.host.name}: locked by {h.get('who', '?')} (pid {h.get('pid', '?')}, "
+                                   f"task {h.get('task', '?')}, since {h.get('since', '?')}); "
+                                   f"wait for it, or use --break-lock if it is gone")
+            self.lock_token = got["token"]
         return self.facts
+
+    def unlock(self) -> None:
+        if self.lock_token:
+            token, self.lock_token = self.lock_token, None
+            self.connect().agent({"mode": "unlock", "token": token})
 
     def push(self, uploads: list[tuple[str, str]]) -> None:
         """Send files the batch needs, with progress: name, bytes sent, elapsed time."""
@@ -148,6 +170,8 @@ class HostRun:
             return
         res = self.connect().agent({"mode": "apply", "actions": actions},
                                    on_stderr=lambda line: self.out.line(self.host.name, line.strip()))
+        done = {r["index"] for r in res["results"]}
+        self.applied += [a for i, a in enumerate(actions) if i in done and a["kind"] in ("write", "remove")]
         if not res["ok"]:
             done = len(res["results"])
             raise SpecopsError(f"{res['error']} (action {res['failed'] + 1} of {len(actions)}; "
@@ -159,7 +183,7 @@ class HostRun:
         if not ctx.check and ctx.release_dir is None:
             ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
         remaining = [op for _, ops in self.plan for op in ops]
-        facts = facts or self.probe(remaining)
+        facts = facts or self.probe(remaining, lock=not ctx.check)
         pending: list[dict] = []
         self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
@@ -187,30 +211,82 @@ class HostRun:
         return ctx
 
 
-def run_hosts(hosts: list[Host], body: Callable[[HostRun], None], roles: list,
-              opts: Options, out: Reporter) -> list[HostReport]:
-    """Build every host's plan (refusing bad input before any connection), then run in parallel."""
-    runs = [HostRun(h, roles, opts, out) for h in hosts]
+def holder(task: str) -> dict:
+    """Who holds a host's lock: shown to anyone refused by it."""
+    return {"who": f"{getpass.getuser()}@{socket.gethostname()}", "pid": os.getpid(), "task": task,
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "token": uuid.uuid4().hex}
 
-    def one(run: HostRun) -> HostReport:
-        t0 = time.monotonic()
+
+def _one(run: HostRun, body: Callable[[HostRun], None]) -> HostReport:
+    t0 = time.monotonic()
+    try:
         try:
             body(run)
-        except SpecopsError as e:
-            run.report.error = out.redact(str(e))
-            out.line(run.host.name, f"FAILED: {run.report.error}")
-        except Exception as e:  # a bug or an unexpected transport error: fail this host only
-            run.report.error = out.redact(f"{type(e).__name__}: {e}")
-            out.line(run.host.name, f"FAILED: {run.report.error}")
-        finally:
-            if run.remote:
-                run.report.round_trips = run.remote.round_trips
+        except KeyboardInterrupt:
+            if run.remote:  # closing the session ends the agent on the host first
                 run.remote.close()
-            run.report.elapsed = time.monotonic() - t0
-        return run.report
+            raise
+        finally:
+            if run.lock_token:  # every exit path gives the lock back
+                run.unlock()
+    except SpecopsError as e:
+        run.report.error = run.out.redact(str(e))
+        run.out.line(run.host.name, f"FAILED: {run.report.error}")
+    except Exception as e:  # a bug or an unexpected transport error: fail this host only
+        run.report.error = run.out.redact(f"{type(e).__name__}: {e}")
+        run.out.line(run.host.name, f"FAILED: {run.report.error}")
+    finally:
+        if run.remote:
+            run.report.round_trips = run.remote.round_trips
+            run.remote.close()
+        run.report.elapsed = time.monotonic() - t0
+    return run.report
 
-    with ThreadPoolExecutor(max(1, min(opts.forks, len(runs)))) as pool:
-        return list(pool.map(one, runs))
+
+def _interrupted(runs: list[HostRun]) -> None:
+    """Ctrl-C: end the remote work (closing a connection ends its agent), then give locks back."""
+    for run in runs:
+        if run.remote:
+            run.remote.close()
+    for run in runs:
+        if run.lock_token:
+            token, run.lock_token = run.lock_token, None
+            try:
+                fresh = Remote(run.host.name, run.host.vars, run.opts.accept_new)
+                fresh.agent({"mode": "unlock", "token": token})
+                fresh.close()
+                run.out.line(run.host.name, "interrupted: lock released")
+            except Exception as e:  # the host may be what hung; say so and go on
+                run.out.line(run.host.name, f"interrupted: could not release the lock: {e}")
+
+
+def run_hosts(hosts: list[Host], body: Callable[[HostRun], None], roles: list,
+              opts: Options, out: Reporter) -> list[HostReport]:
+    """Build every host's plan (refusing bad input before any connection), then run: in
+    parallel, or in rolling batches of opts.serial that stop when a batch fails too much."""
+    runs = [HostRun(h, roles, opts, out) for h in hosts]
+    size = opts.serial or len(runs)
+    batches = [runs[i:i + size] for i in range(0, len(runs), size)]
+    pool = ThreadPoolExecutor(max(1, min(opts.forks, size)))
+    # One host runs in this thread, where Ctrl-C lands, so its body can handle it itself.
+    run_batch = (lambda b: [_one(r, body) for r in b]) if len(runs) == 1 else \
+        (lambda b: list(pool.map(lambda r: _one(r, body), b)))
+    try:
+        for n, batch in enumerate(batches):
+            reports = run_batch(batch)
+            failed = sum(1 for r in reports if r.error)
+            if failed and failed * 100 / len(batch) > opts.max_fail and n + 1 < len(batches):
+                for run in (r for b in batches[n + 1:] for r in b):
+                    run.report.error = f"skipped: batch {n + 1} had {failed} of {len(batch)} hosts fail " \
+                                       f"(--max-fail {opts.max_fail:g}%)"
+                    run.report.notes.append("skipped")
+                break
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        _interrupted(runs)
+        raise
+    pool.shutdown()
+    return [r.report for r in runs]
 
 
 def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None,

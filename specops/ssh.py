@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import select
+import shlex
 import socket
 import threading
 import time
@@ -69,6 +70,7 @@ class Remote:
     def __init__(self, name: str, vars: dict, accept_new: bool = False):
         self.name = name
         self.round_trips = 0
+        self.interrupted = False  # set when Ctrl-C was passed to a streamed job
         port = vars.get("ssh_port")
         # Without an address the name is an ssh_config alias (HostName, User, Port, IdentityFile).
         ssh_config = vars.get("ssh_config")
@@ -165,6 +167,40 @@ class Remote:
         sftp.put(local, remote + ".part", callback=progress)
         sftp.posix_rename(remote + ".part", remote)
         return sftp.stat(remote).st_size
+
+    def stream(self, command: str, on_line: Callable[[str], None]) -> int:
+        """Run a job on a pty, streaming its output; Ctrl-C here is Ctrl-C there.  Returns its status."""
+        if not self.conn.is_connected:
+            self.open()
+        self.round_trips += 1
+        chan = self.conn.client.get_transport().open_session()
+        chan.get_pty(width=200)
+        # Killed by a signal, a job has no exit status, only an exit-signal, which paramiko
+        # drops.  A wrapper that survives SIGINT (a no-op trap resets to default in the job)
+        # reports the job's status as 128+signal, the way a shell does.
+        wrapper = 'trap : INT TERM HUP; bash -c "$1"; exit $?'
+        chan.exec_command(f"bash -c {shlex.quote(wrapper)} specops-job {shlex.quote(command)}")
+        pending, self.interrupted = b"", False
+        while True:
+            try:
+                select.select([chan], [], [], 0.2)
+                while chan.recv_ready():
+                    pending += chan.recv(1 << 16)
+                    *lines, pending = pending.replace(b"\r\n", b"\n").split(b"\n")
+                    for line in lines:
+                        on_line(line.decode(errors="replace"))
+                if chan.exit_status_ready() and not chan.recv_ready():
+                    break
+            except KeyboardInterrupt:
+                if self.interrupted:
+                    raise
+                self.interrupted = True
+                chan.send(b"\x03")  # the remote tty turns it into SIGINT for the job
+        if pending:
+            on_line(pending.decode(errors="replace"))
+        status = chan.recv_exit_status()
+        chan.close()
+        return status
 
     def agent(self, request: dict, on_stderr: Callable[[str], None] | None = None) -> dict:
         """Run the on-host agent with one request, in one round trip."""

@@ -6,46 +6,51 @@ from .run import HostRun
 from .spec import DEFAULT_VENV, bind_address, expectations, port
 
 
-def service_request(host, svc: dict, managed: list[str]) -> dict:
+def service_request(host, svc: dict) -> dict:
+    """What verify checks for one service, from the inventory.  No secret: the agent reads the
+    API key from the service's env file on the host."""
+    from roles.sglang_service import sources
     intended, accepted = expectations(svc, f"{host.name}: service {svc['name']}")
     v = svc.get("verify") or {}
     return {"name": svc["name"], "port": port(svc), "host": bind_address(svc),
-            "api_key": svc.get("api_key"), "served_model_name": svc.get("served_model_name"),
+            "served_model_name": svc.get("served_model_name"),
             "intended": intended, "accepted": accepted, "timeout": v.get("timeout", 600),
             "prompt": v.get("prompt", "The capital of France is"),
             "min_accept_length": v.get("min_accept_length"), "baseline_tok_s": v.get("baseline_tok_s"),
-            "managed": managed}
+            "managed": sources(svc, host.get("venv", DEFAULT_VENV))}
 
 
-def managed_paths(host, svc: dict) -> list[str]:
-    from roles.sglang_service import sources
-    return sources(svc, host.get("venv", DEFAULT_VENV))
+def requests(run: HostRun) -> list[dict]:
+    return [service_request(run.host, s) for s in run.host.get("services") or []]
 
 
-def verify(run: HostRun) -> None:
-    """Verify every service on the host; raise SpecopsError naming each failure."""
-    services = run.host.get("services") or []
+def verify(run: HostRun, services: list[dict] | None = None, unlock: bool = False) -> None:
+    """Verify services (the inventory's, by default); raise SpecopsError naming each failure.
+    With unlock, the same round trip gives the host lock back when verify ends."""
+    services = requests(run) if services is None else services
     if not services:
         return
-    req = {"mode": "verify", "services": [service_request(run.host, s, managed_paths(run.host, s)) for s in services]}
+    req = {"mode": "verify", "services": services}
+    if unlock and run.lock_token:
+        req["unlock"], run.lock_token = run.lock_token, None
     name = run.host.name
     res = run.connect().agent(req, on_stderr=lambda line: run.out.line(name, f"{'verify':<15}{line}"))
     run.report.extra["verify"] = res["services"]
     failed = []
     for s in res["services"]:
+        say = lambda text, s=s: run.out.line(name, f"{'verify':<15} {s['name']}: {text}")  # noqa: E731
         for check in s["checks"]:
-            run.out.line(name, f"{'verify':<15} {s['name']}: {check}")
+            say(check)
         gen = s.get("generate")
         if gen:
-            run.out.line(name, f"{'verify':<15} {s['name']}: /generate {gen['completion_tokens']} tokens at "
-                               f"{gen['tok_s']} tok/s, spec_verify_ct {gen['spec_verify_ct']}, "
-                               f"spec_accept_length {gen['spec_accept_length']}")
+            say(f"/generate {gen['completion_tokens']} tokens at {gen['tok_s']} tok/s, spec_verify_ct "
+                f"{gen['spec_verify_ct']}, spec_accept_length {gen['spec_accept_length']}")
         for note in s["notes"]:
-            run.out.line(name, f"{'verify':<15} {s['name']}: {note}")
+            say(note)
         for f in s["failures"]:
-            run.out.line(name, f"{'verify':<15} {s['name']}: FAILED {f}")
+            say(f"FAILED {f}")
         if s.get("journal"):
-            run.out.line(name, f"{'verify':<15} {s['name']}: journal tail:")
+            say("journal tail:")
             for line in s["journal"].splitlines():
                 run.out.line(name, f"{'':<15}   | {line}")
         if s["failures"]:

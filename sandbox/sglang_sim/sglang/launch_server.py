@@ -50,13 +50,12 @@ def spawn_scheduler(mode):
     # The child: a "scheduler" process that outlives its parent (sglang #4080 and others).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode == "escape":
-        # Leave the unit's cgroup, as processes started through another manager do.
-        for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-            procs = os.path.join(root, "cgroup.procs")
+        # Leave the unit's cgroup (in every hierarchy systemd may track it by), as processes
+        # started through another manager do: systemctl stop no longer reaches it.
+        for root in ("/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
             try:
-                with open(procs, "w") as f:
+                with open(os.path.join(root, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
-                break
             except OSError:
                 continue
     register_gpu(os.getpid(), "sglang::scheduler")

@@ -1,0 +1,217 @@
+"""Releases, automatic rollback, bootstrap, stop, the GPU window, fleets and the lock."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, load_json, unit_prop
+from sandbox import provision
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+LLAMA = "srt/models/llama.py"
+
+
+def spec(steps, draft=None):
+    return {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3", "num_steps": steps,
+            "eagle_topk": 1, "num_draft_tokens": draft or steps + 1}
+
+
+def run_inv(sandbox, inv, *args, **kw):
+    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
+    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
+    return res, (load_json(report)["hosts"] if report.exists() else None)
+
+
+def manifest(h, stamp=None):
+    stamp = stamp or h.run("readlink", "/var/lib/specops/releases/current").stdout.strip()
+    return json.loads(h.path(f"/var/lib/specops/releases/{stamp}/manifest.json").read_text())
+
+
+def matches_manifest(h, m):
+    """Every file the release recorded is on the host byte for byte (by sha256)."""
+    paths = sorted(m["files"])
+    got = dict(reversed(line.split()) for line in h.run("sha256sum", *paths).stdout.splitlines())
+    return {p: m["files"][p]["sha256"] for p in paths} == got
+
+
+def lock_held(h):
+    """/run is the container's own tmpfs: look from inside."""
+    return h.run("test", "-d", "/run/specops.lock", check=False).returncode == 0
+
+
+def server_info(h, port=30000):
+    return json.loads(h.run("curl", "-sf", f"http://127.0.0.1:{port}/server_info").stdout)
+
+
+def test_broken_deploy_rolls_back_to_the_previous_release(sandbox):
+    h = sandbox.reset("t1")
+    good = sandbox_service(patches=[LLAMA], speculative=spec(3))
+    inv = sandbox.inventory({"t1": {"services": [good]}})
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    before = manifest(h)
+
+    # Port 99999 passes SGLang's argument checks (and the preflight) but the server cannot bind.
+    broken = sandbox.inventory({"t1": {"services": [{**good, "port": 99999, "speculative": spec(4)}]}})
+    res, rep = run_inv(sandbox, broken, "deploy", "--host", "t1")
+    assert res.returncode == 1
+    assert "rolled back" in rep["t1"]["notes"]
+    assert f"rolled back to {before['stamp']}, verified" in rep["t1"]["error"]
+    assert "ROLLING BACK" in res.stdout
+    assert unit_prop(h, "sglang", "ActiveState") == "active"
+    assert server_info(h)["speculative_num_steps"] == 3
+    assert matches_manifest(h, before)
+    listing = sandbox.inv("releases", "--host", "t1", inventory=inv).stdout
+    assert f"* {before['stamp']}  deployed" in listing and "rolled-back" in listing
+
+
+def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
+    h = sandbox.reset("t2")
+    stamps = []
+    for steps, patches in ((2, []), (3, [LLAMA]), (5, [LLAMA])):
+        inv = sandbox.inventory({"t2": {"services": [sandbox_service(patches=patches, speculative=spec(steps))]}})
+        res, _ = run_inv(sandbox, inv, "deploy", "--host", "t2")
+        assert res.returncode == 0, res.stdout
+        stamps.append(manifest(h)["stamp"])
+    assert len(set(stamps)) == 3
+
+    for want, steps in ((stamps[1], 3), (stamps[0], 2)):
+        res, rep = run_inv(sandbox, inv, "rollback", "--host", "t2")
+        assert res.returncode == 0, res.stdout
+        assert h.run("readlink", "/var/lib/specops/releases/current").stdout.strip() == want
+        assert matches_manifest(h, manifest(h, want))
+        assert server_info(h)["speculative_num_steps"] == steps
+    # Release N-2 had no patch: the upstream model file is back, and is what runs.
+    info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
+    assert info["model_code"] == "upstream"
+    res, _ = run_inv(sandbox, inv, "rollback", "--host", "t2")
+    assert res.returncode == 1 and "no release before" in res.stdout
+
+
+def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
+    h = sandbox.reset("t3", layers=[provision.layer("bare")])
+    assert not h.path(provision.VENV).exists()
+    svc = sandbox_service(patches=[LLAMA], draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
+    inv = sandbox.inventory({"t3": {
+        "services": [svc], "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
+        "sglang": {"version": "0.5.23"}, "package_index": f"{pkg_index.url}/simple"}})
+    res, rep = run_inv(sandbox, inv, "bootstrap", "--host", "t3", timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "sglang verified" in rep["t3"]["notes"]
+    info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
+    assert info["model_code"] == "patched: embedding capture"
+    torch_cuda = h.run(f"{provision.VENV}/bin/python", "-c", "import torch; print(torch.version.cuda)").stdout
+    assert torch_cuda.strip() == "12.8"
+    res, rep = run_inv(sandbox, inv, "bootstrap", "--host", "t3")
+    assert res.returncode == 0 and rep["t3"]["changed"] == 0, res.stdout
+
+
+def apps(h):
+    return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout.split("\n")
+
+
+def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
+    h = sandbox.reset("t4")
+    svc = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_ORPHAN": "escape"})
+    inv = sandbox.inventory({"t4": {"services": [svc]}})
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t4")
+    assert res.returncode == 0, res.stdout
+    held = [line for line in apps(h) if line.strip()]
+    assert len(held) == 2  # the server and its scheduler
+    # The scheduler left the unit's cgroup: systemctl stop alone does not reach it.
+    sched = int(held[1].split(",")[0])
+    assert "sglang.service" not in h.run("cat", f"/proc/{sched}/cgroup").stdout
+
+    res, rep = run_inv(sandbox, inv, "stop", "--host", "t4")
+    assert res.returncode == 0, res.stdout
+    assert f"killed leftover pid {sched}" in res.stdout and "SIGKILL" in res.stdout  # it ignores SIGTERM
+    assert "freed GPU 0: 2000 MiB" in res.stdout
+    assert [line for line in apps(h) if line.strip()] == []
+    assert not h.path(f"/proc/{sched}").exists()
+
+
+def test_gpu_window_failing_job_then_ctrl_c(sandbox):
+    h = sandbox.reset("t5")
+    inv = sandbox.inventory({"t5": {"services": [sandbox_service()]}})
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t5")
+    assert res.returncode == 0
+    started = unit_prop(h, "sglang", "ExecMainStartTimestamp")
+
+    res = sandbox.inv("gpu-window", "--host", "t5", "--",
+                      "nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l; exit 7", inventory=inv)
+    assert res.returncode == 7, res.stdout
+    assert "| 0" in res.stdout  # the job saw no compute apps: the GPU was free
+    assert "sglang verified" in res.stdout
+    assert unit_prop(h, "sglang", "ActiveState") == "active"
+    assert unit_prop(h, "sglang", "ExecMainStartTimestamp") != started
+
+    import os
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "gpu-window", "--host", "t5", "--",
+                             "echo job-started; sleep 60"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "| job-started" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out = "".join(lines) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, out
+    assert "interrupted: Ctrl-C was passed to the job" in out and "sglang verified" in out
+    assert unit_prop(h, "sglang", "ActiveState") == "active"
+    assert not h.run("pgrep", "-f", "sleep 60", check=False).stdout  # the job really ended
+    assert not lock_held(h)
+
+
+def test_fleet_unreachable_host_and_rolling_batches(sandbox):
+    names = ["t5", "t1", "t2", "t3", "t4"]
+    for n in names:
+        sandbox.reset(n)
+    sandbox.host("t5").run("systemctl", "stop", "ssh.service", "ssh.socket", check=False)
+    inv = sandbox.inventory({n: {"services": [sandbox_service()], "connect_timeout": 3} for n in names})
+
+    res, rep = run_inv(sandbox, inv, "deploy", "--serial", "2", "--max-fail", "0")
+    assert res.returncode == 1
+    assert rep["t5"]["status"] == "failed" and rep["t1"]["status"] == "changed"
+    assert all("skipped" in rep[n]["notes"] for n in ("t2", "t3", "t4"))
+    assert not sandbox.host("t3").path("/etc/systemd/system/sglang.service").exists()
+
+    res, rep = run_inv(sandbox, inv, "deploy")
+    assert res.returncode == 1
+    assert "failed hosts: t5" in res.stdout
+    assert [n for n in names if rep[n]["status"] == "failed"] == ["t5"]
+    assert all("sglang verified" in rep[n]["notes"] for n in ("t1", "t2", "t3", "t4"))
+
+
+def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox):
+    h = sandbox.reset("t1")
+    slow = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "30"})
+    inv = sandbox.inventory({"t1": {"services": [slow]}})
+    import os
+    first = subprocess.Popen([sys.executable, "-m", "invoke", "deploy", "--host", "t1"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
+    lines = []
+    for line in first.stdout:
+        lines.append(line)
+        if "starting (/health" in line:
+            break
+    assert lock_held(h)
+    holder = json.loads(h.run("cat", "/run/specops.lock/holder.json").stdout)
+    assert holder["pid"] == first.pid and holder["task"] == "deploy"
+
+    second = sandbox.inv("deploy", "--host", "t1", inventory=inv)
+    assert second.returncode == 1
+    assert f"t1: locked by {holder['who']} (pid {first.pid}, task deploy" in second.stdout
+
+    first.send_signal(signal.SIGINT)
+    out = "".join(lines) + first.communicate(timeout=60)[0]
+    assert first.returncode == 130, out
+    assert not lock_held(h)
+    again = sandbox.inv("deploy", "--host", "t1", "--check", inventory=inv)
+    assert again.returncode == 0, again.stdout
