@@ -161,7 +161,7 @@ def test_draft_config_edit_is_idempotent_with_backup(sandbox):
     doc = json.loads(h.path(DRAFT_CFG).read_text())
     assert doc["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 16]
     assert doc["architectures"] == ["LlamaForCausalLMEagle3"]  # other keys kept
-    backups = h.run("sh", "-c", f"ls /var/lib/specops/releases/*/previous{DRAFT_CFG}").stdout.split()
+    backups = h.run("sh", "-c", f"ls /var/lib/specops/releases/2*/previous{DRAFT_CFG}").stdout.split()
     assert len(backups) == 1 and h.path(backups[0]).read_text() == before
     assert model_info(h)["aux_hidden_state_capture"] == [0, 3, 17]  # -1 → the embedding output
 
