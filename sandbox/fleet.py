@@ -352,10 +352,25 @@ def sweep(site: Site = DEFAULT_SITE) -> None:
         leftovers = [Host(d.name, 0, site) for d in hosts_dir.iterdir()]
         with ThreadPoolExecutor(max(1, len(leftovers))) as pool:
             list(pool.map(_stop, leftovers))
-        for h in leftovers:
-            if os.path.ismount(h.merged):
-                sh("umount", "-l", str(h.merged), check=False)
-            shutil.rmtree(h.dir, ignore_errors=True)
+    # What a killed run may have left without a record: find it on the machine itself.
+    marker = f"{hosts_dir}/"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if cmd.startswith("systemd-nspawn") and marker in cmd:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            for target in children + [pid]:
+                try:
+                    os.kill(int(target), signal.SIGKILL)
+                except OSError:
+                    pass
+    for line in Path("/proc/mounts").read_text().splitlines():
+        mountpoint = line.split()[1]
+        if mountpoint.startswith(marker):
+            sh("umount", "-l", mountpoint, check=False)
+    shutil.rmtree(hosts_dir, ignore_errors=True)
     for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         if name.startswith(f"{site.prefix}v"):

@@ -24,14 +24,24 @@ UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestampMonot
               "ExecMainStartTimestampMonotonic", "ExecMainPID", "MainPID", "NRestarts",
               "ControlGroup", "FragmentPath", "UnitFileState", "Result")
 VENV_PROBE = r"""
-import importlib.metadata as md, importlib.util as iu, json, os, re, sys
+import importlib.util as iu, json, os, re, sys
 out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
        "tag": sys.implementation.cache_tag, "packages": {}, "dirs": {}}
-for dist in ("torch", "flash-linear-attention", "fla-core", "sglang"):
+# Versions from the *.dist-info names on sys.path (what importlib.metadata reads, without its import cost).
+wanted = {"torch": "torch", "flash_linear_attention": "flash-linear-attention", "fla_core": "fla-core",
+          "sglang": "sglang"}
+out["packages"] = dict.fromkeys(wanted.values())
+for entry in sys.path:
     try:
-        out["packages"][dist] = md.version(dist)
-    except Exception:
-        out["packages"][dist] = None
+        names = os.listdir(entry or ".")
+    except OSError:
+        continue
+    for n in names:
+        if n.endswith(".dist-info"):
+            name, _, version = n[:-10].partition("-")
+            dist = wanted.get(re.sub(r"[-_.]+", "_", name).lower())
+            if dist and out["packages"][dist] is None:
+                out["packages"][dist] = version
 for mod in ("sglang", "torch", "fla"):
     try:
         spec = iu.find_spec(mod)

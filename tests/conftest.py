@@ -19,6 +19,8 @@ from specops.run import Options, Redactor, Reporter, run_hosts  # noqa: E402
 from specops import inventory as inventory_mod  # noqa: E402
 
 FLEET_HOSTS = ["t1", "t2", "t3", "t4", "t5"]
+# Apart from `inv sandbox.up`'s site, so a user's sandbox and a test run never sweep each other.
+TEST_SITE = fleet_mod.Site("sot", "192.168.235", Path("/var/lib/specops-test"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def fleet():
     """Five booted sandbox hosts with SGLang (simulator) preinstalled, reused by every test."""
-    f = fleet_mod.Fleet(FLEET_HOSTS, layers=[provision.layer("gpubox")]).up()
+    f = fleet_mod.Fleet(FLEET_HOSTS, layers=[provision.layer("gpubox")], site=TEST_SITE).up()
     provision.write_known_hosts(f)
     yield f
     f.down()

@@ -1,0 +1,221 @@
+"""specops against Ansible and pyinfra: one workload, the same sandbox hosts, interleaved runs.
+
+    python bench/run.py                       # 1, 5 and 20 hosts, 5 runs each; writes BENCHMARKS.md
+    python bench/run.py --hosts 1 --runs 1 --smoke
+
+Workload (each tool's idiomatic version is beside this file): template the SGLang unit, copy
+two ~180 KB patched model files, purge their bytecode, daemon-reload and restart only on
+change, make sure the service runs, health check.  For each host count and run, every tool
+gets freshly reset hosts, a first run and a no-op re-run; the tools' order rotates per run
+to cancel drift.  specops's SSH channels are counted at paramiko's Transport by a hook in
+bench/hooks, not by specops.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from sandbox import fleet, provision  # noqa: E402
+from sandbox.provision import sandbox_service  # noqa: E402
+
+SITE = fleet.Site("sob", "192.168.234", Path("/var/lib/specops-bench"))
+TOOLS_VENV = fleet.CACHE / "bench-venv"
+TOOLS = ("specops", "ansible", "pyinfra")
+STARTUP_S = 1.0  # the simulated server's startup: not the tools' overhead
+PATCHES = ("llama.py", "qwen2.py")
+
+
+def tools_venv() -> Path:
+    """ansible-core and pyinfra, kept out of specops's own dependencies."""
+    if not (TOOLS_VENV / ".complete").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(TOOLS_VENV)], check=True)
+        subprocess.run([str(TOOLS_VENV / "bin/pip"), "install", "-q", "ansible-core==2.19.14", "pyinfra==3.10.0"],
+                       check=True)
+        (TOOLS_VENV / ".complete").write_text("")
+    return TOOLS_VENV / "bin"
+
+
+def patch_files(work: Path) -> Path:
+    """Two deterministic, valid, ~180 KB patched model files (a big table, like real model code)."""
+    root = work / "patches"
+    for name in PATCHES:
+        path = root / "srt/models" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = "".join(f"    ({i}, {i * 7919 % 104729}, 'w{i:06d}'),\n" for i in range(6000))
+        path.write_text(f'"""Benchmark patch of {name}."""\nMODEL_CODE = "bench"\nCAPTURES_EMBEDDING = False\n'
+                        f"ENTRY_CLASSES = 'LlamaForCausalLM'\nTABLE = [\n{rows}]\n")
+    return root
+
+
+class Setup:
+    """Per host count: a fleet, and each tool's inventory for it."""
+
+    def __init__(self, n: int, work: Path):
+        self.work = work / f"n{n}"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.fleet = fleet.Fleet([f"b{i}" for i in range(1, n + 1)], layers=[provision.layer("gpubox")], site=SITE)
+        self.patches = patch_files(work)
+        self.service = sandbox_service(patches=[f"srt/models/{p}" for p in PATCHES], speculative=None,
+                                       env={"SGLANG_SIM_STARTUP_DELAY": str(STARTUP_S), "SGLANG_SIM_TOK_S": "100000"})
+        del self.service["speculative"]
+        from roles.sglang_service import unit_text
+        self.unit = self.work / "sglang.service.j2"
+        # The other tools' workload has no secrets file, so their unit does not name one.
+        text = "".join(l for l in unit_text(self.service, provision.VENV).splitlines(True)
+                       if not l.startswith("EnvironmentFile="))
+        self.unit.write_text(text.replace("{", "{{ '{' }}"))
+
+    def up(self) -> None:
+        self.fleet.up()
+        self.reset()
+
+    def reset(self) -> None:
+        with ThreadPoolExecutor(len(self.fleet.hosts)) as pool:
+            list(pool.map(lambda h: self.fleet.reset(h.name), self.fleet.hosts))
+        self.known = provision.write_known_hosts(self.fleet)
+        self._write_inventories()
+
+    def _write_inventories(self) -> None:
+        key = str(fleet.controller_key())
+        hosts = {h.name: {**provision.host_vars(h), "patch_dir": str(self.patches), "services": [self.service]}
+                 for h in self.fleet.hosts}
+        (self.work / "specops").mkdir(exist_ok=True)
+        (self.work / "specops/hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        ssh_args = f"-o UserKnownHostsFile={self.known} -o StrictHostKeyChecking=yes"
+        lines = ["[all]"] + [f"{h.name} ansible_host={h.address}" for h in self.fleet.hosts]
+        lines += ["[all:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={key}",
+                  f"ansible_ssh_common_args='{ssh_args}'", f"patch_dir={self.patches}"]
+        (self.work / "ansible.ini").write_text("\n".join(lines) + "\n")
+        inv = [f"({h.address!r}, {{'ssh_user': 'root', 'ssh_key': {key!r}, 'ssh_known_hosts_file': "
+               f"{str(self.known)!r}, 'ssh_strict_host_key_checking': 'yes', 'patch_dir': {str(self.patches)!r}, "
+               f"'unit_template': {str(self.unit)!r}}})" for h in self.fleet.hosts]
+        (self.work / "pyinfra_inventory.py").write_text(f"hosts = [{', '.join(inv)}]\n")
+
+    def command(self, tool: str) -> tuple[list[str], dict]:
+        env = {**os.environ, "ANSIBLE_CONFIG": str(HERE / "ansible/ansible.cfg")}
+        if tool == "specops":
+            channels = self.work / "channels.json"
+            env.update(SPECOPS_INVENTORY=str(self.work / "specops"), PYTHONPATH=str(HERE / "hooks"),
+                       SPECOPS_BENCH_CHANNELS=str(channels))
+            return [sys.executable, "-m", "invoke", "deploy", "--quiet", "--forks", "50"], env
+        tools = tools_venv()
+        if tool == "ansible":
+            shutil_template = self.work / "ansible_templates"
+            shutil_template.mkdir(exist_ok=True)
+            (shutil_template / "sglang.service.j2").write_text(self.unit.read_text())
+            env["ANSIBLE_TEMPLATES"] = ""
+            return [str(tools / "ansible-playbook"), "-i", str(self.work / "ansible.ini"),
+                    "-e", f"playbook_dir={HERE / 'ansible'}", str(self.work / "site.yml")], env
+        return [str(tools / "pyinfra"), "-y", "--parallel", "50", str(self.work / "pyinfra_inventory.py"),
+                str(HERE / "pyinfra/deploy.py")], env
+
+    def prepare_ansible(self) -> None:
+        # The playbook's template is looked up beside the playbook: give it the rendered unit.
+        site = (HERE / "ansible/site.yml").read_text().replace("src: sglang.service.j2", f"src: {self.unit}")
+        (self.work / "site.yml").write_text(site)
+
+    def run(self, tool: str) -> tuple[float, dict]:
+        cmd, env = self.command(tool)
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True, timeout=900)
+        wall = time.perf_counter() - t0
+        if res.returncode != 0:
+            raise RuntimeError(f"{tool} failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-2000:]}")
+        extra = {}
+        if tool == "specops":
+            counts = json.loads((self.work / "channels.json").read_text())
+            extra["channels_per_host"] = max(counts.values()) if counts else 0
+        return wall, extra
+
+    def check_served(self) -> None:
+        """Each tool must really have deployed: the patched code runs on every host."""
+        for h in self.fleet.hosts:
+            info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
+            assert info["model_code"] == "bench", f"{h.name} runs {info['model_code']}"
+
+
+def measure(counts: list[int], runs: int) -> dict:
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="specops-bench-") as tmp:
+        for n in counts:
+            setup = Setup(n, Path(tmp))
+            setup.prepare_ansible()
+            setup.up()
+            rows = {t: {"first": [], "noop": [], "channels_first": [], "channels_noop": []} for t in TOOLS}
+            try:
+                for i in range(runs):
+                    order = TOOLS[i % 3:] + TOOLS[:i % 3]
+                    for tool in order:
+                        setup.reset()
+                        first, ex1 = setup.run(tool)
+                        setup.check_served()
+                        noop, ex2 = setup.run(tool)
+                        rows[tool]["first"].append(first)
+                        rows[tool]["noop"].append(noop)
+                        if tool == "specops":
+                            rows[tool]["channels_first"].append(ex1["channels_per_host"])
+                            rows[tool]["channels_noop"].append(ex2["channels_per_host"])
+                        print(f"[bench] {n:>2} hosts run {i + 1}/{runs} {tool:<8} first {first:6.2f}s  "
+                              f"no-op {noop:6.2f}s", file=sys.stderr, flush=True)
+            finally:
+                setup.fleet.down()
+            results[n] = {t: {k: (statistics.median(v) if v else None) for k, v in r.items()} | {"samples": r}
+                          for t, r in rows.items()}
+    return results
+
+
+def markdown(results: dict, runs: int) -> str:
+    lines = ["# Benchmarks", "",
+             "specops against Ansible (ansible-core 2.19.14, pipelining, forks 50, no fact gathering) and "
+             "pyinfra 3.10.0, on the same sandbox hosts (systemd-nspawn containers with real systemd and "
+             "sshd, each in its own network namespace), interleaved. Workload: template the SGLang unit, "
+             "copy two ~180 KB patched model files, purge their bytecode, daemon-reload and restart only on "
+             "change, make sure the service runs, health check (specops: its full verify).", "",
+             f"Median of {runs} runs, wall time in seconds. The simulated server takes {STARTUP_S:.0f} s to "
+             "start on a first run.", "",
+             "| hosts | run | specops | Ansible | pyinfra | specops/Ansible | specops/pyinfra | specops SSH channels per host |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n, r in results.items():
+        for kind in ("first", "noop"):
+            s, a, p = (r[t][kind] for t in TOOLS)
+            ch = r["specops"][f"channels_{kind}"]
+            lines.append(f"| {n} | {'first' if kind == 'first' else 'no-op'} | {s:.2f} | {a:.2f} | {p:.2f} | "
+                         f"{s / a:.2f} | {s / p:.2f} | {ch:g} |")
+    lines += ["", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+              f"{time.strftime('%Y-%m-%d')}.", "", "Reproduce (as root, after `bash scripts/setup.sh`):", "",
+              "    .venv/bin/python bench/run.py", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", default="1,5,20")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="only check that every tool runs; write nothing")
+    ap.add_argument("--json", default=str(HERE / "results.json"))
+    args = ap.parse_args()
+    results = measure([int(n) for n in args.hosts.split(",")], args.runs)
+    print(json.dumps({n: {t: {k: v for k, v in r.items() if k != "samples"} for t, r in res.items()}
+                      for n, res in results.items()}, indent=1))
+    if not args.smoke:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+        (ROOT / "BENCHMARKS.md").write_text(markdown(results, args.runs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""The benchmark keeps working: one host, one run of each tool (speed is measured in bench/ only)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+
+
+def test_bench_smoke(tmp_path):
+    res = subprocess.run([sys.executable, "bench/run.py", "--hosts", "1", "--runs", "1", "--smoke"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    results = json.loads(res.stdout)["1"]
+    assert set(results) == {"specops", "ansible", "pyinfra"}
+    assert all(results[t]["first"] > 0 and results[t]["noop"] > 0 for t in results)
+    assert results["specops"]["channels_noop"] == 2  # probe (with the lock) and verify, counted at paramiko
+
