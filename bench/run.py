@@ -196,6 +196,22 @@ def markdown(results: dict, runs: int) -> str:
             ch = r["specops"][f"channels_{kind}"]
             lines.append(f"| {n} | {'first' if kind == 'first' else 'no-op'} | {s:.2f} | {a:.2f} | {p:.2f} | "
                          f"{s / a:.2f} | {s / p:.2f} | {ch:g} |")
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for n in (min(results), max(results)):
+        s = results[n]["specops"]["noop"]
+        for tool, limit in (("pyinfra", 0.5), ("ansible", 0.15)):
+            ratio = s / results[n][tool]["noop"]
+            lines.append(f"| no-op at {n} host(s) ≤ {limit}× {tool} | {ratio:.2f}× | "
+                         f"{'yes' if ratio <= limit else f'no, {ratio / limit:.2f}× the target'} |")
+    worst = max(r["specops"]["channels_noop"] for r in results.values())
+    lines.append(f"| ≤ 2 SSH round trips per host on a no-op | {worst:g} | {'yes' if worst <= 2 else 'no'} |")
+    for n, r in results.items():
+        over = (r["specops"]["first"] - STARTUP_S) / n
+        lines.append(f"| first deploy: overhead beyond the server's startup ≤ 1 s per host ({n} host(s)) | "
+                     f"{over:.2f} s | {'yes' if over <= 1 else 'no'} |")
+    analysis = HERE / "analysis.md"
+    if analysis.exists():
+        lines += ["", analysis.read_text().rstrip()]
     lines += ["", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d')}.", "", "Reproduce (as root, after `bash scripts/setup.sh`):", "",
               "    .venv/bin/python bench/run.py", ""]

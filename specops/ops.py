@@ -405,7 +405,8 @@ class Service(Op):
         active = u.get("ActiveState") in ("active", "activating", "reloading")
         if self.enabled is not None and u.get("UnitFileState") != ("enabled" if self.enabled else "disabled"):
             verb = "enable" if self.enabled else "disable"
-            actions.append({"kind": "run", "cmd": ["systemctl", verb, "--quiet", self.name],
+            # --no-reload: enabling is a symlink; a changed unit gets the daemon-reload handler.
+            actions.append({"kind": "run", "cmd": ["systemctl", verb, "--quiet", "--no-reload", self.name],
                             "desc": f"{verb} {self.name}"})
             said.append(verb)
         if self.state == "started" and not active and not restarting:

@@ -28,7 +28,28 @@ from .errors import HostKeyError, SpecopsError
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 USER_KNOWN_HOSTS = os.path.expanduser("~/.ssh/known_hosts")
-AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_text()
+AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
+AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()[:16]
+# Runs first on the host: keeps the agent as a module named by its hash, so Python compiles it
+# once and later calls load its bytecode.  stdin: hash, source length, source, request.
+AGENT_LOADER = """import os, sys
+data = sys.stdin.buffer.read()
+sha, size, rest = data.split(b"\\n", 2)
+sha, size = sha.decode(), int(size)
+home = "/var/lib/specops/agent"
+path = os.path.join(home, "agent_%s.py" % sha)
+if not os.path.exists(path):
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    for old in os.listdir(home):
+        if old.startswith("agent_") and old.endswith(".py"):
+            os.unlink(os.path.join(home, old))
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(rest[:size])
+    os.rename(tmp, path)
+sys.path.insert(0, home)
+__import__("agent_" + sha).main(rest[size:].decode())
+"""
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -204,8 +225,9 @@ class Remote:
 
     def agent(self, request: dict, on_stderr: Callable[[str], None] | None = None) -> dict:
         """Run the on-host agent with one request, in one round trip."""
-        payload = AGENT_SOURCE + f"\nmain({json.dumps(json.dumps(request))})\n"
-        res = self.exec("python3 -", payload.encode(), on_stderr=on_stderr)
+        payload = b"%s\n%d\n%s%s" % (AGENT_SHA.encode(), len(AGENT_SOURCE), AGENT_SOURCE,
+                                      json.dumps(request).encode())
+        res = self.exec(f"python3 -c {shlex.quote(AGENT_LOADER)}", payload, on_stderr=on_stderr)
         if res.rc != 0 or not res.stdout.strip():
             tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
             if res.rc == 127 or "python3: not found" in res.stderr or "command not found" in res.stderr:

@@ -21,7 +21,12 @@ def service_request(host, svc: dict) -> dict:
 
 
 def requests(run: HostRun) -> list[dict]:
-    return [service_request(run.host, s) for s in run.host.get("services") or []]
+    reqs = [service_request(run.host, s) for s in run.host.get("services") or []]
+    if run.facts:  # paths the probe already resolved need no interpreter on the host again
+        files = run.facts.data["files"]
+        for r in reqs:
+            r["managed"] = [files[k]["path"] if files.get(k, {}).get("path") else k for k in r["managed"]]
+    return reqs
 
 
 def verify(run: HostRun, services: list[dict] | None = None, unlock: bool = False) -> None:

@@ -49,6 +49,7 @@ def count_pip_calls(h):
 def pip_calls(h):
     log = h.path(PIP_LOG)
     return log.read_text().splitlines() if log.exists() else []
+@pytest.mark.reliability("second-run", "idempotence")
 
 
 def test_driver_575_auto_picks_cu128_and_replaces_cpu_torch(sandbox, pkg_index):

@@ -143,6 +143,7 @@ class Listener:
     (["deploy", "--group", "nosuch"], "unknown group 'nosuch'"),
     (["facts", "--host", "a", "--group", "g"], "give --host or --group, not both"),
 ])
+@pytest.mark.reliability("bad-inventory", "bad-input")
 def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):
     from conftest import Sandbox
     listener = Listener()
@@ -163,6 +164,7 @@ def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):
     assert listener.accepted == 0
 
 
+@pytest.mark.reliability("bad-inventory", "bad-input")
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_cli_bad_inventory_exit_2(tmp_path, case):
     from conftest import Sandbox

@@ -45,6 +45,7 @@ def lock_held(h):
 
 def server_info(h, port=30000):
     return json.loads(h.run("curl", "-sf", f"http://127.0.0.1:{port}/server_info").stdout)
+@pytest.mark.reliability("start-failure", "fault")
 
 
 def test_broken_deploy_rolls_back_to_the_previous_release(sandbox):
@@ -90,6 +91,7 @@ def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
     assert info["model_code"] == "upstream"
     res, _ = run_inv(sandbox, inv, "rollback", "--host", "t2")
     assert res.returncode == 1 and "no release before" in res.stdout
+@pytest.mark.reliability("second-run", "idempotence")
 
 
 def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
@@ -112,6 +114,7 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
 
 def apps(h):
     return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout.split("\n")
+@pytest.mark.reliability("orphan", "fault")
 
 
 def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
@@ -132,6 +135,7 @@ def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
     assert "freed GPU 0: 2000 MiB" in res.stdout
     assert [line for line in apps(h) if line.strip()] == []
     assert not h.path(f"/proc/{sched}").exists()
+@pytest.mark.reliability("gpu-window", "fault")
 
 
 def test_gpu_window_failing_job_then_ctrl_c(sandbox):
@@ -166,6 +170,7 @@ def test_gpu_window_failing_job_then_ctrl_c(sandbox):
     assert unit_prop(h, "sglang", "ActiveState") == "active"
     assert not h.run("pgrep", "-f", "sleep 60", check=False).stdout  # the job really ended
     assert not lock_held(h)
+@pytest.mark.reliability("unreachable", "fault")
 
 
 def test_fleet_unreachable_host_and_rolling_batches(sandbox):
@@ -186,6 +191,7 @@ def test_fleet_unreachable_host_and_rolling_batches(sandbox):
     assert "failed hosts: t5" in res.stdout
     assert [n for n in names if rep[n]["status"] == "failed"] == ["t5"]
     assert all("sglang verified" in rep[n]["notes"] for n in ("t1", "t2", "t3", "t4"))
+@pytest.mark.reliability("concurrent", "fault")
 
 
 def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox):

@@ -16,6 +16,7 @@ def host(**svc):
     return Host("h", {"venv": "/opt/v", "services": [{**base, **svc}]})
 
 
+@pytest.mark.reliability("traversal", "bad-input")
 @pytest.mark.parametrize("rel", ["../../etc/passwd", "/etc/passwd", "srt/../../../etc/passwd",
                                  "srt/models/../../../x.py", "srt\\models\\llama.py", "srt//models/llama.py"])
 def test_patch_path_traversal_refused_at_plan_time(rel):

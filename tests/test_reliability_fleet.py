@@ -1,0 +1,136 @@
+"""Faults, hostile values and a full disk, on sandbox hosts (the rest of docs/RELIABILITY.md's
+rows are covered beside the features they exercise; each carries a reliability marker)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, load_json, sha256_on, unit_prop
+from sandbox import provision
+from sandbox.provision import VENV, sandbox_service
+
+pytestmark = pytest.mark.fleet
+MODELS = f"{VENV}/lib/python3.11/site-packages/sglang/srt/models"
+
+
+def run_inv(sandbox, inv, *args, **kw):
+    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
+    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
+    return res, (load_json(report)["hosts"] if report.exists() else None)
+
+
+def no_staging_left(h):
+    return not h.run("sh", "-c", "find /etc /opt /models /var/lib/specops -name .specops-stage 2>/dev/null",
+                     check=False).stdout.strip()
+
+
+@pytest.mark.reliability("health-timeout", "fault")
+def test_health_timeout_rolls_back_with_journal(sandbox):
+    h = sandbox.reset("t1")
+    good = sandbox_service()
+    res, _ = run_inv(sandbox, sandbox.inventory({"t1": {"services": [good]}}), "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    hung = {**good, "env": {"SGLANG_SIM_STARTUP_DELAY": "120"}, "verify": {"timeout": 3}}
+    res, rep = run_inv(sandbox, sandbox.inventory({"t1": {"services": [hung]}}), "deploy", "--host", "t1")
+    assert res.returncode == 1
+    assert "not ready after 3s (last /health: 503)" in rep["t1"]["error"]
+    assert "journal tail:" in res.stdout and "Loaded model code sglang.srt.models.llama" in res.stdout
+    assert "rolled back" in rep["t1"]["notes"]
+    assert "SGLANG_SIM_STARTUP_DELAY=1" in h.path("/etc/systemd/system/sglang.service").read_text()
+    assert unit_prop(h, "sglang", "ActiveState") == "active"
+
+
+@pytest.mark.reliability("sigint", "fault")
+def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_index):
+    h = sandbox.reset("t2", layers=[provision.layer("bare")])
+    host_vars = {"services": [sandbox_service()], "sglang": {"version": "0.5.23"},
+                 "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
+                 "package_index": f"{pkg_index.url}/simple"}
+    inv = sandbox.inventory({"t2": host_vars})
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "deploy", "--host", "t2"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "Looking in indexes" in line:  # pip is running on the host
+            proc.send_signal(signal.SIGINT)
+            break
+    out = "".join(seen) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0
+    deadline = time.monotonic() + 10
+    while h.run("pgrep", "-f", "pip install", check=False).stdout and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not h.run("pgrep", "-f", "pip install", check=False).stdout  # the remote work stopped too
+    assert no_staging_left(h)
+    assert not h.path("/etc/systemd/system/sglang.service").exists()  # written only after the packages
+
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t2", timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:]
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t2")
+    assert res.returncode == 0 and rep["t2"]["changed"] == 0
+
+
+@pytest.mark.reliability("metachar", "bad-input")
+def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path):
+    h = sandbox.reset("t3")
+    bad_name = sandbox_service(name="sglang;touch /tmp/pwned-name")
+    res, _ = run_inv(sandbox, sandbox.inventory({"t3": {"services": [bad_name]}}), "deploy", "--host", "t3")
+    assert res.returncode == 2 and "a service name may hold only" in res.stderr
+
+    odd = "/models/odd dir $(touch /tmp/pwned-path) ; rm -rf /models 'q' \"dq\" `touch /tmp/pwned-bt` %h"
+    h.run("mkdir", "-p", odd)
+    h.run("cp", "/models/tiny-llama/config.json", f"{odd}/config.json")
+    name = "it's \"quoted\" $(touch /tmp/pwned-served) & echo"
+    svc = sandbox_service(model_path=odd, served_model_name=name,
+                          env={"SGLANG_SIM_STARTUP_DELAY": "1", "NOTE": "$(touch /tmp/pwned-env); `id`"},
+                          env_secret={"HF_TOKEN": "tok\"en $(touch /tmp/pwned-secret) \\ `x`"},
+                          extra_args=["--tokenizer-path", "/x; touch /tmp/pwned-arg"])
+    res, rep = run_inv(sandbox, sandbox.inventory({"t3": {"services": [svc]}}), "deploy", "--host", "t3")
+    assert res.returncode == 0, res.stdout
+    info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)
+    assert info["model_path"] == odd and info["served_model_name"] == name
+    assert info["tokenizer_path"] == "/x; touch /tmp/pwned-arg"
+    assert f"/v1/models: {name}" in res.stdout
+    pid = unit_prop(h, "sglang", "MainPID")
+    environ = h.run("cat", f"/proc/{pid}/environ").stdout.split("\0")
+    assert "NOTE=$(touch /tmp/pwned-env); `id`" in environ
+    assert "HF_TOKEN=tok\"en $(touch /tmp/pwned-secret) \\ `x`" in environ
+    assert h.run("sh", "-c", "ls /tmp/pwned* 2>/dev/null", check=False).stdout == ""
+    assert h.path("/models/tiny-llama/config.json").exists()  # `rm -rf /models` never ran
+
+
+@pytest.mark.reliability("disk-full", "fault")
+def test_disk_full_during_sync_keeps_the_old_file(sandbox, record_property):
+    h = sandbox.reset("t4")
+    res, _ = run_inv(sandbox, sandbox.inventory({"t4": {"services": [sandbox_service()]}}), "deploy", "--host", "t4")
+    assert res.returncode == 0
+    before = sha256_on(h, f"{MODELS}/llama.py", f"{MODELS}/qwen2.py")
+    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
+    # A small full filesystem over the target directory, holding the same files.
+    h.run("sh", "-ec", f"cp -a {MODELS} /root/models.bak && mount -t tmpfs -o size=256k tmpfs {MODELS} && "
+                       f"cp -a /root/models.bak/. {MODELS}/ && "
+                       f"(dd if=/dev/zero of={MODELS}/.filler bs=4k 2>/dev/null || true)")
+    assert h.run("df", "--output=avail", MODELS).stdout.split()[-1] == "0"
+
+    svc = sandbox_service(patches=["srt/models/llama.py"])
+    res, rep = run_inv(sandbox, sandbox.inventory({"t4": {"services": [svc]}}), "deploy", "--host", "t4")
+    assert res.returncode == 1
+    assert "cannot write" in rep["t4"]["error"] and "No space left on device" in rep["t4"]["error"]
+    after = sha256_on(h, f"{MODELS}/llama.py", f"{MODELS}/qwen2.py")
+    lost = sum(h.path(p).stat().st_size for p in before if after.get(p) != before[p])
+    record_property("bytes_verified", sum(h.path(p).stat().st_size for p in before))
+    record_property("bytes_lost", lost)
+    assert lost == 0 and after == before
+    assert no_staging_left(h)
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started
+
+    h.run("rm", f"{MODELS}/.filler")
+    res, rep = run_inv(sandbox, sandbox.inventory({"t4": {"services": [svc]}}), "deploy", "--host", "t4")
+    assert res.returncode == 0, res.stdout
