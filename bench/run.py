@@ -170,8 +170,10 @@ def measure(counts: list[int], runs: int) -> dict:
                         if tool == "specops":
                             rows[tool]["channels_first"].append(ex1["channels_per_host"])
                             rows[tool]["channels_noop"].append(ex2["channels_per_host"])
+                        channels = f"  channels {ex1['channels_per_host']}/{ex2['channels_per_host']}" \
+                            if tool == "specops" else ""
                         print(f"[bench] {n:>2} hosts run {i + 1}/{runs} {tool:<8} first {first:6.2f}s  "
-                              f"no-op {noop:6.2f}s", file=sys.stderr, flush=True)
+                              f"no-op {noop:6.2f}s{channels}", file=sys.stderr, flush=True)
             finally:
                 setup.fleet.down()
             results[n] = {t: {k: (statistics.median(v) if v else None) for k, v in r.items()} | {"samples": r}

@@ -277,9 +277,20 @@ class Fleet:
     def reset(self, name: str, layers: list[Path] | None = None) -> Host:
         """Throw away everything the host has written and boot it afresh."""
         h = self[name]
-        _stop(h)
-        _teardown_one(h)
-        self._up_one(h, (self.layers if layers is None else layers) + [rootfs()])
+        lowers = (self.layers if layers is None else layers) + [rootfs()]
+        for attempt in (1, 2):
+            _stop(h)
+            _teardown_one(h)
+            try:
+                self._up_one(h, lowers)
+                return h
+            except RuntimeError as e:
+                # Seen once with 20 hosts resetting at once on 2 cores: one retry, then say why.
+                console = (h.dir / "console.log").read_text(errors="replace")[-600:] if h.dir.exists() else ""
+                if attempt == 2:
+                    raise RuntimeError(f"{e}\n{console}") from None
+                log(f"{name}: boot failed ({e}); retrying once. Console: {console[-200:]!r}")
+                time.sleep(1)
         return h
 
     def known_hosts(self) -> str:
