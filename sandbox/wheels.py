@@ -18,7 +18,7 @@ def build(dest: Path, name: str, version: str, files: dict[str, bytes],
           requires: list[str] = (), summary: str = "") -> Path:
     """files maps paths inside site-packages to content."""
     dist = f"{name.replace('-', '_')}-{version}"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     entries = dict(sorted(files.items()))
     entries[f"{dist}.dist-info/METADATA"] = ("\n".join(meta) + "\n").encode()

@@ -89,6 +89,24 @@ class Sandbox:
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env=full_env, stdin=subprocess.DEVNULL)
 
+    def interrupt(self, *args: str, inventory: Path, when: str, before=None) -> tuple[int, str]:
+        """Run the CLI, send it SIGINT (Ctrl-C) when a line contains `when` (after calling
+        `before`, if given, while it still runs); returns (exit status, output)."""
+        import signal
+        proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env={**os.environ, "SPECOPS_INVENTORY": str(inventory)})
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if when in line:
+                if before:
+                    before()
+                proc.send_signal(signal.SIGINT)
+                break
+        out = "".join(seen) + proc.communicate(timeout=120)[0]
+        return proc.returncode, out
+
     def apply(self, inventory: Path, roles: list, check: bool = False, host: str | None = None,
               body=None, **opt):
         """Run roles in-process through the engine; returns (reports, printed output)."""

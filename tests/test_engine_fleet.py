@@ -115,9 +115,9 @@ def test_two_notifications_one_restart(sandbox):
     assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != start_before
     assert unit_prop(h, "sglang", "NRestarts") == "0"
     assert "hf_secret_value_123" not in out
+
+
 @pytest.mark.reliability("ssh-cut", "fault")
-
-
 def test_interrupted_write_leaves_old_file(sandbox):
     """Kill the SSH session while the new content sits staged: the old file survives."""
     h = sandbox.reset("t4")
@@ -158,9 +158,9 @@ def test_validator_failure_refuses_whole_batch(sandbox):
     assert reports[0].error and "systemd-analyze verify refused /etc/systemd/system/broken.service" in reports[0].error
     assert not h.path("/srv/a.txt").exists()  # validated before anything was placed
     assert not h.path("/etc/systemd/system/broken.service").exists()
+
+
 @pytest.mark.reliability("host-key", "bad-input")
-
-
 def test_host_keys_unknown_accept_new_changed(sandbox, tmp_path):
     h = sandbox.reset("t5")
     known = tmp_path / "known_hosts"
@@ -185,9 +185,9 @@ def test_host_keys_unknown_accept_new_changed(sandbox, tmp_path):
     changed = sandbox.inv(*facts, "--accept-new-host-key", inventory=inv)
     assert changed.returncode != 0
     assert "host key CHANGED" in changed.stdout + changed.stderr
+
+
 @pytest.mark.reliability("second-run", "idempotence")
-
-
 def test_cli_deploy_twice_and_facts(sandbox, tmp_path):
     h = sandbox.reset("t2")
     from sandbox.provision import sandbox_service
@@ -208,9 +208,9 @@ def test_cli_deploy_twice_and_facts(sandbox, tmp_path):
     assert data["units"]["sglang"]["ActiveState"] == "active"
     assert data["venvs"]["/opt/sglang/venv"]["packages"]["sglang"] == "0.5.23"
     assert data["gpu"]["present"] and data["gpu"]["driver"] == "575.57.08"
+
+
 @pytest.mark.reliability("unreachable", "fault")
-
-
 def test_unreachable_host_fails_alone(sandbox, tmp_path):
     sandbox.reset("t1")
     # Loopback, closed port: unreachable without sending a packet off this machine.

@@ -49,9 +49,9 @@ def count_pip_calls(h):
 def pip_calls(h):
     log = h.path(PIP_LOG)
     return log.read_text().splitlines() if log.exists() else []
+
+
 @pytest.mark.reliability("second-run", "idempotence")
-
-
 def test_driver_575_auto_picks_cu128_and_replaces_cpu_torch(sandbox, pkg_index):
     h = gpu_host(sandbox, "t1", driver="575.57.08")
     res, report = deploy(sandbox, "t1", stack(pkg_index, cuda="cpu"))

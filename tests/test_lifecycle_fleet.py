@@ -1,13 +1,10 @@
 """Releases, automatic rollback, bootstrap, stop, the GPU window, fleets and the lock."""
 import json
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import ROOT, load_json, unit_prop
+from conftest import load_json, unit_prop
 from sandbox import provision
 from sandbox.provision import sandbox_service
 
@@ -45,9 +42,9 @@ def lock_held(h):
 
 def server_info(h, port=30000):
     return json.loads(h.run("curl", "-sf", f"http://127.0.0.1:{port}/server_info").stdout)
+
+
 @pytest.mark.reliability("start-failure", "fault")
-
-
 def test_broken_deploy_rolls_back_to_the_previous_release(sandbox):
     h = sandbox.reset("t1")
     good = sandbox_service(patches=[LLAMA], speculative=spec(3))
@@ -91,9 +88,9 @@ def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
     assert info["model_code"] == "upstream"
     res, _ = run_inv(sandbox, inv, "rollback", "--host", "t2")
     assert res.returncode == 1 and "no release before" in res.stdout
+
+
 @pytest.mark.reliability("second-run", "idempotence")
-
-
 def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     h = sandbox.reset("t3", layers=[provision.layer("bare")])
     assert not h.path(provision.VENV).exists()
@@ -114,9 +111,9 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
 
 def apps(h):
     return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout.split("\n")
+
+
 @pytest.mark.reliability("orphan", "fault")
-
-
 def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
     h = sandbox.reset("t4")
     svc = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_ORPHAN": "escape"})
@@ -135,9 +132,9 @@ def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
     assert "freed GPU 0: 2000 MiB" in res.stdout
     assert [line for line in apps(h) if line.strip()] == []
     assert not h.path(f"/proc/{sched}").exists()
+
+
 @pytest.mark.reliability("gpu-window", "fault")
-
-
 def test_gpu_window_failing_job_then_ctrl_c(sandbox):
     h = sandbox.reset("t5")
     inv = sandbox.inventory({"t5": {"services": [sandbox_service()]}})
@@ -153,26 +150,16 @@ def test_gpu_window_failing_job_then_ctrl_c(sandbox):
     assert unit_prop(h, "sglang", "ActiveState") == "active"
     assert unit_prop(h, "sglang", "ExecMainStartTimestamp") != started
 
-    import os
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "gpu-window", "--host", "t5", "--",
-                             "echo job-started; sleep 60"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "| job-started" in line:
-            proc.send_signal(signal.SIGINT)
-            break
-    out = "".join(lines) + proc.communicate(timeout=60)[0]
-    assert proc.returncode == 130, out
+    status, out = sandbox.interrupt("gpu-window", "--host", "t5", "--", "echo job-started; sleep 60",
+                                    inventory=inv, when="| job-started")
+    assert status == 130, out
     assert "interrupted: Ctrl-C was passed to the job" in out and "sglang verified" in out
     assert unit_prop(h, "sglang", "ActiveState") == "active"
     assert not h.run("pgrep", "-f", "sleep 60", check=False).stdout  # the job really ended
     assert not lock_held(h)
+
+
 @pytest.mark.reliability("unreachable", "fault")
-
-
 def test_fleet_unreachable_host_and_rolling_batches(sandbox):
     names = ["t5", "t1", "t2", "t3", "t4"]
     for n in names:
@@ -191,33 +178,28 @@ def test_fleet_unreachable_host_and_rolling_batches(sandbox):
     assert "failed hosts: t5" in res.stdout
     assert [n for n in names if rep[n]["status"] == "failed"] == ["t5"]
     assert all("sglang verified" in rep[n]["notes"] for n in ("t1", "t2", "t3", "t4"))
+
+
 @pytest.mark.reliability("concurrent", "fault")
-
-
 def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox):
     h = sandbox.reset("t1")
     slow = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "30"})
     inv = sandbox.inventory({"t1": {"services": [slow]}})
-    import os
-    first = subprocess.Popen([sys.executable, "-m", "invoke", "deploy", "--host", "t1"], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
-    lines = []
-    for line in first.stdout:
-        lines.append(line)
-        if "starting (/health" in line:
-            break
-    assert lock_held(h)
-    holder = json.loads(h.run("cat", "/run/specops.lock/holder.json").stdout)
-    assert holder["pid"] == first.pid and holder["task"] == "deploy"
+    seen = {}
 
-    second = sandbox.inv("deploy", "--host", "t1", inventory=inv)
+    def second_deploy_while_first_verifies():
+        # Runs inside interrupt(): the first deploy holds the lock and waits for the slow server.
+        assert lock_held(h)
+        seen["holder"] = json.loads(h.run("cat", "/run/specops.lock/holder.json").stdout)
+        seen["second"] = sandbox.inv("deploy", "--host", "t1", inventory=inv)
+
+    status, out = sandbox.interrupt("deploy", "--host", "t1", inventory=inv, when="starting (/health",
+                                    before=second_deploy_while_first_verifies)
+    assert status == 130, out
+    holder, second = seen["holder"], seen["second"]
+    assert holder["task"] == "deploy" and f"pid {holder['pid']}" in second.stdout
     assert second.returncode == 1
-    assert f"t1: locked by {holder['who']} (pid {first.pid}, task deploy" in second.stdout
-
-    first.send_signal(signal.SIGINT)
-    out = "".join(lines) + first.communicate(timeout=60)[0]
-    assert first.returncode == 130, out
+    assert f"t1: locked by {holder['who']} (pid {holder['pid']}, task deploy" in second.stdout
     assert not lock_held(h)
     again = sandbox.inv("deploy", "--host", "t1", "--check", inventory=inv)
     assert again.returncode == 0, again.stdout

@@ -87,9 +87,9 @@ def test_stale_bytecode_trap_both_ways(sandbox, trap):
     res, report = deploy(sandbox, "t1", sandbox_service(patches=[LLAMA]))
     assert res.returncode == 0 and report["changed"] == 0, res.stdout
     assert unit_prop(h, "sglang", "ExecMainStartTimestamp") == started
+
+
 @pytest.mark.reliability("syntax-error", "bad-input")
-
-
 def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path):
     h = sandbox.reset("t2")
     res, _ = deploy(sandbox, "t2", sandbox_service(patches=[LLAMA]))
@@ -152,9 +152,9 @@ def test_status_reports_drift_after_pip_reinstall(sandbox):
 
     res, _ = deploy(sandbox, "t4", svc)
     assert res.returncode == 0 and model_info(h)["model_code"] == PATCHED
+
+
 @pytest.mark.reliability("second-run", "idempotence")
-
-
 def test_draft_config_edit_is_idempotent_with_backup(sandbox):
     h = sandbox.reset("t5")
     before = h.path(DRAFT_CFG).read_text()

@@ -1,15 +1,11 @@
 """Faults, hostile values and a full disk, on sandbox hosts (the rest of docs/RELIABILITY.md's
 rows are covered beside the features they exercise; each carries a reliability marker)."""
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import ROOT, load_json, sha256_on, unit_prop
+from conftest import load_json, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
 
@@ -51,17 +47,9 @@ def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_ind
                  "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
                  "package_index": f"{pkg_index.url}/simple"}
     inv = sandbox.inventory({"t2": host_vars})
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "deploy", "--host", "t2"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if "Looking in indexes" in line:  # pip is running on the host
-            proc.send_signal(signal.SIGINT)
-            break
-    out = "".join(seen) + proc.communicate(timeout=60)[0]
-    assert proc.returncode == 130, out
+    # Ctrl-C while pip is running on the host.
+    status, out = sandbox.interrupt("deploy", "--host", "t2", inventory=inv, when="Looking in indexes")
+    assert status == 130, out
     assert "interrupted" in out
     assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0
     deadline = time.monotonic() + 10

@@ -6,7 +6,7 @@ import pytest
 from roles import sglang_service
 from specops.errors import UsageError
 from specops.inventory import Host
-from specops.ops import Change, Context, Facts, File, Service, handler_actions, render, unified_diff
+from specops.ops import Context, Facts, File, Service, handler_actions, render, unified_diff
 from specops.run import Redactor
 from specops.unitfmt import envfile_line, exec_line, quote_word, unit_environment
 

@@ -92,9 +92,9 @@ def test_nextn_is_eagle_and_max_running_requests():
 
 def service(**kw):
     return {"name": "sglang", "model_path": "/m", "speculative": spec(num_steps=1, eagle_topk=1, num_draft_tokens=16), **kw}
+
+
 @pytest.mark.reliability("spec-flags", "bad-input")
-
-
 def test_check_service_refuses_seed_case_in_one_line():
     with pytest.raises(UsageError) as e:
         check_service(service(), "ct129: service 'sglang'")
@@ -109,9 +109,9 @@ def test_check_service_opt_in_records_effective_values():
     assert {f.field: f.effective for f in res.adjustments} == {"speculative_num_draft_tokens": 2}
     with pytest.raises(UsageError, match=r"\[auto-params\]"):  # errors are never opt-in
         check_service(service(allow_sglang_adjustments=True, speculative=spec(eagle_topk=1)), "x")
+
+
 @pytest.mark.reliability("spec-flags", "bad-input")
-
-
 def test_cli_refuses_seed_case_without_connecting(tmp_path):
     from conftest import Sandbox
     from test_inventory import Listener, write

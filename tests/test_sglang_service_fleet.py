@@ -75,9 +75,9 @@ def test_server_exit_fails_verify_fast_with_journal(sandbox):
     exits = h.run("journalctl", "-u", "sglang", "-o", "short-unix", "--no-pager").stdout
     first_exit = float(next(l for l in exits.splitlines() if "Main process exited" in l).split()[0])
     assert finished - first_exit <= 5, f"verify took {finished - first_exit:.1f}s after the exit"
+
+
 @pytest.mark.reliability("secrets", "bad-input")
-
-
 def test_secrets_appear_only_in_the_env_file(sandbox, tmp_path):
     h = sandbox.reset("t5")
     token, key = "hf_SECRETtoken123", "sk-SECRETkey456"
@@ -113,9 +113,9 @@ def test_two_services_on_one_host(sandbox):
     assert "/v1/models: tiny-b" in res.stdout and "/v1/models: tiny-llama" in res.stdout
     gpus = h.run("nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits").stdout
     assert [int(l.split(",")[1]) for l in gpus.splitlines()] == [1000, 1000, 1000, 1000]
+
+
 @pytest.mark.reliability("second-run", "idempotence")
-
-
 def test_second_deploy_changes_nothing_and_does_not_restart(sandbox):
     h = sandbox.reset("t2")
     res, _ = deploy(sandbox, "t2", [sandbox_service()])
