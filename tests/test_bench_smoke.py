@@ -18,4 +18,5 @@ def test_bench_smoke(tmp_path):
     assert set(results) == {"specops", "ansible", "pyinfra"}
     assert all(results[t]["first"] > 0 and results[t]["noop"] > 0 for t in results)
     assert results["specops"]["channels_noop"] == 2  # probe (with the lock) and verify, counted at paramiko
+    assert results["specops"]["channels_first"] == 4  # probe, apply, verify, release (gives the lock back)
 
