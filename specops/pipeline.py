@@ -105,9 +105,8 @@ def stop(run: HostRun, services: list[str] | None = None) -> dict:
 def start_and_verify(run: HostRun, services: list[str]) -> None:
     """Start services again and verify them as deployed: the current release, or the inventory
     on a host specops has not deployed yet."""
-    run.connect().agent({"mode": "start", "services": services})
-    current = next((r for r in releases(run)["releases"] if r["current"]), None)
-    deployed = current["verify"] if current else verify_mod.requests(run)
+    res = run.connect().agent({"mode": "start", "services": services})
+    deployed = res["verify"] if res["verify"] is not None else verify_mod.requests(run)
     verify_mod.verify(run, [r for r in deployed if r["name"] in services])
 
 

@@ -138,6 +138,19 @@ class Listener:
         self.sock.close()
 
 
+def run_without_connecting(tmp_path, host_yaml: str, *args: str):
+    """Run the CLI against an inventory whose host is a loopback listener that counts
+    connection attempts: returns (result, attempts)."""
+    from conftest import Sandbox
+    listener = Listener()
+    try:
+        inv_dir = write(tmp_path / "inv", {"hosts.yml": host_yaml.format(port=listener.port)})
+        res = Sandbox(None, tmp_path).inv(*args, inventory=inv_dir, timeout=60)
+    finally:
+        listener.close()
+    return res, listener.accepted
+
+
 @pytest.mark.parametrize("args,pattern", [
     (["deploy", "--host", "nosuch"], "unknown host 'nosuch'"),
     (["deploy", "--group", "nosuch"], "unknown group 'nosuch'"),
@@ -145,23 +158,17 @@ class Listener:
 ])
 @pytest.mark.reliability("bad-inventory", "bad-input")
 def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):
-    from conftest import Sandbox
-    listener = Listener()
-    try:
-        inv_dir = write(tmp_path / "inv", {"hosts.yml": f"""
-            all:
-              children:
-                g:
-                  hosts:
-                    a: {{address: 127.0.0.1, ssh_port: {listener.port}, connect_timeout: 2}}
-            """})
-        res = Sandbox(None, tmp_path).inv(*args, inventory=inv_dir, timeout=60)
-    finally:
-        listener.close()
+    res, attempts = run_without_connecting(tmp_path, """
+        all:
+          children:
+            g:
+              hosts:
+                a: {{address: 127.0.0.1, ssh_port: {port}, connect_timeout: 2}}
+        """, *args)
     assert res.returncode == 2, res.stderr
     lines = [l for l in res.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and pattern in lines[0], res.stderr
-    assert listener.accepted == 0
+    assert attempts == 0
 
 
 @pytest.mark.reliability("bad-inventory", "bad-input")

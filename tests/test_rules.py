@@ -113,25 +113,19 @@ def test_check_service_opt_in_records_effective_values():
 
 @pytest.mark.reliability("spec-flags", "bad-input")
 def test_cli_refuses_seed_case_without_connecting(tmp_path):
-    from conftest import Sandbox
-    from test_inventory import Listener, write
-    listener = Listener()
-    try:
-        inv = write(tmp_path / "inv", {"hosts.yml": f"""
-            all:
-              hosts:
-                ct129:
-                  address: 127.0.0.1
-                  ssh_port: {listener.port}
-                  services:
-                    - name: sglang
-                      model_path: /models/Kimi-K2.5
-                      speculative: {{algorithm: EAGLE3, draft_model_path: /d, num_steps: 1, eagle_topk: 1, num_draft_tokens: 16}}
-            """})
-        res = Sandbox(None, tmp_path).inv("deploy", "--host", "ct129", inventory=inv, timeout=60)
-    finally:
-        listener.close()
+    from test_inventory import run_without_connecting
+    res, attempts = run_without_connecting(tmp_path, """
+        all:
+          hosts:
+            ct129:
+              address: 127.0.0.1
+              ssh_port: {port}
+              services:
+                - name: sglang
+                  model_path: /models/Kimi-K2.5
+                  speculative: {{algorithm: EAGLE3, draft_model_path: /d, num_steps: 1, eagle_topk: 1, num_draft_tokens: 16}}
+        """, "deploy", "--host", "ct129")
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "[topk1-draft]" in res.stderr
     assert "SGLang would run with 2" in res.stderr
-    assert listener.accepted == 0
+    assert attempts == 0
