@@ -4,124 +4,121 @@ import sys
 from invoke import Collection, Exit, task
 
 from roles import draft_config, gpu_stack, model_patches, sglang_service, system_packages
-from sandbox import tasks as sandbox_tasks
 from specops import cli, pipeline
 from specops import status as status_mod
+from specops.cli import FLEET, SELECT, fleet_task
 from specops.facts import facts_probe
 from specops.verify import verify as verify_host
 
 DEPLOY = [gpu_stack, model_patches, draft_config, sglang_service]
 BOOTSTRAP = [system_packages] + DEPLOY
-H = cli.HELP
-SELECT = ("host", "group", "inventory", "accept-new-host-key", "forks")
-FLEET = SELECT + ("json", "serial", "max-fail", "break-lock", "quiet")
 
 
-def helps(*names, **extra):
-    return {**{n: H[n] for n in names}, **extra}
-
-
-@task(help=helps(*FLEET, "check", "diff"))
-def deploy(c, host=None, group=None, inventory=None, check=False, diff=False, json=None,
-           accept_new_host_key=False, forks=10, serial=0, max_fail=100.0, break_lock=False, quiet=False):
+@fleet_task(*FLEET, "check", "diff")
+def deploy(c, sel):
     """Converge hosts: lock, probe, plan, apply, handlers, verify, record the release.
     If verify fails, this deploy's changes are undone and the previous release verified."""
-    cli.play(pipeline.deploy, DEPLOY, task="deploy", **options(locals()))
+    cli.play(pipeline.deploy, DEPLOY, sel, task="deploy")
 
 
-@task(help=helps(*FLEET))
-def bootstrap(c, host=None, group=None, inventory=None, json=None, accept_new_host_key=False,
-              forks=10, serial=0, max_fail=100.0, break_lock=False, quiet=False):
+@fleet_task(*FLEET)
+def bootstrap(c, sel):
     """Take a bare Debian/Ubuntu GPU box to verified serving: apt, venv, GPU stack, patches,
     draft config, unit, verify."""
-    cli.play(pipeline.bootstrap, BOOTSTRAP, task="bootstrap", **options(locals()))
+    cli.play(pipeline.bootstrap, BOOTSTRAP, sel, task="bootstrap")
 
 
-@task(help=helps(*SELECT, "json", "break-lock", to="Release stamp to restore (default: the one before current)"))
-def rollback(c, host=None, group=None, inventory=None, to=None, json=None, accept_new_host_key=False,
-             forks=10, break_lock=False):
+@fleet_task(*SELECT, "json", "break_lock", to="Release stamp to restore (default: the one before current)")
+def rollback(c, sel, to=None):
     """Restore the previous release (or --to STAMP): files, bytecode purge, reload, restart, verify."""
-    cli.play(lambda run: pipeline.rollback(run, to), [], task="rollback",
-             **options(locals()))
+    cli.play(lambda run: pipeline.rollback(run, to), [], sel, task="rollback")
 
 
-@task(help=helps(*SELECT))
-def releases(c, host=None, group=None, inventory=None, accept_new_host_key=False, forks=10):
+@fleet_task(*SELECT)
+def releases(c, sel):
     """List each host's releases, newest last; * marks current."""
-    found = {}
-    cli.play(lambda run: found.__setitem__(run.host.name, pipeline.releases(run)), [], quiet=True,
-             stream=sys.stderr, **options(locals()))
-    for name, res in found.items():
-        for r in res["releases"]:
-            mark = "*" if r["current"] else " "
-            print(f"{name:<12} {mark} {r['stamp']}  {r['status']:<11} {', '.join(r['services'])}  {r['summary'][:70]}")
+    reports = cli.play(pipeline.releases, [], sel, changes_hosts=False, quiet=True, stream=sys.stderr)
+    for r in reports:
+        for rel in (r.result.releases if r.result else []):
+            mark = "*" if rel["current"] else " "
+            print(f"{r.name:<12} {mark} {rel['stamp']}  {rel['status']:<11} {', '.join(rel['services'])}  "
+                  f"{rel['summary'][:70]}")
 
 
-@task(help=helps(*SELECT, "json", "break-lock", service="Only this service (default: all on the host)"))
-def stop(c, host=None, group=None, inventory=None, service=None, json=None, accept_new_host_key=False,
-         forks=10, break_lock=False):
-    """Stop SGLang and prove its GPU memory is free: leftover processes are killed."""
+@fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)")
+def stop(c, sel, service=None):
+    """Stop SGLang and prove its GPU memory is free: leftovers of its runs are killed; anything
+    else still holding GPU memory is named, and stop fails."""
     def body(run):
         run.probe([], lock=True)
         pipeline.stop(run, [service] if service else None)
 
-    cli.play(body, [], task="stop", **options(locals()))
+    cli.play(body, [], sel, task="stop")
 
 
-@task(name="gpu-window", help=helps("host", "inventory", "accept-new-host-key", "break-lock", "json",
-                                    service="Only stop this service (default: all on the host)"))
-def gpu_window(c, host=None, inventory=None, service=None, accept_new_host_key=False, break_lock=False,
-               json=None):
+@fleet_task("host", "inventory", "accept_new_host_key", "break_lock", "json",
+            service="Only stop this service (default: all on the host)")
+def gpu_window(c, sel, service=None):
     """Stop SGLang, prove the GPUs free, run the job after `--` on the host, then always restart
     and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py"""
     if "--" not in sys.argv or not sys.argv[sys.argv.index("--") + 1:]:
         print("error: give the job after --, e.g. inv gpu-window --host ct129 -- python job.py", file=sys.stderr)
         raise Exit(code=2)
     job = " ".join(sys.argv[sys.argv.index("--") + 1:])
-    (report,) = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None), [],
-                         task="gpu-window", exit_on_failure=False, **options(locals()))
-    status = report.extra.get("job_status", 1)
+    (report,) = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None), [], sel,
+                         task="gpu-window", exit_on_failure=False)
+    status = report.result if report.result is not None else report.extra.get("job_status", 1)
     # The job's status; a window whose service did not come back healthy never reports success.
     raise Exit(code=status if status or not report.error else 1)
 
 
-@task(help=helps(*SELECT, "json"))
-def verify(c, host=None, group=None, inventory=None, json=None, accept_new_host_key=False, forks=10):
+@fleet_task(*SELECT, "json")
+def verify(c, sel):
     """Check each service: ready, serving its model, running the intended spec args, generating."""
-    cli.play(verify_host, DEPLOY, task="verify", **options(locals()))
+    cli.play(verify_host, DEPLOY, sel, task="verify", changes_hosts=False)
 
 
-@task(help=helps(*SELECT, "json"))
-def status(c, host=None, group=None, inventory=None, json=None, accept_new_host_key=False, forks=10):
-    """Per service: state, uptime, drift from the inventory, stale code, effective spec args, GPU memory."""
-    results = {}
+@fleet_task(*SELECT, "json")
+def status(c, sel):
+    """Per service: state, uptime, drift from the inventory, stale code, effective spec args; GPU
+    memory, and memory held by processes of no running service."""
+    sel.check = True
+    reports = []
     try:
-        cli.play(lambda run: results.__setitem__(run.host.name, status_mod.collect(run)), DEPLOY,
-                 check=True, quiet=True, stream=sys.stderr, **options(locals()))
+        reports = cli.play(status_mod.collect, DEPLOY, sel, changes_hosts=False, quiet=True, stream=sys.stderr,
+                           exit_on_failure=False)
     finally:
+        results = {r.name: r.result for r in reports if r.result}
         if results:
             print(status_mod.table(results))
+    if any(r.error for r in reports):
+        raise Exit(code=1)
 
 
-@task(help=helps(*SELECT))
-def facts(c, host=None, group=None, inventory=None, accept_new_host_key=False, forks=10):
+@fleet_task(*SELECT)
+def facts(c, sel):
     """Print the facts one probe gathers from each host, as JSON."""
-    collected = {}
-    try:
-        cli.play(lambda run: collected.__setitem__(run.host.name, facts_probe(run)), [], quiet=True,
-                 stream=sys.stderr, **options(locals()))
-    finally:
-        cli.print_json(collected)
+    reports = cli.play(facts_probe, [], sel, changes_hosts=False, quiet=True, stream=sys.stderr,
+                       exit_on_failure=False)
+    cli.print_json({r.name: r.result for r in reports if r.result is not None})
+    if any(r.error for r in reports):
+        raise Exit(code=1)
 
 
-PLAY_OPTIONS = {"inventory", "host", "group", "check", "diff", "json", "accept_new_host_key", "forks",
-                "quiet", "serial", "max_fail", "break_lock"}
+@task(name="up", help={"hosts": "How many hosts to boot (default 1: 'sandbox'; more: sandbox1..N)"})
+def sandbox_up(c, hosts=1):
+    """Boot local sandbox hosts (systemd + sshd in nspawn containers) and write their own
+    inventory (sandbox/inventory), apart from yours."""
+    from sandbox import tasks as sandbox_tasks  # only sandbox tasks pay for the sandbox's imports
+    sandbox_tasks.up(hosts)
 
 
-def options(values):
-    """The shared options among a task's arguments, as cli.play takes them."""
-    return {k: v for k, v in values.items() if k in PLAY_OPTIONS}
+@task(name="down")
+def sandbox_down(c):
+    """Stop every sandbox host and remove its network namespace, veth, mounts and inventory."""
+    from sandbox import tasks as sandbox_tasks
+    sandbox_tasks.down()
 
 
 ns = Collection(deploy, bootstrap, rollback, releases, stop, gpu_window, verify, status, facts)
-ns.add_collection(Collection.from_module(sandbox_tasks, name="sandbox"))
+ns.add_collection(Collection("sandbox", sandbox_up, sandbox_down))

@@ -1,6 +1,8 @@
 """The draft model's config.json: keys set as JSON, then linted against the target (DESIGN §6)."""
+from specops import handlers, protocol
 from specops.errors import UsageError
 from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
+from specops.services.sglang import draft_config_path
 
 from roles.model_patches import provides_embedding_capture
 
@@ -9,20 +11,17 @@ LAYER_IDS = "eagle_aux_hidden_state_layer_ids"
 NESTED = f"eagle_config.{LAYER_IDS}"
 
 
-def draft_config_path(svc):
-    return f"{svc['speculative']['draft_model_path'].rstrip('/')}/config.json"
-
-
 class LayerIdLint(Op):
     """EAGLE-3 hidden-state layer ids, as the target will read them (nested key only)."""
 
     def __init__(self, svc, edit: JsonKeys | None, embedding_capture: bool):
         self.svc, self.edit, self.embedding_capture = svc, edit, embedding_capture
+        self.services = (svc["name"],)
         self.draft = draft_config_path(svc)
         self.target = f"{svc['model_path'].rstrip('/')}/config.json"
 
     def wants(self):
-        return {"files": [self.draft, self.target], "content": {self.draft: "always", self.target: "always"}}
+        return protocol.Probe(files=[self.draft, self.target], content={self.draft: "always", self.target: "always"})
 
     def plan(self, facts, ctx):
         label = f"layer ids of {self.draft}"
@@ -32,7 +31,7 @@ class LayerIdLint(Op):
         ids = dotted_get(doc, NESTED)
         if ids is None:
             if LAYER_IDS in doc:
-                return Change(self.role, label, False, "ok", warning=f"only a top-level {LAYER_IDS} "
+                return Change(self.role, label, "ok", (self.svc["name"],), warning=f"only a top-level {LAYER_IDS} "
                               f"{doc[LAYER_IDS]}; SGLang reads {NESTED} and will ignore it")
             return self._change(label, "ok")
         check_layer_ids(ids, self.embedding_capture, self._target_layers(facts), self.svc["name"])
@@ -69,6 +68,6 @@ def ops(host):
         capture = provides_embedding_capture(host, svc)
         if NESTED in keys:
             check_layer_ids(keys[NESTED], capture, None, svc["name"], UsageError)  # before connecting
-        edit = JsonKeys(draft_config_path(svc), keys, notify=[f"restart:{svc['name']}"]) if keys else None
+        edit = JsonKeys(draft_config_path(svc), keys, notify=[handlers.restart(svc["name"])]) if keys else None
         out += ([edit] if edit else []) + [LayerIdLint(svc, edit, capture)]
     return out

@@ -7,9 +7,11 @@ torch variant index plus a package index, or, air-gapped, from a wheelhouse push
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from specops import handlers, protocol
 from specops.errors import UsageError
 from specops.ops import Change, Op, PlanError
-from specops.spec import DEFAULT_VENV, venv_python
+from specops.services import venv_of
+from specops.spec import venv_python
 from specops.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"
@@ -41,7 +43,7 @@ class Venv(Op):
         self.path, self.python = path, python
 
     def wants(self):
-        return {"venvs": [self.path]}
+        return protocol.Probe(venvs=[self.path])
 
     def plan(self, facts, ctx):
         v = facts.venv(self.path)
@@ -52,11 +54,10 @@ class Venv(Op):
                 raise PlanError(f"venv {self.path} has Python {v['version']}, not {self.python}; "
                                 f"move it away to have it rebuilt")
             return self._change(f"venv {self.path}", "ok")
-        facts.data["venvs"][self.path] = {"exists": True, "packages": {}, "torch_cuda": None, "planned": True}
+        facts.assume_venv(self.path, {"exists": True, "packages": {}, "torch_cuda": None, "planned": True})
         interpreter = f"python{self.python}" if self.python else "python3"
-        return self._change(f"venv {self.path}", f"create with {interpreter}", [{
-            "kind": "run", "cmd": [interpreter, "-m", "venv", self.path],
-            "desc": f"create venv {self.path} ({interpreter})"}])
+        return self._change(f"venv {self.path}", f"create with {interpreter}", [protocol.Run(
+            cmd=[interpreter, "-m", "venv", self.path], desc=f"create venv {self.path} ({interpreter})")])
 
 
 class Wheelhouse(Op):
@@ -69,7 +70,7 @@ class Wheelhouse(Op):
         self.wheels = sorted(p for p in self.local.iterdir() if p.suffix == ".whl")
 
     def wants(self):
-        return {"listdirs": [REMOTE_WHEELHOUSE]}
+        return protocol.Probe(listdirs=[REMOTE_WHEELHOUSE])
 
     def plan(self, facts, ctx):
         have = facts.listing(REMOTE_WHEELHOUSE)
@@ -77,9 +78,8 @@ class Wheelhouse(Op):
         if not missing:
             return self._change(f"wheelhouse {REMOTE_WHEELHOUSE}", "ok")
         size = sum(w.stat().st_size for w in missing)
-        return Change(self.role, f"wheelhouse {REMOTE_WHEELHOUSE}", True,
-                      f"push {len(missing)} wheel(s), {size / 2**20:.1f} MiB",
-                      uploads=[(str(w), f"{REMOTE_WHEELHOUSE}/{w.name}") for w in missing])
+        return Change(self.role, f"wheelhouse {REMOTE_WHEELHOUSE}", f"push {len(missing)} wheel(s), "
+                      f"{size / 2**20:.1f} MiB", uploads=[(str(w), f"{REMOTE_WHEELHOUSE}/{w.name}") for w in missing])
 
 
 class PythonPackages(Op):
@@ -90,7 +90,7 @@ class PythonPackages(Op):
         self.torch, self.fla, self.sglang = host.get("torch"), host.get("fla"), host.get("sglang")
 
     def wants(self):
-        return {"venvs": [self.venv], "gpu": bool(self.torch)}
+        return protocol.Probe(venvs=[self.venv], gpu=bool(self.torch))
 
     def plan(self, facts, ctx):
         v = facts.venv(self.venv)
@@ -118,10 +118,10 @@ class PythonPackages(Op):
         install = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
                    *self.sources(variant), *specs]
         return self._change(target, "; ".join(wrong), [
-            {"kind": "run", "cmd": install, "desc": f"pip install {' '.join(specs)}"},
-            {"kind": "expect", "python": python, "code": IMPORT_CHECK, "expect": expect,
-             "what": f"after installing, the venv {self.venv} imports", "desc": "import torch, fla, sglang"},
-        ], notify=[f"restart:{s['name']}" for s in self.host.get("services") or []])
+            protocol.Run(cmd=install, desc=f"pip install {' '.join(specs)}"),
+            protocol.Expect(python=python, code=IMPORT_CHECK, expect=expect,
+                            what=f"after installing, the venv {self.venv} imports", desc="import torch, fla, sglang"),
+        ], notify=[handlers.restart(s["name"]) for s in self.host.get("services") or []])
 
     def sources(self, variant):
         if self.host.get("wheelhouse"):
@@ -142,7 +142,7 @@ class PythonPackages(Op):
 
 
 def ops(host):
-    venv = host.get("venv", DEFAULT_VENV)
+    venv = venv_of(host)
     out = [Venv(venv, host.get("python"))]
     if host.get("wheelhouse"):
         out.append(Wheelhouse(host["wheelhouse"]))

@@ -3,9 +3,12 @@ their bytecode purged, the service restarted."""
 import posixpath
 from pathlib import Path
 
+from specops import handlers
 from specops.errors import UsageError
-from specops.ops import File, PurgeBytecode, pkg_path
-from specops.spec import DEFAULT_VENV, venv_python
+from specops.ops import File, PurgeBytecode
+from specops.services import venv_of
+from specops.services.sglang import patch_key
+from specops.spec import venv_python
 
 NAME = "model_patches"
 PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"
@@ -43,17 +46,13 @@ def provides_embedding_capture(host, svc: dict) -> bool:
                for rel in svc.get("patches") or [])
 
 
-def patch_key(venv: str, rel: str) -> str:
-    return pkg_path(venv, f"sglang/{rel}")
-
-
 def ops(host):
-    venv = host.get("venv", DEFAULT_VENV)
+    venv = venv_of(host)
     patches: dict[str, list[str]] = {}  # one file may serve several services in a venv
     for svc in host.get("services") or []:
         for rel in svc.get("patches") or []:
             patch_source(host, rel, f"{host.name}: service {svc['name']!r}")
-            patches.setdefault(rel, []).append(f"restart:{svc['name']}")
+            patches.setdefault(rel, []).append(handlers.restart(svc["name"]))
     out = []
     for rel, restarts in patches.items():
         key, label = patch_key(venv, rel), f"sglang/{rel}"

@@ -1,4 +1,5 @@
 """Debian/Ubuntu packages a GPU box needs before anything else (bootstrap only)."""
+from specops import protocol
 from specops.ops import Op
 
 NAME = "system_packages"
@@ -10,8 +11,8 @@ class AptPackages(Op):
         self.names = names
 
     def wants(self):
-        return {"checks": {f"dpkg:{n}": f"dpkg-query -W -f='${{Status}}' {n} 2>/dev/null | "
-                                         f"grep -q 'install ok installed'" for n in self.names}}
+        return protocol.Probe(checks={f"dpkg:{n}": f"dpkg-query -W -f='${{Status}}' {n} 2>/dev/null | "
+                                                   f"grep -q 'install ok installed'" for n in self.names})
 
     def plan(self, facts, ctx):
         missing = [n for n in self.names if facts.check(f"dpkg:{n}") != 0]
@@ -19,7 +20,7 @@ class AptPackages(Op):
             return self._change("apt packages", "ok")
         cmd = "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + " ".join(missing)
         return self._change("apt packages", f"install {' '.join(missing)}",
-                            [{"kind": "run", "cmd": cmd, "desc": f"apt-get install {' '.join(missing)}"}])
+                            [protocol.Run(cmd=cmd, desc=f"apt-get install {' '.join(missing)}")])
 
 
 def ops(host):

@@ -36,13 +36,19 @@ class Site:
     prefix: str = "sop"
     subnet: str = "192.168.231"
     state: Path = STATE
+    inventory: Path | None = None  # the sandbox's own inventory directory (default: state/inventory)
+
+    @property
+    def inventory_dir(self) -> Path:
+        return self.inventory or self.state / "inventory"
 
 
 def _site_from_env() -> Site:
-    """SPECOPS_SANDBOX_SITE=prefix,subnet,state puts `inv sandbox.*` somewhere else (tests use it)."""
+    """SPECOPS_SANDBOX_SITE=prefix,subnet,state puts `inv sandbox.*` somewhere else (tests use it);
+    by default its inventory is sandbox/inventory in this repository."""
     spec = os.environ.get("SPECOPS_SANDBOX_SITE")
     if not spec:
-        return Site()
+        return Site(inventory=Path(__file__).resolve().parent / "inventory")
     prefix, subnet, state = spec.split(",")
     return Site(prefix, subnet, Path(state))
 
@@ -256,11 +262,22 @@ class Fleet:
         sweep(self.site)
         lowers = self.layers + [rootfs()]
         controller_key()
+        raise_inotify_limit(len(self.hosts))
         t0 = time.monotonic()
         with ThreadPoolExecutor(max(1, len(self.hosts))) as pool:
-            list(pool.map(lambda h: self._up_one(h, lowers), self.hosts))
+            failed = [e for e in pool.map(lambda h: self._try_up(h, lowers), self.hosts) if e]
+        if failed:
+            raise BootError(f"{len(failed)} of {len(self.hosts)} host(s) did not boot; first: {failed[0]}")
         log(f"{len(self.hosts)} host(s) up in {time.monotonic() - t0:.1f}s")
         return self
+
+    def _try_up(self, h: Host, lowers: list[Path]) -> str | None:
+        """Boot one host; None, or one line saying why not with the tail of its console."""
+        try:
+            self._up_one(h, lowers)
+            return None
+        except RuntimeError as e:
+            return f"{e} (console: {console_tail(h)})"
 
     def _up_one(self, h: Host, lowers: list[Path]) -> None:
         _network_up(h)
@@ -286,15 +303,43 @@ class Fleet:
                 return h
             except RuntimeError as e:
                 # Seen once with 20 hosts resetting at once on 2 cores: one retry, then say why.
-                console = (h.dir / "console.log").read_text(errors="replace")[-600:] if h.dir.exists() else ""
                 if attempt == 2:
-                    raise RuntimeError(f"{e}\n{console}") from None
-                log(f"{name}: boot failed ({e}); retrying once. Console: {console[-200:]!r}")
+                    raise BootError(f"{e} (console: {console_tail(h)})") from None
+                log(f"{name}: boot failed ({e}); retrying once. Console: {console_tail(h)}")
                 time.sleep(1)
         return h
 
     def known_hosts(self) -> str:
         return "".join(f"{h.address} ssh-ed25519 {h.host_key_pub}\n" for h in self.hosts)
+
+
+class BootError(RuntimeError):
+    """A sandbox host did not boot; the message is one line with the tail of its console."""
+
+
+def console_tail(h: Host, chars: int = 300) -> str:
+    try:
+        text = (h.dir / "console.log").read_text(errors="replace")
+    except OSError:
+        return "no console log"
+    return " | ".join(line.strip() for line in text[-chars:].splitlines() if line.strip()) or "empty"
+
+
+INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_HOST = 16  # a booted container's systemd, journald, logind and sshd hold about 8
+
+
+def raise_inotify_limit(hosts: int) -> None:
+    """Each container's systemd needs inotify instances, and all containers count against root's
+    limit (128 by default: about 15 hosts).  Raise it, and say so."""
+    try:
+        current = int(INOTIFY.read_text())
+    except (OSError, ValueError):
+        return
+    want = max(1024, 128 + INOTIFY_PER_HOST * hosts)
+    if current < want:
+        INOTIFY.write_text(str(want))
+        log(f"raised fs.inotify.max_user_instances from {current} to {want} (each host's systemd needs some)")
 
 
 def _wait_system(h: Host, timeout: float = 60) -> None:

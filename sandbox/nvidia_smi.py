@@ -3,7 +3,10 @@
 
 GPUs come from /etc/specops-sim/gpus.json.  Compute apps are the processes the
 SGLang simulator registered in /run/sglang-sim/gpu that are still alive, so
-memory is freed only when those processes really die.
+memory is freed only when those processes really die.  A GPU with
+"memory_unreported": "[N/A]" (or "[Not Supported]") prints that text for its
+memory fields and its apps' used_memory, as real nvidia-smi does for MIG devices
+and some drivers.
 """
 import json
 import os
@@ -61,6 +64,8 @@ def main(argv):
             vals = {"index": i, "uuid": uuid(i), "name": g["name"], "driver_version": cfg["driver_version"],
                     "memory.total": g["memory_total"], "memory.used": used,
                     "memory.free": g["memory_total"] - used}
+            if g.get("memory_unreported"):
+                vals.update(dict.fromkeys(("memory.total", "memory.used", "memory.free"), g["memory_unreported"]))
             rows.append([vals.get(f, "[N/A]") for f in opts["--query-gpu"].split(",")])
     elif "--query-compute-apps" in opts:
         for pid, gi, mem in running:
@@ -71,7 +76,8 @@ def main(argv):
                     name = f.read().split(b"\0")[0].decode() or "python"
             except OSError:
                 name = "python"
-            vals = {"pid": pid, "gpu_uuid": uuid(gi), "used_memory": mem, "process_name": name}
+            vals = {"pid": pid, "gpu_uuid": uuid(gi), "used_memory": gpus[gi].get("memory_unreported") or mem,
+                    "process_name": name}
             rows.append([vals.get(f, "[N/A]") for f in opts["--query-compute-apps"].split(",")])
     else:
         print("unsupported query", file=sys.stderr)

@@ -54,7 +54,7 @@ def standin_wheels() -> Path:
     version, variants = STANDIN_TORCH
     for v in variants:
         torch_standin.build(path, version, v)
-    provision.sim_wheel(path)
+    provision.sim_wheel(path)  # with its dependencies (setproctitle) beside it
     return path
 
 

@@ -13,6 +13,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -55,9 +56,37 @@ def _tree_hash(*paths: Path) -> str:
     return h.hexdigest()[:10]
 
 
+# What the simulator needs besides the standard library, as real SGLang does: setproctitle,
+# which retitles its children (sglang::scheduler_TP0 ...).  Binary wheels, for CPython 3.11
+# (the hosts' python3) and PyPy 3.9 (the "pypy" layer).
+SIM_REQUIRES = ["setproctitle==1.3.6"]
+SIM_DEP_TARGETS = [("3.11", "cp", "cp311"), ("3.9", "pp", "pypy39_pp73")]
+
+
+def sim_deps() -> Path:
+    """The simulator's dependencies as wheels, downloaded once from PyPI and cached."""
+    key = hashlib.sha256(json.dumps([SIM_REQUIRES, SIM_DEP_TARGETS]).encode()).hexdigest()[:10]
+    path = fleet.CACHE / f"wheels-sim-deps-{key}"
+    if (path / ".complete").exists():
+        return path
+    tmp = Path(str(path) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for version, impl, abi in SIM_DEP_TARGETS:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary", ":all:", "--python-version", version, "--implementation", impl,
+                        "--abi", abi, "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+                        "--platform", "manylinux_2_28_x86_64", "-d", str(tmp), *SIM_REQUIRES], check=True)
+    (tmp / ".complete").write_text("")
+    tmp.rename(path)
+    return path
+
+
 def sim_wheel(dest: Path) -> Path:
-    """The simulator as the wheel sglang-0.5.23-py3-none-any.whl."""
-    return wheels.from_tree(dest, "sglang", SIM_VERSION, SIM_SRC, "sglang",
+    """The simulator as the wheel sglang-0.5.23-py3-none-any.whl, with its dependencies beside it."""
+    for dep in sim_deps().glob("*.whl"):
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(dep, dest / dep.name)
+    return wheels.from_tree(dest, "sglang", SIM_VERSION, SIM_SRC, "sglang", requires=SIM_REQUIRES,
                             summary="specops sandbox stand-in for SGLang")
 
 
@@ -84,10 +113,12 @@ def _write_common(upper: Path) -> None:
 
 # How each kind of layer gets its SGLang venv, run inside the container: (script, needs network).
 LAYER_SCRIPTS = {
-    "gpubox": ("python3 -m venv {venv} && {venv}/bin/pip install -q --no-index --no-compile {wheel}", False),
+    "gpubox": ("python3 -m venv {venv} && {venv}/bin/pip install -q --no-index --no-compile "
+               "--find-links /opt/specops-sim {wheel}", False),
     # The venv's interpreter (PyPy 3.9) differs from the host's python3 (CPython 3.11).
     "pypy": ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pypy3 pypy3-venv"
-             " >/dev/null && pypy3 -m venv {venv} && {venv}/bin/pip install -q --no-index --no-compile {wheel}",
+             " >/dev/null && pypy3 -m venv {venv} && {venv}/bin/pip install -q --no-index --no-compile "
+             "--find-links /opt/specops-sim {wheel}",
              True),
 }
 
@@ -159,6 +190,18 @@ def write_known_hosts(f: fleet.Fleet) -> Path:
     return path
 
 
+def write_inventory(f: fleet.Fleet) -> Path:
+    """The sandbox's own inventory directory (hosts.yml), never a real fleet's."""
+    path = f.site.inventory_dir
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "hosts.yml").write_text(inventory_yaml(f))
+    return path
+
+
+def remove_inventory(site: fleet.Site) -> None:
+    (site.inventory_dir / "hosts.yml").unlink(missing_ok=True)
+
+
 def inventory_yaml(f: fleet.Fleet) -> str:
     write_known_hosts(f)
     # The seed's setup: an EAGLE-3 draft wired to the embedding output (-1), which needs the
@@ -167,4 +210,5 @@ def inventory_yaml(f: fleet.Fleet) -> str:
                            draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
     hosts = {h.name: {**host_vars(h), "services": [demo]} for h in f.hosts}
     doc = {"all": {"children": {"sandbox": {"vars": {"venv": VENV}, "hosts": hosts}}}}
-    return "# Written by `inv sandbox.up`; removed by `inv sandbox.down`.\n" + yaml.safe_dump(doc, sort_keys=False)
+    return ("# Written by `inv sandbox.up`; removed by `inv sandbox.down`.  Sandbox hosts only: never\n"
+            "# add real hosts here, and never point this inventory at a real fleet.\n" + yaml.safe_dump(doc, sort_keys=False))

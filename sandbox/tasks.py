@@ -1,29 +1,30 @@
-"""inv sandbox.up / sandbox.down: local stand-in GPU boxes for demos and tests."""
-from pathlib import Path
+"""`inv sandbox.up` / `inv sandbox.down`: local stand-in GPU boxes for demos and tests.
 
-from invoke import task
+Sandbox hosts get an inventory of their own (never beside a real fleet's), so a task
+aimed at them must be pointed at it: `inv deploy --inventory sandbox/inventory --host sandbox`.
+"""
+import sys
 
-from specops.cli import DEFAULT_INVENTORY
+from invoke import Exit
 
-# Beside the user's hosts.yml, so `inv deploy --host sandbox` finds it with no extra flag.
-INVENTORY = Path(DEFAULT_INVENTORY) / "sandbox.yml"
+from sandbox import fleet, provision
 
 
-@task(help={"hosts": "How many hosts to boot (default 1: 'sandbox'; more: sandbox1..N)"})
-def up(c, hosts=1):
-    """Boot sandbox hosts (systemd + sshd in nspawn containers) and write inventory/sandbox.yml."""
-    from sandbox import fleet, provision  # only sandbox tasks pay for these imports
+def up(hosts: int = 1) -> None:
     names = ["sandbox"] if hosts == 1 else [f"sandbox{i}" for i in range(1, hosts + 1)]
-    INVENTORY.parent.mkdir(parents=True, exist_ok=True)
-    f = fleet.Fleet(names, layers=[provision.layer("gpubox")]).up()
-    INVENTORY.write_text(provision.inventory_yaml(f))
-    print(f"{len(names)} sandbox host(s) up; inventory written to {INVENTORY}")
+    site = fleet.DEFAULT_SITE
+    try:
+        f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site).up()
+    except (fleet.BootError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise Exit(code=1)
+    path = provision.write_inventory(f)
+    print(f"{len(names)} sandbox host(s) up; their inventory: {path}\n"
+          f"  e.g. inv deploy --inventory {path} --host {names[0]}")
 
 
-@task
-def down(c):
-    """Stop every sandbox host and remove its network namespace, veth and mounts."""
-    from sandbox import fleet
-    fleet.sweep(fleet.DEFAULT_SITE)
-    INVENTORY.unlink(missing_ok=True)
+def down() -> None:
+    site = fleet.DEFAULT_SITE
+    fleet.sweep(site)
+    provision.remove_inventory(site)
     print("sandbox hosts removed")

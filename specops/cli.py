@@ -1,24 +1,47 @@
-"""What every task shares: options, host selection, error → exit code, the recap."""
+"""What every task shares: its options (declared once), host selection, error → exit code, the recap."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from invoke import Exit
+from invoke import Exit, task
 
 from . import inventory as inv
 from .errors import SpecopsError, UsageError
-from .run import HostRun, Options, Redactor, Reporter, recap, run_hosts
+from .report import HostReport, Redactor, Reporter, recap
+from .run import HostRun, Options, run_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = os.environ.get("SPECOPS_INVENTORY", str(ROOT / "inventory"))
 
+
+@dataclass
+class Selection:
+    """The options tasks share: which hosts, how to reach them, how to run and report."""
+    host: str | None = None
+    group: str | None = None
+    all: bool = False
+    inventory: str | None = None
+    accept_new_host_key: bool = False
+    forks: int = 10
+    json: str | None = None
+    serial: int = 0
+    max_fail: float = 100.0
+    break_lock: bool = False
+    quiet: bool = False
+    check: bool = False
+    diff: bool = False
+
+
 HELP = {
-    "host": "Host name(s), comma-separated (default: every host in the inventory)",
+    "host": "Host name(s), comma-separated",
     "group": "Every host in this inventory group",
+    "all": "Every host in the inventory (a task that changes hosts needs --host, --group or --all)",
     "inventory": f"Inventory directory or hosts file (default: {DEFAULT_INVENTORY})",
     "check": "Probe for real and show what would change, with diffs; change nothing",
     "diff": "Show unified diffs of changed files",
@@ -30,37 +53,63 @@ HELP = {
     "max-fail": "Percent of a batch that may fail before later batches are skipped (default 100)",
     "break-lock": "Take the host lock even if another run holds it (only when that run is gone)",
 }
+SELECT = ("host", "group", "all", "inventory", "accept_new_host_key", "forks")
+FLEET = SELECT + ("json", "serial", "max_fail", "break_lock", "quiet")
+_DEFAULTS = {f.name: f.default for f in fields(Selection)}
 
 
-def select(inventory: str | None, host: str | None, group: str | None) -> list[inv.Host]:
-    return inv.load(inventory or DEFAULT_INVENTORY).select(host, group)
+def fleet_task(*shared: str, name: str | None = None, **own_help: str):
+    """An invoke task whose body is `body(c, sel: Selection, **own options)`: the `shared`
+    options are declared once here (with their help) and arrive together in `sel`."""
+    def wrap(body: Callable) -> Any:
+        params = list(inspect.signature(body).parameters.values())
+        own = params[2:]
+        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_DEFAULTS[n])
+                 for n in shared]
+
+        def wrapper(c, **kwargs):
+            sel = Selection(**{n: kwargs.pop(n) for n in shared if n in kwargs})
+            return body(c, sel, **kwargs)
+        wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
+        wrapper.__signature__ = inspect.Signature([params[0], *own, *extra])
+        helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
+        return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help})
+    return wrap
 
 
-def play(body: Callable[[HostRun], None], roles: list, *, inventory=None, host=None, group=None,
-         check=False, diff=False, json=None, accept_new_host_key=False, forks=10, quiet=False,
-         stream=None, serial=0, max_fail=100.0, break_lock=False, task="run",
-         exit_on_failure=True) -> list:
-    """Select hosts, run `body` on each, print the recap, exit non-zero on any failure."""
+def select(sel: Selection, changes_hosts: bool) -> list[inv.Host]:
+    """The selected hosts; a task that changes hosts runs on all of them only with --all."""
+    inventory = inv.load(sel.inventory or DEFAULT_INVENTORY)
+    if changes_hosts and not (sel.host or sel.group or sel.all):
+        raise UsageError("choose the hosts: --host NAME, --group NAME or --all (this task changes hosts)")
+    if sel.all and (sel.host or sel.group):
+        raise UsageError("give --all, or --host/--group, not both")
+    return inventory.select(sel.host, sel.group)
+
+
+def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: str = "run",
+         changes_hosts: bool = True, stream=None, quiet: bool | None = None,
+         exit_on_failure: bool = True) -> list[HostReport]:
+    """Select hosts, run `body` on each, print the recap, exit non-zero on any failure.
+    Each report's `result` is what `body` returned for that host."""
     try:
-        hosts = select(inventory, host, group)
+        hosts = select(sel, changes_hosts)
         if not hosts:
             raise UsageError("no hosts selected")
-        if serial < 0 or not 0 <= max_fail <= 100:
+        if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
             raise UsageError("--serial must be >= 0 and --max-fail between 0 and 100")
-        out = Reporter(Redactor(hosts), show_diff=diff or check, verbose=not quiet, stream=stream)
-        opts = Options(check=check, diff=diff, accept_new=accept_new_host_key, forks=forks,
-                       serial=serial, max_fail=float(max_fail), break_lock=break_lock, task=task)
+        quiet = sel.quiet if quiet is None else quiet
+        out = Reporter(Redactor(hosts), show_diff=sel.diff or sel.check, verbose=not quiet, stream=stream)
+        opts = Options(check=sel.check, diff=sel.diff, accept_new=sel.accept_new_host_key, forks=sel.forks,
+                       serial=sel.serial, max_fail=float(sel.max_fail), break_lock=sel.break_lock, task=task)
         reports = run_hosts(hosts, body, roles, opts, out)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise Exit(code=2)
     except SpecopsError as e:
         print(f"error: {e}", file=sys.stderr)
         raise Exit(code=e.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise Exit(code=130)
-    code = recap(reports, out, json)
+    code = recap(reports, out, sel.json)
     if code and exit_on_failure:
         raise Exit(code=code)
     return reports

@@ -1,17 +1,14 @@
 """The facts every task shows about a host, beyond what its ops ask for."""
 from __future__ import annotations
 
+from . import protocol, services
 from .run import HostRun
-from .spec import DEFAULT_VENV
-
-LOCK_DIR = "/run/specops.lock"
 
 
-def base_wants(host) -> dict:
+def base_wants(host) -> protocol.Probe:
     """The venv, every service's unit, the GPUs and the lock: what status and facts show."""
-    return {"venvs": [host.get("venv", DEFAULT_VENV)],
-            "units": [s["name"] for s in host.get("services") or []],
-            "gpu": True, "lock": LOCK_DIR}
+    return protocol.Probe(venvs=[services.venv_of(host)], units=[s["name"] for _, s in services.of_host(host)],
+                          gpu=True, lock_peek=True)
 
 
 def facts_probe(run: HostRun) -> dict:

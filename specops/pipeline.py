@@ -1,10 +1,11 @@
-"""What the tasks do to one host, step by step.  Each function is the body of a task."""
+"""What the tasks do to one host, step by step.  Each function is the body of a task and
+returns what the task shows; failures raise SpecopsError."""
 from __future__ import annotations
 
+from . import protocol, services
 from . import verify as verify_mod
 from .errors import SpecopsError
 from .run import HostRun
-from .spec import DEFAULT_VENV, intended
 
 
 def deploy(run: HostRun) -> None:
@@ -14,7 +15,7 @@ def deploy(run: HostRun) -> None:
     if run.opts.check:
         return
     try:
-        verify_mod.verify(run, unlock=not run.applied)
+        verify_mod.verify(run, last=not run.applied)
     except SpecopsError as failure:
         if run.applied:
             undo(run, ctx.release_dir, failure)
@@ -23,21 +24,24 @@ def deploy(run: HostRun) -> None:
         record(run, ctx.release_dir)
 
 
+def _names(run: HostRun) -> list[str]:
+    return [s["name"] for _, s in services.of_host(run.host)]
+
+
 def undo(run: HostRun, directory: str, failure: Exception) -> None:
     """Put back what this deploy replaced, restart, verify the previous release, then fail."""
-    stamp = directory.rsplit("/", 1)[1]
-    previous = {a["path"]: ("backup" if a.get("backup") else "absent") for a in run.applied}
-    services = [s["name"] for s in run.host.get("services") or []]
-    run.out.line(run.host.name, f"ROLLING BACK: {failure}")
-    res = run.connect().agent({"mode": "undo", "stamp": stamp, "previous": previous, "services": services})
-    run.connect().agent({"mode": "release_record", "stamp": stamp, "status": "rolled-back",
-                         "managed": [], "previous": previous,
-                         "manifest": {"services": services, "summary": f"verify failed: {failure}"[:300]}})
+    stamp, previous = directory.rsplit("/", 1)[1], run.previous()
+    run.say(f"ROLLING BACK: {failure}")
+    res = run.call(protocol.Undo(stamp=stamp, previous=previous,
+                                 services=list(services.unit_refs(run.host).values())),
+                   on_stderr=lambda line: run.say(line.strip()))
+    run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status="rolled-back",
+                                    manifest={"services": _names(run), "summary": f"verify failed: {failure}"[:300]}))
     run.applied = []
     run.report.notes.append("rolled back")
-    back_to = res.get("current") or "the state before this deploy"
+    back_to = res.current or "the state before this deploy"
     try:
-        verify_mod.verify(run, res["verify"])  # none when this was the first deploy
+        verify_mod.verify(run, res.verify)  # none when this was the first deploy
     except SpecopsError as e:
         raise SpecopsError(f"{failure}; rolled back to {back_to}, which also fails: {e}") from None
     raise SpecopsError(f"{failure}; rolled back to {back_to}, verified") from None
@@ -45,87 +49,83 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
 
 def record(run: HostRun, directory: str) -> None:
     """Snapshot what is now deployed into the release, with what it replaced; move current."""
-    host = run.host
-    venv = host.get("venv", DEFAULT_VENV)
-    services = host.get("services") or []
-    from roles.sglang_service import sources
-    managed = sorted({key for s in services for key in sources(s, venv)})
-    packages = (run.facts.venv(venv).get("packages") if run.facts else {}) or {}
-    req = {"mode": "release_record", "stamp": directory.rsplit("/", 1)[1], "managed": managed,
-           "previous": {a["path"]: ("backup" if a.get("backup") else "absent") for a in run.applied},
-           "manifest": {"services": [s["name"] for s in services],
-                        "spec": {s["name"]: intended(s) for s in services},
-                        "verify": verify_mod.requests(run), "packages": packages,
-                        "summary": ", ".join(c["target"] for c in run.report.changes if c["changed"])[:300]}}
-    if run.lock_token:  # the same round trip gives the lock back
-        req["unlock"], run.lock_token = run.lock_token, None
-    res = run.connect().agent(req)
-    run.report.notes.append(f"release {res['stamp']}")
+    kinds = services.of_host(run.host)
+    packages = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
+    manifest = {"services": _names(run), "spec": {s["name"]: k.intended(s) for k, s in kinds},
+                "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
+                "summary": ", ".join(c["target"] for c in run.report.changes if c["changed"])[:300]}
+    res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
+                                          previous=run.previous(), manifest=manifest), last=True)
+    run.report.notes.append(f"release {res.stamp}")
 
 
 def rollback(run: HostRun, to: str | None = None) -> None:
     """Restore the release before current (or --to), purge bytecode, reload, restart, verify."""
     run.probe([], lock=True)
-    res = run.connect().agent({"mode": "rollback", "to": to})
-    if res.get("ok") is False:
-        raise SpecopsError(f"{run.host.name}: {res['error']}")
-    run.out.line(run.host.name, f"rolled back {res['from']} → {res['to']}: restored "
-                                f"{len(res['restored'])} file(s)")
-    for path in res["restored"]:
-        run.out.line(run.host.name, f"  restored {path}")
-    run.report.notes.append(f"now on {res['to']}")
-    verify_mod.verify(run, res["verify"], unlock=True)
+    res = run.call(protocol.Rollback(to=to, services=list(services.unit_refs(run.host).values())),
+                   on_stderr=lambda line: run.say(line.strip()))
+    run.say(f"rolled back {res.replaced} → {res.to}: restored {len(res.restored)} file(s)")
+    for path in res.restored:
+        run.say(f"  restored {path}")
+    run.report.notes.append(f"now on {res.to}")
+    verify_mod.verify(run, res.verify, last=True)
 
 
-def releases(run: HostRun) -> dict:
-    return run.connect().agent({"mode": "releases"})
+def releases(run: HostRun) -> protocol.ReleasesResult:
+    return run.call(protocol.Releases())
 
 
-def stop(run: HostRun, services: list[str] | None = None) -> dict:
-    """Stop services and prove their GPU memory is free, killing leftovers that hold it."""
-    wanted = [s for s in run.host.get("services") or [] if not services or s["name"] in services]
-    req = {"mode": "stop", "services": [{"name": s["name"], "port": s.get("port", 30000),
-                                         "grace": s.get("stop_grace", 10)} for s in wanted]}
-    res = run.connect().agent(req, on_stderr=lambda line: run.out.line(run.host.name, line.strip()))
+def _selected(run: HostRun, names: list[str] | None) -> list[protocol.UnitRef]:
+    refs = services.unit_refs(run.host)
+    return [ref for name, ref in refs.items() if not names or name in names]
+
+
+def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
+    """Stop services and prove their GPU memory free, killing leftovers of their runs."""
+    refs = _selected(run, names)
+    others = [n for n in services.unit_refs(run.host) if n not in {r.name for r in refs}]
+    res = run.call(protocol.Stop(services=refs, others=others), on_stderr=lambda line: run.say(line.strip()))
     failures = []
-    for s in res["services"]:
-        for k in s["killed"]:
-            run.out.line(run.host.name, f"{s['name']}: killed leftover pid {k['pid']} ({k['cmd']}) with "
-                                        f"{k.get('signal', 'SIGTERM')}")
-        freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s["freed_mib"].items())) or "none held"
-        run.out.line(run.host.name, f"{s['name']}: stopped in {s['seconds']}s; freed {freed}; "
-                                    f"{s['apps_after']} compute app(s) left on the GPUs")
-        failures += [f"{s['name']}: {f}" for f in s["failures"]]
-    run.report.extra["stop"] = res
+    for s in res.services:
+        for k in s.killed:
+            run.say(f"{s.name}: killed leftover pid {k.pid} ({k.title}) with {k.signal}")
+        freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
+        run.say(f"{s.name}: stopped in {s.seconds}s; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
+        for p in s.left:
+            run.say(f"{s.name}: left on the GPUs: pid {p.pid} ({p.title}, user {p.user}, "
+                    f"{p.mib if p.mib is not None else 'unknown'} MiB)")
+        failures += [f"{s.name}: {f}" for f in s.failures]
+    run.report.extra["stop"] = protocol.encode(res)
     if failures:
         raise SpecopsError("; ".join(failures))
     return res
 
 
-def start_and_verify(run: HostRun, services: list[str]) -> None:
+def start_and_verify(run: HostRun, names: list[str]) -> None:
     """Start services again and verify them as deployed: the current release, or the inventory
     on a host specops has not deployed yet."""
-    res = run.connect().agent({"mode": "start", "services": services})
-    deployed = res["verify"] if res["verify"] is not None else verify_mod.requests(run)
-    verify_mod.verify(run, [r for r in deployed if r["name"] in services])
+    res = run.call(protocol.Start(services=_selected(run, names)), on_stderr=lambda line: run.say(line.strip()))
+    deployed = res.verify if res.verify is not None else verify_mod.checks(run)
+    verify_mod.verify(run, [c for c in deployed if c.name in names])
 
 
-def gpu_window(run: HostRun, command: str, services: list[str] | None = None) -> int:
-    """Stop the services, prove the GPUs free, run the job, then always restart and verify."""
+def gpu_window(run: HostRun, command: str, names: list[str] | None = None) -> int:
+    """Stop the services, prove the GPUs free, run the job, then always restart and verify.
+    Returns the job's status."""
     run.probe([], lock=True)
-    names = [s["name"] for s in run.host.get("services") or [] if not services or s["name"] in services]
+    names = [r.name for r in _selected(run, names)]
     status = 1
     try:
         stop(run, names)
-        run.out.line(run.host.name, f"GPU free; running: {command}")
+        run.say(f"GPU free; running: {command}")
         remote = run.connect()
-        status = remote.stream(command, lambda text: run.out.line(run.host.name, f"| {text}"))
+        status = remote.stream(command, lambda text: run.say(f"| {text}"))
         if remote.interrupted:
-            run.out.line(run.host.name, "interrupted: Ctrl-C was passed to the job")
-        run.out.line(run.host.name, f"job exited with status {status}")
+            run.say("interrupted: Ctrl-C was passed to the job")
+        run.say(f"job exited with status {status}")
         run.report.extra["job_status"] = status
     finally:
-        run.out.line(run.host.name, f"restarting {', '.join(names)}")
+        run.say(f"restarting {', '.join(names)}")
         start_and_verify(run, names)
     return status
 
@@ -134,7 +134,7 @@ def bootstrap(run: HostRun) -> None:
     """A bare Debian/Ubuntu box: python3 first (the agent needs it), then deploy."""
     res = run.connect().exec("command -v python3 >/dev/null || { apt-get update -qq && "
                              "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv; }",
-                             on_stderr=lambda line: run.out.line(run.host.name, line))
+                             on_stderr=run.say)
     if res.rc != 0:
         raise SpecopsError(f"{run.host.name}: could not install python3: {res.stderr.strip()[-300:]}")
     deploy(run)

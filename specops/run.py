@@ -9,88 +9,21 @@ probed again before the next role is planned.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import socket
-import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import handlers, protocol, services
 from .errors import SpecopsError
 from .inventory import Host
-from .ops import Change, Context, Facts, Op, handler_actions, merge_wants
+from .ops import Context, Facts, Op, merge_wants
 from .releases import new_stamp, release_dir
+from .report import HostReport, Redactor, Reporter, recap  # noqa: F401  (the engine's public face)
 from .ssh import Remote
-
-
-class Redactor:
-    """Replaces every secret value from the inventory wherever text leaves specops."""
-
-    def __init__(self, hosts: list[Host]):
-        secrets = set()
-        for h in hosts:
-            for svc in h.get("services") or []:
-                secrets.update(v for v in (svc.get("env_secret") or {}).values() if v)
-                if svc.get("api_key"):
-                    secrets.add(svc["api_key"])
-        self.secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for s in self.secrets:
-            text = text.replace(s, "***")
-        return text
-
-
-class Reporter:
-    """Thread-safe, redacted output: a line per change, diffs on request, a recap."""
-
-    def __init__(self, redact: Redactor, show_diff: bool, stream=None, verbose: bool = True):
-        self.redact, self.show_diff, self.verbose = redact, show_diff, verbose
-        self.stream = stream or sys.stdout
-        self.lock = threading.Lock()
-
-    def line(self, host: str, text: str) -> None:
-        with self.lock:
-            self.stream.write(self.redact(f"{host:<12} {text}") + "\n")
-            self.stream.flush()
-
-    def change(self, host: str, c: Change, check: bool) -> None:
-        if not c.changed and not c.warning and not self.verbose:
-            return
-        state = ("would change" if check else "changed") if c.changed else "ok"
-        detail = c.summary if c.changed or c.actions else ""
-        self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({detail})" if detail else "")
-                  + (f" WARNING: {c.warning}" if c.warning else ""))
-        if c.changed and c.diff and self.show_diff:
-            with self.lock:
-                self.stream.write(self.redact(c.diff if c.diff.endswith("\n") else c.diff + "\n"))
-
-
-@dataclass
-class HostReport:
-    name: str
-    changes: list[dict] = field(default_factory=list)
-    error: str | None = None
-    round_trips: int = 0
-    elapsed: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def changed(self) -> int:
-        return sum(1 for c in self.changes if c["changed"])
-
-    @property
-    def ok(self) -> int:
-        return sum(1 for c in self.changes if not c["changed"])
-
-    @property
-    def status(self) -> str:
-        return "failed" if self.error else ("changed" if self.changed else "ok")
 
 
 @dataclass
@@ -121,20 +54,29 @@ class HostRun:
         self.remote: Remote | None = None
         self.facts: Facts | None = None
         self.lock_token: str | None = None  # set while this run holds the host's lock
-        self.applied: list[dict] = []       # writes and removals done, for undo
+        self.applied: list = []             # writes and removals done, for undo
 
     def connect(self) -> Remote:
         if self.remote is None:
             self.remote = Remote(self.host.name, self.host.vars, self.opts.accept_new)
-            self.remote.open()
         return self.remote
 
-    def probe(self, ops: list[Op], extra: dict | None = None, lock: bool = False) -> Facts:
+    def call(self, request, on_stderr: Callable[[str], None] | None = None, last: bool = False):
+        """One request to the agent; with last=True the same round trip gives the lock back."""
+        unlock = None
+        if last and self.lock_token:
+            unlock, self.lock_token = self.lock_token, None
+        return self.connect().agent(request, unlock=unlock, on_stderr=on_stderr)
+
+    def say(self, text: str) -> None:
+        self.out.line(self.host.name, text)
+
+    def probe(self, ops: list[Op], extra: protocol.Probe | None = None, lock: bool = False) -> Facts:
         """One round trip for every fact the ops need; with lock=True it also takes the host lock."""
-        wants = merge_wants([op.wants() for op in ops] + [extra or {}])
+        wants = merge_wants([op.wants() for op in ops] + ([extra] if extra else []))
         if lock:
-            wants["lock_acquire"] = {"holder": holder(self.opts.task), "break": self.opts.break_lock}
-        self.facts = Facts(self.connect().agent({"mode": "probe", **wants}))
+            wants.lock_acquire, wants.break_lock = holder(self.opts.task), self.opts.break_lock
+        self.facts = Facts.of(self.call(wants))
         if lock:
             got = self.facts.data["lock"]
             if not got["acquired"]:
@@ -147,8 +89,7 @@ class HostRun:
 
     def unlock(self) -> None:
         if self.lock_token:
-            token, self.lock_token = self.lock_token, None
-            self.connect().agent({"mode": "unlock", "token": token})
+            self.call(protocol.Unlock(token=self.lock_token), last=True)
 
     def push(self, uploads: list[tuple[str, str]]) -> None:
         """Send files the batch needs, with progress: name, bytes sent, elapsed time."""
@@ -159,23 +100,40 @@ class HostRun:
                 now = time.monotonic()
                 if now - last[0] >= 2 or sent == total:
                     last[0] = now
-                    self.out.line(self.host.name, f"push {name}: {sent / 2**20:.1f}/{total / 2**20:.1f} MiB "
-                                                  f"{now - t0:.1f}s")
+                    self.say(f"push {name}: {sent / 2**20:.1f}/{total / 2**20:.1f} MiB {now - t0:.1f}s")
 
             self.report.extra["bytes_pushed"] = (self.report.extra.get("bytes_pushed", 0)
                                                  + self.connect().push(local, remote, progress))
 
-    def apply(self, actions: list[dict]) -> None:
+    def apply(self, actions: list) -> None:
         if not actions:
             return
-        res = self.connect().agent({"mode": "apply", "actions": actions},
-                                   on_stderr=lambda line: self.out.line(self.host.name, line.strip()))
-        done = {r["index"] for r in res["results"]}
-        self.applied += [a for i, a in enumerate(actions) if i in done and a["kind"] in ("write", "remove")]
-        if not res["ok"]:
-            done = len(res["results"])
-            raise SpecopsError(f"{res['error']} (action {res['failed'] + 1} of {len(actions)}; "
-                               f"{done} applied before it)")
+        res = self.call(protocol.Apply(actions=actions), on_stderr=lambda line: self.say(line.strip()))
+        done = {r["index"] for r in res.results}
+        self.applied += [a for i, a in enumerate(actions)
+                         if i in done and isinstance(a, (protocol.Write, protocol.Remove))]
+        if not res.ok:
+            raise SpecopsError(f"{res.error} (action {res.failed + 1} of {len(actions)}; "
+                               f"{len(res.results)} applied before it)")
+
+    def run_checks(self, checks: list, after: str | None) -> None:
+        """Check mode: the read-only checks run for real, unless an earlier role's changes
+        (`after`) would change what they check."""
+        if not checks:
+            return
+        if after:
+            for c in checks:
+                self.say(f"{'check':<15} {c.desc}: would run after {after} changes the host")
+            return
+        res = self.call(protocol.Check(actions=checks))
+        for r in res.results:
+            self.say(f"{'check':<15} {checks[r['index']].desc}: passed")
+        if not res.ok:
+            raise SpecopsError(f"check failed: {res.error}")
+
+    def previous(self) -> dict[str, str]:
+        """What this run replaced: path → "backup" | "absent" (for undo and the release)."""
+        return {a.path: ("backup" if a.backup else "absent") for a in self.applied}
 
     def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
         """Plan every role against the facts and apply: the body of deploy."""
@@ -184,7 +142,7 @@ class HostRun:
             ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
         remaining = [op for _, ops in self.plan for op in ops]
         facts = facts or self.probe(remaining, lock=not ctx.check)
-        pending: list[dict] = []
+        pending, checks, changed_by = [], [], None
         self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
             role_actions = []
@@ -193,35 +151,40 @@ class HostRun:
                 self.report.changes.append(c.record(self.host.name))
                 self.out.change(self.host.name, c, ctx.check)
                 role_actions += c.actions
+                checks += c.checks
                 ctx.notified += [n for n in c.notify if n not in ctx.notified]
                 if c.uploads and not ctx.check:
                     self.push(c.uploads)
             pending += role_actions
             remaining = remaining[len(ops):]
-            if getattr(role, "REPROBE", False) and role_actions and not ctx.check and remaining:
-                self.apply(pending)
-                pending = []
+            if getattr(role, "REPROBE", False) and role_actions and remaining:
+                if ctx.check:
+                    changed_by = changed_by or role.NAME
+                    continue
+                self.apply(checks + pending)
+                pending, checks = [], []
                 facts = self.probe(remaining)
-        handlers = handler_actions(ctx.notified)
-        for h in handlers:
-            self.out.line(self.host.name, f"{'handler':<15} {h['desc'][9:]}: " +
-                          ("would run" if ctx.check else "run"))
-        if not ctx.check:
-            self.apply(pending + handlers)
+        todo = handlers.actions(ctx.notified, services.unit_refs(self.host))
+        for h in handlers.ordered(ctx.notified):
+            self.say(f"{'handler':<15} {h}: " + ("would run" if ctx.check else "run"))
+        if ctx.check:
+            self.run_checks(checks, changed_by)
+        else:
+            self.apply(checks + pending + todo)
         return ctx
 
 
-def holder(task: str) -> dict:
+def holder(task: str) -> protocol.Holder:
     """Who holds a host's lock: shown to anyone refused by it."""
-    return {"who": f"{getpass.getuser()}@{socket.gethostname()}", "pid": os.getpid(), "task": task,
-            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "token": uuid.uuid4().hex}
+    return protocol.Holder(who=f"{getpass.getuser()}@{socket.gethostname()}", pid=os.getpid(), task=task,
+                           since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), token=uuid.uuid4().hex)
 
 
-def _one(run: HostRun, body: Callable[[HostRun], None]) -> HostReport:
+def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
     t0 = time.monotonic()
     try:
         try:
-            body(run)
+            run.report.result = body(run)
         except KeyboardInterrupt:
             if run.remote:  # closing the session ends the agent on the host first
                 run.remote.close()
@@ -231,10 +194,10 @@ def _one(run: HostRun, body: Callable[[HostRun], None]) -> HostReport:
                 run.unlock()
     except SpecopsError as e:
         run.report.error = run.out.redact(str(e))
-        run.out.line(run.host.name, f"FAILED: {run.report.error}")
+        run.say(f"FAILED: {run.report.error}")
     except Exception as e:  # a bug or an unexpected transport error: fail this host only
         run.report.error = run.out.redact(f"{type(e).__name__}: {e}")
-        run.out.line(run.host.name, f"FAILED: {run.report.error}")
+        run.say(f"FAILED: {run.report.error}")
     finally:
         if run.remote:
             run.report.round_trips = run.remote.round_trips
@@ -253,14 +216,14 @@ def _interrupted(runs: list[HostRun]) -> None:
             token, run.lock_token = run.lock_token, None
             try:
                 fresh = Remote(run.host.name, run.host.vars, run.opts.accept_new)
-                fresh.agent({"mode": "unlock", "token": token})
+                fresh.agent(protocol.Unlock(token=token))
                 fresh.close()
-                run.out.line(run.host.name, "interrupted: lock released")
+                run.say("interrupted: lock released")
             except Exception as e:  # the host may be what hung; say so and go on
-                run.out.line(run.host.name, f"interrupted: could not release the lock: {e}")
+                run.say(f"interrupted: could not release the lock: {e}")
 
 
-def run_hosts(hosts: list[Host], body: Callable[[HostRun], None], roles: list,
+def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
               opts: Options, out: Reporter) -> list[HostReport]:
     """Build every host's plan (refusing bad input before any connection), then run: in
     parallel, or in rolling batches of opts.serial that stop when a batch fails too much."""
@@ -287,27 +250,3 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], None], roles: list,
         raise
     pool.shutdown()
     return [r.report for r in runs]
-
-
-def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None,
-          extra: dict | None = None) -> int:
-    out.stream.write("\nRECAP\n")
-    for r in reports:
-        line = f"{r.name:<12} ok={r.ok:<3} changed={r.changed:<3} failed={1 if r.error else 0}"
-        line += f"  {r.elapsed:.1f}s"
-        if r.notes:
-            line += "  " + "; ".join(r.notes)
-        out.stream.write(out.redact(line) + "\n")
-    failed = [r.name for r in reports if r.error]
-    if failed:
-        out.stream.write(f"failed hosts: {', '.join(failed)}\n")
-    out.stream.flush()
-    if json_path:
-        doc = {"hosts": {r.name: {"status": r.status, "ok": r.ok, "changed": r.changed,
-                                  "error": r.error, "round_trips": r.round_trips,
-                                  "elapsed": round(r.elapsed, 3), "notes": r.notes,
-                                  "changes": r.changes, **r.extra} for r in reports},
-               **(extra or {})}
-        with open(json_path, "w") as f:
-            f.write(out.redact(json.dumps(doc, indent=2)) + "\n")
-    return 1 if failed else 0

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-DEFAULT_VENV = "/opt/sglang/venv"
-API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"
+from .layout import DEFAULT_PORT
 
 # service key → (flag, server_info field)
 SERVER_FLAGS = [
@@ -32,7 +31,7 @@ SPEC_FLAGS = [
 
 
 def port(svc: dict) -> int:
-    return svc.get("port", 30000)
+    return svc.get("port", DEFAULT_PORT)
 
 
 def venv_python(venv: str) -> str:

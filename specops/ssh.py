@@ -9,6 +9,7 @@ BadHostKeyException for those before any policy is consulted).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -24,32 +25,22 @@ from typing import Callable
 import paramiko
 from fabric import Config, Connection
 
+from . import protocol, shipping
 from .errors import HostKeyError, SpecopsError
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 USER_KNOWN_HOSTS = os.path.expanduser("~/.ssh/known_hosts")
-AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
-AGENT_SHA = hashlib.sha256(AGENT_SOURCE).hexdigest()[:16]
-# Runs first on the host: keeps the agent as a module named by its hash, so Python compiles it
-# once and later calls load its bytecode.  stdin: hash, source length, source, request.
-AGENT_LOADER = """import os, sys
-data = sys.stdin.buffer.read()
-sha, size, rest = data.split(b"\\n", 2)
-sha, size = sha.decode(), int(size)
-home = "/var/lib/specops/agent"
-path = os.path.join(home, "agent_%s.py" % sha)
-if not os.path.exists(path):
-    os.makedirs(home, mode=0o700, exist_ok=True)
-    for old in os.listdir(home):
-        if old.startswith("agent_") and old.endswith(".py"):
-            os.unlink(os.path.join(home, old))
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "wb") as f:
-        f.write(rest[:size])
-    os.rename(tmp, path)
-sys.path.insert(0, home)
-__import__("agent_" + sha).main(rest[size:].decode())
-"""
+
+
+def opens(method):
+    """Connect first if needed (Fabric's own idiom): each call is then one counted round trip."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if not self.conn.is_connected:
+            self.open()
+        self.round_trips += 1
+        return method(self, *args, **kwargs)
+    return wrapper
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -133,12 +124,10 @@ class Remote:
     def close(self) -> None:
         self.conn.close()
 
+    @opens
     def exec(self, command: str, stdin: bytes = b"", on_stderr: Callable[[str], None] | None = None,
              timeout: float | None = None) -> Result:
         """Run one command over a fresh channel: this is one round trip."""
-        if not self.conn.is_connected:
-            self.open()
-        self.round_trips += 1
         chan = self.conn.client.get_transport().open_session()
         chan.exec_command(command)
         if stdin:
@@ -172,11 +161,9 @@ class Remote:
         chan.close()
         return Result(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
 
+    @opens
     def push(self, local: str, remote: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Upload a file (as remote.part, renamed when whole); returns the bytes sent."""
-        if not self.conn.is_connected:
-            self.open()
-        self.round_trips += 1
         sftp = self.conn.sftp()
         parts = remote.strip("/").split("/")[:-1]
         for i in range(1, len(parts) + 1):
@@ -189,11 +176,9 @@ class Remote:
         sftp.posix_rename(remote + ".part", remote)
         return sftp.stat(remote).st_size
 
+    @opens
     def stream(self, command: str, on_line: Callable[[str], None]) -> int:
         """Run a job on a pty, streaming its output; Ctrl-C here is Ctrl-C there.  Returns its status."""
-        if not self.conn.is_connected:
-            self.open()
-        self.round_trips += 1
         chan = self.conn.client.get_transport().open_session()
         chan.get_pty(width=200)
         # Killed by a signal, a job has no exit status, only an exit-signal, which paramiko
@@ -223,14 +208,18 @@ class Remote:
         chan.close()
         return status
 
-    def agent(self, request: dict, on_stderr: Callable[[str], None] | None = None) -> dict:
-        """Run the on-host agent with one request, in one round trip."""
-        payload = b"%s\n%d\n%s%s" % (AGENT_SHA.encode(), len(AGENT_SOURCE), AGENT_SOURCE,
-                                      json.dumps(request).encode())
-        res = self.exec(f"python3 -c {shlex.quote(AGENT_LOADER)}", payload, on_stderr=on_stderr)
+    def agent(self, request, unlock: str | None = None, on_stderr: Callable[[str], None] | None = None):
+        """Run the on-host agent with one protocol request, in one round trip; its Result."""
+        wire = json.dumps(protocol.encode(request, unlock=unlock)).encode()
+        res = self.exec(shipping.COMMAND, shipping.payload(wire), on_stderr=on_stderr)
         if res.rc != 0 or not res.stdout.strip():
             tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
             if res.rc == 127 or "python3: not found" in res.stderr or "command not found" in res.stderr:
                 tail = "python3 is not installed on the host"
             raise SpecopsError(f"{self.name}: remote agent failed (exit {res.rc}): {tail}")
-        return json.loads(res.stdout)
+        try:
+            return protocol.decode_result(request, json.loads(res.stdout))
+        except protocol.AgentError as e:
+            raise SpecopsError(f"{self.name}: {e}") from None
+        except (protocol.ProtocolError, ValueError) as e:
+            raise SpecopsError(f"{self.name}: the agent's answer is not understood: {e}") from None

@@ -1,13 +1,34 @@
-"""status: per service, drift (what deploy would change), state, uptime, staleness, GPU memory."""
+"""status: per service, drift (what deploy would change), state, uptime, staleness, effective
+arguments; per host, GPU memory and who holds it."""
 from __future__ import annotations
 
 import time
 
+from . import protocol, services
 from . import verify as verify_mod
 from .facts import base_wants
 from .run import HostRun
 
-STALE = "running code of "
+
+def _gpu(facts, active: set[str]) -> tuple[list[str], list[str]]:
+    """(per-GPU memory lines, warnings about memory held by no running service)."""
+    gpu = facts.gpu
+    if not gpu.get("present"):
+        return ["no nvidia-smi"], []
+    if gpu.get("error"):
+        return [f"nvidia-smi failed: {gpu['error']}"], []
+
+    def mib(v):
+        return "?" if v is None else str(v)
+    lines = [f"{g['index']}:{mib(g['memory.used'])}/{mib(g['memory.total'])}MiB" for g in gpu.get("gpus", [])]
+    warnings = [f"nvidia-smi does not report {u}" for u in gpu.get("unknown", [])]
+    for app in gpu.get("apps", []):
+        if app.get("unit") in active:
+            continue
+        whose = f"of {app['unit']}, which is not running" if app.get("unit") else "that belongs to no running service"
+        warnings.append(f"GPU {app.get('gpu', '?')}: {mib(app.get('mib'))} MiB held by pid {app['pid']} "
+                        f"({app.get('title') or '?'}, user {app.get('user', '?')}) {whose}")
+    return lines, warnings
 
 
 def collect(run: HostRun) -> dict:
@@ -17,27 +38,27 @@ def collect(run: HostRun) -> dict:
     ctx = run.converge(facts=run.probe(ops, base_wants(run.host)))
     facts = run.facts
     drift = [c for c in run.report.changes if c["changed"]]
-    services = []
-    for svc in run.host.get("services") or []:
-        u = facts.unit(svc["name"])
+    rows = []
+    for _, svc in services.of_host(run.host):
+        name = svc["name"]
+        u = facts.unit(name)
         started = u.get("ExecMainStartTimestamp")
-        mine = [c for c in drift if svc["name"] in c["target"] or c["role"] in ("model_patches", "draft_config")]
-        services.append({
-            "service": svc["name"], "state": f"{u.get('ActiveState', '?')}/{u.get('SubState', '?')}",
+        mine = [c for c in drift if name in c["services"]]
+        rows.append({
+            "service": name, "state": f"{u.get('ActiveState', '?')}/{u.get('SubState', '?')}",
             "uptime_s": round(facts.data["time"] - started) if started and u.get("ActiveState") == "active" else None,
-            "drift": [f"{c['target']}: {c['summary']}" for c in mine if not c["target"].startswith(STALE)],
-            "stale": [c["summary"] for c in mine if c["target"].startswith(STALE)],
+            "drift": [f"{c['target']}: {c['summary']}" for c in mine if not c["stale"]],
+            "stale": [c["summary"] for c in mine if c["stale"]],
         })
-    peeked = {p["name"]: p for p in run.connect().agent(
-        {"mode": "peek", "services": [r for r in verify_mod.requests(run)
-                                      if facts.unit(r["name"]).get("ActiveState") == "active"]})["services"]}
-    for s in services:
-        p = peeked.get(s["service"])
-        s["effective"] = p.get("effective") if p else None
-        s["spec_mismatch"] = (p["failures"] if p else []) + [n for n in (p["notes"] if p else [])]
-    gpus = facts.gpu.get("gpus") or []
-    summary = {"services": services, "gpu": [f"{g['index']}:{g['memory.used']}/{g['memory.total']}MiB" for g in gpus]
-               if facts.gpu.get("present") else "no nvidia-smi", "restart_pending": ctx.notified}
+    active = {r["service"] for r in rows if r["state"].startswith("active")}
+    peeked = {p.name: p for p in run.call(protocol.Peek(services=[
+        c for c in verify_mod.checks(run) if c.name in active])).services}
+    for r in rows:
+        p = peeked.get(r["service"])
+        r["effective"] = p.effective if p else None
+        r["spec_mismatch"] = (p.failures + p.notes) if p else []
+    gpu, warnings = _gpu(facts, active)
+    summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified]}
     run.report.extra["status"] = summary
     return summary
 
@@ -52,7 +73,9 @@ def table(results: dict[str, dict]) -> str:
             drift = "; ".join(s["drift"] + [f"STALE: {x}" for x in s["stale"]]
                               + [f"SPEC: {x}" for x in s.get("spec_mismatch", [])]) or "none"
             up = time.strftime("%Hh%Mm", time.gmtime(s["uptime_s"])) if s["uptime_s"] is not None else "-"
-            gpu = res["gpu"] if isinstance(res["gpu"], str) else " ".join(res["gpu"])
-            rows.append((host, s["service"], s["state"], up, spec, drift, gpu))
+            rows.append((host, s["service"], s["state"], up, spec, drift, " ".join(res["gpu"])))
     widths = [max(len(str(r[i])) for r in rows) for i in range(6)]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows)
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
+    for host, res in results.items():
+        lines += [f"{host}: WARNING: {w}" for w in res.get("gpu_warnings", [])]
+    return "\n".join(lines)

@@ -235,19 +235,19 @@ def test_address_from_ssh_config_alias(sandbox, tmp_path):
 
 
 def test_readme_demo_command(sandbox, tmp_path):
-    """`inv sandbox.up deploy --host sandbox`, twice, in a site of its own."""
+    """`inv sandbox.up deploy --inventory <the sandbox's own> --host sandbox`, twice, in a site of its own."""
     from sandbox import fleet
     env = {"SPECOPS_SANDBOX_SITE": f"sod,192.168.233,{tmp_path}/site"}
-    inv_dir = tmp_path / "inventory"
+    inv_dir = tmp_path / "site" / "inventory"
     try:
-        first = sandbox.inv("sandbox.up", "deploy", "--host", "sandbox", inventory=inv_dir, env=env)
+        first = sandbox.inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
         assert first.returncode == 0, first.stdout + first.stderr
         assert "failed=0" in first.stdout and "sglang verified" in first.stdout
         demo = fleet.Host("sandbox", 1, fleet.Site("sod", "192.168.233", tmp_path / "site"))
         info = json.loads(demo.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
         assert info["model_code"] == "patched: embedding capture"  # the seed's patch is what runs
-        again = sandbox.inv("deploy", "--host", "sandbox", inventory=inv_dir, env=env)
+        again = sandbox.inv("deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
         assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
     finally:
-        down = sandbox.inv("sandbox.down", inventory=inv_dir, env=env)
-    assert down.returncode == 0 and not (inv_dir / "sandbox.yml").exists()
+        down = sandbox.inv("sandbox.down", env=env)
+    assert down.returncode == 0 and not (inv_dir / "hosts.yml").exists()

@@ -102,7 +102,7 @@ def test_gpu_facts(sandbox):
     facts = json.loads(res.stdout)
     gpu = facts["t4"]["gpu"]
     assert gpu["present"] and gpu["driver"] == "575.57.08" and len(gpu["gpus"]) == 4
-    assert gpu["gpus"][0]["memory.total"] == "81559" and gpu["apps"] == []
+    assert gpu["gpus"][0]["memory.total"] == 81559 and gpu["apps"] == []
     assert facts["t5"]["gpu"] == {"present": False}
 
 

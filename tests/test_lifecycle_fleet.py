@@ -167,13 +167,13 @@ def test_fleet_unreachable_host_and_rolling_batches(sandbox):
     sandbox.host("t5").run("systemctl", "stop", "ssh.service", "ssh.socket", check=False)
     inv = sandbox.inventory({n: {"services": [sandbox_service()], "connect_timeout": 3} for n in names})
 
-    res, rep = run_inv(sandbox, inv, "deploy", "--serial", "2", "--max-fail", "0")
+    res, rep = run_inv(sandbox, inv, "deploy", "--all", "--serial", "2", "--max-fail", "0")
     assert res.returncode == 1
     assert rep["t5"]["status"] == "failed" and rep["t1"]["status"] == "changed"
     assert all("skipped" in rep[n]["notes"] for n in ("t2", "t3", "t4"))
     assert not sandbox.host("t3").path("/etc/systemd/system/sglang.service").exists()
 
-    res, rep = run_inv(sandbox, inv, "deploy")
+    res, rep = run_inv(sandbox, inv, "deploy", "--all")
     assert res.returncode == 1
     assert "failed hosts: t5" in res.stdout
     assert [n for n in names if rep[n]["status"] == "failed"] == ["t5"]

@@ -3,6 +3,7 @@ import pytest
 
 from roles import draft_config, model_patches
 from specops.errors import UsageError
+from specops.handlers import restart
 from specops.inventory import Host
 from specops.ops import PlanError
 
@@ -33,7 +34,7 @@ def test_patch_ops_compile_with_the_venv_interpreter_and_purge():
     file_op, purge = model_patches.ops(host(patches=[LLAMA]))
     assert file_op.path == "pkg:/opt/v:sglang/srt/models/llama.py"
     assert file_op.validate[0] == "/opt/v/bin/python" and file_op.validate[-1] == "{}"
-    assert file_op.notify == ("restart:sglang",) and purge.source == file_op.path
+    assert file_op.notify == (restart("sglang"),) and purge.source == file_op.path
 
 
 def test_minus_one_needs_a_patch_that_captures_embeddings():

@@ -6,8 +6,10 @@ import pytest
 from roles import sglang_service
 from specops.errors import UsageError
 from specops.inventory import Host
-from specops.ops import Context, Facts, File, Service, handler_actions, render, unified_diff
-from specops.run import Redactor
+from specops import handlers, protocol
+from specops.handlers import restart
+from specops.ops import Context, Facts, File, Service, render, unified_diff
+from specops.report import Redactor
 from specops.unitfmt import envfile_line, exec_line, quote_word, unit_environment
 
 SVC = {"name": "sglang", "model_path": "/models/Kimi K2.5", "port": 30001, "tp": 8,
@@ -70,9 +72,10 @@ def test_template_is_strict():
 
 
 def test_handlers_run_once_daemon_reload_first():
-    acts = handler_actions(["restart:a", "daemon-reload", "restart:b", "restart:a", "daemon-reload"])
-    assert [a["cmd"] for a in acts] == [["systemctl", "daemon-reload"], ["systemctl", "restart", "a"],
-                                        ["systemctl", "restart", "b"]]
+    acts = handlers.actions([restart("a"), handlers.DAEMON_RELOAD, restart("b"), restart("a"),
+                             handlers.DAEMON_RELOAD])
+    assert [(a.KIND, getattr(a, "unit", None) and a.unit.name) for a in acts] == [
+        ("daemon-reload", None), ("restart", "a"), ("restart", "b")]
 
 
 def facts_with(path, **fact):
@@ -84,10 +87,10 @@ def test_file_plan_diff_and_noop():
     old = b"a\nb\n"
     f = facts_with("/x", exists=True, type="file", sha256=hashlib.sha256(old).hexdigest(), size=4,
                    mode="0644", owner="root", group="root", content_b64=base64.b64encode(old).decode())
-    op = File("/x", "a\nc\n", notify=["restart:s"])
+    op = File("/x", "a\nc\n", notify=[restart("s")])
     c = op.plan(f, Context("h", False))
-    assert c.changed and c.notify == ["restart:s"] and "-b\n+c\n" in c.diff
-    assert c.actions[0]["kind"] == "write"
+    assert c.changed and c.notify == [restart("s")] and "-b\n+c\n" in c.diff
+    assert isinstance(c.actions[0], protocol.Write)
     same = File("/x", old).plan(facts_with("/x", exists=True, type="file", sha256=hashlib.sha256(old).hexdigest(),
                                            size=4, mode="0644", owner="root", group="root"), Context("h", False))
     assert not same.changed and same.actions == []
@@ -101,8 +104,8 @@ def test_secret_file_diff_is_hidden():
 def test_service_start_is_left_to_a_pending_restart():
     facts = Facts({"files": {}, "venvs": {}, "checks": {},
                    "units": {"s": {"ActiveState": "inactive", "UnitFileState": "enabled"}}})
-    assert Service("s").plan(facts, Context("h", False, notified=["restart:s"])).actions == []
-    assert Service("s").plan(facts, Context("h", False)).actions[0]["cmd"] == ["systemctl", "start", "s"]
+    assert Service("s").plan(facts, Context("h", False, notified=[restart("s")])).actions == []
+    assert Service("s").plan(facts, Context("h", False)).actions[0].cmd == ["systemctl", "start", "s"]
 
 
 def test_redactor_hides_every_secret():

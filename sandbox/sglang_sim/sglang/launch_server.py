@@ -9,8 +9,9 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
   SGLANG_SIM_STARTUP_DELAY  seconds before ready (default 1)
   SGLANG_SIM_TOK_S          decode tokens/s reported by /generate (default 100)
   SGLANG_SIM_ACCEPT_LENGTH  mean accepted tokens per verify step (default 3.2)
-  SGLANG_SIM_ORPHAN         "ignore-term": a scheduler child that ignores SIGTERM
-                            "escape": that child also leaves the service's cgroup
+  SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
+                            like SGLang's: sglang::scheduler, sglang::scheduler_TP0, ...)
+                            that ignore SIGTERM; "escape": they also leave the cgroup
   SGLANG_SIM_GPU_MEM_MB     memory each process holds per GPU (default 1000)
 """
 import importlib
@@ -23,6 +24,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import setproctitle
+
 from sglang.srt.server_args import prepare_server_args
 from sglang.version import __version__
 
@@ -33,17 +36,20 @@ logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stre
 log = logging.getLogger("sglang")
 
 
-def register_gpu(pid, label):
-    """What a CUDA context does for nvidia-smi: this pid now holds memory on every visible GPU."""
+def register_gpu(pid, label, rank=None):
+    """What a CUDA context does for nvidia-smi: this pid now holds memory on every visible GPU
+    (the server), or on its rank's GPU (a scheduler)."""
     os.makedirs(GPU_REGISTRY, exist_ok=True)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = [int(g) for g in visible.split(",") if g.strip()] if visible else [0]
+    if rank is not None:
+        gpus = [gpus[rank % len(gpus)]]
     with open(os.path.join(GPU_REGISTRY, "%d.json" % pid), "w") as f:
         json.dump({"pid": pid, "gpus": gpus, "label": label,
                    "used_memory": int(os.environ.get("SGLANG_SIM_GPU_MEM_MB", "1000"))}, f)
 
 
-def spawn_scheduler(mode):
+def spawn_scheduler(mode, rank, tp_size):
     pid = os.fork()
     if pid:
         return pid
@@ -58,11 +64,10 @@ def spawn_scheduler(mode):
                     f.write(str(os.getpid()))
             except OSError:
                 continue
-    register_gpu(os.getpid(), "sglang::scheduler")
-    try:
-        os.setproctitle("sglang::scheduler")  # type: ignore[attr-defined]
-    except AttributeError:
-        pass
+    # SGLang's own title (srt/managers/scheduler.py): the rank suffix only when tp_size > 1.
+    title = "sglang::scheduler" + ("_TP%d" % rank if tp_size > 1 else "")
+    setproctitle.setproctitle(title)
+    register_gpu(os.getpid(), title, rank)
     while True:
         time.sleep(3600)
 
@@ -200,7 +205,8 @@ def main(argv=None):
     register_gpu(os.getpid(), "sglang::server")
     orphan = os.environ.get("SGLANG_SIM_ORPHAN")
     if orphan:
-        log.info("Started scheduler pid %d", spawn_scheduler(orphan))
+        for rank in range(args.tp_size):
+            log.info("Started scheduler pid %d", spawn_scheduler(orphan, rank, args.tp_size))
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():

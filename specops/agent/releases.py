@@ -1,0 +1,186 @@
+"""Releases on the host: RELEASES/<stamp>/{manifest.json, files/, previous/} and `current`.
+
+`files/` is a snapshot of every managed file as a release deployed it, `previous/` what
+that deploy replaced.  Undo puts back one deploy's `previous/`; rollback rebuilds the
+state as of an older release from its snapshot and the later releases' `previous/`.
+"""
+import base64
+import json
+import os
+import shutil
+import stat
+import time
+
+from specops import protocol
+from specops.agent import units
+from specops.agent.host import ActionError, group_name, run_streamed, sha256_file, user_name
+from specops.agent.probe import resolve_key
+from specops.agent.stage import Staged, purge
+from specops.layout import RELEASES, RELEASES_KEPT
+
+
+def manifests():
+    out = []
+    try:
+        names = sorted(os.listdir(RELEASES))
+    except OSError:
+        return out
+    for n in names:
+        if n == "current" or n.endswith(".tmp"):
+            continue
+        try:
+            with open(os.path.join(RELEASES, n, "manifest.json")) as f:
+                out.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def current():
+    try:
+        return os.readlink(os.path.join(RELEASES, "current"))
+    except OSError:
+        return None
+
+
+def current_manifest():
+    stamp = current()
+    return next((m for m in manifests() if m["stamp"] == stamp), None)
+
+
+def _set_current(stamp):
+    link = os.path.join(RELEASES, "current")
+    tmp = link + ".tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(stamp, tmp)
+    os.rename(tmp, link)
+
+
+def _snapshot_fact(path):
+    st = os.stat(path)
+    return {"sha256": sha256_file(path), "mode": "%04o" % stat.S_IMODE(st.st_mode),
+            "owner": user_name(st.st_uid), "group": group_name(st.st_gid)}
+
+
+def record(req):
+    """Answer a protocol.ReleaseRecord: snapshot, manifest, and `current` for a deployed release."""
+    d = os.path.join(RELEASES, req.stamp)
+    os.makedirs(os.path.join(d, "files"), mode=0o700, exist_ok=True)
+    os.chmod(os.path.dirname(d), 0o700)
+    files = {}
+    for key in req.managed:
+        path = resolve_key(key)
+        if path and os.path.isfile(path):
+            dest = os.path.join(d, "files", path.lstrip("/"))
+            os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+            shutil.copy2(path, dest)
+            files[path] = _snapshot_fact(path)
+    previous = {}
+    for path, how in req.previous.items():
+        kept = os.path.join(d, "previous", path.lstrip("/"))
+        previous[path] = _snapshot_fact(kept) if how == "backup" and os.path.exists(kept) else None
+    manifest = dict(req.manifest, stamp=req.stamp, status=req.status, files=files, previous=previous,
+                    recorded_at=time.time())
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    if req.status == "deployed":
+        _set_current(req.stamp)
+    _prune()
+    return protocol.RecordResult(stamp=req.stamp, files=len(files))
+
+
+def _prune():
+    keep = current()
+    names = sorted(n for n in os.listdir(RELEASES) if n != "current" and not n.endswith(".tmp"))
+    for n in names[:-RELEASES_KEPT]:
+        if n != keep:
+            shutil.rmtree(os.path.join(RELEASES, n), ignore_errors=True)
+
+
+def releases(req):
+    """Answer a protocol.Releases."""
+    now = current()
+    return protocol.ReleasesResult(current=now, releases=[
+        {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
+         "files": len(m.get("files", {})), "current": m["stamp"] == now,
+         "summary": m.get("summary", ""), "verify": m.get("verify", [])} for m in manifests()])
+
+
+def _state_at(target, deployed):
+    """path → content source (or None: absent) that puts the host back to release `target`."""
+    later = [m for m in deployed if m["stamp"] > target["stamp"]]
+    want = {}
+    for m in later:  # earliest first: the content a path had before it was first changed after target
+        for path, prev in m.get("previous", {}).items():
+            if path not in target["files"] and path not in want:
+                want[path] = os.path.join(RELEASES, m["stamp"], "previous", path.lstrip("/")) if prev else None
+    for path in target["files"]:
+        want[path] = os.path.join(RELEASES, target["stamp"], "files", path.lstrip("/"))
+    return want
+
+
+def _restore(want):
+    """Put files back atomically; purge bytecode of restored modules.  Returns what changed."""
+    changed = []
+    for path, src in sorted(want.items()):
+        if src is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+                changed.append(path)
+            continue
+        if os.path.exists(path) and sha256_file(path) == sha256_file(src):
+            continue
+        st = os.stat(src)
+        with open(src, "rb") as f:
+            data = base64.b64encode(f.read()).decode()
+        Staged(protocol.Write(path=path, data=data, mode="%04o" % stat.S_IMODE(st.st_mode))).write().commit()
+        changed.append(path)
+    for path in changed:
+        if path.endswith(".py") and os.path.exists(path):
+            purge(protocol.Purge(path=path, sha256=sha256_file(path)))
+    return changed
+
+
+def _restart(refs, daemon_reload):
+    if daemon_reload:
+        run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
+    for ref in refs:
+        units.restart(ref)
+
+
+def _refs(names, known):
+    """UnitRefs for unit names: as the request describes them, else with the defaults."""
+    by_name = {r.name: r for r in known}
+    return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
+
+
+def undo(req):
+    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
+    d = os.path.join(RELEASES, req.stamp)
+    want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
+            for p, how in req.previous.items()}
+    changed = _restore(want)
+    _restart(req.services, any(p.endswith(".service") for p in changed))
+    manifest = current_manifest()
+    return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
+
+
+def rollback(req):
+    """Answer a protocol.Rollback: back to the release before current (or `to`)."""
+    deployed = [m for m in manifests() if m.get("status") == "deployed"]
+    now = current()
+    if req.to:
+        target = next((m for m in deployed if m["stamp"] == req.to), None)
+        if target is None:
+            raise ActionError("no deployed release %s (see inv releases)" % req.to)
+    else:
+        older = [m for m in deployed if now and m["stamp"] < now]
+        if not older:
+            raise ActionError("no release before %s to roll back to" % (now or "the first deploy"))
+        target = older[-1]
+    changed = _restore(_state_at(target, deployed))
+    _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed))
+    _set_current(target["stamp"])
+    return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
+                                   verify=target.get("verify", []))

@@ -1,0 +1,192 @@
+"""Verify and peek: ask a service over its HTTP endpoints whether it runs what was intended.
+
+What to ask (paths, the generation body, the intended fields) comes in each
+protocol.ServiceCheck, from the service's kind on the controller; nothing here knows
+one kind of service from another.
+"""
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+from specops import protocol
+from specops.agent.host import clean, journal, read_state, say
+from specops.agent.probe import resolve_key, unit_fact
+from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
+
+
+def _http(svc, method, path, body=None, timeout=30, key=None):
+    url = "http://%s:%d%s" % (svc.host, svc.port, path)
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if key and path not in svc.endpoints.public:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def env_value(line):
+    """The value of KEY="..." as specops writes it (\\ " ` $ escaped with a backslash)."""
+    value = line.split("=", 1)[1].strip()
+    if not (value.startswith('"') and value.endswith('"') and len(value) >= 2):
+        return value
+    out, chars = [], iter(value[1:-1])
+    for ch in chars:
+        out.append(next(chars, "") if ch == "\\" else ch)
+    return "".join(out)
+
+
+def api_key(name):
+    """The service's API key, from its 0600 env file: no secret travels in a request or a manifest."""
+    try:
+        with open(env_file(name)) as f:
+            for line in f:
+                if line.startswith(API_KEY_ENV + "="):
+                    return env_value(line)
+    except OSError:
+        pass
+    return None
+
+
+def _wait_ready(svc, report, key):
+    t0 = time.time()
+    deadline, last_note = t0 + svc.timeout, 0.0
+    while True:
+        u = unit_fact(svc.name)
+        if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
+            report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
+                svc.name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
+            report.journal = journal(svc.name)
+            return False
+        try:
+            status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5, key=key)
+        except OSError:
+            status = "no listener"
+        if not report.health_statuses or report.health_statuses[-1] != status:
+            report.health_statuses.append(status)
+        now = time.time()
+        if status == 200:
+            report.ready_after = round(now - t0, 2)
+            say("  %s: ready after %.1fs" % (svc.name, now - t0))
+            return True
+        if now > deadline:
+            report.failures.append("not ready after %.0fs (last %s: %s)" % (now - t0, svc.endpoints.ready, status))
+            report.journal = journal(svc.name)
+            return False
+        if now - last_note >= 2:
+            say("  %s: starting (%s: %s) %.0fs elapsed" % (svc.name, svc.endpoints.ready, status, now - t0))
+            last_note = now
+        time.sleep(0.5)
+
+
+def _info(svc, key, timeout=30):
+    status, raw = _http(svc, "GET", svc.endpoints.info, timeout=timeout, key=key)
+    if status == 404 and svc.endpoints.info_fallback:
+        status, raw = _http(svc, "GET", svc.endpoints.info_fallback, timeout=timeout, key=key)
+    return status, (json.loads(raw) if status == 200 else {})
+
+
+def _compare(svc, info, report):
+    report.effective = {k: info.get(k) for k in svc.intended}
+    for field, want in sorted(svc.intended.items()):
+        have = info.get(field)
+        if have == want:
+            continue
+        text = "%s: intended %s, effective %s" % (field, want, have)
+        if field in svc.accepted and svc.accepted[field] == have:
+            report.notes.append(text + " (accepted SGLang adjustment)")
+        else:
+            report.failures.append(text)
+
+
+def _generate(svc, report, key):
+    body = dict(svc.generate_body or {"text": None, "sampling_params": {}})
+    body["text"] = svc.prompt
+    body["sampling_params"] = dict(body.get("sampling_params") or {}, max_new_tokens=svc.max_new_tokens,
+                                   temperature=0)
+    t0 = time.time()
+    status, raw = _http(svc, "POST", svc.endpoints.generate, body, timeout=svc.timeout, key=key)
+    wall = time.time() - t0
+    if status != 200:
+        report.failures.append("%s answered %s: %s" % (svc.endpoints.generate, status, clean(raw[:200].decode(
+            errors="replace"))))
+        return False
+    meta = json.loads(raw).get("meta_info", {})
+    tokens = meta.get("completion_tokens") or 0
+    tok_s = tokens / wall if wall > 0 else 0.0
+    accept = meta.get("spec_accept_length")
+    report.generate = {"completion_tokens": tokens, "tok_s": round(tok_s, 1),
+                       "spec_verify_ct": meta.get("spec_verify_ct"), "spec_accept_length": accept}
+    if svc.min_accept_length is not None and (accept is None or accept < svc.min_accept_length):
+        report.failures.append("spec_accept_length %s is below min_accept_length %s" % (accept, svc.min_accept_length))
+    if svc.baseline_tok_s is not None and tok_s < svc.baseline_tok_s:
+        report.failures.append("%.1f tok/s is slower than the baseline without speculation (%s tok/s)"
+                               % (tok_s, svc.baseline_tok_s))
+    return True
+
+
+def _stale_check(svc, report):
+    """The process must have started after every managed file changed (else it runs old code)."""
+    started = unit_fact(svc.name).get("ExecMainStartTimestamp")
+    purges, events = read_state().get("purges", {}), []
+    for key in svc.managed:
+        path = resolve_key(key)
+        if path and os.path.exists(path):
+            events.append((os.stat(path).st_mtime, path))
+        if path in purges:
+            events.append((purges[path]["purged_at"], "the bytecode purge of " + path))
+    if restart_stamp_is_stale(started, events):
+        newest = max(events)
+        report.failures.append("running old code: the service started at %s, before %s changed at %s"
+                               % (time.strftime("%H:%M:%S", time.gmtime(started)), newest[1],
+                                  time.strftime("%H:%M:%S", time.gmtime(newest[0]))))
+        report.stale = True
+
+
+def verify_service(svc):
+    report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
+    if not _wait_ready(svc, report, key):
+        return report
+    if svc.endpoints.models:
+        status, raw = _http(svc, "GET", svc.endpoints.models, key=key)
+        ids = [m.get("id") for m in json.loads(raw).get("data", [])] if status == 200 else []
+        if svc.served_model_name and svc.served_model_name not in ids:
+            report.failures.append("%s lists %s, not %s" % (svc.endpoints.models, ids or status, svc.served_model_name))
+        report.checks.append("%s: %s" % (svc.endpoints.models, ", ".join(map(str, ids))))
+    status, info = _info(svc, key)
+    if status != 200:
+        report.failures.append("%s answered %s" % (svc.endpoints.info, status))
+        return report
+    _compare(svc, info, report)
+    if svc.endpoints.generate and not _generate(svc, report, key):
+        return report
+    _stale_check(svc, report)
+    return report
+
+
+def verify(req):
+    """Answer a protocol.Verify."""
+    return protocol.VerifyResult(services=[verify_service(s) for s in req.services])
+
+
+def peek(req):
+    """Answer a protocol.Peek: the running servers' effective args against the intended ones."""
+    out = []
+    for svc in req.services:
+        report = protocol.ServiceReport(name=svc.name)
+        try:
+            status, info = _info(svc, api_key(svc.name), timeout=5)
+        except (OSError, ValueError):
+            status, info = "no answer", {}
+        if status != 200:
+            report.failures.append("%s: %s" % (svc.endpoints.info, status))
+        else:
+            _compare(svc, info, report)
+        out.append(report)
+    return protocol.VerifyResult(services=out)

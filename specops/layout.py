@@ -1,0 +1,62 @@
+"""Where specops keeps things on a host, and the defaults both sides assume.
+
+Imported by the controller and by the agent (it travels in the agent's zip), so each
+of these facts has exactly one definition.  Standard library only; Python 3.8+.
+"""
+
+# The host lock: mkdir is atomic, so whoever creates the directory holds it.
+LOCK_DIR = "/run/specops.lock"
+LOCK_HOLDER = LOCK_DIR + "/holder.json"
+
+# specops's own records on the host.
+HOME = "/var/lib/specops"
+STATE_FILE = HOME + "/state.json"          # bytecode purges and units' past invocations
+RELEASES = HOME + "/releases"              # <stamp>/{manifest.json, files/, previous/}; current → newest
+RELEASES_KEPT = 5
+AGENT_HOME = HOME + "/agent"               # the agent's zip, cached by its sha256
+
+# Where a batch writes before it renames: a directory beside the target (same filesystem).
+STAGE_DIR = ".specops-stage"
+
+# Services.
+UNIT_DIR = "/etc/systemd/system"
+ENV_DIR = "/etc/specops"                   # <service>.env, mode 0600: the secrets
+API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"     # the env-file key that holds a service's API key
+DEFAULT_VENV = "/opt/sglang/venv"
+DEFAULT_PORT = 30000
+
+# Package paths resolved on the host by a venv's own interpreter: pkg:<venv>:<package>/<path>.
+PKG_PREFIX = "pkg:"
+
+
+def unit_path(name: str) -> str:
+    return "%s/%s.service" % (UNIT_DIR, name)
+
+
+def env_file(name: str) -> str:
+    return "%s/%s.env" % (ENV_DIR, name)
+
+
+def pkg_key(venv: str, rel: str) -> str:
+    """A path inside an installed package, resolved on the host by the venv's interpreter."""
+    return "%s%s:%s" % (PKG_PREFIX, venv, rel)
+
+
+def split_pkg_key(key: str):
+    """pkg:<venv>:<package>/<inner> → (venv, package, inner)."""
+    _, venv, rel = key.split(":", 2)
+    package, _, inner = rel.partition("/")
+    return venv, package, inner
+
+
+def is_bytecode_of(filename: str, module: str) -> bool:
+    """<module>.<tag>[.opt-N].pyc: every interpreter tag and optimisation level."""
+    return filename.startswith(module + ".") and filename.endswith(".pyc") \
+        and filename[len(module) + 1:].count(".") >= 1
+
+
+def restart_stamp_is_stale(started, changes) -> bool:
+    """The stale-code rule: a service runs old code when it started before the newest change
+    (a managed file's mtime, or a bytecode purge) among `changes` [(time, what)]."""
+    newest = max(changes, default=None)
+    return bool(started and newest and newest[0] > started)

@@ -1,0 +1,115 @@
+"""What leaves specops for a person or a script: lines per host, the recap, --json; never a secret."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import services
+from .ops import Change
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+class Redactor:
+    """Replaces every secret value of the selected hosts' services wherever text leaves specops."""
+
+    def __init__(self, hosts: list):
+        secrets = services.secrets(hosts)
+        self.secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for s in self.secrets:
+            text = text.replace(s, "***")
+        return text
+
+    def data(self, value: Any) -> Any:
+        """Redact every string inside a JSON-able value (before it is serialised, so escaping
+        cannot hide a secret)."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, list):
+            return [self.data(v) for v in value]
+        if isinstance(value, dict):
+            return {self(k) if isinstance(k, str) else k: self.data(v) for k, v in value.items()}
+        return value
+
+
+class Reporter:
+    """Thread-safe, redacted output: a line per change, diffs on request, a recap."""
+
+    def __init__(self, redact: Redactor, show_diff: bool, stream=None, verbose: bool = True):
+        self.redact, self.show_diff, self.verbose = redact, show_diff, verbose
+        self.stream = stream or sys.stdout
+        self.lock = threading.Lock()
+
+    def line(self, host: str, text: str) -> None:
+        with self.lock:
+            self.stream.write(self.redact(_CONTROL.sub("", f"{host:<12} {text}")) + "\n")
+            self.stream.flush()
+
+    def change(self, host: str, c: Change, check: bool) -> None:
+        if not c.changed and not c.warning and not c.checks and not self.verbose:
+            return
+        if c.changed:
+            state, detail = ("would change" if check else "changed"), c.summary
+        elif c.checks:
+            state, detail = "check", c.summary
+        else:
+            state, detail = "ok", ""
+        self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({detail})" if detail else "")
+                  + (f" WARNING: {c.warning}" if c.warning else ""))
+        if c.changed and c.diff and self.show_diff:
+            with self.lock:
+                self.stream.write(self.redact(c.diff if c.diff.endswith("\n") else c.diff + "\n"))
+
+
+@dataclass
+class HostReport:
+    """One host's outcome: its changes, error, notes for the recap, and what its task returned."""
+    name: str
+    changes: list[dict] = field(default_factory=list)
+    error: str | None = None
+    round_trips: int = 0
+    elapsed: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    result: Any = None
+
+    @property
+    def changed(self) -> int:
+        return sum(1 for c in self.changes if c["changed"])
+
+    @property
+    def ok(self) -> int:
+        return sum(1 for c in self.changes if not c["changed"])
+
+    @property
+    def status(self) -> str:
+        return "failed" if self.error else ("changed" if self.changed else "ok")
+
+
+def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None) -> int:
+    """Print the recap (and write --json); the exit code: 1 if any host failed."""
+    out.stream.write("\nRECAP\n")
+    for r in reports:
+        line = f"{r.name:<12} ok={r.ok:<3} changed={r.changed:<3} failed={1 if r.error else 0}"
+        line += f"  {r.elapsed:.1f}s"
+        if r.notes:
+            line += "  " + "; ".join(r.notes)
+        out.stream.write(out.redact(line) + "\n")
+    failed = [r.name for r in reports if r.error]
+    if failed:
+        out.stream.write(f"failed hosts: {', '.join(failed)}\n")
+    out.stream.flush()
+    if json_path:
+        doc = {"hosts": {r.name: {"status": r.status, "ok": r.ok, "changed": r.changed,
+                                  "error": r.error, "round_trips": r.round_trips,
+                                  "elapsed": round(r.elapsed, 3), "notes": r.notes,
+                                  "changes": r.changes, **r.extra} for r in reports}}
+        with open(json_path, "w") as f:
+            f.write(json.dumps(out.redact.data(doc), indent=2, default=str) + "\n")
+    return 1 if failed else 0

@@ -1,0 +1,91 @@
+"""The seam between the engine and the kinds of service it runs.
+
+A ServiceKind holds everything the engine needs to know about one kind of service:
+its argv, the values it intends and how to read them back, how to ask it whether it
+is ready and what it generates, which processes and files are its own, and which
+inventory values are secret.  The engine (pipeline, verify, status, run) talks to
+services only through this; roles build their ops from it.  SGLang's server is the
+first kind.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import protocol
+from ..errors import UsageError
+from ..layout import DEFAULT_PORT, DEFAULT_VENV
+
+
+class ServiceKind:
+    """One kind of service.  Subclasses set `name`, `titles`, `endpoints` and implement the rest."""
+    name = ""
+    titles: tuple[str, ...] = ()          # process-title prefixes its processes take
+    endpoints = protocol.Endpoints()
+
+    def port(self, svc: dict) -> int:
+        return svc.get("port", DEFAULT_PORT)
+
+    def unit(self, svc: dict) -> protocol.UnitRef:
+        """How stop and restart account for its processes."""
+        return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=list(self.titles))
+
+    def argv(self, svc: dict, venv: str) -> list[str]:
+        raise NotImplementedError
+
+    def intended(self, svc: dict) -> dict[str, Any]:
+        """The values its info endpoint must report."""
+        raise NotImplementedError
+
+    def check(self, host, svc: dict) -> protocol.ServiceCheck:
+        """What verify asks of it (no secrets)."""
+        raise NotImplementedError
+
+    def managed(self, svc: dict, venv: str) -> list[str]:
+        """Every managed file the running service depends on: it must have started after them."""
+        raise NotImplementedError
+
+    def secrets(self, svc: dict) -> list[str]:
+        """Inventory values that must never be printed."""
+        return [v for v in (svc.get("env_secret") or {}).values() if v]
+
+
+KINDS: dict[str, ServiceKind] = {}
+
+
+def register(kind: ServiceKind) -> ServiceKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_of(svc: dict) -> ServiceKind:
+    name = svc.get("kind", "sglang")
+    if name not in KINDS:
+        raise UsageError(f"service {svc.get('name')!r}: unknown kind {name!r} (known: {', '.join(sorted(KINDS))})")
+    return KINDS[name]
+
+
+def of_host(host) -> list[tuple[ServiceKind, dict]]:
+    return [(kind_of(s), s) for s in host.get("services") or []]
+
+
+def venv_of(host) -> str:
+    return host.get("venv", DEFAULT_VENV)
+
+
+def unit_refs(host) -> dict[str, protocol.UnitRef]:
+    return {s["name"]: k.unit(s) for k, s in of_host(host)}
+
+
+def managed_files(host) -> list[str]:
+    return sorted({key for k, s in of_host(host) for key in k.managed(s, venv_of(host))})
+
+
+def checks(host) -> list[protocol.ServiceCheck]:
+    return [k.check(host, s) for k, s in of_host(host)]
+
+
+def secrets(hosts) -> set[str]:
+    return {v for h in hosts for k, s in of_host(h) for v in k.secrets(s)}
+
+
+from . import sglang  # noqa: E402,F401  (registers the first kind)

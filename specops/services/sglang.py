@@ -1,0 +1,62 @@
+"""SGLang's server (`python -m sglang.launch_server`), the first kind of service.
+
+Interface facts from SGLang 0.5.23's source (srt/entrypoints/http_server.py,
+srt/managers/scheduler.py): /health is 503 while starting and needs no API key;
+/server_info (or /get_server_info before it) reports every resolved argument at the
+top level; /generate answers with meta_info; its children retitle themselves
+`sglang::scheduler_TP0`, `sglang::detokenizer`, ...
+"""
+from __future__ import annotations
+
+from .. import protocol
+from ..layout import DEFAULT_VENV, env_file, pkg_key, unit_path
+from ..spec import bind_address, expectations, intended, launch_args, venv_python
+from . import ServiceKind, register
+
+
+def patch_key(venv: str, rel: str) -> str:
+    """A patched file, by its path inside the sglang package."""
+    return pkg_key(venv, f"sglang/{rel}")
+
+
+def draft_config_path(svc: dict) -> str:
+    return f"{svc['speculative']['draft_model_path'].rstrip('/')}/config.json"
+
+
+class SGLang(ServiceKind):
+    name = "sglang"
+    titles = ("sglang::",)
+    endpoints = protocol.Endpoints(ready="/health", info="/server_info", info_fallback="/get_server_info",
+                                   models="/v1/models", generate="/generate",
+                                   public=["/health", "/health_generate", "/ready"])
+
+    def argv(self, svc, venv):
+        return [venv_python(venv), "-m", "sglang.launch_server", *launch_args(svc)]
+
+    def intended(self, svc):
+        return intended(svc)
+
+    def check(self, host, svc):
+        want, accepted = expectations(svc, f"{host.name}: service {svc['name']}")
+        v = svc.get("verify") or {}
+        return protocol.ServiceCheck(
+            name=svc["name"], port=self.port(svc), host=bind_address(svc),
+            served_model_name=svc.get("served_model_name"), intended=want, accepted=accepted,
+            timeout=v.get("timeout", 600), prompt=v.get("prompt", "The capital of France is"),
+            min_accept_length=v.get("min_accept_length"), baseline_tok_s=v.get("baseline_tok_s"),
+            managed=self.managed(svc, host.get("venv", DEFAULT_VENV)),
+            endpoints=self.endpoints,
+            generate_body={"text": None, "sampling_params": {"temperature": 0}})
+
+    def managed(self, svc, venv):
+        out = [unit_path(svc["name"]), env_file(svc["name"])]
+        out += [patch_key(venv, rel) for rel in svc.get("patches") or []]
+        if svc.get("draft_config"):
+            out.append(draft_config_path(svc))
+        return out
+
+    def secrets(self, svc):
+        return super().secrets(svc) + ([svc["api_key"]] if svc.get("api_key") else [])
+
+
+register(SGLang())
