@@ -15,12 +15,15 @@ PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"
 # A patch that makes the model capture the embedding output (EAGLE-3 layer id -1) says so.
 EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
 # Compile without writing bytecode (py_compile would leave a .pyc named after the staged
-# file), and say what is wrong in one line.
+# file), say what is wrong in one line, and take many files: "{}..." in a validator means every
+# staged
+# file, and one interpreter checks every patched file of a batch.
 COMPILE = ("import sys\n"
-           "try:\n"
-           "    compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')\n"
-           "except SyntaxError as e:\n"
-           "    sys.exit('%s: %s (line %s)' % (type(e).__name__, e.msg, e.lineno))\n")
+           "for path in sys.argv[1:]:\n"
+           "    try:\n"
+           "        compile(open(path, 'rb').read(), path, 'exec')\n"
+           "    except SyntaxError as e:\n"
+           "        sys.exit('%s: %s: %s (line %s)' % (path, type(e).__name__, e.msg, e.lineno))\n")
 
 
 def patch_root(host) -> Path:
@@ -56,7 +59,7 @@ def ops(host):
     out = []
     for rel, restarts in patches.items():
         key, label = patch_key(venv, rel), f"sglang/{rel}"
-        validate = [venv_python(venv), "-c", COMPILE, "{}"] if rel.endswith(".py") else None
+        validate = [venv_python(venv), "-c", COMPILE, "{}..."] if rel.endswith(".py") else None
         out.append(File(key, patch_source(host, rel, host.name).read_bytes(), mode="0644", owner=None,
                         group=None, validate=validate, notify=restarts, label=label,
                         validator=f"compiling with {venv_python(venv)}"))

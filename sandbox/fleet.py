@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -322,6 +323,7 @@ def console_tail(h: Host, chars: int = 300) -> str:
         text = (h.dir / "console.log").read_text(errors="replace")
     except OSError:
         return "no console log"
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]", "", text)  # colours, cursor moves
     return " | ".join(line.strip() for line in text[-chars:].splitlines() if line.strip()) or "empty"
 
 

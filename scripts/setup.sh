@@ -23,7 +23,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 echo "[setup] installing specops and its test tools into .venv"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat
 
 # The fleet's root filesystem and SGLang layer: built once (about a minute), then cached.
 .venv/bin/python -c 'from sandbox import provision; provision.layer("gpubox")'

@@ -46,5 +46,6 @@ def actions(notified: list[Handler], units: dict[str, protocol.UnitRef] | None =
             out.append(protocol.DaemonReload(desc=f"handler: {h}"))
         else:
             ref = (units or {}).get(h.service) or protocol.UnitRef(name=h.service)
-            out.append(protocol.Restart(unit=ref, desc=f"handler: {h}"))
+            others = sorted(n for n in (units or {}) if n != h.service)
+            out.append(protocol.Restart(unit=ref, others=others, desc=f"handler: {h}"))
     return out

@@ -14,6 +14,7 @@ STATE_FILE = HOME + "/state.json"          # bytecode purges and units' past inv
 RELEASES = HOME + "/releases"              # <stamp>/{manifest.json, files/, previous/}; current → newest
 RELEASES_KEPT = 5
 AGENT_HOME = HOME + "/agent"               # the agent's zip, cached by its sha256
+VENV_CACHE = HOME + "/venvs.json"          # what each venv's interpreter said, while its dirs are unchanged
 
 # Where a batch writes before it renames: a directory beside the target (same filesystem).
 STAGE_DIR = ".specops-stage"

@@ -1,9 +1,9 @@
-"""Releases on the host: /var/lib/specops/releases/<UTC stamp>/, one per deploy that changes something."""
+"""Release stamps: the controller names a deploy's release before it changes anything."""
 from __future__ import annotations
 
 import time
 
-ROOT = "/var/lib/specops/releases"
+from .layout import RELEASES
 
 
 def new_stamp() -> str:
@@ -13,4 +13,4 @@ def new_stamp() -> str:
 
 
 def release_dir(stamp: str) -> str:
-    return f"{ROOT}/{stamp}"
+    return f"{RELEASES}/{stamp}"

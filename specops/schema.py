@@ -41,6 +41,7 @@ SPECULATIVE = {
 
 SERVICE = {
     "name": Req(str),
+    "kind": Enum(("sglang",)),  # the kind of service (specops/services/)
     "model_path": Req(str),
     "served_model_name": str,
     "port": int,
@@ -62,6 +63,7 @@ SERVICE = {
     "api_key": str,
     "extra_args": [str],
     "timeout_stop_sec": int,
+    "stop_grace": NUMBER,  # seconds between SIGTERM and SIGKILL for leftovers of its runs
     "limit_nofile": int,
     "verify": {
         "timeout": NUMBER,

@@ -2,8 +2,6 @@
 intended, and show what was found."""
 from __future__ import annotations
 
-import dataclasses
-
 from . import protocol, services
 from .errors import SpecopsError
 from .run import HostRun
@@ -15,7 +13,7 @@ def checks(run: HostRun) -> list[protocol.ServiceCheck]:
     out = services.checks(run.host)
     if run.facts:  # paths the probe already resolved need no interpreter on the host again
         files = run.facts.data["files"]
-        out = [dataclasses.replace(c, managed=[files[k]["path"] if (files.get(k) or {}).get("path") else k
+        out = [protocol.replace(c, managed=[files[k]["path"] if (files.get(k) or {}).get("path") else k
                                                for k in c.managed]) for c in out]
     return out
 
@@ -30,7 +28,7 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
         return
     res = run.call(protocol.Verify(services=wanted), last=last,
                    on_stderr=lambda line: run.say(f"{'verify':<15}{line}"))
-    run.report.extra["verify"] = [dataclasses.asdict(s) for s in res.services]
+    run.report.extra["verify"] = [protocol.to_dict(s) for s in res.services]
     failed = []
     for s in res.services:
         def say(text, s=s):

@@ -251,3 +251,21 @@ def test_readme_demo_command(sandbox, tmp_path):
     finally:
         down = sandbox.inv("sandbox.down", env=env)
     assert down.returncode == 0 and not (inv_dir / "hosts.yml").exists()
+
+
+def test_the_real_agent_refuses_an_unknown_request_kind_in_one_line(sandbox):
+    """Over real SSH to the agent's zip on the host: an unknown kind is refused, naming it."""
+    from specops import shipping
+    from specops.ssh import Remote
+    inv = sandbox.inventory({"t1": {}})
+    from specops import inventory as inventory_mod
+    (host,) = inventory_mod.load(inv).select("t1", None)
+    remote = Remote("t1", host.vars)
+    try:
+        res = remote.exec(shipping.COMMAND, shipping.payload(b'{"kind": "reboot", "now": true}'))
+    finally:
+        remote.close()
+    answer = json.loads(res.stdout)
+    assert res.rc == 0 and answer["ok"] is False
+    assert answer["error"].startswith("request: unknown request kind 'reboot' (known: apply, check,")
+    assert "\n" not in answer["error"]

@@ -155,6 +155,12 @@ def run_without_connecting(tmp_path, host_yaml: str, *args: str):
     (["deploy", "--host", "nosuch"], "unknown host 'nosuch'"),
     (["deploy", "--group", "nosuch"], "unknown group 'nosuch'"),
     (["facts", "--host", "a", "--group", "g"], "give --host or --group, not both"),
+    # A task that changes hosts never defaults to every host of an inventory (issue 11, bug 6).
+    (["deploy"], "choose the hosts: --host NAME, --group NAME or --all"),
+    (["bootstrap"], "choose the hosts: --host NAME, --group NAME or --all"),
+    (["stop"], "choose the hosts: --host NAME, --group NAME or --all"),
+    (["rollback"], "choose the hosts: --host NAME, --group NAME or --all"),
+    (["deploy", "--all", "--host", "a"], "give --all, or --host/--group, not both"),
 ])
 @pytest.mark.reliability("bad-inventory", "bad-input")
 def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):

@@ -125,3 +125,23 @@ def test_second_deploy_changes_nothing_and_does_not_restart(sandbox):
     assert res.returncode == 0 and report["hosts"]["t2"]["changed"] == 0
     assert unit_prop(h, "sglang", "ExecMainStartTimestamp") == started
     assert report["hosts"]["t2"]["round_trips"] == 2  # one probe, one verify
+
+
+def test_check_mode_runs_the_preflight_for_real(sandbox, tmp_path):
+    """Bug 4: --check used to print "preflight sglang: ok" without running it; a flag the installed
+    SGLang refuses now fails the check, and a good change says the preflight passed."""
+    h = sandbox.reset("t3")
+    res, _ = deploy(sandbox, "t3", [sandbox_service()])
+    assert res.returncode == 0, res.stdout
+    files = ["/etc/systemd/system/sglang.service", "/etc/specops/sglang.env"]
+    before, started = sha256_on(h, *files), unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
+
+    res, _ = deploy(sandbox, "t3", [sandbox_service(extra_args=["--bogus-flag"])], "--check")
+    assert res.returncode == 1, res.stdout
+    assert "check failed: host preflight: the installed SGLang refuses these arguments" in res.stdout
+    assert "--bogus-flag" in res.stdout and "passed" not in res.stdout
+    res, _ = deploy(sandbox, "t3", [sandbox_service(tp=2)], "--check")
+    assert res.returncode == 0, res.stdout
+    assert "check           preflight sglang: the installed SGLang resolves the new arguments: passed" in res.stdout
+    assert sha256_on(h, *files) == before and len(before) == 2
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started

@@ -1,15 +1,21 @@
 """What every job of the agent shares: errors, progress lines, commands it runs (and stops
 with itself), hashing, specops's state file, and cleaning text that came from the host."""
 import grp
-import hashlib
 import json
 import os
 import pwd
-import re
 import signal
 import subprocess
 import sys
 import time
+
+try:  # the interpreter's own SHA-256: hashlib would load OpenSSL (~3 ms a call) for small files
+    from _sha2 import sha256
+except ImportError:
+    try:
+        from _sha256 import sha256
+    except ImportError:
+        from hashlib import sha256
 
 from specops.layout import STATE_FILE
 
@@ -28,16 +34,19 @@ def say(msg):
     sys.stderr.flush()
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]|\x1b\[[0-?]*[ -/]*[@-~]")
+_CONTROL = []
 
 
 def clean(text):
     """Host-controlled text with terminal control sequences removed (newlines and tabs kept)."""
-    return _CONTROL.sub("", text)
+    if not _CONTROL:
+        import re
+        _CONTROL.append(re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]|\x1b\[[0-?]*[ -/]*[@-~]"))
+    return _CONTROL[0].sub("", text)
 
 
 def sha256_file(path):
-    h = hashlib.sha256()
+    h = sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -122,15 +131,18 @@ def _interrupted(*_):
     os._exit(130)
 
 
-def die_with_connection():
-    """If the SSH session dies (or Ctrl-C reaches us), undo half-done work and stop what we started."""
+def die_with_connection(parent_death=True):
+    """If the SSH session dies (or Ctrl-C reaches us), undo half-done work and stop what we started.
+    `parent_death` also asks the kernel for SIGTERM when sshd's session process goes (ctypes costs
+    ~4 ms: quick read-only requests skip it)."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _interrupted)
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+    if parent_death:
+        try:
+            import ctypes
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
 
 
 # ---- specops's record on the host: bytecode purges, units' past invocations ----

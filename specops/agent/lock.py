@@ -3,10 +3,8 @@
 mkdir is atomic, so whoever creates LOCK_DIR holds the lock; holder.json inside says
 who (shown to anyone refused) and carries the token that proves it is ours.
 """
-import dataclasses
 import json
 import os
-import shutil
 
 from specops import protocol
 from specops.agent.host import clean
@@ -34,13 +32,13 @@ def acquire(holder, take_over=False):
     """{acquired: True, token} or {acquired: False, holder}.  `take_over` breaks a lock whose
     run is gone (--break-lock)."""
     if take_over:
-        shutil.rmtree(LOCK_DIR, ignore_errors=True)
+        _remove()
     try:
         os.mkdir(LOCK_DIR, 0o700)
     except FileExistsError:
         return {"acquired": False, "holder": _holder()}
     with open(LOCK_HOLDER, "w") as f:
-        json.dump(dataclasses.asdict(holder), f)
+        json.dump(protocol.to_dict(holder), f)
     return {"acquired": True, "token": holder.token}
 
 
@@ -48,8 +46,16 @@ def release(token):
     """Give the lock back if `token` holds it."""
     mine = token is not None and _token() == token
     if mine:
-        shutil.rmtree(LOCK_DIR, ignore_errors=True)
+        _remove()
     return mine
+
+
+def _remove():
+    for path, remove in ((LOCK_HOLDER, os.unlink), (LOCK_DIR, os.rmdir)):
+        try:
+            remove(path)
+        except OSError:
+            pass
 
 
 def peek():

@@ -25,15 +25,19 @@ HANDLERS = {
     "rollback": ("releases", "rollback"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
+QUICK = ("probe", "peek", "releases", "unlock")  # read-only and short: no need to die with sshd
 
 
-def answer(raw):
-    """The wire answer (a dict) to one wire request (JSON text)."""
+def answer(raw, on_kind=None):
+    """The wire answer (a dict) to one wire request (JSON text); `on_kind(kind)` is told what
+    was asked before the work starts."""
     try:
         data = json.loads(raw)
     except ValueError as e:
         return {"ok": False, "error": "request is not JSON: %s" % e}
     token = data.get("unlock") if isinstance(data, dict) else None
+    if on_kind:
+        on_kind(data.get("kind") if isinstance(data, dict) else None)
     try:
         req = protocol.decode_request(data)
         module, function = HANDLERS[req.KIND]
@@ -48,7 +52,7 @@ def answer(raw):
 
 
 def main(raw=None):
-    die_with_connection()
-    result = answer(sys.stdin.read() if raw is None else raw)
+    result = answer(sys.stdin.read() if raw is None else raw,
+                    on_kind=lambda kind: die_with_connection(parent_death=kind not in QUICK))
     sys.stdout.write(json.dumps(result))
     sys.stdout.flush()

@@ -2,16 +2,15 @@
 import base64
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
 import time
 
 from specops import protocol
-from specops.agent import lock, units
+from specops.agent import lock, procs
 from specops.agent.host import clean, group_name, sha256_file, user_name
-from specops.layout import PKG_PREFIX, is_bytecode_of, split_pkg_key
+from specops.layout import PKG_PREFIX, VENV_CACHE, is_bytecode_of, split_pkg_key
 
 CONTENT_LIMIT = 2 * 1024 * 1024
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
@@ -53,6 +52,7 @@ if out["dirs"]["torch"]:
     except OSError:
         pass
 out["torch_cuda"] = cuda
+out["path"] = [p for p in sys.path if p and os.path.isdir(p)]
 print(json.dumps(out))
 """
 NOT_REPORTED = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Insufficient Permissions]")
@@ -119,18 +119,66 @@ def unit_fact(name):
     return fact
 
 
+def _venv_stamp(py, paths):
+    """What changes when a venv's interpreter or packages change: the interpreter's identity and
+    the mtime of every directory on its path (installing or removing a package adds or removes
+    entries there)."""
+    stamp = []
+    for p in [py] + paths:
+        try:
+            st = os.stat(p)
+            stamp.append([p, st.st_ino, st.st_mtime_ns])
+        except OSError:
+            stamp.append([p, None, None])
+    return stamp
+
+
+def _venv_cache(update=None):
+    """venv → {stamp, fact}: what the interpreter said last time (a cache: losing it costs time only)."""
+    try:
+        with open(VENV_CACHE) as f:
+            cache = json.load(f)
+    except (OSError, ValueError):
+        cache = {}
+    if update:
+        cache.update(update)
+        tmp = "%s.%d.tmp" % (VENV_CACHE, os.getpid())
+        try:
+            os.makedirs(os.path.dirname(VENV_CACHE), mode=0o700, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(cache, f)
+            os.rename(tmp, VENV_CACHE)
+        except OSError:
+            pass
+    return cache
+
+
 def venv_fact(venv):
-    """Where the venv's interpreter finds its packages, and their versions."""
+    """Where the venv's interpreter finds its packages, and their versions.  The interpreter is
+    asked only when the venv changed since it was last asked."""
     py = os.path.join(venv, "bin", "python")
     if not os.path.exists(py):
         return {"exists": False}
+    known = _venv_cache().get(venv)
+    if known and _venv_stamp(py, known["fact"].get("path", [])) == known["stamp"]:
+        return known["fact"]
     res = subprocess.run([py, "-c", VENV_PROBE], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True)
     if res.returncode != 0:
         return {"exists": True, "broken": clean(res.stderr.strip()[-500:])}
     fact = json.loads(res.stdout)
     fact["exists"] = True
+    _venv_cache({venv: {"stamp": _venv_stamp(py, fact["path"]), "fact": fact}})
     return fact
+
+
+def which(name):
+    """shutil.which without importing shutil (and the archive modules it pulls in)."""
+    for d in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep):
+        path = os.path.join(d, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def _mib(value):
@@ -143,7 +191,7 @@ def _mib(value):
 def gpu_fact(unit_names=()):
     """nvidia-smi's GPUs and compute apps; memory nvidia-smi cannot report is None (and named in
     `unknown`); each app is attributed to one of `unit_names` when it belongs to one of its runs."""
-    smi = shutil.which("nvidia-smi")
+    smi = which("nvidia-smi")
     if not smi:
         return {"present": False}
 
@@ -168,7 +216,7 @@ def gpu_fact(unit_names=()):
                 unknown.append("GPU %s %s (%s)" % (g["index"], k, g[k]))
             g[k] = _mib(g[k])
     index = {g["uuid"]: g["index"] for g in gpus}
-    owners = units.attribute([int(a["pid"]) for a in apps if a["pid"].isdigit()], unit_names)
+    owners = procs.attribute([int(a["pid"]) for a in apps if a["pid"].isdigit()], unit_names)
     out = []
     for a in apps:
         if not a["pid"].isdigit():
@@ -176,7 +224,7 @@ def gpu_fact(unit_names=()):
         pid = int(a["pid"])
         if a["used_memory"] in NOT_REPORTED:
             unknown.append("pid %d used_memory (%s)" % (pid, a["used_memory"]))
-        p = units.describe(pid, _mib(a["used_memory"]), owners.get(pid))
+        p = procs.describe(pid, _mib(a["used_memory"]), owners.get(pid))
         p["gpu"] = index.get(a["gpu_uuid"])
         out.append(p)
     return {"present": True, "gpus": gpus, "apps": out, "unknown": unknown,

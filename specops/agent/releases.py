@@ -142,11 +142,12 @@ def _restore(want):
     return changed
 
 
-def _restart(refs, daemon_reload):
+def _restart(refs, daemon_reload, known=()):
     if daemon_reload:
         run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
+    names = {r.name for r in refs} | {r.name for r in known}
     for ref in refs:
-        units.restart(ref)
+        units.restart(ref, sorted(names - {ref.name}))
 
 
 def _refs(names, known):
@@ -180,7 +181,8 @@ def rollback(req):
             raise ActionError("no release before %s to roll back to" % (now or "the first deploy"))
         target = older[-1]
     changed = _restore(_state_at(target, deployed))
-    _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed))
+    _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
+             req.services)
     _set_current(target["stamp"])
     return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
                                    verify=target.get("verify", []))

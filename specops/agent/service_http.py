@@ -7,28 +7,19 @@ one kind of service from another.
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 
 from specops import protocol
+from specops.agent import http
 from specops.agent.host import clean, journal, read_state, say
 from specops.agent.probe import resolve_key, unit_fact
 from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
 
 
 def _http(svc, method, path, body=None, timeout=30, key=None):
-    url = "http://%s:%d%s" % (svc.host, svc.port, path)
+    headers = {"Authorization": "Bearer " + key} if key and path not in svc.endpoints.public else {}
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    if key and path not in svc.endpoints.public:
-        req.add_header("Authorization", "Bearer " + key)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    res = http.request(svc.host, svc.port, method, path, data, headers, timeout)
+    return res.status, res.body
 
 
 def env_value(line):
@@ -55,6 +46,7 @@ def api_key(name):
 
 
 def _wait_ready(svc, report, key):
+    """The unit's facts once the service answers ready (None if it died or timed out)."""
     t0 = time.time()
     deadline, last_note = t0 + svc.timeout, 0.0
     while True:
@@ -63,7 +55,7 @@ def _wait_ready(svc, report, key):
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
                 svc.name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
             report.journal = journal(svc.name)
-            return False
+            return None
         try:
             status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5, key=key)
         except OSError:
@@ -74,11 +66,11 @@ def _wait_ready(svc, report, key):
         if status == 200:
             report.ready_after = round(now - t0, 2)
             say("  %s: ready after %.1fs" % (svc.name, now - t0))
-            return True
+            return u
         if now > deadline:
             report.failures.append("not ready after %.0fs (last %s: %s)" % (now - t0, svc.endpoints.ready, status))
             report.journal = journal(svc.name)
-            return False
+            return None
         if now - last_note >= 2:
             say("  %s: starting (%s: %s) %.0fs elapsed" % (svc.name, svc.endpoints.ready, status, now - t0))
             last_note = now
@@ -131,9 +123,9 @@ def _generate(svc, report, key):
     return True
 
 
-def _stale_check(svc, report):
+def _stale_check(svc, report, unit):
     """The process must have started after every managed file changed (else it runs old code)."""
-    started = unit_fact(svc.name).get("ExecMainStartTimestamp")
+    started = unit.get("ExecMainStartTimestamp")
     purges, events = read_state().get("purges", {}), []
     for key in svc.managed:
         path = resolve_key(key)
@@ -151,7 +143,8 @@ def _stale_check(svc, report):
 
 def verify_service(svc):
     report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
-    if not _wait_ready(svc, report, key):
+    unit = _wait_ready(svc, report, key)
+    if unit is None:
         return report
     if svc.endpoints.models:
         status, raw = _http(svc, "GET", svc.endpoints.models, key=key)
@@ -166,7 +159,7 @@ def verify_service(svc):
     _compare(svc, info, report)
     if svc.endpoints.generate and not _generate(svc, report, key):
         return report
-    _stale_check(svc, report)
+    _stale_check(svc, report, unit)
     return report
 
 

@@ -25,7 +25,7 @@ class Staged:
         self.path = os.path.join(os.path.dirname(action.path), STAGE_DIR, os.path.basename(action.path))
         self.forget = on_interrupt(self.discard)
 
-    def write(self):
+    def write(self, validate=True):
         a = self.action
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         data = base64.b64decode(a.data)
@@ -42,21 +42,10 @@ class Staged:
                 os.close(fd)
         except OSError as e:
             self.discard()
-            raise ActionError("cannot write %s: %s" % (a.path, e.strerror))
-        if a.validate:
-            self._validate()
+            raise refusal(a, "cannot write %s: %s" % (a.path, e.strerror))
+        if validate and a.validate:
+            validate_together([self])
         return self
-
-    def _validate(self):
-        a = self.action
-        argv = [w.replace("{}", self.path) for w in a.validate]
-        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        if res.returncode != 0:
-            self.discard()
-            lines = [l.strip() for l in res.stdout.replace(self.path, a.path).splitlines() if l.strip()]
-            raise ActionError("%s refused %s: %s" % (a.validator or argv[0], a.label or a.path,
-                                                    clean(" | ".join(lines[-3:]))[-800:]
-                                                    or "exit %d" % res.returncode))
 
     def commit(self):
         a = self.action
@@ -85,6 +74,34 @@ class Staged:
             pass
 
 
+def validate_together(staged):
+    """Run the validator of staged files that share one (a {}... validator takes them all at once);
+    on a refusal, discard them all and say which file was refused and why."""
+    a = staged[0].action
+    many = a.validate[-1] == "{}..."
+    argv = a.validate[:-1] + [s.path for s in staged] if many else [w.replace("{}", staged[0].path) for w in a.validate]
+    res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    if res.returncode == 0:
+        return
+    out = res.stdout
+    named = [s for s in staged if s.path in out]
+    refused = min(named, key=lambda s: out.index(s.path)) if named else staged[0]
+    for s in staged:
+        out = out.replace(s.path + ": ", "").replace(s.path, s.action.path)
+        s.discard()
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    raise refusal(refused.action, "%s refused %s: %s" % (
+        a.validator or argv[0], refused.action.label or refused.action.path,
+        clean(" | ".join(lines[-3:]))[-800:] or "exit %d" % res.returncode))
+
+
+def refusal(action, message):
+    """An ActionError that knows which action it refuses."""
+    error = ActionError(message)
+    error.action = action
+    return error
+
+
 def backup(path, to):
     if to and os.path.lexists(path):
         os.makedirs(os.path.dirname(to), mode=0o700, exist_ok=True)
@@ -104,8 +121,10 @@ def purge(a):
         left = [n for n in os.listdir(cache) if is_bytecode_of(n, mod)]
         if left:
             raise ActionError("bytecode for %s still present after purge: %s" % (a.path, left))
-    update_state(lambda state: state.setdefault("purges", {}).__setitem__(
-        a.path, {"sha256": a.sha256, "purged_at": time.time(), "removed": removed}))
+
+    def note(state):
+        state.setdefault("purges", {})[a.path] = {"sha256": a.sha256, "purged_at": time.time(), "removed": removed}
+    update_state(note)
     return removed
 
 
@@ -170,7 +189,7 @@ DO = {
     protocol.Purge: purge,
     protocol.Run: lambda a: run_streamed(a.cmd, a.desc or "command"),
     protocol.DaemonReload: lambda a: run_streamed(["systemctl", "daemon-reload"], "daemon-reload"),
-    protocol.Restart: lambda a: units.restart(a.unit),
+    protocol.Restart: lambda a: units.restart(a.unit, a.others),
     protocol.Preflight: preflight,
     protocol.Expect: expect,
 }
@@ -179,14 +198,22 @@ DO = {
 def apply(req):
     """Answer a protocol.Apply with a protocol.ApplyResult."""
     actions, staged, results = req.actions, {}, []
-    for i, a in enumerate(actions):  # stage and validate everything before touching anything
-        if isinstance(a, protocol.Write) and os.path.isdir(os.path.dirname(a.path)):
-            try:
-                staged[i] = Staged(a).write()
-            except ActionError as e:
-                for s in staged.values():
-                    s.discard()
-                return protocol.ApplyResult(ok=False, failed=i, error=str(e))
+    try:  # stage and validate everything before touching anything
+        for i, a in enumerate(actions):
+            if isinstance(a, protocol.Write) and os.path.isdir(os.path.dirname(a.path)):
+                staged[i] = Staged(a).write(validate=False)
+        groups = {}
+        for i, s in staged.items():
+            if s.action.validate:
+                many = s.action.validate[-1] == "{}..."
+                groups.setdefault(tuple(s.action.validate) if many else i, []).append(s)
+        for group in groups.values():
+            validate_together(group)
+    except ActionError as e:
+        for s in staged.values():
+            s.discard()
+        failed = next((i for i, a in enumerate(actions) if a is getattr(e, "action", None)), 0)
+        return protocol.ApplyResult(ok=False, failed=failed, error=str(e))
     # Checks ask "will this work?" of the host: they run before anything is changed.
     order = [i for i, a in enumerate(actions) if a.KIND in protocol.CHECK_KINDS]
     order += [i for i, a in enumerate(actions) if a.KIND not in protocol.CHECK_KINDS]

@@ -8,7 +8,6 @@ tells the Facts what the host will look like, so later ops plan against that.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +54,7 @@ class Facts:
 
     @classmethod
     def of(cls, result: protocol.ProbeResult) -> "Facts":
-        return cls(dataclasses.asdict(result))
+        return cls(protocol.to_dict(result))
 
     def file(self, key: str) -> dict:
         return self.data["files"][key]

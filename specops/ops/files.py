@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import protocol
 from ..errors import UsageError
-from .base import Change, Op, PlanError, unified_diff
+from .base import Op, PlanError, unified_diff
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 _jinja = None  # built on first render: most runs of a no-op deploy never import Jinja2's 40 ms

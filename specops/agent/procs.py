@@ -1,0 +1,219 @@
+"""Which unit a process belongs to, and signalling only those.
+
+A process belongs to a unit when it runs as the unit's user and one of these holds:
+- it sits in the unit's cgroup;
+- its environment carries the INVOCATION_ID of one of the unit's runs (the current one,
+  those specops recorded, those systemd logged);
+- its stdout or stderr is the unit's journal stream: journald names the unit of each
+  stream it serves (/run/systemd/journal/streams), and a child keeps its parent's stream.
+The last is what finds SGLang's schedulers after they leave the unit's cgroup: they
+retitle themselves with setproctitle, which overwrites /proc/PID/environ (measured: all
+NUL bytes), so their INVOCATION_ID can no longer be read.
+Nothing else is ever signalled, and a signal goes through a pidfd (or after checking
+the process's start time), so a reused PID number cannot be hit.
+"""
+import os
+import pwd
+import signal
+
+from specops.agent.host import clean, read_state, run_quiet, update_state, user_name
+
+INVOCATIONS_KEPT = 50
+
+
+def show(unit, *props):
+    """systemctl show, as a dict of the asked properties."""
+    _, out = run_quiet(["systemctl", "show", unit, "-p", ",".join(props)])
+    return dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+
+
+def invocations(unit, current=None):
+    """Every known run of the unit: current, recorded by specops, and logged by systemd (PID 1)."""
+    found = set(read_state().get("invocations", {}).get(unit, []))
+    if current:
+        found.add(current)
+    rc, out = run_quiet(["journalctl", "_PID=1", "UNIT=%s.service" % unit, "-o", "cat",
+                         "--output-fields=INVOCATION_ID", "--no-pager"], timeout=20)
+    if rc == 0:
+        found.update(line.strip() for line in out.splitlines() if len(line.strip()) == 32)
+    return found
+
+
+def remember_invocation(unit):
+    """Record the unit's current run, so its processes stay attributable after the journal rotates."""
+    current = show(unit, "InvocationID").get("InvocationID")
+    if current:
+        def add(state):
+            runs = [i for i in state.setdefault("invocations", {}).get(unit, []) if i != current]
+            state["invocations"][unit] = (runs + [current])[-INVOCATIONS_KEPT:]
+        update_state(add)
+
+
+class Unit:
+    """What attribution needs to know about one unit, read once."""
+
+    def __init__(self, name):
+        props = show(name, "User", "ControlGroup", "InvocationID", "ActiveState")
+        self.name = name
+        try:
+            self.uid = pwd.getpwnam(props.get("User") or "root").pw_uid
+        except KeyError:
+            self.uid = None
+        self.cgroup = props.get("ControlGroup") or None
+        self.active = props.get("ActiveState") in ("active", "activating", "reloading", "deactivating")
+        self.current = props.get("InvocationID")
+        self._runs = None
+
+    @property
+    def runs(self):
+        if self._runs is None:  # the journal is read only when a process needs it
+            self._runs = invocations(self.name, self.current)
+        return self._runs
+
+    def owns(self, pid, uid, cgroups, invocation):
+        if self.uid is None or uid != self.uid:
+            return False
+        if self.cgroup and any((path + "/").find(self.cgroup + "/") >= 0 for path in cgroups):
+            return True
+        if invocation is not None and (invocation == self.current or invocation in self.runs):
+            return True
+        return self.name + ".service" in _stream_units(pid)
+
+
+_PEERS = None  # unix socket inode → its peer's inode, read once per call with `ss`
+STREAMS = "/run/systemd/journal/streams"
+
+
+def _peers():
+    global _PEERS
+    if _PEERS is None:
+        _PEERS = {}
+        rc, out = run_quiet(["ss", "-xnH"], timeout=10)
+        for line in out.splitlines() if rc == 0 else []:
+            f = line.split()
+            if len(f) >= 8 and f[-3].isdigit() and f[-1].isdigit():
+                _PEERS[f[-3]] = f[-1]
+    return _PEERS
+
+
+def _stream_units(pid):
+    """The units whose journal streams the process writes to (its fds 1 and 2)."""
+    found = set()
+    for fd in (1, 2):
+        try:
+            target = os.readlink("/proc/%d/fd/%d" % (pid, fd))
+            st = os.stat("/proc/%d/fd/%d" % (pid, fd))
+        except OSError:
+            continue
+        if not target.startswith("socket:["):
+            continue
+        peer = _peers().get(str(st.st_ino))
+        if not peer:
+            continue
+        try:
+            with open("%s/%d:%s" % (STREAMS, st.st_dev, peer)) as f:
+                found.update(line[5:].strip() for line in f if line.startswith("UNIT="))
+        except OSError:
+            pass
+    return found
+
+
+def _proc(pid):
+    """(uid, cgroup paths, INVOCATION_ID) of a live process, or None."""
+    try:
+        uid = os.stat("/proc/%d" % pid).st_uid
+        with open("/proc/%d/cgroup" % pid) as f:
+            cgroups = [line.rstrip("\n").split(":", 2)[2] for line in f if line.count(":") >= 2]
+        invocation = None
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"INVOCATION_ID="):
+                    invocation = item[14:].decode(errors="replace")
+        return uid, cgroups, invocation
+    except OSError:
+        return None
+
+
+def attribute(pids, unit_names):
+    """pid → the unit (among unit_names) whose run it belongs to, for the pids that have one."""
+    known = [Unit(n) for n in unit_names]
+    out = {}
+    for pid in pids:
+        info = _proc(pid)
+        if info:
+            for u in known:
+                if u.owns(pid, *info):
+                    out[pid] = u.name
+                    break
+    return out
+
+
+def title(pid):
+    """The process's command line as one clean line (what ps shows)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return " ".join(clean(raw.replace(b"\0", b" ").decode(errors="replace")).split())[:120]
+
+
+def describe(pid, mib=None, unit=None):
+    """A protocol.Process as a dict: what a person needs to recognise the process."""
+    try:
+        user = user_name(os.stat("/proc/%d" % pid).st_uid)
+    except OSError:
+        user = "?"
+    return {"pid": pid, "title": title(pid), "user": user, "mib": mib, "unit": unit}
+
+
+def _starttime(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid):
+    return _starttime(pid) is not None
+
+
+def send(pid, sig, unit):
+    """Signal a process only while it is still the one attributed (pidfd pins its identity)."""
+    if hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        try:
+            info = _proc(pid)  # read after the pidfd pins the process: still ours?
+            if not info or not unit.owns(pid, *info):
+                return False
+            signal.pidfd_send_signal(fd, sig)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    born = _starttime(pid)
+    info = _proc(pid)
+    if born is None or not info or not unit.owns(pid, *info) or _starttime(pid) != born:
+        return False
+    try:
+        os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+
+
+def leftovers(unit):
+    """Live processes of any of the unit's runs (scan of /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            info = _proc(int(name))
+            if info and unit.owns(int(name), *info) and alive(int(name)):
+                out.append(int(name))
+    return sorted(out)

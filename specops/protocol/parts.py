@@ -1,0 +1,199 @@
+"""The protocol's shared parts (who holds a lock, a unit, a service check and report, a
+process) and the actions an apply batch carries, in the order the agent runs them."""
+from __future__ import annotations
+
+if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
+    from typing import Any, Dict, List, Optional  # noqa: F401
+
+from .wire import DICT, LIST, Factory, action, message
+
+
+# ---- shared parts ----
+
+@message
+class Holder:
+    """Who holds a host's lock, shown to anyone refused by it.  `token` proves it is ours."""
+    who: str
+    pid: int
+    task: str
+    since: str
+    token: str
+
+
+@message
+class UnitRef:
+    """A systemd service specops runs, with what stop needs to account for its processes:
+    `grace` seconds between SIGTERM and SIGKILL for leftovers, `settle` seconds to let the
+    unit's processes release the GPUs, `titles` the process-title prefixes of its kind
+    (used to describe processes, never to attribute them)."""
+    name: str
+    grace: float = 10
+    settle: float = 3
+    titles: List[str] = LIST
+
+
+@message
+class Endpoints:
+    """How to ask a kind of service over HTTP: ready (200 when serving), its effective
+    arguments (`info`, then `info_fallback` on 404), the models it serves, a generation."""
+    ready: str = "/health"
+    info: str = "/server_info"
+    info_fallback: Optional[str] = "/get_server_info"
+    models: Optional[str] = "/v1/models"
+    generate: Optional[str] = "/generate"
+    public: List[str] = Factory(lambda: ["/health"])  # paths that need no API key
+
+
+@message
+class ServiceCheck:
+    """How verify checks one service; stored in each release's manifest (no secrets: the agent
+    reads the API key from the service's env file)."""
+    name: str
+    port: int
+    host: str = "127.0.0.1"
+    served_model_name: Optional[str] = None
+    intended: Dict[str, Any] = DICT
+    accepted: Dict[str, Any] = DICT
+    timeout: float = 600
+    prompt: str = "The capital of France is"
+    max_new_tokens: int = 32
+    min_accept_length: Optional[float] = None
+    baseline_tok_s: Optional[float] = None
+    managed: List[str] = LIST
+    endpoints: Endpoints = Factory(Endpoints)
+    generate_body: Dict[str, Any] = DICT  # {"text"/"sampling_params"}; prompt filled in
+
+
+@message
+class ServiceReport:
+    """What verify (or peek) found for one service; `failures` empty means verified."""
+    name: str
+    failures: List[str] = LIST
+    notes: List[str] = LIST
+    checks: List[str] = LIST
+    effective: Optional[Dict[str, Any]] = None
+    generate: Optional[Dict[str, Any]] = None
+    journal: Optional[str] = None
+    ready_after: Optional[float] = None
+    health_statuses: List[Any] = LIST
+    stale: bool = False
+
+
+@message
+class Process:
+    """A process holding GPU memory, or one specops killed: pid, its (cleaned) title and user,
+    MiB held (None when nvidia-smi cannot tell), and the unit it belongs to, if any."""
+    pid: int
+    title: str = ""
+    user: str = ""
+    mib: Optional[int] = None
+    unit: Optional[str] = None
+    signal: Optional[str] = None
+
+
+Action = "any of the action messages below (a field annotated List[Action] holds them, each with its kind)"
+
+
+# ---- actions: what an apply batch does, in order; `desc` is the progress line ----
+
+@action("write")
+class Write:
+    """Replace a file: staged and validated before anything in the batch changes, the old content
+    kept at `backup`, then renamed into place.  `validate` is an argv whose last word is {} (the
+    staged path) or {}... (the batch's writes with the same validator are checked in one run)."""
+    path: str
+    data: str  # base64
+    mode: str = "0644"
+    owner: Optional[str] = "root"
+    group: Optional[str] = "root"
+    validate: Optional[List[str]] = None
+    validator: Optional[str] = None
+    label: Optional[str] = None
+    backup: Optional[str] = None
+    desc: str = ""
+
+
+@action("mkdir")
+class Mkdir:
+    """Create a directory (or fix its mode and owner)."""
+    path: str
+    mode: str = "0755"
+    owner: Optional[str] = "root"
+    group: Optional[str] = "root"
+    desc: str = ""
+
+
+@action("attrs")
+class Attrs:
+    """Set mode and owner of an existing path."""
+    path: str
+    mode: Optional[str] = None
+    owner: Optional[str] = None
+    group: Optional[str] = None
+    desc: str = ""
+
+
+@action("remove")
+class Remove:
+    """Remove a path, keeping it at `backup` first."""
+    path: str
+    backup: Optional[str] = None
+    desc: str = ""
+
+
+@action("purge")
+class Purge:
+    """Remove every cached bytecode of a module source and record the purge (content sha256)."""
+    path: str
+    sha256: str
+    desc: str = ""
+
+
+@action("run")
+class Run:
+    """Run a command (argv list, or a shell string), streaming its output; non-zero fails the batch."""
+    cmd: Any
+    desc: str = ""
+
+
+@action("daemon-reload")
+class DaemonReload:
+    """systemctl daemon-reload: a handler, run once, before any restart."""
+    desc: str = "daemon-reload"
+
+
+@action("restart")
+class Restart:
+    """Stop a unit, account for every process of its runs still alive (killing leftovers),
+    then start it: how every restart path restarts.  `others`: the host's other units, whose
+    processes keep their GPU memory."""
+    unit: UnitRef
+    others: List[str] = LIST
+    desc: str = ""
+
+
+@action("preflight")
+class Preflight:
+    """A check that changes nothing: the installed SGLang resolves `argv` (script run by
+    `python`) and must report the `expect`ed values.  Runs before anything in a batch."""
+    python: str
+    script: str
+    argv: List[str]
+    expect: Dict[str, Any]
+    service: str
+    desc: str = ""
+
+
+@action("expect")
+class Expect:
+    """Run `code` with `python`; its JSON answer must hold the `expect`ed values (after an install)."""
+    python: str
+    code: str
+    expect: Dict[str, Any]
+    what: str
+    desc: str = ""
+
+
+CHECK_KINDS = ("preflight",)  # actions that change nothing, so check mode runs them for real
+
+

@@ -1,0 +1,218 @@
+"""The requests, one per round trip, each with the Result the agent answers it with."""
+from __future__ import annotations
+
+if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
+    from typing import Any, Dict, List, Optional  # noqa: F401
+
+from .wire import DICT, LIST, message, request
+
+from .parts import Action, Holder, Process, ServiceCheck, ServiceReport, UnitRef  # noqa: F401
+
+
+# ---- requests ----
+
+@message
+class ProbeResult:
+    """The facts.  files: key → {path, exists, type, sha256, size, mtime, mode, owner, group,
+    content_b64 (when asked and different), pycache [{name, mtime}], unresolved};
+    units: name → systemctl show properties (+ text, the unit file); venvs: path → {exists,
+    python, version, tag, packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
+    uuid, name, driver_version, memory.total, memory.used (None when unknown)}], apps
+    [Process], driver, unknown [fields nvidia-smi could not report], error};
+    lock: {acquired, token, holder} when taken, {held, holder} when peeked."""
+    time: float
+    hostname: str
+    python: str
+    files: Dict[str, Any] = DICT
+    units: Dict[str, Any] = DICT
+    venvs: Dict[str, Any] = DICT
+    listings: Dict[str, Dict[str, int]] = DICT
+    checks: Dict[str, int] = DICT
+    gpu: Optional[Dict[str, Any]] = None
+    lock: Optional[Dict[str, Any]] = None
+
+
+@request("probe")
+class Probe:
+    """Gather every fact a plan needs in one pass.  `content`: key → the sha256 the controller
+    would write; the host sends the old content back only when it differs ("always": always).
+    `checks`: name → shell command whose exit status is the fact.  `lock_acquire` takes the
+    host lock first (and gathers nothing if it is held); `lock_peek` only reads it."""
+    files: List[str] = LIST
+    content: Dict[str, str] = DICT
+    units: List[str] = LIST
+    venvs: List[str] = LIST
+    listdirs: List[str] = LIST
+    checks: Dict[str, str] = DICT
+    gpu: bool = False
+    lock_peek: bool = False
+    lock_acquire: Optional[Holder] = None
+    break_lock: bool = False
+    Result = ProbeResult
+
+
+@message
+class ApplyResult:
+    """ok, or the index of the action that `failed` and why; `results` [{index, out}] of the done ones."""
+    ok: bool
+    results: List[Dict[str, Any]] = LIST
+    failed: Optional[int] = None
+    error: Optional[str] = None
+
+
+@request("apply")
+class Apply:
+    """Execute a batch: stage and validate every write, run every check, then change things in order."""
+    actions: List[Action]
+    Result = ApplyResult
+
+
+@request("check")
+class Check:
+    """Check mode: run the batch's read-only checks (CHECK_KINDS) for real, change nothing."""
+    actions: List[Action]
+    Result = ApplyResult
+
+
+@message
+class VerifyResult:
+    """One report per service asked about, in the same order."""
+    services: List[ServiceReport]
+
+
+@request("verify")
+class Verify:
+    """Wait for each service to be ready, then compare what runs with what was intended."""
+    services: List[ServiceCheck]
+    Result = VerifyResult
+
+
+@request("peek")
+class Peek:
+    """The running services' effective arguments against the intended ones; no waiting."""
+    services: List[ServiceCheck]
+    Result = VerifyResult
+
+
+@message
+class UnlockResult:
+    """Whether the token still held the lock (and so gave it back)."""
+    released: bool
+
+
+@request("unlock")
+class Unlock:
+    """Give the lock back, if `token` still holds it."""
+    token: str
+    Result = UnlockResult
+
+
+@message
+class StopReport:
+    """One unit stopped: leftovers `killed`, GPU memory freed per GPU index, what is `left`
+    on the GPUs (attributed to no unit, or not killable), and the failures that make stop fail."""
+    name: str
+    seconds: float
+    killed: List[Process] = LIST
+    freed_mib: Dict[str, Optional[int]] = DICT
+    left: List[Process] = LIST
+    failures: List[str] = LIST
+
+
+@message
+class StopResult:
+    """A report per stopped unit, and each GPU's memory in use afterwards (None: not reported)."""
+    services: List[StopReport]
+    gpus: Dict[str, Optional[int]] = DICT
+
+
+@request("stop")
+class Stop:
+    """Stop units, kill what of their runs still lives, prove their GPU memory free.  `others`:
+    the host's other units, whose processes may keep holding GPU memory."""
+    services: List[UnitRef]
+    others: List[str] = LIST
+    Result = StopResult
+
+
+@message
+class StartResult:
+    """The units started, and how the current release says to verify them (None before any)."""
+    started: List[str]
+    verify: Optional[List[ServiceCheck]] = None
+
+
+@request("start")
+class Start:
+    """Start units again (after stop or a GPU window), accounting for leftovers first."""
+    services: List[UnitRef]
+    Result = StartResult
+
+
+@message
+class RecordResult:
+    """The release recorded, and how many managed files it snapshotted."""
+    stamp: str
+    files: int
+
+
+@request("release_record")
+class ReleaseRecord:
+    """After a deploy: snapshot every `managed` file into releases/<stamp>/files, note what each
+    replaced path was before (`previous`: path → "backup" | "absent"), write the manifest, and
+    move `current` when the status is "deployed"."""
+    stamp: str
+    managed: List[str]
+    previous: Dict[str, str]
+    manifest: Dict[str, Any]
+    status: str = "deployed"
+    Result = RecordResult
+
+
+@message
+class ReleasesResult:
+    """current stamp, and every release [{stamp, status, services, files, current, summary, verify}]."""
+    current: Optional[str]
+    releases: List[Dict[str, Any]]
+
+
+@request("releases")
+class Releases:
+    """List the host's releases, oldest first."""
+    Result = ReleasesResult
+
+
+@message
+class UndoResult:
+    """Files put back, the release now current, and how it says to verify (None: first deploy)."""
+    restored: List[str]
+    current: Optional[str]
+    verify: Optional[List[ServiceCheck]] = None
+
+
+@request("undo")
+class Undo:
+    """Undo a deploy whose verify failed: its own backups back, created files removed, restart."""
+    stamp: str
+    previous: Dict[str, str]
+    services: List[UnitRef]
+    Result = UndoResult
+
+
+@message
+class RollbackResult:
+    """The release now current (`to`), the one it replaced, the files put back, how to verify."""
+    to: str
+    replaced: Optional[str]
+    restored: List[str]
+    verify: List[ServiceCheck] = LIST
+
+
+@request("rollback")
+class Rollback:
+    """Back to the release before current (or `to`): files, bytecode purge, reload, restart."""
+    to: Optional[str] = None
+    services: List[UnitRef] = LIST
+    Result = RollbackResult
+
+

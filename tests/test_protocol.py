@@ -1,0 +1,135 @@
+"""The controller–agent protocol and the agent as it travels.  No fleet."""
+import ast
+import json
+import subprocess
+import sys
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from specops import layout, protocol, shipping
+from specops.agent import main as agent_main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("wire,pattern", [
+    ({"kind": "frobnicate"}, "unknown request kind 'frobnicate'"),
+    ({"files": []}, "unknown request kind None"),
+    ({"kind": "unlock"}, "request unlock: missing field 'token'"),
+    ({"kind": "unlock", "token": "t", "tokn": 1}, "request unlock: unexpected field 'tokn'"),
+    ({"kind": "apply", "actions": [{"kind": "write", "path": "/x"}]},
+     r"request apply.actions\[0\] \(write\): missing field 'data'"),
+    ({"kind": "apply", "actions": [{"kind": "rm-rf"}]}, "unknown action kind 'rm-rf'"),
+    ({"kind": "stop", "services": [{"grace": 1}]}, r"request stop.services\[0\]: missing field 'name'"),
+])
+def test_the_agent_refuses_what_is_not_ours_in_one_line(wire, pattern):
+    import re
+    answer = agent_main.answer(json.dumps(wire))
+    assert answer["ok"] is False and re.search(pattern, answer["error"]), answer
+    assert "\n" not in answer["error"]
+
+
+def test_every_request_kind_has_one_handler_and_a_result_type():
+    assert set(agent_main.HANDLERS) == set(protocol.REQUEST_KINDS)
+    for kind in protocol.REQUEST_KINDS:
+        cls = protocol.wire._REQUESTS[kind]
+        assert cls.__doc__ and issubclass(cls.Result, protocol.Message) and cls.Result.__doc__, kind
+
+
+def test_every_message_is_documented():
+    for cls in protocol.wire._CLASSES.values():
+        assert cls.__doc__, cls
+
+
+SAMPLES = [
+    protocol.Probe(files=["/etc/x", layout.pkg_key("/v", "sglang/x.py")], content={"/etc/x": "always"},
+                   units=["sglang"], gpu=True, lock_acquire=protocol.Holder("me@here", 1, "deploy", "now", "tok")),
+    protocol.Apply(actions=[protocol.Write(path="/x", data="eA=="), protocol.Restart(unit=protocol.UnitRef("s")),
+                            protocol.DaemonReload(), protocol.Preflight("/py", "code", ["--a"], {"k": 1}, "s")]),
+    protocol.Verify(services=[protocol.ServiceCheck(name="s", port=1, endpoints=protocol.Endpoints(ready="/r"))]),
+    protocol.Stop(services=[protocol.UnitRef("s", grace=2, titles=["sglang::"])], others=["t"]),
+    protocol.Rollback(to="20260101T000000.000000Z", services=[protocol.UnitRef("s")]),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.KIND)
+def test_requests_survive_the_wire(msg):
+    wire = json.loads(json.dumps(protocol.encode(msg, unlock="tok")))
+    assert wire["kind"] == msg.KIND and wire["unlock"] == "tok"
+    assert protocol.decode_request(wire) == msg
+
+
+def test_results_are_decoded_and_agent_errors_raised():
+    req = protocol.Stop(services=[protocol.UnitRef("s")])
+    result = protocol.StopResult(services=[protocol.StopReport(name="s", seconds=1.0, killed=[
+        protocol.Process(pid=7, title="sglang::scheduler_TP0", signal="SIGKILL")])], gpus={"0": None})
+    assert protocol.decode_result(req, {"ok": True, "result": protocol.encode(result)}) == result
+    with pytest.raises(protocol.AgentError, match="no release before"):
+        protocol.decode_result(req, {"ok": False, "error": "no release before x"})
+    with pytest.raises(protocol.ProtocolError, match="missing field 'services'"):
+        protocol.decode_result(req, {"ok": True, "result": {}})
+
+
+def _literals(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+            yield node.value
+
+
+def test_each_shared_fact_is_defined_once():
+    """The host paths, the env-file key and the default port appear as literals only in layout.py:
+    the controller and the agent both import them from there."""
+    facts = {v for k, v in vars(layout).items() if k.isupper() and isinstance(v, (str, int))}
+    facts -= {"pkg:", 5}  # too short to mean anything on their own
+    offenders = {}
+    for path in [*ROOT.glob("specops/**/*.py"), *ROOT.glob("roles/*.py"), ROOT / "tasks.py"]:
+        if path.name == "layout.py":
+            continue
+        literals = set(_literals(path))
+        found = facts & literals
+        found |= {f for f in facts if isinstance(f, str) and f.startswith("/")
+                  and any(isinstance(lit, str) and f in lit for lit in literals)}
+        if found:
+            offenders[str(path.relative_to(ROOT))] = sorted(map(str, found))
+    assert offenders == {}
+    from specops.agent import lock, releases, service_http
+    assert lock.LOCK_DIR is layout.LOCK_DIR and releases.RELEASES is layout.RELEASES
+    assert service_http.API_KEY_ENV is layout.API_KEY_ENV
+
+
+def test_the_engine_imports_no_role():
+    code = ("import sys; import specops.pipeline, specops.verify, specops.status, specops.run, specops.cli, "
+            "specops.facts; print(sorted(m for m in sys.modules if m == 'roles' or m.startswith('roles.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_agent_zip_is_deterministic_small_modules_and_python_38():
+    data, sha = shipping.artifact()
+    shipping.artifact.cache_clear()
+    assert shipping.artifact() == (data, sha)
+    with zipfile.ZipFile(BytesIO(data)) as z:
+        names = z.namelist()
+        assert "__main__.py" in names and "specops/agent/main.py" in names and "specops/protocol/wire.py" in names
+        for name in names:
+            source = z.read(name).decode()
+            ast.parse(source, name, feature_version=(3, 8))  # the oldest python3 the agent supports
+            if name.startswith("specops/agent/"):
+                assert source.count("\n") <= 300, f"{name} is {source.count(chr(10))} lines"
+                assert ast.get_docstring(ast.parse(source)), f"{name} has no docstring saying what it owns"
+
+
+def test_the_agent_runs_from_its_zip_with_the_standard_library_alone(tmp_path):
+    """python3 -I -S, nothing on the path but the zip: every agent module imports."""
+    data, _ = shipping.artifact()
+    pyz = tmp_path / "agent.pyz"
+    pyz.write_bytes(data)
+    mods = [n[:-3].replace("/", ".") for n in zipfile.ZipFile(pyz).namelist() if n.startswith("specops/agent/")]
+    code = f"import sys; sys.path.insert(0, {str(pyz)!r}); import " + ", ".join(m.removesuffix(".__init__") for m in mods)
+    res = subprocess.run(["python3", "-I", "-S", "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run(["python3", "-I", "-S", str(pyz)], input='{"kind": "nope"}', capture_output=True, text=True)
+    assert json.loads(res.stdout)["ok"] is False and "unknown request kind 'nope'" in res.stdout
