@@ -1,4 +1,5 @@
 """specops: deploy SGLang with speculative decoding to GPU boxes.  `inv --list` for the tasks."""
+import shlex
 import sys
 
 from invoke import Collection, Exit, task
@@ -8,6 +9,7 @@ from specops import cli, pipeline
 from specops import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.facts import facts_probe
+from specops.report import Redactor
 from specops.verify import verify as verify_host
 
 DEPLOY = [gpu_stack, model_patches, draft_config, sglang_service]
@@ -37,7 +39,7 @@ def rollback(c, sel, to=None):
 @fleet_task(*SELECT)
 def releases(c, sel):
     """List each host's releases, newest last; * marks current."""
-    reports = cli.play(pipeline.releases, [], sel, changes_hosts=False, quiet=True, stream=sys.stderr)
+    reports = cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
     for r in reports:
         for rel in (r.result.releases if r.result else []):
             mark = "*" if rel["current"] else " "
@@ -53,20 +55,23 @@ def stop(c, sel, service=None):
         run.probe([], lock=True)
         pipeline.stop(run, [service] if service else None)
 
-    cli.play(body, [], sel, task="stop")
+    cli.play(body, [], sel, task="stop", services=[service] if service else None)
 
 
 @fleet_task("host", "inventory", "accept_new_host_key", "break_lock", "json",
             service="Only stop this service (default: all on the host)")
 def gpu_window(c, sel, service=None):
     """Stop SGLang, prove the GPUs free, run the job after `--` on the host, then always restart
-    and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py"""
+    and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py
+    (several words after -- stay those words; one quoted argument is run as a shell command line)."""
     if "--" not in sys.argv or not sys.argv[sys.argv.index("--") + 1:]:
         print("error: give the job after --, e.g. inv gpu-window --host ct129 -- python job.py", file=sys.stderr)
         raise Exit(code=2)
-    job = " ".join(sys.argv[sys.argv.index("--") + 1:])
+    words = sys.argv[sys.argv.index("--") + 1:]
+    # One argument is a shell command line (quoted as a whole); several are words that stay words.
+    job = words[0] if len(words) == 1 else shlex.join(words)
     (report,) = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None), [], sel,
-                         task="gpu-window", exit_on_failure=False)
+                         task="gpu-window", services=[service] if service else None, exit_on_failure=False)
     status = report.result if report.result is not None else report.extra.get("job_status", 1)
     # The job's status; a window whose service did not come back healthy never reports success.
     raise Exit(code=status if status or not report.error else 1)
@@ -75,7 +80,7 @@ def gpu_window(c, sel, service=None):
 @fleet_task(*SELECT, "json")
 def verify(c, sel):
     """Check each service: ready, serving its model, running the intended spec args, generating."""
-    cli.play(verify_host, DEPLOY, sel, task="verify", changes_hosts=False)
+    cli.play(verify_host, DEPLOY, sel, task="verify")
 
 
 @fleet_task(*SELECT, "json")
@@ -85,12 +90,12 @@ def status(c, sel):
     sel.check = True
     reports = []
     try:
-        reports = cli.play(status_mod.collect, DEPLOY, sel, changes_hosts=False, quiet=True, stream=sys.stderr,
+        reports = cli.play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
                            exit_on_failure=False)
     finally:
         results = {r.name: r.result for r in reports if r.result}
         if results:
-            print(status_mod.table(results))
+            print(Redactor(cli.select(sel))(status_mod.table(results)))
     if any(r.error for r in reports):
         raise Exit(code=1)
 
@@ -98,7 +103,7 @@ def status(c, sel):
 @fleet_task(*SELECT)
 def facts(c, sel):
     """Print the facts one probe gathers from each host, as JSON."""
-    reports = cli.play(facts_probe, [], sel, changes_hosts=False, quiet=True, stream=sys.stderr,
+    reports = cli.play(facts_probe, [], sel, quiet=True, stream=sys.stderr,
                        exit_on_failure=False)
     cli.print_json({r.name: r.result for r in reports if r.result is not None})
     if any(r.error for r in reports):

@@ -1,8 +1,11 @@
-"""The draft model's config.json: keys set as JSON, then linted against the target (DESIGN §6)."""
+"""The draft model's config.json: keys set as JSON, then linted against the target: SGLang reads
+the EAGLE-3 layer ids only from the nested eagle_config, captures id + 1 (so -1 is the embedding
+output, which upstream model files cannot capture), and never captures ids past the last layer."""
 from specops import handlers, protocol
 from specops.errors import UsageError
 from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
 from specops.services.sglang import draft_config_path
+from specops.services import of_kind
 
 from roles.model_patches import provides_embedding_capture
 
@@ -58,7 +61,7 @@ def check_layer_ids(ids, embedding_capture, num_layers, service, error=PlanError
 
 def ops(host):
     out = []
-    for svc in host.get("services") or []:
+    for svc in of_kind(host, "sglang"):
         keys = svc.get("draft_config") or {}
         if keys and not (svc.get("speculative") or {}).get("draft_model_path"):
             raise UsageError(f"{host.name}: service {svc['name']!r}: draft_config needs "

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from specops import handlers, protocol
 from specops.errors import UsageError
 from specops.ops import Change, Op, PlanError
-from specops.services import venv_of
+from specops.services import of_kind, venv_of
 from specops.spec import venv_python
 from specops.torchvariant import cuda_of, index_for, variant_for
 
@@ -121,7 +121,7 @@ class PythonPackages(Op):
             protocol.Run(cmd=install, desc=f"pip install {' '.join(specs)}"),
             protocol.Expect(python=python, code=IMPORT_CHECK, expect=expect,
                             what=f"after installing, the venv {self.venv} imports", desc="import torch, fla, sglang"),
-        ], notify=[handlers.restart(s["name"]) for s in self.host.get("services") or []])
+        ], notify=[handlers.restart(s["name"]) for s in of_kind(self.host, "sglang")])
 
     def sources(self, variant):
         if self.host.get("wheelhouse"):

@@ -6,7 +6,7 @@ from pathlib import Path
 from specops import handlers
 from specops.errors import UsageError
 from specops.ops import File, PurgeBytecode
-from specops.services import venv_of
+from specops.services import of_kind, venv_of
 from specops.services.sglang import patch_key
 from specops.spec import venv_python
 
@@ -52,7 +52,7 @@ def provides_embedding_capture(host, svc: dict) -> bool:
 def ops(host):
     venv = venv_of(host)
     patches: dict[str, list[str]] = {}  # one file may serve several services in a venv
-    for svc in host.get("services") or []:
+    for svc in of_kind(host, "sglang"):
         for rel in svc.get("patches") or []:
             patch_source(host, rel, f"{host.name}: service {svc['name']!r}")
             patches.setdefault(rel, []).append(handlers.restart(svc["name"]))

@@ -1,33 +1,30 @@
 """The SGLang systemd unit: validated spec flags, an 0600 env file for secrets, the unit
 (checked by the installed SGLang's own resolver before it replaces the old one), running."""
-import re
+import os
 from pathlib import Path
 
 from specops import handlers, protocol
 from specops.errors import UsageError
-from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, env_file
+from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
 from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, render, unit_file
-from specops.services import kind_of, venv_of
+from specops.services import of_kind, kind_of, venv_of
 from specops.spec import expectations, launch_args, venv_python
 from specops.unitfmt import envfile_line, exec_line, unit_environment
 
 NAME = "sglang_service"
 RESOLVER = (Path(__file__).resolve().parent.parent / "specops" / "resolver.py").read_text()
-UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+LAUNCHER_SOURCE = (Path(__file__).resolve().parent.parent / "specops" / "hostfiles" / "launch.py").read_bytes()
 
 
 def unit_text(svc, venv):
+    # The launcher hands the API key (from the 0600 env file) to SGLang in-process: no secret is
+    # in the world-readable unit, nor in the process's command line.
     argv = kind_of(svc).argv(svc, venv)
-    expand = {}
-    if svc.get("api_key"):
-        # The key comes from the 0600 env file, so the world-readable unit never holds it.
-        argv += ["--api-key", API_KEY_ENV]
-        expand = {len(argv) - 1: API_KEY_ENV}
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = svc["cuda_visible_devices"]
-    return render("sglang.service.j2", name=svc["name"], model_path=svc["model_path"],
-                  env_file=env_file(svc["name"]), exec_start=exec_line(argv, expand),
+    return render("sglang.service.j2", name=svc["name"], model_path=svc["model_path"].replace("%", "%%"),
+                  env_file=env_file(svc["name"]), exec_start=exec_line(argv),
                   environment=[unit_environment(k, v) for k, v in sorted(env.items())],
                   timeout_stop_sec=svc.get("timeout_stop_sec", 120),
                   limit_nofile=svc.get("limit_nofile", 65535))
@@ -72,8 +69,6 @@ def check(host, services):
     names, ports = set(), set()
     for svc in services:
         where = f"{host.name}: service {svc['name']!r}"
-        if not UNIT_NAME.match(svc["name"]):
-            raise UsageError(f"{where}: a service name may hold only letters, digits and _ . @ -")
         port = svc.get("port", DEFAULT_PORT)
         if svc["name"] in names or port in ports:
             raise UsageError(f"{where}: service names and ports must be unique on a host")
@@ -88,16 +83,17 @@ def ops_for_service(svc, venv):
         File(env_file(svc["name"]), env_text(svc), mode="0600", secret=True, notify=[handlers.restart(svc["name"])]),
         Preflight(svc, venv, unit),
         unit,
-        Service(svc["name"], state="started", enabled=True),
+        Service(svc["name"], state="started", enabled=True, unit=kind_of(svc).unit(svc)),
         RunningCode(svc["name"], kind_of(svc).managed(svc, venv)),
     ]
 
 
 def ops(host):
     venv = venv_of(host)
-    services = host.get("services") or []
+    services = of_kind(host, "sglang")
     check(host, services)
-    out = [Directory(ENV_DIR, mode="0700")]
+    out = [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
+           File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for s in services])]
     for svc in services:
         out += ops_for_service(svc, venv)
     return out

@@ -28,7 +28,7 @@ def alive(pid):
 def apps():
     out = []
     try:
-        names = sorted(os.listdir(REGISTRY))
+        names = sorted(os.listdir(REGISTRY), key=lambda n: int(n.split(".")[0]) if n.split(".")[0].isdigit() else -1)
     except OSError:
         return out
     for n in names:

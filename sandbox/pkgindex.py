@@ -98,8 +98,9 @@ class Index:
 
     def start(self) -> "Index":
         fleet.service_address_up(self.site)
-        self.proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", fleet.service_address(self.site),
-                                      "--directory", str(self.root), str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox.pkgindex", "serve",
+                                      fleet.service_address(self.site), str(self.port), str(self.root)],
+                                     cwd=Path(__file__).resolve().parent.parent,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         import socket
         deadline = time.monotonic() + 10
@@ -115,3 +116,28 @@ class Index:
         if self.proc:
             self.proc.terminate()
             self.proc.wait(10)
+
+
+SLOW_S = 3.0  # /slow/... answers like /... after this long: a pip that takes seconds per page
+
+
+def serve(address: str, port: int, root: str) -> None:
+    """The index over HTTP; /slow/<path> is <path> served late (tests interrupt a pip mid-run)."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/slow/"):
+                time.sleep(SLOW_S)
+                self.path = self.path[len("/slow"):]
+            super().do_GET()
+
+    ThreadingHTTPServer((address, port), functools.partial(Handler, directory=root)).serve_forever()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
+    serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])

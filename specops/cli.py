@@ -41,7 +41,7 @@ class Selection:
 HELP = {
     "host": "Host name(s), comma-separated",
     "group": "Every host in this inventory group",
-    "all": "Every host in the inventory (a task that changes hosts needs --host, --group or --all)",
+    "all": "Every host in the inventory (every task needs --host, --group or --all)",
     "inventory": f"Inventory directory or hosts file (default: {DEFAULT_INVENTORY})",
     "check": "Probe for real and show what would change, with diffs; change nothing",
     "diff": "Show unified diffs of changed files",
@@ -77,23 +77,30 @@ def fleet_task(*shared: str, name: str | None = None, **own_help: str):
     return wrap
 
 
-def select(sel: Selection, changes_hosts: bool) -> list[inv.Host]:
-    """The selected hosts; a task that changes hosts runs on all of them only with --all."""
+def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
+    """The selected hosts: a task reaches every host of an inventory only with --all (as Kamal and
+    Capistrano ask for a destination).  `services`: names every selected host must define."""
     inventory = inv.load(sel.inventory or DEFAULT_INVENTORY)
-    if changes_hosts and not (sel.host or sel.group or sel.all):
-        raise UsageError("choose the hosts: --host NAME, --group NAME or --all (this task changes hosts)")
+    if not (sel.host or sel.group or sel.all):
+        raise UsageError("choose the hosts: --host NAME, --group NAME or --all")
     if sel.all and (sel.host or sel.group):
         raise UsageError("give --all, or --host/--group, not both")
-    return inventory.select(sel.host, sel.group)
+    hosts = inventory.select(sel.host, sel.group)
+    for h in hosts:
+        names = [s["name"] for s in h.get("services") or []]
+        missing = [s for s in services or [] if s not in names]
+        if missing:
+            raise UsageError(f"{h.name}: no service {missing[0]!r} (known: {', '.join(names) or 'none'})")
+    return hosts
 
 
 def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: str = "run",
-         changes_hosts: bool = True, stream=None, quiet: bool | None = None,
+         services: list[str] | None = None, run_checks: bool = True, stream=None, quiet: bool | None = None,
          exit_on_failure: bool = True) -> list[HostReport]:
     """Select hosts, run `body` on each, print the recap, exit non-zero on any failure.
     Each report's `result` is what `body` returned for that host."""
     try:
-        hosts = select(sel, changes_hosts)
+        hosts = select(sel, services)
         if not hosts:
             raise UsageError("no hosts selected")
         if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
@@ -101,7 +108,8 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
         quiet = sel.quiet if quiet is None else quiet
         out = Reporter(Redactor(hosts), show_diff=sel.diff or sel.check, verbose=not quiet, stream=stream)
         opts = Options(check=sel.check, diff=sel.diff, accept_new=sel.accept_new_host_key, forks=sel.forks,
-                       serial=sel.serial, max_fail=float(sel.max_fail), break_lock=sel.break_lock, task=task)
+                       serial=sel.serial, max_fail=float(sel.max_fail), break_lock=sel.break_lock, task=task,
+                       run_checks=run_checks)
         reports = run_hosts(hosts, body, roles, opts, out)
     except SpecopsError as e:
         print(f"error: {e}", file=sys.stderr)

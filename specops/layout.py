@@ -7,6 +7,7 @@ of these facts has exactly one definition.  Standard library only; Python 3.8+.
 # The host lock: mkdir is atomic, so whoever creates the directory holds it.
 LOCK_DIR = "/run/specops.lock"
 LOCK_HOLDER = LOCK_DIR + "/holder.json"
+LOCK_LEASE = 120.0  # seconds a lock stays held without a request of its run (the run renews it)
 
 # specops's own records on the host.
 HOME = "/var/lib/specops"
@@ -16,13 +17,16 @@ RELEASES_KEPT = 5
 AGENT_HOME = HOME + "/agent"               # the agent's zip, cached by its sha256
 VENV_CACHE = HOME + "/venvs.json"          # what each venv's interpreter said, while its dirs are unchanged
 
-# Where a batch writes before it renames: a directory beside the target (same filesystem).
-STAGE_DIR = ".specops-stage"
+# Where a batch writes before it renames: a new directory specops creates beside the target
+# (same filesystem, so the rename is atomic), named with this prefix and a random suffix.
+STAGE_PREFIX = ".specops-stage-"
+APPLY_JOURNAL = HOME + "/apply.json"       # a batch's progress while it changes things (kept if cut off)
 
 # Services.
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/specops"                   # <service>.env, mode 0600: the secrets
 API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"     # the env-file key that holds a service's API key
+LAUNCHER = "/usr/local/lib/specops/launch.py"  # runs a service's module with its secret flags off argv
 DEFAULT_VENV = "/opt/sglang/venv"
 DEFAULT_PORT = 30000
 

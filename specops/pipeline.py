@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import protocol, services
 from . import verify as verify_mod
-from .errors import SpecopsError
+from .errors import SpecopsError, UsageError
 from .run import HostRun
 
 
@@ -32,8 +32,8 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     """Put back what this deploy replaced, restart, verify the previous release, then fail."""
     stamp, previous = directory.rsplit("/", 1)[1], run.previous()
     run.say(f"ROLLING BACK: {failure}")
-    res = run.call(protocol.Undo(stamp=stamp, previous=previous,
-                                 services=list(services.unit_refs(run.host).values())),
+    res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=list(services.unit_refs(run.host).values()),
+                                 allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status="rolled-back",
                                     manifest={"services": _names(run), "summary": f"verify failed: {failure}"[:300]}))
@@ -62,7 +62,8 @@ def record(run: HostRun, directory: str) -> None:
 def rollback(run: HostRun, to: str | None = None) -> None:
     """Restore the release before current (or --to), purge bytecode, reload, restart, verify."""
     run.probe([], lock=True)
-    res = run.call(protocol.Rollback(to=to, services=list(services.unit_refs(run.host).values())),
+    res = run.call(protocol.Rollback(to=to, services=list(services.unit_refs(run.host).values()),
+                                     allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.say(f"rolled back {res.replaced} → {res.to}: restored {len(res.restored)} file(s)")
     for path in res.restored:
@@ -77,6 +78,9 @@ def releases(run: HostRun) -> protocol.ReleasesResult:
 
 def _selected(run: HostRun, names: list[str] | None) -> list[protocol.UnitRef]:
     refs = services.unit_refs(run.host)
+    unknown = [n for n in names or [] if n not in refs]
+    if unknown:
+        raise UsageError(f"{run.host.name}: no service {unknown[0]!r} (known: {', '.join(refs) or 'none'})")
     return [ref for name, ref in refs.items() if not names or name in names]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from typing import Any, Callable
 from . import handlers, protocol, services
 from .errors import SpecopsError
 from .inventory import Host
+from .layout import LOCK_LEASE
 from .ops import Context, Facts, Op, merge_wants
 from .releases import new_stamp, release_dir
 from .report import HostReport, Redactor, Reporter, recap  # noqa: F401  (the engine's public face)
@@ -37,6 +39,7 @@ class Options:
     max_fail: float = 100.0  # percent of a batch that may fail before later batches are skipped
     break_lock: bool = False
     task: str = "run"
+    run_checks: bool = True  # check mode runs the read-only checks (status does not)
 
 
 class HostRun:
@@ -54,6 +57,7 @@ class HostRun:
         self.remote: Remote | None = None
         self.facts: Facts | None = None
         self.lock_token: str | None = None  # set while this run holds the host's lock
+        self.last_call = time.monotonic()
         self.applied: list = []             # writes and removals done, for undo
 
     def connect(self) -> Remote:
@@ -62,11 +66,13 @@ class HostRun:
         return self.remote
 
     def call(self, request, on_stderr: Callable[[str], None] | None = None, last: bool = False):
-        """One request to the agent; with last=True the same round trip gives the lock back."""
-        unlock = None
+        """One request to the agent, run only while this run holds the host lock (if it took it);
+        with last=True the same round trip gives the lock back."""
+        held, unlock = self.lock_token, None
         if last and self.lock_token:
             unlock, self.lock_token = self.lock_token, None
-        return self.connect().agent(request, unlock=unlock, on_stderr=on_stderr)
+        self.last_call = time.monotonic()
+        return self.connect().agent(request, unlock=unlock, lock=held, on_stderr=on_stderr)
 
     def say(self, text: str) -> None:
         self.out.line(self.host.name, text)
@@ -74,6 +80,7 @@ class HostRun:
     def probe(self, ops: list[Op], extra: protocol.Probe | None = None, lock: bool = False) -> Facts:
         """One round trip for every fact the ops need; with lock=True it also takes the host lock."""
         wants = merge_wants([op.wants() for op in ops] + ([extra] if extra else []))
+        wants.allow_shared_dirs = self.host.get("allow_shared_dirs") or []
         if lock:
             wants.lock_acquire, wants.break_lock = holder(self.opts.task), self.opts.break_lock
         self.facts = Facts.of(self.call(wants))
@@ -85,6 +92,17 @@ class HostRun:
                                    f"task {h.get('task', '?')}, since {h.get('since', '?')}); "
                                    f"wait for it, or use --break-lock if it is gone")
             self.lock_token = got["token"]
+            if got.get("took_over"):
+                t = got["took_over"]
+                self.say(f"took over the lock of {t.get('who')} (pid {t.get('pid')}, task {t.get('task')}): "
+                         f"{t['reason']}")
+            LeaseKeeper(self).start()
+        cut = self.facts.data.get("interrupted")
+        if cut:
+            self.say(f"WARNING: an earlier run (task {cut.get('task', '?')}) was cut off in the middle of its "
+                     f"changes: done: {', '.join(cut['done']) or 'nothing'}; not done: "
+                     f"{', '.join(cut['not_done']) or 'nothing'}")
+            self.report.notes.append("an earlier run was cut off mid-apply")
         return self.facts
 
     def unlock(self) -> None:
@@ -108,7 +126,8 @@ class HostRun:
     def apply(self, actions: list) -> None:
         if not actions:
             return
-        res = self.call(protocol.Apply(actions=actions), on_stderr=lambda line: self.say(line.strip()))
+        res = self.call(protocol.Apply(actions=actions, allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
+                        on_stderr=lambda line: self.say(line.strip()))
         done = {r["index"] for r in res.results}
         self.applied += [a for i, a in enumerate(actions)
                          if i in done and isinstance(a, (protocol.Write, protocol.Remove))]
@@ -168,10 +187,32 @@ class HostRun:
         for h in handlers.ordered(ctx.notified):
             self.say(f"{'handler':<15} {h}: " + ("would run" if ctx.check else "run"))
         if ctx.check:
-            self.run_checks(checks, changed_by)
+            if self.opts.run_checks:
+                self.run_checks(checks, changed_by)
         else:
             self.apply(checks + pending + todo)
         return ctx
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the host lock's lease while this run holds it and makes no requests (a long verify,
+    a GPU window's job), over a channel of its own."""
+
+    def __init__(self, run: HostRun):
+        super().__init__(daemon=True, name=f"lease-{run.host.name}")
+        self.run_ = run
+
+    def run(self) -> None:
+        every = LOCK_LEASE / 3
+        while self.run_.lock_token:
+            time.sleep(min(5.0, every))
+            token = self.run_.lock_token
+            if token and time.monotonic() - self.run_.last_call >= every:
+                try:
+                    self.run_.remote.agent_once(protocol.Renew(token=token))
+                    self.run_.last_call = time.monotonic()
+                except Exception:  # the run's own next request says what is wrong
+                    pass
 
 
 def holder(task: str) -> protocol.Holder:

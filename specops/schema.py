@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,13 @@ from .errors import UsageError
 @dataclass(frozen=True)
 class Enum:
     values: tuple
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A string matching `regex`; `rule` says what is allowed."""
+    regex: str
+    rule: str
 
 
 @dataclass(frozen=True)
@@ -39,8 +47,11 @@ SPECULATIVE = {
     "dflash_block_size": int,
 }
 
+UNIT_NAME = Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$",
+                    "a service name may hold only letters, digits and _ . @ - and starts with a letter or digit")
+
 SERVICE = {
-    "name": Req(str),
+    "name": Req(UNIT_NAME),
     "kind": Enum(("sglang",)),  # the kind of service (specops/services/)
     "model_path": Req(str),
     "served_model_name": str,
@@ -91,6 +102,7 @@ HOST_VARS = {
     "extra_index": str,
     "wheelhouse": str,
     "patch_dir": str,
+    "allow_shared_dirs": [str],  # directories other users can write to, where specops may write anyway
     "services": [SERVICE],
 }
 
@@ -110,6 +122,9 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
     if isinstance(schema, Enum):
         if value not in schema.values:
             fail(f"must be one of {', '.join(map(str, schema.values))}, not {value!r}")
+    elif isinstance(schema, Pattern):
+        if not isinstance(value, str) or not re.match(schema.regex, value):
+            fail(f"{schema.rule}, not {value!r}")
     elif isinstance(schema, MapOf):
         if not isinstance(value, dict):
             fail(f"must be a mapping, not {_kind(value)}")

@@ -1,7 +1,8 @@
 """The agent as it travels: one zip, built in memory, cached on each host as bytecode.
 
-Every call sends a short loader (python3 -I -S -c) and, on stdin, the zip's sha256 and
-size, the zip and the request.  The loader keeps, in AGENT_HOME (a root-only directory it
+A run starts one agent per host: a short loader (python3 -I -S -c) reads, on stdin, the
+zip's sha256 and size and the zip, then serves the run's requests, each a frame (its
+length on a line, then the JSON), answering each with a frame on stdout.  The loader keeps, in AGENT_HOME (a root-only directory it
 checks with lstat), a sourceless zip of that code compiled by the host's own interpreter,
 named by the source's hash, the interpreter's cache tag and its own hash, which it checks
 before every use; it builds one (from a source whose hash it checked, written O_EXCL and
@@ -24,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 # What the host needs: the agent package and the modules it shares with the controller.
 MEMBERS = ["__init__.py", "layout.py", *sorted(f"{d}/{p.name}" for d in ("protocol", "agent")
                                               for p in (HERE / d).glob("*.py"))]
-MAIN = b"from specops.agent.main import main\nmain()\n"
+MAIN = b"import sys\nfrom specops.agent.main import serve\nserve(sys.stdin.buffer, sys.stdout.buffer)\n"
 
 LOADER = f"""import os, stat, sys, time
 try:
@@ -34,10 +35,8 @@ except ImportError:
         from _sha256 import sha256
     except ImportError:
         from hashlib import sha256
-data = sys.stdin.buffer.read()
-head, rest = data.split(b"\\n", 1)
-sha, size = head.decode().split()
-blob, request = rest[:int(size)], rest[int(size):]
+sha, size = sys.stdin.buffer.readline().decode().split()
+blob = sys.stdin.buffer.read(int(size))
 home = {AGENT_HOME!r}
 os.makedirs(home, 0o700, exist_ok=True)
 st = os.lstat(home)
@@ -52,7 +51,10 @@ def cached():
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
                 with open(path, "rb") as f:
                     if sha256(f.read()).hexdigest() == name[len(prefix):-4]:
+                        if time.time() - st.st_mtime > 3600:
+                            os.utime(path)  # in use: the cleanup of other versions goes by this time
                         return path
+            os.unlink(path)  # not what its name says: never run, not kept
 def build():
     if sha256(blob).hexdigest() != sha:
         sys.exit("specops agent: the upload is corrupt")
@@ -76,9 +78,10 @@ def build():
         if not old.startswith(prefix) and time.time() - os.lstat(p).st_mtime > 86400:
             os.unlink(p)
     return path
+    return path
 sys.path.insert(0, cached() or build())
-from specops.agent.main import main
-main(request.decode())
+from specops.agent.main import serve
+serve(sys.stdin.buffer, sys.stdout.buffer)
 """
 COMMAND = f"python3 -I -S -c {shlex.quote(LOADER)}"
 
@@ -96,7 +99,17 @@ def artifact() -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
-def payload(request_json: bytes) -> bytes:
-    """What the loader reads on stdin for one request."""
+def preamble() -> bytes:
+    """What the loader reads first: the zip's hash and size, and the zip."""
     data, sha = artifact()
-    return b"%s %d\n%s%s" % (sha.encode(), len(data), data, request_json)
+    return b"%s %d\n%s" % (sha.encode(), len(data), data)
+
+
+def frame(message: bytes) -> bytes:
+    """One request or answer on the wire: its length on a line, then the JSON."""
+    return b"%d\n%s" % (len(message), message)
+
+
+def payload(request_json: bytes) -> bytes:
+    """stdin for a one-shot agent that answers a single request, then exits."""
+    return preamble() + frame(request_json)

@@ -27,6 +27,7 @@ from fabric import Config, Connection
 
 from . import protocol, shipping
 from .errors import HostKeyError, SpecopsError
+from .session import OUTPUT_LIMIT, AgentSession
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 USER_KNOWN_HOSTS = os.path.expanduser("~/.ssh/known_hosts")
@@ -43,18 +44,27 @@ def opens(method):
     return wrapper
 
 
+def _check_host_keys(client: paramiko.SSHClient, name: str, user_file: str, accept: bool) -> None:
+    if os.path.exists(SYSTEM_KNOWN_HOSTS):
+        client.load_system_host_keys(SYSTEM_KNOWN_HOSTS)
+    if os.path.exists(user_file):
+        client.load_host_keys(user_file)
+    # load_host_keys would make paramiko rewrite the file on save; we only append.
+    client._host_keys_filename = None
+    client.set_missing_host_key_policy(_Policy(name, accept, user_file))
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def known_hosts_name(hostname: str, port: int) -> str:
-    return hostname if port == 22 else f"[{hostname}]:{port}"
-
-
 class _Policy(paramiko.MissingHostKeyPolicy):
-    def __init__(self, name: str, accept_new: bool, record_to: str, port: int):
-        self.name, self.accept_new, self.record_to, self.port = name, accept_new, record_to, port
+    """Unknown keys: refused, or (accept-new) recorded.  paramiko names the host as known_hosts
+    does already ("[host]:port" off port 22), so that name is recorded as it is."""
+
+    def __init__(self, name: str, accept_new: bool, record_to: str):
+        self.name, self.accept_new, self.record_to = name, accept_new, record_to
 
     def missing_host_key(self, client, hostname, key):
         fp = fingerprint(key)
@@ -62,11 +72,10 @@ class _Policy(paramiko.MissingHostKeyPolicy):
             raise HostKeyError(
                 f"{self.name}: unknown host key {key.get_name()} {fp} for {hostname}; check it, "
                 f"then accept it with --accept-new-host-key or host_key_policy: accept-new")
-        entry = known_hosts_name(hostname, self.port)
         Path(self.record_to).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(self.record_to, "a") as f:
-            f.write(f"{entry} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(entry, key.get_name(), key)
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 @dataclass
@@ -82,6 +91,7 @@ class Remote:
     def __init__(self, name: str, vars: dict, accept_new: bool = False):
         self.name = name
         self.round_trips = 0
+        self.session: AgentSession | None = None  # the run's agent on this host, once started
         self.interrupted = False  # set when Ctrl-C was passed to a streamed job
         port = vars.get("ssh_port")
         # Without an address the name is an ssh_config alias (HostName, User, Port, IdentityFile).
@@ -93,16 +103,15 @@ class Remote:
         self.conn = Connection(vars.get("address") or name, user=vars.get("ssh_user"), port=port,
                                config=config, connect_timeout=vars.get("connect_timeout", 10),
                                connect_kwargs=kwargs)
-        client = self.conn.client
-        if os.path.exists(SYSTEM_KNOWN_HOSTS):
-            client.load_system_host_keys(SYSTEM_KNOWN_HOSTS)
         user_file = os.path.expanduser(vars.get("known_hosts") or USER_KNOWN_HOSTS)
-        if os.path.exists(user_file):
-            client.load_host_keys(user_file)
-        # load_host_keys would make paramiko rewrite the file on save; we only append.
-        client._host_keys_filename = None
         accept = accept_new or vars.get("host_key_policy") == "accept-new"
-        client.set_missing_host_key_policy(_Policy(name, accept, user_file, self.conn.port))
+        # Every hop checks its host key the same way: the target, and each ProxyJump gateway
+        # (which Fabric would otherwise connect with paramiko's AutoAddPolicy).
+        hop = self.conn
+        while isinstance(hop, Connection):
+            _check_host_keys(hop.client, name if hop is self.conn else f"{name} (via {hop.host})",
+                             user_file, accept)
+            hop = hop.gateway
 
     def open(self) -> None:
         try:
@@ -122,6 +131,9 @@ class Remote:
                                f"{self.conn.port} failed: {e}") from None
 
     def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
         self.conn.close()
 
     @opens
@@ -136,7 +148,7 @@ class Remote:
             sender.start()
         else:
             chan.shutdown_write()
-        out, err, pending = [], [], b""
+        out, err, pending, kept = [], [], b"", 0
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             if deadline and time.monotonic() > deadline:
@@ -145,9 +157,14 @@ class Remote:
             select.select([chan], [], [], 0.2)
             while chan.recv_ready():
                 out.append(chan.recv(1 << 16))
+                kept += len(out[-1])
             while chan.recv_stderr_ready():
                 data = chan.recv_stderr(1 << 16)
                 err.append(data)
+                kept += len(data)
+            if kept > OUTPUT_LIMIT:
+                chan.close()
+                raise SpecopsError(f"{self.name}: {command[:60]} wrote more than {OUTPUT_LIMIT >> 20} MiB")
                 if on_stderr:
                     pending += data
                     *lines, pending = pending.split(b"\n")
@@ -208,18 +225,33 @@ class Remote:
         chan.close()
         return status
 
-    def agent(self, request, unlock: str | None = None, on_stderr: Callable[[str], None] | None = None):
-        """Run the on-host agent with one protocol request, in one round trip; its Result."""
-        wire = json.dumps(protocol.encode(request, unlock=unlock)).encode()
-        res = self.exec(shipping.COMMAND, shipping.payload(wire), on_stderr=on_stderr)
-        if res.rc != 0 or not res.stdout.strip():
-            tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
-            if res.rc == 127 or "python3: not found" in res.stderr or "command not found" in res.stderr:
-                tail = "python3 is not installed on the host"
-            raise SpecopsError(f"{self.name}: remote agent failed (exit {res.rc}): {tail}")
+    def agent(self, request, unlock: str | None = None, lock: str | None = None,
+              on_stderr: Callable[[str], None] | None = None):
+        """One protocol request to this host's agent (started with the first): one round trip.
+        `lock`: the run's lock token (the request runs only while it holds the lock); `unlock`:
+        give the lock back when the request ends."""
+        if not self.conn.is_connected:
+            self.open()
+        if self.session is None:
+            self.session = AgentSession(self.name, self.conn.client.get_transport())
+        self.round_trips += 1
+        wire = json.dumps(protocol.encode(request, unlock=unlock, lock=lock)).encode()
         try:
-            return protocol.decode_result(request, json.loads(res.stdout))
+            answer = self.session.call(wire, on_stderr)
+        except SpecopsError:
+            self.session = None
+            raise
+        try:
+            return protocol.decode_result(request, json.loads(answer))
         except protocol.AgentError as e:
             raise SpecopsError(f"{self.name}: {e}") from None
         except (protocol.ProtocolError, ValueError) as e:
             raise SpecopsError(f"{self.name}: the agent's answer is not understood: {e}") from None
+
+    def agent_once(self, request):
+        """A request to a one-shot agent on its own channel (while the session may be busy)."""
+        res = self.exec(shipping.COMMAND, shipping.payload(json.dumps(protocol.encode(request)).encode()))
+        size, _, body = res.stdout.partition("\n")
+        if res.rc != 0 or not size.strip().isdigit():
+            raise SpecopsError(f"{self.name}: remote agent failed (exit {res.rc})")
+        return protocol.decode_result(request, json.loads(body[:int(size)]))

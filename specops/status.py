@@ -23,9 +23,14 @@ def _gpu(facts, active: set[str]) -> tuple[list[str], list[str]]:
     lines = [f"{g['index']}:{mib(g['memory.used'])}/{mib(g['memory.total'])}MiB" for g in gpu.get("gpus", [])]
     warnings = [f"nvidia-smi does not report {u}" for u in gpu.get("unknown", [])]
     for app in gpu.get("apps", []):
-        if app.get("unit") in active:
+        if app.get("unit") in active and not app.get("earlier"):
             continue
-        whose = f"of {app['unit']}, which is not running" if app.get("unit") else "that belongs to no running service"
+        if app.get("earlier"):
+            whose = f"left over from an earlier run of {app['unit']}"
+        elif app.get("unit"):
+            whose = f"of {app['unit']}, which is not running"
+        else:
+            whose = "that belongs to no running service"
         warnings.append(f"GPU {app.get('gpu', '?')}: {mib(app.get('mib'))} MiB held by pid {app['pid']} "
                         f"({app.get('title') or '?'}, user {app.get('user', '?')}) {whose}")
     return lines, warnings

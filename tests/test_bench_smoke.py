@@ -17,6 +17,8 @@ def test_bench_smoke(tmp_path):
     results = json.loads(res.stdout)["1"]
     assert set(results) == {"specops", "ansible", "pyinfra"}
     assert all(results[t]["first"] > 0 and results[t]["noop"] > 0 for t in results)
-    assert results["specops"]["channels_noop"] == 2  # probe (with the lock) and verify, counted at paramiko
-    assert results["specops"]["channels_first"] == 4  # probe, apply, verify, release (gives the lock back)
+    # One agent session per host and run: one SSH channel, counted at paramiko's Transport, carries
+    # the probe (with the lock) and verify on a no-op, and probe, apply, verify, release on a first run.
+    assert results["specops"]["channels_noop"] == 1
+    assert results["specops"]["channels_first"] == 1
 

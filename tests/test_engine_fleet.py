@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import load_json, role, sha256_on, unit_prop
+from conftest import ROOT, host_snapshot, load_json, record_bytes, role, sha256_on, unit_prop
 from specops.ops import Absent, Command, Directory, File, JsonKeys, Service, template, unit_file
 
 pytestmark = pytest.mark.fleet
@@ -66,9 +66,13 @@ def test_every_op_changes_then_reports_zero(sandbox):
     # No staging leftovers anywhere we wrote.
     assert not list(h.path("/srv/demo").glob(".specops-stage*"))
 
+    demo = ["/srv/demo/plain.txt", "/srv/demo/sglang.env", "/srv/demo/config.json", "/srv/demo/marker",
+            "/etc/systemd/system/demo-sleep.service"]
+    before = sha256_on(h, *demo), unit_prop(h, "demo-sleep", "ExecMainStartTimestampMonotonic")
     second, out = sandbox.apply(inv, [every_op("a")])
     assert second[0].error is None and second[0].changed == 0, out
     assert second[0].round_trips == 2  # the probe (taking the lock) and giving the lock back
+    assert (sha256_on(h, *demo), unit_prop(h, "demo-sleep", "ExecMainStartTimestampMonotonic")) == before
 
 
 def test_check_mode_prints_diff_and_changes_nothing(sandbox):
@@ -118,7 +122,7 @@ def test_two_notifications_one_restart(sandbox):
 
 
 @pytest.mark.reliability("ssh-cut", "fault")
-def test_interrupted_write_leaves_old_file(sandbox):
+def test_interrupted_write_leaves_old_file(sandbox, record_property):
     """Kill the SSH session while the new content sits staged: the old file survives."""
     h = sandbox.reset("t4")
     h.run("sh", "-c", "mkdir -p /srv/demo && echo old > /srv/demo/victim")
@@ -132,22 +136,59 @@ def test_interrupted_write_leaves_old_file(sandbox):
 
     t = threading.Thread(target=run)
     t.start()
-    staged = h.path("/srv/demo/.specops-stage/victim")
+    old = sha256_on(h, "/srv/demo/victim")
+
+    def staged():
+        return list(h.path("/srv/demo").glob(".specops-stage-*/victim"))
     deadline = time.monotonic() + 20
-    while not staged.exists() and time.monotonic() < deadline:
+    while not staged() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert staged.exists(), "the write never reached its staging file"
+    assert staged(), "the write never reached its staging file"
     h.run("pkill", "-KILL", "-f", "sshd: root@notty")  # cut the connection
     t.join(30)
     reports, out = results["r"]
+    record_bytes(record_property, h, old)
     assert reports[0].error, out
     assert h.path("/srv/demo/victim").read_text() == "old\n"
     deadline = time.monotonic() + 5
-    while staged.exists() and time.monotonic() < deadline:  # the agent cleans up on SIGTERM
-        time.sleep(0.1)
-    assert not staged.exists()
+    while list(h.path("/srv/demo").glob(".specops-stage-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the agent cleans up on SIGTERM
+    assert not list(h.path("/srv/demo").glob(".specops-stage-*"))
     again, out = sandbox.apply(inv, [role("w", lambda host: [File("/srv/demo/victim", "new\n")])])
     assert again[0].error is None and h.path("/srv/demo/victim").read_text() == "new\n"
+
+
+@pytest.mark.reliability("ssh-cut", "fault")
+def test_ssh_cut_between_two_renames_is_said_and_converges(sandbox, record_property):
+    """A batch cut between its renames leaves the host part-new; the next run says exactly what
+    the cut run had done and what it had not, then converges.  (Seen red before the batch journal:
+    the next run converged silently.)"""
+    h = sandbox.reset("t4")
+    h.run("sh", "-c", "mkdir -p /srv/demo && echo old > /srv/demo/a && echo old > /srv/demo/b")
+    inv = sandbox.inventory({"t4": {}})
+
+    def batch(host):
+        return [File("/srv/demo/a", "new\n"), Command(["sleep", "30"], desc="between the renames"),
+                File("/srv/demo/b", "new\n")]
+    results = {}
+    t = threading.Thread(target=lambda: results.update(r=sandbox.apply(inv, [role("w", batch)])))
+    t.start()
+    deadline = time.monotonic() + 20
+    while not h.run("pgrep", "-x", "sleep", check=False).stdout and time.monotonic() < deadline:
+        time.sleep(0.1)
+    h.run("pkill", "-KILL", "-f", "sshd: root@notty")
+    t.join(30)
+    assert results["r"][0][0].error
+    record_bytes(record_property, h, {"/srv/demo/b": sha256_on(h, "/srv/demo/b")["/srv/demo/b"]})
+    assert (h.path("/srv/demo/a").read_text(), h.path("/srv/demo/b").read_text()) == ("new\n", "old\n")
+
+    again, out = sandbox.apply(inv, [role("w", batch)])
+    assert again[0].error is None, out
+    assert ("WARNING: an earlier run (task run) was cut off in the middle of its changes: done: update "
+            "/srv/demo/a; not done: between the renames, update /srv/demo/b") in out
+    assert (h.path("/srv/demo/a").read_text(), h.path("/srv/demo/b").read_text()) == ("new\n", "new\n")
+    third, out = sandbox.apply(inv, [role("w", batch)])
+    assert "cut off" not in out
 
 
 def test_validator_failure_refuses_whole_batch(sandbox):
@@ -194,12 +235,14 @@ def test_cli_deploy_twice_and_facts(sandbox, tmp_path):
     inv = sandbox.inventory({"t2": {"services": [sandbox_service()]}})
     first = sandbox.inv("deploy", "--host", "t2", "--json", str(tmp_path / "1.json"), inventory=inv)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert load_json(tmp_path / "1.json")["hosts"]["t2"]["changed"] == 4
+    assert load_json(tmp_path / "1.json")["hosts"]["t2"]["changed"] == 6  # + the launcher and its directory
+    before = host_snapshot(h)
     second = sandbox.inv("deploy", "--host", "t2", "--json", str(tmp_path / "2.json"), inventory=inv)
     assert second.returncode == 0
     rep = load_json(tmp_path / "2.json")["hosts"]["t2"]
     assert rep["changed"] == 0 and rep["status"] == "ok"
     assert "changed=0" in second.stdout
+    assert host_snapshot(h) == before
     assert unit_prop(h, "sglang", "ActiveState") == "active"
 
     facts = sandbox.inv("facts", "--host", "t2", inventory=inv)
@@ -215,7 +258,7 @@ def test_unreachable_host_fails_alone(sandbox, tmp_path):
     sandbox.reset("t1")
     # Loopback, closed port: unreachable without sending a packet off this machine.
     inv = sandbox.inventory({"t1": {}, "ghost": {"address": "127.0.0.1", "ssh_port": 9, "connect_timeout": 2}})
-    res = sandbox.inv("facts", inventory=inv)
+    res = sandbox.inv("facts", "--all", inventory=inv)
     assert res.returncode == 1
     assert "failed hosts: ghost" in res.stderr
     assert list(json.loads(res.stdout)) == ["t1"]
@@ -246,8 +289,14 @@ def test_readme_demo_command(sandbox, tmp_path):
         demo = fleet.Host("sandbox", 1, fleet.Site("sod", "192.168.233", tmp_path / "site"))
         info = json.loads(demo.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
         assert info["model_code"] == "patched: embedding capture"  # the seed's patch is what runs
+        before = host_snapshot(demo, "/models/tiny-llama-eagle3/config.json")
         again = sandbox.inv("deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
         assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
+        assert host_snapshot(demo, "/models/tiny-llama-eagle3/config.json") == before
+        # The sandbox never wrote into the user's inventory, and a plain deploy there reaches nothing.
+        assert not (ROOT / "inventory" / "sandbox.yml").exists()
+        plain = sandbox.inv("deploy", env={**env, "SPECOPS_INVENTORY": str(ROOT / "inventory")})
+        assert plain.returncode == 2 and plain.stdout == "" and "choose the hosts" in plain.stderr
     finally:
         down = sandbox.inv("sandbox.down", env=env)
     assert down.returncode == 0 and not (inv_dir / "hosts.yml").exists()
@@ -265,7 +314,8 @@ def test_the_real_agent_refuses_an_unknown_request_kind_in_one_line(sandbox):
         res = remote.exec(shipping.COMMAND, shipping.payload(b'{"kind": "reboot", "now": true}'))
     finally:
         remote.close()
-    answer = json.loads(res.stdout)
-    assert res.rc == 0 and answer["ok"] is False
+    size, _, body = res.stdout.partition("\n")  # one framed answer: its length, then the JSON
+    answer = json.loads(body)
+    assert res.rc == 0 and int(size) == len(body.encode()) and answer["ok"] is False
     assert answer["error"].startswith("request: unknown request kind 'reboot' (known: apply, check,")
     assert "\n" not in answer["error"]

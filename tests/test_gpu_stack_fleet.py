@@ -97,7 +97,7 @@ def test_gpu_facts(sandbox):
     gpu_host(sandbox, "t4", driver="575.57.08")
     gpu_host(sandbox, "t5", nvidia_smi=False)
     inv = sandbox.inventory({"t4": {}, "t5": {}})
-    res = sandbox.inv("facts", inventory=inv)
+    res = sandbox.inv("facts", "--all", inventory=inv)
     assert res.returncode == 0, res.stderr
     facts = json.loads(res.stdout)
     gpu = facts["t4"]["gpu"]

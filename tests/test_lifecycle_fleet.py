@@ -4,12 +4,13 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop
+from conftest import MANAGED, host_snapshot, load_json, record_bytes, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import sandbox_service
 
 pytestmark = pytest.mark.fleet
 LLAMA = "srt/models/llama.py"
+DRAFT = "/models/tiny-llama-eagle3/config.json"
 
 
 def spec(steps, draft=None):
@@ -45,7 +46,7 @@ def server_info(h, port=30000):
 
 
 @pytest.mark.reliability("start-failure", "fault")
-def test_broken_deploy_rolls_back_to_the_previous_release(sandbox):
+def test_broken_deploy_rolls_back_to_the_previous_release(sandbox, record_property):
     h = sandbox.reset("t1")
     good = sandbox_service(patches=[LLAMA], speculative=spec(3))
     inv = sandbox.inventory({"t1": {"services": [good]}})
@@ -56,6 +57,7 @@ def test_broken_deploy_rolls_back_to_the_previous_release(sandbox):
     # Port 99999 passes SGLang's argument checks (and the preflight) but the server cannot bind.
     broken = sandbox.inventory({"t1": {"services": [{**good, "port": 99999, "speculative": spec(4)}]}})
     res, rep = run_inv(sandbox, broken, "deploy", "--host", "t1")
+    record_bytes(record_property, h, {f: p["sha256"] for f, p in before["files"].items()})
     assert res.returncode == 1
     assert "rolled back" in rep["t1"]["notes"]
     assert f"rolled back to {before['stamp']}, verified" in rep["t1"]["error"]
@@ -105,8 +107,10 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     assert info["model_code"] == "patched: embedding capture"
     torch_cuda = h.run(f"{provision.VENV}/bin/python", "-c", "import torch; print(torch.version.cuda)").stdout
     assert torch_cuda.strip() == "12.8"
+    before = host_snapshot(h, DRAFT)
     res, rep = run_inv(sandbox, inv, "bootstrap", "--host", "t3")
     assert res.returncode == 0 and rep["t3"]["changed"] == 0, res.stdout
+    assert host_snapshot(h, DRAFT) == before  # on the host too: no restart, no file touched
 
 
 def apps(h):
@@ -135,12 +139,13 @@ def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
 
 
 @pytest.mark.reliability("gpu-window", "fault")
-def test_gpu_window_failing_job_then_ctrl_c(sandbox):
+def test_gpu_window_failing_job_then_ctrl_c(sandbox, record_property):
     h = sandbox.reset("t5")
     inv = sandbox.inventory({"t5": {"services": [sandbox_service()]}})
     res, _ = run_inv(sandbox, inv, "deploy", "--host", "t5")
     assert res.returncode == 0
-    started = unit_prop(h, "sglang", "ExecMainStartTimestamp")
+    files = sha256_on(h, *MANAGED)
+    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
 
     res = sandbox.inv("gpu-window", "--host", "t5", "--",
                       "nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l; exit 7", inventory=inv)
@@ -148,11 +153,12 @@ def test_gpu_window_failing_job_then_ctrl_c(sandbox):
     assert "| 0" in res.stdout  # the job saw no compute apps: the GPU was free
     assert "sglang verified" in res.stdout
     assert unit_prop(h, "sglang", "ActiveState") == "active"
-    assert unit_prop(h, "sglang", "ExecMainStartTimestamp") != started
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != started
 
     status, out = sandbox.interrupt("gpu-window", "--host", "t5", "--", "echo job-started; sleep 60",
                                     inventory=inv, when="| job-started")
     assert status == 130, out
+    record_bytes(record_property, h, files)
     assert "interrupted: Ctrl-C was passed to the job" in out and "sglang verified" in out
     assert unit_prop(h, "sglang", "ActiveState") == "active"
     assert not h.run("pgrep", "-f", "sleep 60", check=False).stdout  # the job really ended
@@ -181,7 +187,7 @@ def test_fleet_unreachable_host_and_rolling_batches(sandbox):
 
 
 @pytest.mark.reliability("concurrent", "fault")
-def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox):
+def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox, record_property):
     h = sandbox.reset("t1")
     slow = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "30"})
     inv = sandbox.inventory({"t1": {"services": [slow]}})
@@ -191,7 +197,9 @@ def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox):
         # Runs inside interrupt(): the first deploy holds the lock and waits for the slow server.
         assert lock_held(h)
         seen["holder"] = json.loads(h.run("cat", "/run/specops.lock/holder.json").stdout)
+        files = sha256_on(h, *MANAGED)
         seen["second"] = sandbox.inv("deploy", "--host", "t1", inventory=inv)
+        seen["files"] = record_bytes(record_property, h, files) == files
 
     status, out = sandbox.interrupt("deploy", "--host", "t1", inventory=inv, when="starting (/health",
                                     before=second_deploy_while_first_verifies)
@@ -200,6 +208,7 @@ def test_concurrent_deploys_and_ctrl_c_releases_the_lock(sandbox):
     assert holder["task"] == "deploy" and f"pid {holder['pid']}" in second.stdout
     assert second.returncode == 1
     assert f"t1: locked by {holder['who']} (pid {holder['pid']}, task deploy" in second.stdout
+    assert seen["files"]  # the refused deploy changed no byte
     assert not lock_held(h)
     again = sandbox.inv("deploy", "--host", "t1", "--check", inventory=inv)
     assert again.returncode == 0, again.stdout

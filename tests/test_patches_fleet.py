@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import load_json, sha256_on, unit_prop
+from conftest import host_snapshot, load_json, sha256_on, unit_prop
 from roles.model_patches import PATCH_DIR
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
@@ -83,10 +83,10 @@ def test_stale_bytecode_trap_both_ways(sandbox, trap):
     assert set(planted) <= set(state["purges"][target]["removed"])
     assert all(p not in pycs(h, cache) for p in planted if p != "llama.cpython-311.pyc")
 
-    started = unit_prop(h, "sglang", "ExecMainStartTimestamp")
+    before = host_snapshot(h, f"{SITE}/srt/models/llama.py")
     res, report = deploy(sandbox, "t1", sandbox_service(patches=[LLAMA]))
     assert res.returncode == 0 and report["changed"] == 0, res.stdout
-    assert unit_prop(h, "sglang", "ExecMainStartTimestamp") == started
+    assert host_snapshot(h, f"{SITE}/srt/models/llama.py") == before
 
 
 @pytest.mark.reliability("syntax-error", "bad-input")
@@ -109,7 +109,7 @@ def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path):
     assert h.run("sh", "-c", f"find {SITE} -type f | sort | xargs sha256sum").stdout == package
     assert sha256_on(h, "/etc/systemd/system/sglang.service", "/etc/specops/sglang.env") == unit
     assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started
-    assert not h.run("find", SITE, "-name", ".specops-stage").stdout  # no staging left behind
+    assert not h.run("find", SITE, "-name", ".specops-stage*").stdout  # no staging left behind
 
 
 def test_venv_python_differs_from_host_python3(sandbox):
@@ -168,8 +168,10 @@ def test_draft_config_edit_is_idempotent_with_backup(sandbox):
     assert len(backups) == 1 and h.path(backups[0]).read_text() == before
     assert model_info(h)["aux_hidden_state_capture"] == [0, 3, 17]  # -1 → the embedding output
 
+    before = host_snapshot(h, DRAFT_CFG, f"{SITE}/srt/models/llama.py")
     res, report = deploy(sandbox, "t5", svc)
     assert res.returncode == 0 and report["changed"] == 0
+    assert host_snapshot(h, DRAFT_CFG, f"{SITE}/srt/models/llama.py") == before
 
 
 def test_draft_layer_ids_out_of_range_for_the_target(sandbox):
@@ -179,10 +181,17 @@ def test_draft_layer_ids_out_of_range_for_the_target(sandbox):
     assert res.returncode == 1
     assert "ids [31] are never captured: the target has 32 layers" in report["error"]
     assert sha256_on(h, DRAFT_CFG) == before
-    # The oracle: the simulator, like SGLang, cannot start with that config.
+    # The oracle: the simulator, like SGLang, cannot start with that config...
     h.path(DRAFT_CFG).write_text(json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 31]}}))
+    sim = h.run("timeout", "20", f"{VENV}/bin/python", "-m", "sglang.launch_server", "--model-path",
+                "/models/tiny-llama", "--port", "30099", "--speculative-algorithm", "EAGLE3",
+                "--speculative-draft-model-path", "/models/tiny-llama-eagle3", "--speculative-num-steps", "3",
+                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", check=False)
+    assert sim.returncode == 1 and "IndexError: aux hidden state layer 31 is out of range" in sim.stdout + sim.stderr
+    # ... and the lint refuses it, in check mode too, before anything restarts.
     res, report = deploy(sandbox, "t5", sandbox_service(patches=[LLAMA]), "--check")
-    assert "ids [31] are never captured" in (report or {}).get("error", "") + res.stdout
+    assert res.returncode == 1 and report is not None, res.stdout
+    assert "ids [31] are never captured: the target has 32 layers" in report["error"]
 
 
 def test_top_level_layer_ids_warn(sandbox):
@@ -201,7 +210,7 @@ def test_stale_process_is_reported_and_restarted(sandbox):
     svc = sandbox_service(patches=[LLAMA])
     res, _ = deploy(sandbox, "t2", svc)
     assert res.returncode == 0
-    started = unit_prop(h, "sglang", "ExecMainStartTimestamp")
+    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
     time.sleep(0.05)
     h.run("touch", f"{SITE}/{LLAMA}")  # the file changed after the process started
     inv = sandbox.inventory({"t2": {"services": [svc]}})
@@ -212,4 +221,4 @@ def test_stale_process_is_reported_and_restarted(sandbox):
     res, report = deploy(sandbox, "t2", svc)
     assert res.returncode == 0, res.stdout
     assert any(c["target"] == "running code of sglang" and c["changed"] for c in report["changes"])
-    assert unit_prop(h, "sglang", "ExecMainStartTimestamp") != started
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != started

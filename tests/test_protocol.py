@@ -131,5 +131,34 @@ def test_the_agent_runs_from_its_zip_with_the_standard_library_alone(tmp_path):
     code = f"import sys; sys.path.insert(0, {str(pyz)!r}); import " + ", ".join(m.removesuffix(".__init__") for m in mods)
     res = subprocess.run(["python3", "-I", "-S", "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    res = subprocess.run(["python3", "-I", "-S", str(pyz)], input='{"kind": "nope"}', capture_output=True, text=True)
-    assert json.loads(res.stdout)["ok"] is False and "unknown request kind 'nope'" in res.stdout
+    requests = b"".join(shipping.frame(r) for r in (b'{"kind": "nope"}', b'{"kind": "unlock", "token": "x"}'))
+    res = subprocess.run(["python3", "-I", "-S", str(pyz)], input=requests, capture_output=True)
+    first, second = _frames(res.stdout)
+    assert first["ok"] is False and "unknown request kind 'nope'" in first["error"]
+    assert second == {"ok": True, "result": {"released": False}}  # one agent, requests answered in order
+
+
+def _frames(data: bytes) -> list:
+    out = []
+    while data:
+        head, _, data = data.partition(b"\n")
+        out.append(json.loads(data[:int(head)]))
+        data = data[int(head):]
+    return out
+
+
+def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
+    """The real loader, with its cache moved under tmp_path: a first call compiles the agent into a
+    sourceless zip named by hashes; a second reuses it; a replaced file is never run."""
+    loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(tmp_path / "agent")))
+    stdin = shipping.payload(b'{"kind": "unlock", "token": "x"}')
+    for _ in range(2):
+        res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
+        assert _frames(res.stdout) == [{"ok": True, "result": {"released": False}}], res.stderr
+    (pyz,) = (tmp_path / "agent").iterdir()
+    assert all(n.endswith(".pyc") for n in zipfile.ZipFile(pyz).namelist())
+    pyz.write_bytes(b"not what was built")
+    res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
+    assert _frames(res.stdout) == [{"ok": True, "result": {"released": False}}], res.stderr
+    (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
+    assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)

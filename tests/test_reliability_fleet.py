@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import load_json, sha256_on, unit_prop
+from conftest import host_snapshot, load_json, record_bytes, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
 
@@ -20,49 +20,104 @@ def run_inv(sandbox, inv, *args, **kw):
 
 
 def no_staging_left(h):
-    return not h.run("sh", "-c", "find /etc /opt /models /var/lib/specops -name .specops-stage 2>/dev/null",
+    return not h.run("sh", "-c", "find /etc /opt /models /var/lib/specops -name '.specops-stage*' 2>/dev/null",
                      check=False).stdout.strip()
 
 
 @pytest.mark.reliability("health-timeout", "fault")
-def test_health_timeout_rolls_back_with_journal(sandbox):
+def test_health_timeout_rolls_back_with_journal(sandbox, record_property):
     h = sandbox.reset("t1")
     good = sandbox_service()
     res, _ = run_inv(sandbox, sandbox.inventory({"t1": {"services": [good]}}), "deploy", "--host", "t1")
     assert res.returncode == 0, res.stdout
+    stamp = h.run("readlink", "/var/lib/specops/releases/current").stdout.strip()
+    previous = json.loads(h.path(f"/var/lib/specops/releases/{stamp}/manifest.json").read_text())["files"]
     hung = {**good, "env": {"SGLANG_SIM_STARTUP_DELAY": "120"}, "verify": {"timeout": 3}}
     res, rep = run_inv(sandbox, sandbox.inventory({"t1": {"services": [hung]}}), "deploy", "--host", "t1")
+    now = record_bytes(record_property, h, {f: p["sha256"] for f, p in previous.items()})
     assert res.returncode == 1
     assert "not ready after 3s (last /health: 503)" in rep["t1"]["error"]
     assert "journal tail:" in res.stdout and "Loaded model code sglang.srt.models.llama" in res.stdout
     assert "rolled back" in rep["t1"]["notes"]
-    assert "SGLANG_SIM_STARTUP_DELAY=1" in h.path("/etc/systemd/system/sglang.service").read_text()
-    assert unit_prop(h, "sglang", "ActiveState") == "active"
+    assert f"rolled back to {stamp}, verified" in rep["t1"]["error"]  # the previous release verifies
+    assert now == {f: p["sha256"] for f, p in previous.items()}  # every file of that release, byte for byte
+    assert "SGLANG_SIM_STARTUP_DELAY=120" not in h.path("/etc/systemd/system/sglang.service").read_text()
+    assert h.run("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:30000/health").stdout == "200"
 
 
 @pytest.mark.reliability("sigint", "fault")
 def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_index):
+    """Ctrl-C while pip runs on the host: pip is stopped at once, not left to finish.  The index
+    answers slowly (/slow/: 3 s a page), so pip would run on for seconds by itself; seen red with
+    the agent's process-group kill removed (pip lived on until it finished)."""
     h = sandbox.reset("t2", layers=[provision.layer("bare")])
-    host_vars = {"services": [sandbox_service()], "sglang": {"version": "0.5.23"},
-                 "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
-                 "package_index": f"{pkg_index.url}/simple"}
-    inv = sandbox.inventory({"t2": host_vars})
-    # Ctrl-C while pip is running on the host.
-    status, out = sandbox.interrupt("deploy", "--host", "t2", inventory=inv, when="Looking in indexes")
+
+    def host_vars(index):
+        return {"services": [sandbox_service()], "sglang": {"version": "0.5.23"},
+                "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{index}/whl/{{variant}}"},
+                "package_index": f"{index}/simple"}
+    inv = sandbox.inventory({"t2": host_vars(f"{pkg_index.url}/slow")})
+    seen = {}
+
+    def note_pip():
+        seen["pids"] = h.run("pgrep", "-f", "pip install", check=False).stdout.split()
+        seen["at"] = time.monotonic()
+    status, out = sandbox.interrupt("deploy", "--host", "t2", inventory=inv, when="Looking in indexes",
+                                    before=note_pip)
     assert status == 130, out
-    assert "interrupted" in out
+    assert "interrupted" in out and seen["pids"], out
     assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0
-    deadline = time.monotonic() + 10
-    while h.run("pgrep", "-f", "pip install", check=False).stdout and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not h.run("pgrep", "-f", "pip install", check=False).stdout  # the remote work stopped too
+
+    def pip_alive():
+        return any(h.run("test", "-d", f"/proc/{pid}", check=False).returncode == 0 for pid in seen["pids"])
+    while pip_alive() and time.monotonic() - seen["at"] < 10:
+        time.sleep(0.1)
+    gone_after = time.monotonic() - seen["at"]
+    assert not pip_alive() and gone_after < 3, f"pip lived {gone_after:.1f}s after Ctrl-C"
     assert no_staging_left(h)
     assert not h.path("/etc/systemd/system/sglang.service").exists()  # written only after the packages
 
+    inv = sandbox.inventory({"t2": host_vars(pkg_index.url)})
     res, rep = run_inv(sandbox, inv, "deploy", "--host", "t2", timeout=600)
     assert res.returncode == 0, res.stdout[-2000:]
+    before = host_snapshot(h)
     res, rep = run_inv(sandbox, inv, "deploy", "--host", "t2")
     assert res.returncode == 0 and rep["t2"]["changed"] == 0
+    assert host_snapshot(h) == before
+
+
+@pytest.mark.reliability("sigint", "fault")
+def test_sigint_during_a_multi_file_write(sandbox, record_property):
+    """Ctrl-C while a two-file batch is being validated: neither file changes, nothing stays
+    staged, the lock is given back."""
+    import os
+    import signal
+    import threading
+    from conftest import role
+    from specops.ops import File
+    h = sandbox.reset("t3")
+    h.run("sh", "-c", "mkdir -p /srv/demo && echo old > /srv/demo/a && echo old > /srv/demo/b")
+    before = sha256_on(h, "/srv/demo/a", "/srv/demo/b")
+    inv = sandbox.inventory({"t3": {}})
+    slow = ["/bin/sh", "-c", "sleep 30", "validator", "{}"]
+
+    def ctrl_c_when_staged():
+        deadline = time.monotonic() + 20
+        while not list(h.path("/srv/demo").glob(".specops-stage-*/b")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=ctrl_c_when_staged, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.apply(inv, [role("w", lambda host: [File("/srv/demo/a", "new\n", validate=slow),
+                                                    File("/srv/demo/b", "new\n", validate=slow)])])
+    deadline = time.monotonic() + 5
+    while list(h.path("/srv/demo").glob(".specops-stage-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    record_bytes(record_property, h, before)
+    assert sha256_on(h, "/srv/demo/a", "/srv/demo/b") == before
+    assert not list(h.path("/srv/demo").glob(".specops-stage-*"))
+    assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0
+    assert not h.run("pgrep", "-f", "sleep 30", check=False).stdout
 
 
 @pytest.mark.reliability("metachar", "bad-input")
@@ -111,11 +166,8 @@ def test_disk_full_during_sync_keeps_the_old_file(sandbox, record_property):
     res, rep = run_inv(sandbox, sandbox.inventory({"t4": {"services": [svc]}}), "deploy", "--host", "t4")
     assert res.returncode == 1
     assert "cannot write" in rep["t4"]["error"] and "No space left on device" in rep["t4"]["error"]
-    after = sha256_on(h, f"{MODELS}/llama.py", f"{MODELS}/qwen2.py")
-    lost = sum(h.path(p).stat().st_size for p in before if after.get(p) != before[p])
-    record_property("bytes_verified", sum(h.path(p).stat().st_size for p in before))
-    record_property("bytes_lost", lost)
-    assert lost == 0 and after == before
+    after = record_bytes(record_property, h, before)
+    assert after == before
     assert no_staging_left(h)
     assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started
 

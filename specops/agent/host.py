@@ -46,6 +46,7 @@ def clean(text):
 
 
 def sha256_file(path):
+    """The hex sha256 of a file specops itself keeps (releases, backups): it follows no user's link."""
     h = sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -95,6 +96,20 @@ def run_streamed(argv_or_cmd, desc, env=None):
         raise ActionError("%s failed (exit %d): %s" % (desc, rc, clean(" | ".join(why))[-1500:]))
 
 
+def run_owned(argv, input=None):
+    """(exit status, stdout, stderr) of a command that stops with us: in its own session, killed
+    with its children if we are interrupted (validators, the preflight can run for long)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                            start_new_session=True)
+    _children.append(proc)
+    try:
+        out, err = proc.communicate(input)
+    finally:
+        _children.remove(proc)
+    return proc.returncode, out, err
+
+
 def run_quiet(argv, timeout=None):
     """(exit status, stdout+stderr) of a short command."""
     try:
@@ -131,23 +146,22 @@ def _interrupted(*_):
     os._exit(130)
 
 
-def die_with_connection(parent_death=True):
-    """If the SSH session dies (or Ctrl-C reaches us), undo half-done work and stop what we started.
-    `parent_death` also asks the kernel for SIGTERM when sshd's session process goes (ctypes costs
-    ~4 ms: quick read-only requests skip it)."""
+def die_with_connection():
+    """If the SSH session dies (or Ctrl-C reaches us), undo half-done work and stop what we started:
+    the kernel sends SIGTERM when sshd's session process goes."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _interrupted)
-    if parent_death:
-        try:
-            import ctypes
-            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 # ---- specops's record on the host: bytecode purges, units' past invocations ----
 
 def read_state():
+    """specops's own record on the host (STATE_FILE): bytecode purges, the units' past runs."""
     try:
         with open(STATE_FILE) as f:
             return json.load(f)
@@ -156,6 +170,7 @@ def read_state():
 
 
 def write_state(state):
+    """Replace the record atomically (written, fsync'd, renamed)."""
     os.makedirs(os.path.dirname(STATE_FILE), mode=0o700, exist_ok=True)
     tmp = STATE_FILE + ".tmp"
     with open(tmp, "w") as f:

@@ -1,11 +1,11 @@
-"""The agent's entry point: decode one request, run it, answer, give the lock back.
+"""The agent's entry point: serve a run's requests in order; for each, decode it, run it,
+answer, and give the lock back when asked.
 
 Each request kind maps to the function that answers it; the module holding it is
-imported only when that kind is asked for, so a probe compiles only what a probe needs.
+imported only when that kind is first asked for.
 """
 import importlib
 import json
-import sys
 
 from specops import protocol
 from specops.agent.host import ActionError, die_with_connection
@@ -17,6 +17,7 @@ HANDLERS = {
     "verify": ("service_http", "verify"),
     "peek": ("service_http", "peek"),
     "unlock": ("lock", "unlock"),
+    "renew": ("lock", "renew"),
     "stop": ("units", "stop"),
     "start": ("units", "start"),
     "release_record": ("releases", "record"),
@@ -25,34 +26,47 @@ HANDLERS = {
     "rollback": ("releases", "rollback"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
-QUICK = ("probe", "peek", "releases", "unlock")  # read-only and short: no need to die with sshd
 
 
-def answer(raw, on_kind=None):
-    """The wire answer (a dict) to one wire request (JSON text); `on_kind(kind)` is told what
-    was asked before the work starts."""
+def answer(raw):
+    """The wire answer (a dict) to one wire request (JSON text)."""
     try:
         data = json.loads(raw)
     except ValueError as e:
         return {"ok": False, "error": "request is not JSON: %s" % e}
     token = data.get("unlock") if isinstance(data, dict) else None
-    if on_kind:
-        on_kind(data.get("kind") if isinstance(data, dict) else None)
+    held_by = data.get("lock") if isinstance(data, dict) else None
     try:
+        if held_by:  # the run's lock must still be its own: a run taken over stops here
+            from specops.agent import lock
+            held, holder = lock.check(held_by)
+            if not held:
+                token = None
+                return {"ok": False, "error": lock.refusal(holder)}
         req = protocol.decode_request(data)
         module, function = HANDLERS[req.KIND]
         handler = getattr(importlib.import_module("specops.agent." + module), function)
         return {"ok": True, "result": protocol.encode(handler(req))}
     except (protocol.ProtocolError, ActionError) as e:
         return {"ok": False, "error": str(e)}
+    except Exception as e:  # a bug, or a failure nobody foresaw: still one line, in the envelope
+        kind = data.get("kind") if isinstance(data, dict) else None
+        return {"ok": False, "error": "%s failed on the host: %s: %s" % (kind, type(e).__name__, e)}
     finally:
         if token:  # the last call of a run gives the lock back in the same round trip
             from specops.agent.lock import release
             release(token)
 
 
-def main(raw=None):
-    result = answer(sys.stdin.read() if raw is None else raw,
-                    on_kind=lambda kind: die_with_connection(parent_death=kind not in QUICK))
-    sys.stdout.write(json.dumps(result))
-    sys.stdout.flush()
+def serve(inp, out):
+    """Answer framed requests (length line, JSON) from `inp` with framed answers on `out`, in
+    order, until the controller closes the session."""
+    die_with_connection()
+    while True:
+        head = inp.readline()
+        if not head.strip():
+            return
+        raw = inp.read(int(head))
+        data = json.dumps(answer(raw.decode())).encode()
+        out.write(b"%d\n%s" % (len(data), data))
+        out.flush()

@@ -53,7 +53,7 @@ class Unit:
     """What attribution needs to know about one unit, read once."""
 
     def __init__(self, name):
-        props = show(name, "User", "ControlGroup", "InvocationID", "ActiveState")
+        props = show(name, "User", "ControlGroup", "InvocationID", "ActiveState", "MainPID")
         self.name = name
         try:
             self.uid = pwd.getpwnam(props.get("User") or "root").pw_uid
@@ -62,7 +62,8 @@ class Unit:
         self.cgroup = props.get("ControlGroup") or None
         self.active = props.get("ActiveState") in ("active", "activating", "reloading", "deactivating")
         self.current = props.get("InvocationID")
-        self._runs = None
+        self.main = int(props["MainPID"]) if props.get("MainPID", "").isdigit() else 0
+        self._runs = self._current_streams = None
 
     @property
     def runs(self):
@@ -71,34 +72,63 @@ class Unit:
         return self._runs
 
     def owns(self, pid, uid, cgroups, invocation):
+        return self.run_of(pid, uid, cgroups, invocation) is not None
+
+    def run_of(self, pid, uid, cgroups, invocation):
+        """"current" or "earlier" when the process belongs to one of the unit's runs, else None."""
         if self.uid is None or uid != self.uid:
-            return False
-        if self.cgroup and any((path + "/").find(self.cgroup + "/") >= 0 for path in cgroups):
-            return True
-        if invocation is not None and (invocation == self.current or invocation in self.runs):
-            return True
-        return self.name + ".service" in _stream_units(pid)
+            return None
+        if invocation is not None:
+            if invocation == self.current:
+                return "current"
+            if invocation in self.runs:
+                return "earlier"
+        in_cgroup = self.cgroup and any(p == self.cgroup or p.startswith(self.cgroup + "/") for p in cgroups)
+        streams = _streams(pid)
+        if self.name + ".service" in streams.values():
+            if self._current_streams is None:
+                self._current_streams = set(_streams(self.main)) if self.main else set()
+            return "current" if set(streams) & self._current_streams else "earlier"
+        return "current" if in_cgroup else None
 
 
-_PEERS = None  # unix socket inode → its peer's inode, read once per call with `ss`
 STREAMS = "/run/systemd/journal/streams"
 
 
-def _peers():
-    global _PEERS
-    if _PEERS is None:
-        _PEERS = {}
-        rc, out = run_quiet(["ss", "-xnH"], timeout=10)
-        for line in out.splitlines() if rc == 0 else []:
-            f = line.split()
-            if len(f) >= 8 and f[-3].isdigit() and f[-1].isdigit():
-                _PEERS[f[-3]] = f[-1]
-    return _PEERS
+def peer_inode(inode):
+    """The inode of the other end of a connected unix socket, asked of the kernel (sock_diag
+    netlink, UNIX_DIAG_PEER): no text to parse, so no socket name can forge an answer."""
+    import socket
+    import struct
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4)  # NETLINK_SOCK_DIAG
+    except OSError:
+        return None
+    try:
+        req = struct.pack("=BBHIII2I", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, inode, 0x4, 0xFFFFFFFF, 0xFFFFFFFF)
+        sock.send(struct.pack("=IHHII", 16 + len(req), 20, 1, 1, 0) + req)  # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST
+        data = sock.recv(65536)
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    length, kind = struct.unpack_from("=IH", data)
+    if kind != 20 or length < 32:
+        return None
+    at = 16 + 16  # the header, then struct unix_diag_msg
+    while at + 4 <= length:
+        size, attr = struct.unpack_from("=HH", data, at)
+        if attr == 2 and size >= 8:  # UNIX_DIAG_PEER
+            return struct.unpack_from("=I", data, at + 4)[0]
+        if size < 4:
+            break
+        at += (size + 3) & ~3
+    return None
 
 
-def _stream_units(pid):
-    """The units whose journal streams the process writes to (its fds 1 and 2)."""
-    found = set()
+def _streams(pid):
+    """{journal stream inode: unit} for the streams the process writes to (its fds 1 and 2)."""
+    found = {}
     for fd in (1, 2):
         try:
             target = os.readlink("/proc/%d/fd/%d" % (pid, fd))
@@ -107,12 +137,14 @@ def _stream_units(pid):
             continue
         if not target.startswith("socket:["):
             continue
-        peer = _peers().get(str(st.st_ino))
+        peer = peer_inode(st.st_ino)
         if not peer:
             continue
         try:
             with open("%s/%d:%s" % (STREAMS, st.st_dev, peer)) as f:
-                found.update(line[5:].strip() for line in f if line.startswith("UNIT="))
+                for line in f:
+                    if line.startswith("UNIT="):
+                        found[peer] = line[5:].strip()
         except OSError:
             pass
     return found
@@ -134,17 +166,20 @@ def _proc(pid):
         return None
 
 
-def attribute(pids, unit_names):
-    """pid → the unit (among unit_names) whose run it belongs to, for the pids that have one."""
+def attribute(pids, unit_names, runs=None):
+    """pid → the unit (among unit_names) whose run it belongs to, for the pids that have one;
+    `runs`, if given, gets pid → "current" or "earlier"."""
     known = [Unit(n) for n in unit_names]
     out = {}
     for pid in pids:
         info = _proc(pid)
-        if info:
-            for u in known:
-                if u.owns(pid, *info):
-                    out[pid] = u.name
-                    break
+        for u in known if info else ():
+            run = u.run_of(pid, *info)
+            if run:
+                out[pid] = u.name
+                if runs is not None:
+                    runs[pid] = run
+                break
     return out
 
 
@@ -181,12 +216,17 @@ def alive(pid):
 
 
 def send(pid, sig, unit):
-    """Signal a process only while it is still the one attributed (pidfd pins its identity)."""
+    """Signal a process only while it is still the one attributed (pidfd pins its identity; on
+    kernels or Pythons without pidfds, its start time must not change around the check)."""
+    fd = None
     if hasattr(os, "pidfd_open"):
         try:
             fd = os.pidfd_open(pid)
-        except OSError:
+        except ProcessLookupError:
             return False
+        except OSError:
+            fd = None  # ENOSYS: no pidfds on this kernel
+    if fd is not None:
         try:
             info = _proc(pid)  # read after the pidfd pins the process: still ours?
             if not info or not unit.owns(pid, *info):
@@ -217,3 +257,4 @@ def leftovers(unit):
             if info and unit.owns(int(name), *info) and alive(int(name)):
                 out.append(int(name))
     return sorted(out)
+

@@ -13,13 +13,15 @@ import time
 
 from specops import protocol
 from specops.agent import units
-from specops.agent.host import ActionError, group_name, run_streamed, sha256_file, user_name
-from specops.agent.probe import resolve_key
+from specops.agent.host import ActionError, group_name, run_streamed, sha256, sha256_file, user_name
+from specops.agent.venvs import resolve_key
+from specops.agent.safefs import UnsafePath, copy_out, read_file, remove
 from specops.agent.stage import Staged, purge
 from specops.layout import RELEASES, RELEASES_KEPT
 
 
 def manifests():
+    """Every release's manifest, oldest first (unreadable ones skipped)."""
     out = []
     try:
         names = sorted(os.listdir(RELEASES))
@@ -37,6 +39,7 @@ def manifests():
 
 
 def current():
+    """The stamp `current` points at, or None before the first release."""
     try:
         return os.readlink(os.path.join(RELEASES, "current"))
     except OSError:
@@ -44,11 +47,13 @@ def current():
 
 
 def current_manifest():
+    """The manifest of the current release, or None."""
     stamp = current()
     return next((m for m in manifests() if m["stamp"] == stamp), None)
 
 
 def _set_current(stamp):
+    """Point `current` at a release, atomically (a new link renamed over the old one)."""
     link = os.path.join(RELEASES, "current")
     tmp = link + ".tmp"
     if os.path.lexists(tmp):
@@ -58,7 +63,8 @@ def _set_current(stamp):
 
 
 def _snapshot_fact(path):
-    st = os.stat(path)
+    """sha256 and mode of a file in the release (copied from the managed file with its mode)."""
+    st = os.lstat(path)
     return {"sha256": sha256_file(path), "mode": "%04o" % stat.S_IMODE(st.st_mode),
             "owner": user_name(st.st_uid), "group": group_name(st.st_gid)}
 
@@ -71,11 +77,12 @@ def record(req):
     files = {}
     for key in req.managed:
         path = resolve_key(key)
-        if path and os.path.isfile(path):
-            dest = os.path.join(d, "files", path.lstrip("/"))
-            os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
-            shutil.copy2(path, dest)
-            files[path] = _snapshot_fact(path)
+        dest = os.path.join(d, "files", path.lstrip("/")) if path else None
+        try:
+            if path and copy_out(path, dest):
+                files[path] = _snapshot_fact(dest)
+        except UnsafePath:
+            continue  # not a regular file we can read safely: nothing to snapshot
     previous = {}
     for path, how in req.previous.items():
         kept = os.path.join(d, "previous", path.lstrip("/"))
@@ -120,25 +127,36 @@ def _state_at(target, deployed):
     return want
 
 
-def _restore(want):
-    """Put files back atomically; purge bytecode of restored modules.  Returns what changed."""
-    changed = []
+def _current_sha(path, allowed):
+    try:
+        data = read_file(path, allowed)
+    except UnsafePath:
+        return "unsafe"
+    return None if data is None else sha256(data).hexdigest()
+
+
+def _restore(want, allowed=()):
+    """Put files back atomically (root-owned, as specops writes everything); purge bytecode of
+    restored modules.  Returns what changed."""
+    changed, restored = [], {}
     for path, src in sorted(want.items()):
         if src is None:
-            if os.path.lexists(path):
-                os.unlink(path)
+            if _current_sha(path, allowed) is not None:
+                remove(path, None, allowed)
                 changed.append(path)
             continue
-        if os.path.exists(path) and sha256_file(path) == sha256_file(src):
-            continue
-        st = os.stat(src)
         with open(src, "rb") as f:
-            data = base64.b64encode(f.read()).decode()
-        Staged(protocol.Write(path=path, data=data, mode="%04o" % stat.S_IMODE(st.st_mode))).write().commit()
+            data = f.read()
+        digest = sha256(data).hexdigest()
+        if _current_sha(path, allowed) == digest:
+            continue
+        mode = "%04o" % stat.S_IMODE(os.lstat(src).st_mode)
+        Staged(protocol.Write(path=path, data=base64.b64encode(data).decode(), mode=mode), allowed).write().commit()
         changed.append(path)
-    for path in changed:
-        if path.endswith(".py") and os.path.exists(path):
-            purge(protocol.Purge(path=path, sha256=sha256_file(path)))
+        restored[path] = digest
+    for path, digest in restored.items():
+        if path.endswith(".py"):
+            purge(protocol.Purge(path=path, sha256=digest), allowed)
     return changed
 
 
@@ -161,7 +179,7 @@ def undo(req):
     d = os.path.join(RELEASES, req.stamp)
     want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
             for p, how in req.previous.items()}
-    changed = _restore(want)
+    changed = _restore(want, req.allow_shared_dirs)
     _restart(req.services, any(p.endswith(".service") for p in changed))
     manifest = current_manifest()
     return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
@@ -180,7 +198,7 @@ def rollback(req):
         if not older:
             raise ActionError("no release before %s to roll back to" % (now or "the first deploy"))
         target = older[-1]
-    changed = _restore(_state_at(target, deployed))
+    changed = _restore(_state_at(target, deployed), req.allow_shared_dirs)
     _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
              req.services)
     _set_current(target["stamp"])

@@ -9,9 +9,10 @@ import os
 import time
 
 from specops import protocol
-from specops.agent import http
+from specops.agent import http, listeners
 from specops.agent.host import clean, journal, read_state, say
-from specops.agent.probe import resolve_key, unit_fact
+from specops.agent.probe import unit_fact
+from specops.agent.venvs import resolve_key
 from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
 
 
@@ -31,6 +32,22 @@ def env_value(line):
     for ch in chars:
         out.append(next(chars, "") if ch == "\\" else ch)
     return "".join(out)
+
+
+def secrets(name):
+    """Every value in the service's 0600 env file: the API key, HF_TOKEN and the like."""
+    try:
+        with open(env_file(name)) as f:
+            return [env_value(line) for line in f if "=" in line and not line.startswith("#")]
+    except OSError:
+        return []
+
+
+def _redacted(name, text):
+    """The journal tail goes back to the controller: no secret of the service's goes with it."""
+    for value in sorted((v for v in secrets(name) if len(v) >= 4), key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
 
 
 def api_key(name):
@@ -54,7 +71,7 @@ def _wait_ready(svc, report, key):
         if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
                 svc.name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
-            report.journal = journal(svc.name)
+            report.journal = _redacted(svc.name, journal(svc.name))
             return None
         try:
             status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5, key=key)
@@ -69,7 +86,7 @@ def _wait_ready(svc, report, key):
             return u
         if now > deadline:
             report.failures.append("not ready after %.0fs (last %s: %s)" % (now - t0, svc.endpoints.ready, status))
-            report.journal = journal(svc.name)
+            report.journal = _redacted(svc.name, journal(svc.name))
             return None
         if now - last_note >= 2:
             say("  %s: starting (%s: %s) %.0fs elapsed" % (svc.name, svc.endpoints.ready, status, now - t0))
@@ -142,9 +159,16 @@ def _stale_check(svc, report, unit):
 
 
 def verify_service(svc):
+    """One service: ready, really the service on its port, serving its model, running the intended
+    arguments, generating (with its speculative stats), and not running older code than its files."""
     report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
     unit = _wait_ready(svc, report, key)
     if unit is None:
+        return report
+    # Before any request carries the key (or is believed): is what answers really the service?
+    problem = listeners.listener_problem(svc.name, svc.port)
+    if problem:
+        report.failures.append("%s:%d: %s; verify sends it nothing more" % (svc.host, svc.port, problem))
         return report
     if svc.endpoints.models:
         status, raw = _http(svc, "GET", svc.endpoints.models, key=key)
@@ -173,8 +197,9 @@ def peek(req):
     out = []
     for svc in req.services:
         report = protocol.ServiceReport(name=svc.name)
+        problem = listeners.listener_problem(svc.name, svc.port)
         try:
-            status, info = _info(svc, api_key(svc.name), timeout=5)
+            status, info = ("not ours: %s" % problem, {}) if problem else _info(svc, api_key(svc.name), timeout=5)
         except (OSError, ValueError):
             status, info = "no answer", {}
         if status != 200:

@@ -7,39 +7,31 @@ it was.  Check mode runs the checks alone.
 import base64
 import json
 import os
-import shutil
-import subprocess
 import time
 
 from specops import protocol
-from specops.agent import units
-from specops.agent.host import ActionError, clean, ids, on_interrupt, run_streamed, say, update_state
-from specops.layout import STAGE_DIR, is_bytecode_of
+from specops.agent import safefs, units
+from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, update_state
+from specops.agent.safefs import StageDir, UnsafePath
+from specops.layout import APPLY_JOURNAL, is_bytecode_of
 
 
 class Staged:
-    """A file's new content written beside its target and validated, not yet in place."""
+    """A file's new content written beside its target (safefs.StageDir), not yet in place."""
 
-    def __init__(self, action):
+    def __init__(self, action, allowed=()):
         self.action = action
-        self.path = os.path.join(os.path.dirname(action.path), STAGE_DIR, os.path.basename(action.path))
+        try:
+            self.stage = StageDir(action.path, allowed)
+        except UnsafePath as e:
+            raise refusal(action, str(e))
+        self.path = self.stage.path  # what a validator is given
         self.forget = on_interrupt(self.discard)
 
     def write(self, validate=True):
         a = self.action
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        data = base64.b64decode(a.data)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-                os.fchmod(fd, int(a.mode or "0644", 8))
-                os.fchown(fd, *ids(a.owner, a.group))
-            finally:
-                os.close(fd)
+            self.stage.write(base64.b64decode(a.data), int(a.mode or "0644", 8), *ids(a.owner, a.group))
         except OSError as e:
             self.discard()
             raise refusal(a, "cannot write %s: %s" % (a.path, e.strerror))
@@ -48,30 +40,14 @@ class Staged:
         return self
 
     def commit(self):
-        a = self.action
-        backup(a.path, a.backup)
-        os.rename(self.path, a.path)
+        if self.action.backup:
+            self.stage.copy_current(self.action.backup)
+        self.stage.commit()
         self.forget()
-        dfd = os.open(os.path.dirname(a.path), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        self._remove_dir()
 
     def discard(self):
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        self.stage.remove()
         self.forget()
-        self._remove_dir()
-
-    def _remove_dir(self):
-        try:
-            os.rmdir(os.path.dirname(self.path))  # only when empty: another file may be staged there
-        except OSError:
-            pass
 
 
 def validate_together(staged):
@@ -80,10 +56,10 @@ def validate_together(staged):
     a = staged[0].action
     many = a.validate[-1] == "{}..."
     argv = a.validate[:-1] + [s.path for s in staged] if many else [w.replace("{}", staged[0].path) for w in a.validate]
-    res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-    if res.returncode == 0:
+    rc, out, err = run_owned(argv)
+    if rc == 0:
         return
-    out = res.stdout
+    out = out + err
     named = [s for s in staged if s.path in out]
     refused = min(named, key=lambda s: out.index(s.path)) if named else staged[0]
     for s in staged:
@@ -92,7 +68,7 @@ def validate_together(staged):
     lines = [l.strip() for l in out.splitlines() if l.strip()]
     raise refusal(refused.action, "%s refused %s: %s" % (
         a.validator or argv[0], refused.action.label or refused.action.path,
-        clean(" | ".join(lines[-3:]))[-800:] or "exit %d" % res.returncode))
+        clean(" | ".join(lines[-3:]))[-800:] or "exit %d" % rc))
 
 
 def refusal(action, message):
@@ -102,23 +78,25 @@ def refusal(action, message):
     return error
 
 
-def backup(path, to):
-    if to and os.path.lexists(path):
-        os.makedirs(os.path.dirname(to), mode=0o700, exist_ok=True)
-        shutil.copy2(path, to)
-
-
-def purge(a):
+def purge(a, allowed=()):
     """Remove every cached bytecode of a module, check none is left, record when."""
     d, base = os.path.split(a.path)
-    mod, cache = base[:-3], os.path.join(d, "__pycache__")
-    removed = []
-    if os.path.isdir(cache):
-        for n in os.listdir(cache):
-            if is_bytecode_of(n, mod):
-                os.unlink(os.path.join(cache, n))
-                removed.append(n)
-        left = [n for n in os.listdir(cache) if is_bytecode_of(n, mod)]
+    mod, removed = base[:-3], []
+    try:
+        cache, _ = safefs.open_dir(os.path.join(d, "__pycache__"), allowed)
+    except safefs.UnsafePath as e:
+        if "No such file" not in str(e):
+            raise
+        cache = None
+    if cache is not None:
+        try:
+            for n in os.listdir(cache):
+                if is_bytecode_of(n, mod):
+                    os.unlink(n, dir_fd=cache)
+                    removed.append(n)
+            left = [n for n in os.listdir(cache) if is_bytecode_of(n, mod)]
+        finally:
+            os.close(cache)
         if left:
             raise ActionError("bytecode for %s still present after purge: %s" % (a.path, left))
 
@@ -140,12 +118,11 @@ def preflight(a):
     """The installed SGLang's own resolver, on these exact arguments, before anything restarts."""
     if not os.path.exists(a.python):
         raise ActionError("host preflight for %s cannot run: %s does not exist" % (a.service, a.python))
-    res = subprocess.run([a.python, "-c", a.script], input=json.dumps([a.argv]), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, universal_newlines=True)
-    if res.returncode != 0:
+    rc, out, err = run_owned([a.python, "-c", a.script], input=json.dumps([a.argv]))
+    if rc != 0:
         raise ActionError("host preflight could not run SGLang's resolver in %s: %s"
-                          % (a.python, clean(res.stderr.strip()[-500:])))
-    result = json.loads(res.stdout)[0]
+                          % (a.python, clean(err.strip()[-500:])))
+    result = json.loads(out)[0]
     if not result["ok"]:
         raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
     return _compare_expect(result["values"], a.expect, "host preflight (the installed SGLang's own resolver) "
@@ -154,44 +131,26 @@ def preflight(a):
 
 def expect(a):
     """Run code with an interpreter; its JSON answer must hold the expected values."""
-    res = subprocess.run([a.python, "-c", a.code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         universal_newlines=True)
-    if res.returncode != 0:
-        lines = [l for l in res.stderr.strip().splitlines() if l.strip()]
-        raise ActionError("%s: %s" % (a.what, clean(" | ".join(lines[-2:])) or "exit %d" % res.returncode))
-    return _compare_expect(json.loads(res.stdout), a.expect, a.what)
-
-
-def _mkdir(a):
-    os.makedirs(a.path, exist_ok=True)
-    os.chmod(a.path, int(a.mode or "0755", 8))
-    os.chown(a.path, *ids(a.owner, a.group))
-
-
-def _attrs(a):
-    if a.mode:
-        os.chmod(a.path, int(a.mode, 8))
-    os.chown(a.path, *ids(a.owner, a.group))
-
-
-def _remove(a):
-    backup(a.path, a.backup)
-    if os.path.isdir(a.path) and not os.path.islink(a.path):
-        shutil.rmtree(a.path)
-    elif os.path.lexists(a.path):
-        os.unlink(a.path)
+    rc, out, err = run_owned([a.python, "-c", a.code])
+    if rc != 0:
+        lines = [l for l in err.strip().splitlines() if l.strip()]
+        raise ActionError("%s: %s" % (a.what, clean(" | ".join(lines[-2:])) or "exit %d" % rc))
+    return _compare_expect(json.loads(out), a.expect, a.what)
 
 
 DO = {
-    protocol.Mkdir: _mkdir,
-    protocol.Attrs: _attrs,
-    protocol.Remove: _remove,
+    protocol.Mkdir: lambda a, allowed: safefs.make_dir(a.path, int(a.mode or "0755", 8), *ids(a.owner, a.group),
+                                                       allowed=allowed),
+    protocol.Attrs: lambda a, allowed: safefs.set_attrs(a.path, int(a.mode, 8) if a.mode else None,
+                                                        *ids(a.owner, a.group), allowed=allowed),
+    protocol.Remove: lambda a, allowed: safefs.remove(a.path, a.backup, allowed),
     protocol.Purge: purge,
-    protocol.Run: lambda a: run_streamed(a.cmd, a.desc or "command"),
-    protocol.DaemonReload: lambda a: run_streamed(["systemctl", "daemon-reload"], "daemon-reload"),
-    protocol.Restart: lambda a: units.restart(a.unit, a.others),
-    protocol.Preflight: preflight,
-    protocol.Expect: expect,
+    protocol.Run: lambda a, allowed: run_streamed(a.cmd, a.desc or "command"),
+    protocol.DaemonReload: lambda a, allowed: run_streamed(["systemctl", "daemon-reload"], "daemon-reload"),
+    protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),
+    protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),
+    protocol.Preflight: lambda a, allowed: preflight(a),
+    protocol.Expect: lambda a, allowed: expect(a),
 }
 
 
@@ -201,7 +160,7 @@ def apply(req):
     try:  # stage and validate everything before touching anything
         for i, a in enumerate(actions):
             if isinstance(a, protocol.Write) and os.path.isdir(os.path.dirname(a.path)):
-                staged[i] = Staged(a).write(validate=False)
+                staged[i] = Staged(a, req.allow_shared_dirs).write(validate=False)
         groups = {}
         for i, s in staged.items():
             if s.action.validate:
@@ -216,23 +175,60 @@ def apply(req):
         return protocol.ApplyResult(ok=False, failed=failed, error=str(e))
     # Checks ask "will this work?" of the host: they run before anything is changed.
     order = [i for i, a in enumerate(actions) if a.KIND in protocol.CHECK_KINDS]
-    order += [i for i, a in enumerate(actions) if a.KIND not in protocol.CHECK_KINDS]
-    for n, i in enumerate(order):
+    changes = [i for i, a in enumerate(actions) if a.KIND not in protocol.CHECK_KINDS]
+    journal = Journal([actions[i].desc or actions[i].KIND for i in changes])
+    for n, i in enumerate(order + changes):
         a = actions[i]
         say("  [%d/%d] %s" % (n + 1, len(actions), a.desc or a.KIND))
+        if i == (changes or [None])[0]:
+            journal.begin()
         try:
             if isinstance(a, protocol.Write):
-                (staged.pop(i) if i in staged else Staged(a).write()).commit()
+                (staged.pop(i) if i in staged else Staged(a, req.allow_shared_dirs).write()).commit()
                 out = None
             else:
-                out = DO[type(a)](a)
+                out = DO[type(a)](a, req.allow_shared_dirs)
             results.append({"index": i, "out": out})
-        except (ActionError, OSError, KeyError) as e:
+            if i in changes:
+                journal.done_one()
+        except Exception as e:  # whatever failed, nothing stays staged
             for s in staged.values():
                 s.discard()
+            journal.end()
             msg = str(e) if isinstance(e, ActionError) else "%s: %s" % (a.desc or a.KIND, e)
             return protocol.ApplyResult(ok=False, failed=i, error=msg, results=results)
+    journal.end()
     return protocol.ApplyResult(ok=True, results=results)
+
+
+class Journal:
+    """A batch's progress while it changes things: kept on disk only if the batch is cut off (a
+    lost connection, a kill), so the next run can say what was done and what was not."""
+
+    def __init__(self, steps):
+        self.done, self.not_done = [], list(steps)
+        from specops.agent.lock import _read
+        self.task = (_read() or {}).get("task", "?")
+
+    def _write(self):
+        tmp = APPLY_JOURNAL + ".tmp"
+        os.makedirs(os.path.dirname(APPLY_JOURNAL), mode=0o700, exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump({"task": self.task, "done": self.done, "not_done": self.not_done}, f)
+        os.rename(tmp, APPLY_JOURNAL)
+
+    def begin(self):
+        self._write()
+
+    def done_one(self):
+        self.done.append(self.not_done.pop(0))
+        self._write()
+
+    def end(self):
+        try:
+            os.unlink(APPLY_JOURNAL)
+        except OSError:
+            pass
 
 
 def check(req):
@@ -242,7 +238,7 @@ def check(req):
         if a.KIND not in protocol.CHECK_KINDS:
             raise ActionError("check mode runs only %s, not %r" % (", ".join(protocol.CHECK_KINDS), a.KIND))
         try:
-            results.append({"index": i, "out": DO[type(a)](a)})
+            results.append({"index": i, "out": DO[type(a)](a, ())})
         except ActionError as e:
             return protocol.ApplyResult(ok=False, failed=i, error=str(e), results=results)
     return protocol.ApplyResult(ok=True, results=results)

@@ -13,7 +13,7 @@ from specops.agent.procs import Unit, alive, attribute, describe, leftovers, rem
 
 
 def _gpu():
-    from specops.agent.probe import gpu_fact
+    from specops.agent.gpus import gpu_fact
     return gpu_fact()
 
 
@@ -55,28 +55,24 @@ def stop_unit(ref, others=(), measure=True):
                         if before[i] is not None and after.get(i) is not None and before[i] != after[i]}
     running = attribute([a["pid"] for a in gpu.get("apps", [])], [ref.name] + list(others))
     for a in gpu.get("apps", []):
-        owner = running.get(a["pid"])
-        if owner and owner != ref.name:
-            continue  # another service of this host, still serving
-        a["unit"] = owner
-        report.left.append(protocol.Process(**{k: a[k] for k in ("pid", "title", "user", "mib", "unit")}))
+        if running.get(a["pid"]) or (ref.gpus is not None and a.get("gpu") not in ref.gpus):
+            continue  # ours (a survivor: below), another service's, or on a GPU this unit does not use
+        report.left.append(protocol.Process(**{k: a[k] for k in ("pid", "title", "user", "mib")}))
     for p in left:
         report.failures.append("pid %d (%s) of %s survived SIGKILL" % (p, title(p), ref.name))
     report.seconds = round(time.time() - t0, 1)
     return report
 
 
-def start_unit(ref):
-    """Start the unit after accounting for leftovers of earlier runs; record its new run."""
-    stopped = stop_unit(ref) if Unit(ref.name).active else None
-    unit = Unit(ref.name)
-    stray = leftovers(unit)
-    for p in stray:
-        say("  %s: killing leftover pid %d (%s) of an earlier run" % (ref.name, p, title(p)))
-        send(p, signal.SIGKILL, unit)
+def start_unit(ref, others=()):
+    """Start the unit, after accounting for what of its earlier runs is still alive; record its run."""
+    report = stop_unit(ref, others, measure=False)
+    for k in report.killed:
+        say("  %s: killed leftover pid %d (%s) of an earlier run with %s" % (ref.name, k.pid, k.title, k.signal))
+    if report.failures:
+        raise ActionError("start %s: %s" % (ref.name, "; ".join(report.failures)))
     run_streamed(["systemctl", "start", ref.name], "start " + ref.name)
     remember_invocation(ref.name)
-    return stopped
 
 
 def restart(ref, others=()):
@@ -85,21 +81,18 @@ def restart(ref, others=()):
     for k in report.killed:
         say("  %s: killed leftover pid %d (%s) with %s" % (ref.name, k.pid, k.title, k.signal))
     for p in report.left:
-        if p.unit is None:
-            say("  warning: pid %d (%s, user %s) holds %s MiB on a GPU; it belongs to no service specops "
-                "runs here, so it was left alone" % (p.pid, p.title, p.user, p.mib if p.mib is not None else "?"))
-    ours = ["pid %d (%s) still holds GPU memory" % (p.pid, p.title) for p in report.left if p.unit == ref.name]
-    if report.failures or ours:
-        raise ActionError("restart %s: %s" % (ref.name, "; ".join(report.failures + ours)))
+        say("  warning: pid %d (%s, user %s) holds %s MiB on a GPU; it belongs to no service specops "
+            "runs here, so it was left alone" % (p.pid, p.title, p.user, p.mib if p.mib is not None else "?"))
+    if report.failures:
+        raise ActionError("restart %s: %s" % (ref.name, "; ".join(report.failures)))
     run_streamed(["systemctl", "start", ref.name], "start " + ref.name)
     remember_invocation(ref.name)
 
 
 def _unowned_failures(report):
-    return ["GPU memory still held by pid %d (%s, user %s, %s MiB): %s" % (
-        p.pid, p.title, p.user, p.mib if p.mib is not None else "unknown",
-        "a process of %s that could not be killed" % p.unit if p.unit else
-        "it belongs to no service specops runs here, so it was not killed") for p in report.left]
+    return ["GPU memory still held by pid %d (%s, user %s, %s MiB): it belongs to no service specops "
+            "runs here, so it was not killed" % (p.pid, p.title, p.user, p.mib if p.mib is not None else "unknown")
+            for p in report.left]
 
 
 def stop(req):
@@ -116,8 +109,9 @@ def stop(req):
 def start(req):
     """Answer a protocol.Start; the controller then verifies as the current release says."""
     from specops.agent.releases import current_manifest
+    names = [r.name for r in req.services]
     for ref in req.services:
-        start_unit(ref)
+        start_unit(ref, [n for n in names if n != ref.name])
     manifest = current_manifest()
     return protocol.StartResult(started=[r.name for r in req.services],
                                 verify=manifest.get("verify") if manifest else None)

@@ -58,16 +58,15 @@ class File(Op):
         self.sha256 = hashlib.sha256(self.content).hexdigest()
 
     def wants(self):
-        # Old content comes back only when it differs, for the diff.
-        return protocol.Probe(files=[self.path], content={self.path: self.sha256})
+        # Old content comes back only when it differs, for the diff; a secret's never does.
+        return protocol.Probe(files=[self.path], content={} if self.secret else {self.path: self.sha256})
 
     def plan(self, facts, ctx):
         f = facts.file(self.path)
         if f.get("unresolved"):
             raise PlanError(f"{self.label}: cannot resolve {self.path.split(':')[-1]}: "
                             f"the package is not installed in {self.path.split(':')[1]}")
-        if f["exists"] and f.get("type") != "file":
-            raise PlanError(f"{f['path']} exists and is not a regular file")
+        refuse_unsafe(f)
         if f["exists"] and f["sha256"] == self.sha256:
             facts.assume_file(self.path, changed_now=False)
             wrong = [(k, want) for k, want in (("mode", self.mode), ("owner", self.owner), ("group", self.group))
@@ -84,6 +83,8 @@ class File(Op):
     def write(self, facts, ctx) -> tuple[str, protocol.Write, str]:
         """(summary, the write action, diff) replacing what the facts show; the facts then show it."""
         f = facts.file(self.path)
+        if f.get("unsafe_write"):
+            raise PlanError(f["unsafe_write"])
         old = base64.b64decode(f["content_b64"]) if "content_b64" in f else None
         if self.secret:
             diff = f"--- {self.label}\n+++ {self.label}\n(secret content: not shown)\n"
@@ -101,6 +102,16 @@ class File(Op):
                           owner=self.owner or f.get("owner"), group=self.group or f.get("group"),
                           changed_now=True)
         return summary, write, diff
+
+
+def refuse_unsafe(f: dict) -> None:
+    """What the probe could not read safely, or found not to be a regular file, is never replaced."""
+    if f.get("unsafe"):
+        raise PlanError(f["unsafe"])
+    if f["exists"] and f.get("type") == "link":
+        raise PlanError(f"{f['path']} is a symbolic link; specops replaces only regular files")
+    if f["exists"] and f.get("type") != "file":
+        raise PlanError(f"{f['path']} exists and is not a regular file")
 
 
 def render(template: str, **vars: Any) -> str:
@@ -172,6 +183,7 @@ class JsonKeys(Op):
         f = facts.file(self.path)
         if not f["exists"]:
             raise PlanError(f"{self.path}: file not found on the host")
+        refuse_unsafe(f)
         try:
             doc = json.loads(base64.b64decode(f["content_b64"]))
         except (KeyError, ValueError) as e:
@@ -181,15 +193,14 @@ class JsonKeys(Op):
         return doc
 
     def plan(self, facts, ctx):
-        f = facts.file(self.path)
         doc = self.current(facts)
         if all(dotted_get(doc, k, object()) == v for k, v in self.keys.items()):
             return self._change(self.path, "ok")
         for k, v in self.keys.items():
             dotted_set(doc, k, v)
         new = (json.dumps(doc, indent=2) + "\n").encode()
-        _, write, diff = File(self.path, new, mode=self.mode or f["mode"], owner=f["owner"],
-                              group=f["group"]).write(facts, ctx)
+        # Written by root, so owned by root: never the ownership of a file someone else controls.
+        _, write, diff = File(self.path, new, mode=self.mode or "0644").write(facts, ctx)
         facts.assume_file(self.path, content_b64=base64.b64encode(new).decode())
         return self._change(self.path, f"set {', '.join(self.keys)}", [write], diff)
 

@@ -19,8 +19,10 @@ def unit_file(name: str, content: str, notify_restart: bool = True) -> File:
 class Service(Op):
     """A systemd service's state: started or stopped, enabled or not."""
 
-    def __init__(self, name: str, state: str = "started", enabled: bool | None = True):
+    def __init__(self, name: str, state: str = "started", enabled: bool | None = True,
+                 unit: protocol.UnitRef | None = None):
         self.name, self.state, self.enabled = name, state, enabled
+        self.unit = unit or protocol.UnitRef(name=name)  # how a start accounts for leftovers
         self.services = (name,)
 
     def wants(self):
@@ -38,7 +40,7 @@ class Service(Op):
                                         desc=f"{verb} {self.name}"))
             said.append(verb)
         if self.state == "started" and not active and not restarting:
-            actions.append(protocol.Run(cmd=["systemctl", "start", self.name], desc=f"start {self.name}"))
+            actions.append(protocol.StartUnit(unit=self.unit, desc=f"start {self.name}"))
             said.append("start")
         elif self.state == "stopped" and active:
             actions.append(protocol.Run(cmd=["systemctl", "stop", self.name], desc=f"stop {self.name}"))

@@ -30,6 +30,7 @@ class UnitRef:
     grace: float = 10
     settle: float = 3
     titles: List[str] = LIST
+    gpus: Optional[List[int]] = None  # the GPU indices it uses (None: every GPU)
 
 
 @message
@@ -167,6 +168,14 @@ class Restart:
     """Stop a unit, account for every process of its runs still alive (killing leftovers),
     then start it: how every restart path restarts.  `others`: the host's other units, whose
     processes keep their GPU memory."""
+    unit: UnitRef
+    others: List[str] = LIST
+    desc: str = ""
+
+
+@action("start-unit")
+class StartUnit:
+    """Start a unit that is not running, after accounting for leftovers of its earlier runs."""
     unit: UnitRef
     others: List[str] = LIST
     desc: str = ""

@@ -30,6 +30,7 @@ class ProbeResult:
     checks: Dict[str, int] = DICT
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None
+    interrupted: Optional[Dict[str, Any]] = None  # a batch an earlier run was cut off in: {holder, done, not_done}
 
 
 @request("probe")
@@ -45,6 +46,7 @@ class Probe:
     listdirs: List[str] = LIST
     checks: Dict[str, str] = DICT
     gpu: bool = False
+    allow_shared_dirs: List[str] = LIST
     lock_peek: bool = False
     lock_acquire: Optional[Holder] = None
     break_lock: bool = False
@@ -62,8 +64,10 @@ class ApplyResult:
 
 @request("apply")
 class Apply:
-    """Execute a batch: stage and validate every write, run every check, then change things in order."""
+    """Execute a batch: stage and validate every write, run every check, then change things in order.
+    `allow_shared_dirs`: directories others can write to where writing is allowed anyway."""
     actions: List[Action]
+    allow_shared_dirs: List[str] = LIST
     Result = ApplyResult
 
 
@@ -92,6 +96,20 @@ class Peek:
     """The running services' effective arguments against the intended ones; no waiting."""
     services: List[ServiceCheck]
     Result = VerifyResult
+
+
+@message
+class RenewResult:
+    """Whether the token still holds the lock (its lease renewed), and who holds it if not."""
+    held: bool
+    holder: Optional[Dict[str, Any]] = None
+
+
+@request("renew")
+class Renew:
+    """Renew the lease of the lock `token` holds (a long run does this while it waits)."""
+    token: str
+    Result = RenewResult
 
 
 @message
@@ -196,6 +214,7 @@ class Undo:
     stamp: str
     previous: Dict[str, str]
     services: List[UnitRef]
+    allow_shared_dirs: List[str] = LIST
     Result = UndoResult
 
 
@@ -213,6 +232,7 @@ class Rollback:
     """Back to the release before current (or `to`): files, bytecode purge, reload, restart."""
     to: Optional[str] = None
     services: List[UnitRef] = LIST
+    allow_shared_dirs: List[str] = LIST
     Result = RollbackResult
 
 

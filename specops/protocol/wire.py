@@ -7,7 +7,8 @@ type) or ``{"ok": false, "error": "one line"}``.  On the wire every request and 
 action is a JSON object whose ``kind`` names its class here; ``decode`` refuses an
 unknown kind, a missing field or an unexpected one with a one-line ProtocolError that
 names it.  Any request may also carry ``unlock``: the lock token to give back when it
-ends, so a run's last call needs no round trip of its own.
+ends, so a run's last call needs no round trip of its own; and ``lock``: the token of the
+run's lock, which must still hold it (its lease is renewed) for the request to run.
 
 Standard library only; runs on the host's python3 (3.8+).
 """
@@ -176,6 +177,7 @@ def decode_request(data: Any) -> Any:
     body = dict(data) if isinstance(data, dict) else data
     if isinstance(body, dict):
         body.pop("unlock", None)
+        body.pop("lock", None)
     return _decode_kind(_REQUESTS, "request", body, "request")
 
 

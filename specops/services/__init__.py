@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import protocol
 from ..errors import UsageError
-from ..layout import DEFAULT_PORT, DEFAULT_VENV
+from ..layout import DEFAULT_PORT, DEFAULT_VENV, LAUNCHER
 
 
 class ServiceKind:
@@ -26,11 +26,26 @@ class ServiceKind:
         return svc.get("port", DEFAULT_PORT)
 
     def unit(self, svc: dict) -> protocol.UnitRef:
-        """How stop and restart account for its processes."""
-        return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=list(self.titles))
+        """How stop and restart account for its processes: the GPUs it uses (CUDA_VISIBLE_DEVICES,
+        else all of them), how long leftovers get between SIGTERM and SIGKILL."""
+        visible = svc.get("cuda_visible_devices")
+        gpus = [int(g) for g in str(visible).split(",") if g.strip().isdigit()] if visible else None
+        return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=list(self.titles), gpus=gpus)
+
+    module = ""                           # what `python -m` runs
+
+    def args(self, svc: dict) -> list[str]:
+        """Its arguments after the module (no secrets: see secret_flags)."""
+        raise NotImplementedError
+
+    def secret_flags(self, svc: dict) -> list[tuple[str, str]]:
+        """(env-file variable, flag) pairs the launcher hands the module in-process."""
+        return []
 
     def argv(self, svc: dict, venv: str) -> list[str]:
-        raise NotImplementedError
+        """The command line systemd starts: the launcher, never a secret."""
+        secret = [w for env, flag in self.secret_flags(svc) for w in ("--secret", env, flag)]
+        return [f"{venv}/bin/python", LAUNCHER, *secret, self.module, *self.args(svc)]
 
     def intended(self, svc: dict) -> dict[str, Any]:
         """The values its info endpoint must report."""
@@ -66,6 +81,11 @@ def kind_of(svc: dict) -> ServiceKind:
 
 def of_host(host) -> list[tuple[ServiceKind, dict]]:
     return [(kind_of(s), s) for s in host.get("services") or []]
+
+
+def of_kind(host, name: str) -> list[dict]:
+    """The host's services of one kind: what a role for that kind works on."""
+    return [s for k, s in of_host(host) if k.name == name]
 
 
 def venv_of(host) -> str:

@@ -9,8 +9,8 @@ top level; /generate answers with meta_info; its children retitle themselves
 from __future__ import annotations
 
 from .. import protocol
-from ..layout import DEFAULT_VENV, env_file, pkg_key, unit_path
-from ..spec import bind_address, expectations, intended, launch_args, venv_python
+from ..layout import API_KEY_ENV, DEFAULT_VENV, LAUNCHER, env_file, pkg_key, unit_path
+from ..spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
 
@@ -30,8 +30,13 @@ class SGLang(ServiceKind):
                                    models="/v1/models", generate="/generate",
                                    public=["/health", "/health_generate", "/ready"])
 
-    def argv(self, svc, venv):
-        return [venv_python(venv), "-m", "sglang.launch_server", *launch_args(svc)]
+    module = "sglang.launch_server"
+
+    def args(self, svc):
+        return launch_args(svc)
+
+    def secret_flags(self, svc):
+        return [(API_KEY_ENV, "--api-key")] if svc.get("api_key") else []
 
     def intended(self, svc):
         return intended(svc)
@@ -49,7 +54,7 @@ class SGLang(ServiceKind):
             generate_body={"text": None, "sampling_params": {"temperature": 0}})
 
     def managed(self, svc, venv):
-        out = [unit_path(svc["name"]), env_file(svc["name"])]
+        out = [unit_path(svc["name"]), env_file(svc["name"]), LAUNCHER]
         out += [patch_key(venv, rel) for rel in svc.get("patches") or []]
         if svc.get("draft_config"):
             out.append(draft_config_path(svc))

@@ -6,7 +6,9 @@ processes as GPU compute apps for the nvidia-smi stand-in, and serves SGLang's
 endpoints with SGLang's status codes and JSON shapes.
 
 Behaviour knobs, from the environment (the flags stay SGLang's own):
-  SGLANG_SIM_STARTUP_DELAY  seconds before ready (default 1)
+  SGLANG_SIM_LOAD_DELAY     seconds "loading weights" before the HTTP port is bound (default 0:
+                            real SGLang binds it only after the model is loaded)
+  SGLANG_SIM_STARTUP_DELAY  seconds after binding before ready (default 1)
   SGLANG_SIM_TOK_S          decode tokens/s reported by /generate (default 100)
   SGLANG_SIM_ACCEPT_LENGTH  mean accepted tokens per verify step (default 3.2)
   SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
@@ -202,11 +204,14 @@ def main(argv=None):
     module = importlib.import_module("sglang.srt.models." + ARCH_MODULES.get(arch, "llama"))
     log.info("Loaded model code %s from %s (MODEL_CODE=%s)", module.__name__, module.__file__, module.MODEL_CODE)
     capture = eagle3_capture_layers(args, model_config, module)
+    # As SGLang's engine does (entrypoints/engine.py): every resolved argument, the API key too.
+    log.info("server_args=%s", args.resolved_dict())
     register_gpu(os.getpid(), "sglang::server")
     orphan = os.environ.get("SGLANG_SIM_ORPHAN")
     if orphan:
         for rank in range(args.tp_size):
             log.info("Started scheduler pid %d", spawn_scheduler(orphan, rank, args.tp_size))
+    time.sleep(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")))
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():

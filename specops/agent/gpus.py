@@ -1,0 +1,70 @@
+"""GPUs, as nvidia-smi reports them, with each compute app attributed to the unit whose run it
+belongs to (procs).  Memory nvidia-smi cannot report ([N/A], [Not Supported]) is None."""
+import os
+import subprocess
+
+from specops.agent import procs
+from specops.agent.host import clean
+
+NOT_REPORTED = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Insufficient Permissions]")
+
+
+def which(name):
+    """shutil.which without importing shutil (and the archive modules it pulls in)."""
+    for d in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(os.pathsep):
+        path = os.path.join(d, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _mib(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def gpu_fact(unit_names=()):
+    """nvidia-smi's GPUs and compute apps; memory nvidia-smi cannot report is None (and named in
+    `unknown`); each app is attributed to one of `unit_names` when it belongs to one of its runs."""
+    smi = which("nvidia-smi")
+    if not smi:
+        return {"present": False}
+
+    def query(kind, fields):
+        res = subprocess.run([smi, "--query-%s=%s" % (kind, ",".join(fields)),
+                              "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True)
+        if res.returncode != 0:
+            raise RuntimeError(res.stderr.strip() or res.stdout.strip())
+        return [dict(zip(fields, [c.strip() for c in line.split(",")]))
+                for line in res.stdout.strip().splitlines() if line.strip()]
+
+    try:
+        gpus = query("gpu", ["index", "uuid", "name", "driver_version", "memory.total", "memory.used"])
+        apps = query("compute-apps", ["pid", "gpu_uuid", "used_memory"])
+    except Exception as e:
+        return {"present": True, "error": clean(str(e))[-300:]}
+    unknown = []
+    for g in gpus:
+        for k in ("memory.total", "memory.used"):
+            if g[k] in NOT_REPORTED or _mib(g[k]) is None:
+                unknown.append("GPU %s %s (%s)" % (g["index"], k, g[k]))
+            g[k] = _mib(g[k])
+    index = {g["uuid"]: g["index"] for g in gpus}
+    runs = {}
+    owners = procs.attribute([int(a["pid"]) for a in apps if a["pid"].isdigit()], unit_names, runs)
+    out = []
+    for a in apps:
+        if not a["pid"].isdigit():
+            continue
+        pid = int(a["pid"])
+        if a["used_memory"] in NOT_REPORTED:
+            unknown.append("pid %d used_memory (%s)" % (pid, a["used_memory"]))
+        p = procs.describe(pid, _mib(a["used_memory"]), owners.get(pid))
+        p["gpu"] = index.get(a["gpu_uuid"])
+        p["earlier"] = runs.get(pid) == "earlier"  # a leftover of a run that is over
+        out.append(p)
+    return {"present": True, "gpus": gpus, "apps": out, "unknown": unknown,
+            "driver": gpus[0]["driver_version"] if gpus else None}

@@ -1,0 +1,267 @@
+"""Paths on a shared box, where other users own directories specops reads and writes in.
+
+Every path is walked from / one component at a time through directory descriptors: a
+symbolic link is followed only when root owns it (anyone else's link could point anywhere),
+and the directory a file is written in must be writable by root alone, unless the
+inventory lists it in `allow_shared_dirs`.  New content is written into a directory
+specops creates itself beside the target (O_EXCL), opened O_NOFOLLOW|O_EXCL, owned as the
+inventory says (never as the file it replaces), and renamed into place through the same
+descriptors, so a name swapped after the checks cannot redirect the write.
+"""
+import os
+import stat
+
+from specops.agent.host import ActionError, user_name
+from specops.layout import STAGE_PREFIX
+
+MAX_LINKS = 40
+O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafePath(ActionError):
+    """A path another user could redirect; the message says which part and why."""
+
+
+class Missing(UnsafePath):
+    """A directory on the path does not exist."""
+
+
+def _components(path):
+    if not path.startswith("/"):
+        raise UnsafePath("%s: not an absolute path" % path)
+    parts = [p for p in path.split("/") if p and p != "."]
+    if ".." in parts:
+        raise UnsafePath("%s: '..' in a managed path" % path)
+    return parts
+
+
+def _writable_by_others(st):
+    return st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _shared(path, allowed):
+    return any(path == a.rstrip("/") or path.startswith(a.rstrip("/") + "/") for a in allowed)
+
+
+def open_dir(path, allowed=(), for_writing=True):
+    """(fd, real path) of directory `path`.  Links in it are followed only when root owns them;
+    with for_writing, the directory itself must be writable by root alone (or allowed)."""
+    todo, fd, real, links = _components(path), os.open("/", O_DIR), "", 0
+    try:
+        while todo:
+            name = todo.pop(0)
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if st.st_uid != 0 or links > MAX_LINKS:
+                    raise UnsafePath("%s: %s/%s is a symbolic link owned by %s; specops follows only root's links"
+                                     % (path, real, name, user_name(st.st_uid)))
+                target = os.readlink(name, dir_fd=fd)
+                todo = _components(target if target.startswith("/") else real + "/" + target) + todo
+                os.close(fd)
+                fd, real = os.open("/", O_DIR), ""
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                raise UnsafePath("%s: %s/%s is not a directory" % (path, real, name))
+            nfd = os.open(name, O_DIR, dir_fd=fd)
+            os.close(fd)
+            fd, real = nfd, real + "/" + name
+        real = real or "/"
+        if for_writing:
+            st = os.fstat(fd)
+            if _writable_by_others(st) and not _shared(real, allowed):
+                who = user_name(st.st_uid) if st.st_uid != 0 else "its group or every user"
+                raise UnsafePath("%s: the directory is writable by %s (mode %04o), who could swap what specops "
+                                 "writes there; list it in allow_shared_dirs to write there anyway"
+                                 % (real, who, stat.S_IMODE(st.st_mode)))
+        return fd, real
+    except OSError as e:
+        os.close(fd)
+        raise (Missing if isinstance(e, FileNotFoundError) else UnsafePath)("%s: %s" % (path, e.strerror))
+    except UnsafePath:
+        os.close(fd)
+        raise
+
+
+def close(opened):
+    """Close what open_dir returned."""
+    os.close(opened[0])
+
+
+def lstat_in(dfd, name):
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def open_file(path, allowed=()):
+    """A file opened for reading without following a link at any step: (fd, stat) or None."""
+    parent, name = os.path.split(path)
+    dfd, _ = open_dir(parent, allowed, for_writing=False)
+    try:
+        st = lstat_in(dfd, name)
+        if st is None:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath("%s: not a regular file" % path)
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd), st
+    finally:
+        os.close(dfd)
+
+
+def read_file(path, allowed=()):
+    opened = open_file(path, allowed)
+    if opened is None:
+        return None
+    with os.fdopen(opened[0], "rb") as f:
+        return f.read()
+
+
+class StageDir:
+    """A directory specops creates beside a target (same filesystem, so the rename is atomic)."""
+
+    def __init__(self, target, allowed=()):
+        self.target = target
+        self.parent_fd, self.parent = open_dir(os.path.dirname(target), allowed)
+        self.name = os.path.basename(target)
+        st = lstat_in(self.parent_fd, self.name)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            os.close(self.parent_fd)
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise UnsafePath("%s is %s; specops replaces only regular files" % (target, kind))
+        for _ in range(10):
+            self.dir = STAGE_PREFIX + os.urandom(6).hex()
+            try:
+                os.mkdir(self.dir, 0o700, dir_fd=self.parent_fd)
+                break
+            except FileExistsError:
+                continue
+        self.fd = os.open(self.dir, O_DIR, dir_fd=self.parent_fd)
+        st = os.fstat(self.fd)
+        if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            self.remove()
+            raise UnsafePath("%s: the staging directory is not ours" % target)
+        self.path = os.path.join(self.parent, self.dir, self.name)  # for validators only
+
+    def write(self, data, mode, uid, gid):
+        fd = os.open(self.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self.fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+            os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+
+    def commit(self):
+        os.rename(self.name, self.name, src_dir_fd=self.fd, dst_dir_fd=self.parent_fd)
+        os.fsync(self.parent_fd)
+        self.remove()
+
+    def remove(self):
+        try:
+            os.unlink(self.name, dir_fd=self.fd)
+        except OSError:
+            pass
+        try:
+            os.rmdir(self.dir, dir_fd=self.parent_fd)
+        except OSError:
+            pass
+        for fd in (self.fd, self.parent_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fd = self.parent_fd = -1
+
+    def copy_current(self, to):
+        """Keep the target's current content (if any) at `to`, a path specops owns."""
+        return _copy_out(self.parent_fd, self.name, to)
+
+
+def make_dir(path, mode, uid, gid, allowed=()):
+    """A directory at `path` (created if missing) with this mode and owner, set through its fd."""
+    parent, name = os.path.split(path.rstrip("/"))
+    pfd, _ = open_dir(parent, allowed)
+    try:
+        try:
+            os.mkdir(name, mode, dir_fd=pfd)
+        except FileExistsError:
+            pass
+        fd = os.open(name, O_DIR, dir_fd=pfd)  # a link planted there is refused, not followed
+        try:
+            os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise UnsafePath("%s: %s" % (path, e.strerror))
+    finally:
+        os.close(pfd)
+
+
+def set_attrs(path, mode, uid, gid, allowed=()):
+    """Mode and owner of an existing regular file, set through an fd opened without following links."""
+    parent, name = os.path.split(path)
+    pfd, _ = open_dir(parent, allowed)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=pfd)
+        try:
+            os.fchown(fd, uid, gid)
+            if mode is not None:
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise UnsafePath("%s: %s" % (path, e.strerror))
+    finally:
+        os.close(pfd)
+
+
+def remove(path, backup=None, allowed=()):
+    """Remove a file (kept at `backup` first) or an empty directory; a link is removed, never followed."""
+    parent, name = os.path.split(path)
+    pfd, _ = open_dir(parent, allowed)
+    try:
+        st = lstat_in(pfd, name)
+        if st is None:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(name, dir_fd=pfd)
+            return
+        if backup and stat.S_ISREG(st.st_mode):
+            _copy_out(pfd, name, backup)
+        os.unlink(name, dir_fd=pfd)
+    finally:
+        os.close(pfd)
+
+
+def _copy_out(dfd, name, to):
+    """Copy a regular file (opened without following links) to `to`, a path under specops's own tree."""
+    try:
+        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    with os.fdopen(src, "rb") as f:
+        data = f.read()
+        st = os.fstat(f.fileno())
+    os.makedirs(os.path.dirname(to), mode=0o700, exist_ok=True)
+    fd = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))
+    os.utime(to, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return True
+
+
+def copy_out(path, to, allowed=()):
+    """Copy the regular file at `path` to `to` without following a link anyone but root planted."""
+    parent, name = os.path.split(path)
+    pfd, _ = open_dir(parent, allowed, for_writing=False)
+    try:
+        return _copy_out(pfd, name, to)
+    finally:
+        os.close(pfd)

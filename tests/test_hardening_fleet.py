@@ -1,0 +1,170 @@
+"""Issue 12's smaller items, each tried for real: the lock (lease, take-over by compare-and-swap),
+the cached agent, the job of a GPU window, host text with terminal escapes, output caps, JSON
+redaction, hostile unit names and percent signs."""
+import json
+import threading
+import time
+
+import pytest
+
+from conftest import load_json, unit_prop
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+HOLDER = "/run/specops.lock/holder.json"
+
+
+def run_inv(sandbox, inv, *args, **kw):
+    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
+    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
+    return res, (load_json(report)["hosts"] if report.exists() else None)
+
+
+def plant_lock(h, renewed_ago, who="someone@elsewhere", token="t0ken"):
+    """A lock as another run would hold it (/run is the host's own tmpfs: written from inside)."""
+    holder = json.dumps({"who": who, "pid": 1, "task": "deploy", "since": "then", "token": token,
+                         "renewed": time.time() - renewed_ago, "lease": 120})
+    h.run("sh", "-c", f"mkdir -p /run/specops.lock && cat > {HOLDER}", input=holder)
+
+
+@pytest.mark.security("lock-lease", "a controller that died holding the lock (its lease long expired)")
+def test_an_expired_lease_is_taken_over_and_said(sandbox):
+    h = sandbox.reset("t1")
+    inv = sandbox.inventory({"t1": {"services": [sandbox_service()]}})
+    plant_lock(h, renewed_ago=3600)
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    assert "took over the lock of someone@elsewhere (pid 1, task deploy): its lease expired" in res.stdout
+    plant_lock(h, renewed_ago=5)
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 1 and "t1: locked by someone@elsewhere (pid 1, task deploy" in res.stdout
+
+
+@pytest.mark.security("lock-break", "two --break-lock runs at once, against a live holder")
+def test_two_breakers_leave_one_holder(sandbox):
+    h = sandbox.reset("t2")
+    inv = sandbox.inventory({"t2": {"services": [sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0"})]}})
+    plant_lock(h, renewed_ago=0)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(run_inv(sandbox, inv, "stop", "--host", "t2",
+                                                                       "--break-lock"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    codes = sorted(r[0].returncode for r in results)
+    assert codes == [0, 1], [r[0].stdout for r in results]
+    loser = next(r for r in results if r[0].returncode == 1)[0].stdout
+    assert "locked by" in loser or "taken over" in loser, loser
+
+
+def test_breaking_a_live_run_stops_it_at_its_next_call(sandbox):
+    h = sandbox.reset("t3")
+    slow = sandbox.inventory({"t3": {"services": [sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "15"})]}})
+    first = {}
+    t = threading.Thread(target=lambda: first.update(r=run_inv(sandbox, slow, "deploy", "--host", "t3")))
+    t.start()
+    deadline = time.monotonic() + 30
+    while h.run("test", "-e", HOLDER, check=False).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # the first run is in verify now, waiting for the slow start
+    breaker, _ = run_inv(sandbox, slow, "stop", "--host", "t3", "--break-lock")
+    assert breaker.returncode == 0, breaker.stdout
+    assert "took over the lock of" in breaker.stdout
+    t.join(120)
+    res, _ = first["r"]
+    assert res.returncode == 1
+    assert "this run stops here" in res.stdout and "lock" in res.stdout, res.stdout
+    assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0  # no holder left behind
+
+
+@pytest.mark.security("agent-cache", "the cached agent's directory made group-writable, then a cached zip "
+                                     "replaced by other bytes")
+def test_the_cached_agent_is_checked_before_it_runs(sandbox):
+    h = sandbox.reset("t4")
+    inv = sandbox.inventory({"t4": {}})
+    assert sandbox.inv("facts", "--host", "t4", inventory=inv).returncode == 0
+    h.run("chmod", "0770", "/var/lib/specops/agent")
+    refused = sandbox.inv("facts", "--host", "t4", inventory=inv)
+    assert refused.returncode == 1
+    assert "/var/lib/specops/agent must be a directory only its owner (uid 0) can use" in refused.stderr
+    h.run("chmod", "0700", "/var/lib/specops/agent")
+    (cached,) = h.run("sh", "-c", "ls /var/lib/specops/agent/*.pyz").stdout.split()
+    h.run("sh", "-c", f"cat > {cached}", input="import os; os.system('touch /tmp/pwned-agent')")
+    again = sandbox.inv("facts", "--host", "t4", inventory=inv)
+    assert again.returncode == 0, again.stderr
+    assert h.run("test", "-e", "/tmp/pwned-agent", check=False).returncode != 0
+    left = h.run("sh", "-c", "grep -l pwned /var/lib/specops/agent/*.pyz", check=False).stdout
+    assert left == ""  # the replaced file is gone; one rebuilt from the checked upload serves
+
+
+def test_the_gpu_window_job_keeps_its_words(sandbox):
+    """Low: the job was joined with spaces and re-parsed by bash -c."""
+    sandbox.reset("t5")
+    inv = sandbox.inventory({"t5": {"services": [sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0"})]}})
+    assert run_inv(sandbox, inv, "deploy", "--host", "t5")[0].returncode == 0
+    res = sandbox.inv("gpu-window", "--host", "t5", "--", "printf", "<%s>", "a  b", "c$HOME", "d;e", inventory=inv)
+    assert res.returncode == 0, res.stdout
+    assert "| <a  b><c$HOME><d;e>" in res.stdout
+
+
+@pytest.mark.security("terminal-escapes", "escape sequences in holder.json and in the journal a failed verify shows")
+def test_host_text_reaches_the_terminal_without_control_sequences(sandbox):
+    h = sandbox.reset("t1")
+    plant_lock(h, renewed_ago=0, who="\x1b[2J\x1b]0;owned\x07mallory")
+    inv = sandbox.inventory({"t1": {"services": [sandbox_service(model_path="/models/\x1b[31mred")]}})
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 1 and "locked by" in res.stdout and "mallory" in res.stdout
+    assert "\x1b" not in res.stdout + res.stderr and "\x07" not in res.stdout
+    h.run("rm", "-rf", "/run/specops.lock")
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 1 and "journal tail:" in res.stdout, res.stdout
+    assert "\x1b" not in res.stdout + res.stderr
+
+
+def test_ssh_output_is_capped(sandbox):
+    from specops import inventory as inventory_mod
+    from specops.errors import SpecopsError
+    from specops.ssh import Remote
+    inv = sandbox.inventory({"t2": {}})
+    (host,) = inventory_mod.load(inv).select("t2", None)
+    remote = Remote("t2", host.vars)
+    try:
+        with pytest.raises(SpecopsError, match="more than 64 MiB"):
+            remote.exec("head -c 200000000 /dev/zero")
+    finally:
+        remote.close()
+
+
+@pytest.mark.security("json-redaction", "a secret with a quote, a backslash and a non-ASCII letter, in --json")
+def test_json_reports_redact_secrets_however_json_escapes_them(sandbox, tmp_path):
+    sandbox.reset("t3")
+    secret = 'tok"en\\é-41'
+    svc = sandbox_service(env_secret={"HF_TOKEN": secret}, env={"SGLANG_SIM_STARTUP_DELAY": "0"})
+    inv = sandbox.inventory({"t3": {"services": [svc]}})
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t3", "--diff")
+    assert res.returncode == 0, res.stdout
+    reports = list(sandbox.tmp.glob("r*.json"))
+    raw = "".join(p.read_text() for p in reports)
+    for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
+        assert form not in raw and form not in res.stdout
+    facts = sandbox.inv("facts", "--host", "t3", inventory=inv)
+    assert "content_b64" not in json.dumps(json.loads(facts.stdout)["t3"]["files"].get("/etc/specops/sglang.env", {}))
+
+
+@pytest.mark.parametrize("task", [["stop"], ["rollback"], ["gpu-window", "--", "true"], ["deploy"]])
+def test_a_service_name_that_looks_like_an_option_is_refused_everywhere(sandbox, task):
+    inv = sandbox.inventory({"t4": {"services": [sandbox_service(name="--now")]}})
+    cmd = [task[0], "--host", "t4", *task[1:]]
+    res = sandbox.inv(*cmd, inventory=inv)
+    assert res.returncode == 2 and "a service name may hold only letters, digits" in res.stderr, res.stderr
+    assert res.stdout == ""
+
+
+def test_a_percent_in_the_model_path_is_not_a_systemd_specifier(sandbox):
+    h = sandbox.reset("t5")
+    h.run("sh", "-c", "mkdir -p '/models/100%n' && cp /models/tiny-llama/config.json '/models/100%n/'")
+    svc = sandbox_service(model_path="/models/100%n", env={"SGLANG_SIM_STARTUP_DELAY": "0"})
+    res, _ = run_inv(sandbox, sandbox.inventory({"t5": {"services": [svc]}}), "deploy", "--host", "t5")
+    assert res.returncode == 0, res.stdout
+    assert unit_prop(h, "sglang", "Description") == "SGLang sglang (/models/100%n)"
