@@ -7,6 +7,7 @@ of these facts has exactly one definition.  Standard library only; Python 3.8+.
 # The host lock: mkdir is atomic, so whoever creates the directory holds it.
 LOCK_DIR = "/run/specops.lock"
 LOCK_HOLDER = LOCK_DIR + "/holder.json"
+LOCK_GUARD = "/run/specops.lock.guard"  # flock'd around every read-modify-write of the lock
 LOCK_LEASE = 120.0  # seconds a lock stays held without a request of its run (the run renews it)
 
 # specops's own records on the host.

@@ -11,15 +11,16 @@ from typing import Any
 from . import services
 from .ops import Change
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0, DEL, C1 (\x9b: CSI)
 
 
 class Redactor:
-    """Replaces every secret value of the selected hosts' services wherever text leaves specops."""
+    """Replaces every secret value of the selected hosts' services wherever text leaves specops, as
+    it is and in every escaped form it can take on the way (JSON, a unit's or an env file's quoting)."""
 
     def __init__(self, hosts: list):
-        secrets = services.secrets(hosts)
-        self.secrets = sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True)
+        secrets = {form for s in services.secrets(hosts) if len(s) >= 4 for form in _forms(s)}
+        self.secrets = sorted(secrets, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         for s in self.secrets:
@@ -36,6 +37,13 @@ class Redactor:
         if isinstance(value, dict):
             return {self(k) if isinstance(k, str) else k: self.data(v) for k, v in value.items()}
         return value
+
+
+def _forms(secret: str) -> set[str]:
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
+             "".join("\\" + c if c in '"\\`$' else c for c in secret),  # an env file's quoting
+             secret.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%")}  # a unit's
+    return {f for f in forms if len(f) >= 4}
 
 
 class Reporter:

@@ -68,11 +68,13 @@ class HostRun:
     def call(self, request, on_stderr: Callable[[str], None] | None = None, last: bool = False):
         """One request to the agent, run only while this run holds the host lock (if it took it);
         with last=True the same round trip gives the lock back."""
-        held, unlock = self.lock_token, None
-        if last and self.lock_token:
-            unlock, self.lock_token = self.lock_token, None
+        held = self.lock_token
         self.last_call = time.monotonic()
-        return self.connect().agent(request, unlock=unlock, lock=held, on_stderr=on_stderr)
+        try:  # the lease keeper renews until the last call has returned, however long it takes
+            return self.connect().agent(request, unlock=held if last else None, lock=held, on_stderr=on_stderr)
+        finally:
+            if last:
+                self.lock_token = None
 
     def say(self, text: str) -> None:
         self.out.line(self.host.name, text)
@@ -83,10 +85,13 @@ class HostRun:
         wants.allow_shared_dirs = self.host.get("allow_shared_dirs") or []
         if lock:
             wants.lock_acquire, wants.break_lock = holder(self.opts.task), self.opts.break_lock
-        self.facts = Facts.of(self.call(wants))
+            # Known before the probe answers, so a probe that fails after taking the lock gives it back.
+            self.lock_token = wants.lock_acquire.token
+        self.facts = Facts.of(self.connect().agent(wants) if lock else self.call(wants))
         if lock:
             got = self.facts.data["lock"]
             if not got["acquired"]:
+                self.lock_token = None
                 h = got["holder"]
                 raise SpecopsError(f"{self.host.name}: locked by {h.get('who', '?')} (pid {h.get('pid', '?')}, "
                                    f"task {h.get('task', '?')}, since {h.get('since', '?')}); "
@@ -203,7 +208,7 @@ class LeaseKeeper(threading.Thread):
         self.run_ = run
 
     def run(self) -> None:
-        every = LOCK_LEASE / 3
+        every = lease() / 3
         while self.run_.lock_token:
             time.sleep(min(5.0, every))
             token = self.run_.lock_token
@@ -218,7 +223,13 @@ class LeaseKeeper(threading.Thread):
 def holder(task: str) -> protocol.Holder:
     """Who holds a host's lock: shown to anyone refused by it."""
     return protocol.Holder(who=f"{getpass.getuser()}@{socket.gethostname()}", pid=os.getpid(), task=task,
-                           since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), token=uuid.uuid4().hex)
+                           since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), token=uuid.uuid4().hex,
+                           lease=lease())
+
+
+def lease() -> float:
+    """How long a host lock stays held without a request of its run (SPECOPS_LOCK_LEASE seconds)."""
+    return float(os.environ.get("SPECOPS_LOCK_LEASE") or LOCK_LEASE)
 
 
 def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:

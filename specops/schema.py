@@ -71,7 +71,8 @@ SERVICE = {
     "patches": [str],
     "env": MapOf(str),
     "env_secret": MapOf(str),
-    "api_key": str,
+    "api_key": Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an "
+                                           "HTTP header)"),
     "extra_args": [str],
     "timeout_stop_sec": int,
     "stop_grace": NUMBER,  # seconds between SIGTERM and SIGKILL for leftovers of its runs

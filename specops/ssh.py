@@ -162,14 +162,14 @@ class Remote:
                 data = chan.recv_stderr(1 << 16)
                 err.append(data)
                 kept += len(data)
-            if kept > OUTPUT_LIMIT:
-                chan.close()
-                raise SpecopsError(f"{self.name}: {command[:60]} wrote more than {OUTPUT_LIMIT >> 20} MiB")
                 if on_stderr:
                     pending += data
                     *lines, pending = pending.split(b"\n")
                     for line in lines:
                         on_stderr(line.decode(errors="replace"))
+            if kept > OUTPUT_LIMIT:
+                chan.close()
+                raise SpecopsError(f"{self.name}: {command[:60]} wrote more than {OUTPUT_LIMIT >> 20} MiB")
             if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                 break
             if chan.closed and not chan.recv_ready():
@@ -210,6 +210,9 @@ class Remote:
                 while chan.recv_ready():
                     pending += chan.recv(1 << 16)
                     *lines, pending = pending.replace(b"\r\n", b"\n").split(b"\n")
+                    if len(pending) > 1 << 16:  # a line without end: show it in pieces, keep nothing
+                        lines.append(pending)
+                        pending = b""
                     for line in lines:
                         on_line(line.decode(errors="replace"))
                 if chan.exit_status_ready() and not chan.recv_ready():

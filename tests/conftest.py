@@ -143,7 +143,7 @@ def sha256_on(h: fleet_mod.Host, *paths: str) -> dict:
     return found
 
 
-MANAGED = ["/etc/systemd/system/sglang.service", "/etc/specops/sglang.env"]
+MANAGED = ["/etc/systemd/system/sglang.service", "/etc/specops/sglang.env", "/usr/local/lib/specops/launch.py"]
 
 
 def host_snapshot(h: fleet_mod.Host, *extra: str, unit: str = "sglang") -> dict:

@@ -73,7 +73,7 @@ def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_ind
     while pip_alive() and time.monotonic() - seen["at"] < 10:
         time.sleep(0.1)
     gone_after = time.monotonic() - seen["at"]
-    assert not pip_alive() and gone_after < 3, f"pip lived {gone_after:.1f}s after Ctrl-C"
+    assert not pip_alive() and gone_after < 2, f"pip lived {gone_after:.1f}s after Ctrl-C"
     assert no_staging_left(h)
     assert not h.path("/etc/systemd/system/sglang.service").exists()  # written only after the packages
 

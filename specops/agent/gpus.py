@@ -63,7 +63,8 @@ def gpu_fact(unit_names=()):
         if a["used_memory"] in NOT_REPORTED:
             unknown.append("pid %d used_memory (%s)" % (pid, a["used_memory"]))
         p = procs.describe(pid, _mib(a["used_memory"]), owners.get(pid))
-        p["gpu"] = index.get(a["gpu_uuid"])
+        gpu = index.get(a["gpu_uuid"])
+        p["gpu"] = int(gpu) if gpu is not None and str(gpu).isdigit() else None
         p["earlier"] = runs.get(pid) == "earlier"  # a leftover of a run that is over
         out.append(p)
     return {"present": True, "gpus": gpus, "apps": out, "unknown": unknown,

@@ -55,8 +55,12 @@ def request(host, port, method, path, body=None, headers=None, timeout=30):
         head.append("%s: %s" % (k, v))
     if body is not None:
         head += ["Content-Type: application/json", "Content-Length: %d" % len(body)]
+    try:
+        request_head = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError:
+        raise OSError("a header value is not Latin-1 text")
     with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        sock.sendall(request_head + (body or b""))
         raw_head, buf = _read_until(sock, b"", b"\r\n\r\n")
         lines = raw_head.decode("latin-1").split("\r\n")
         try:

@@ -2,24 +2,39 @@
 
 mkdir is atomic, so whoever creates LOCK_DIR holds the lock; holder.json inside says who
 (shown to anyone refused), carries the token that proves it is ours, and a lease: every
-request of the run renews it, and a lock whose lease ran out (its controller died) is
-taken over by the next run.  Taking over (expired, or --break-lock) is a compare-and-swap
+request of the run renews it, and a lock whose lease ran out (its controller died) is taken
+over by the next run.  Every change to the lock happens under an flock on LOCK_GUARD.  Taking over (expired, or --break-lock) is a compare-and-swap
 on the holder's token: the lock directory is renamed aside, and kept only if it is still
 the one whose holder was judged, so two breakers never both hold it.  A run whose lock was
 taken over is refused at its next request.
 """
+import fcntl
 import json
 import os
 import time
 
 from specops import protocol
 from specops.agent.host import clean
-from specops.layout import LOCK_DIR, LOCK_HOLDER, LOCK_LEASE
+from specops.layout import LOCK_DIR, LOCK_GUARD, LOCK_HOLDER, LOCK_LEASE
 
 
-def _read(directory=LOCK_DIR):
+def guarded(work):
+    """Run `work` holding an flock on LOCK_GUARD: acquire, take-over, renew and release never
+    interleave (a renew racing a take-over must not win the lock back)."""
+    def run(*args, **kwargs):
+        fd = os.open(LOCK_GUARD, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return work(*args, **kwargs)
+        finally:
+            os.close(fd)
+    run.__doc__ = work.__doc__
+    return run
+
+
+def _read(directory=None):
     try:
-        with open(os.path.join(directory, "holder.json")) as f:
+        with open(os.path.join(directory or LOCK_DIR, "holder.json")) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
@@ -52,7 +67,8 @@ def _expired(holder):
         return True
 
 
-def _remove(directory=LOCK_DIR):
+def _remove(directory=None):
+    directory = directory or LOCK_DIR
     for name in os.listdir(directory) if os.path.isdir(directory) else ():
         try:
             os.unlink(os.path.join(directory, name))
@@ -69,10 +85,11 @@ def _take(holder):
         os.mkdir(LOCK_DIR, 0o700)
     except FileExistsError:
         return False
-    _write(dict(protocol.to_dict(holder), renewed=time.time(), lease=LOCK_LEASE))
+    _write(dict(protocol.to_dict(holder), renewed=time.time()))
     return True
 
 
+@guarded
 def acquire(holder, take_over=False):
     """{acquired: True, token, took_over?} or {acquired: False, holder}.  `take_over` (--break-lock)
     takes the lock from a live holder; an expired one is taken over anyway."""
@@ -86,7 +103,8 @@ def acquire(holder, take_over=False):
     try:
         os.rename(LOCK_DIR, aside)
     except FileNotFoundError:  # released meanwhile
-        return acquire(holder, False)
+        return {"acquired": True, "token": holder.token} if _take(holder) else {"acquired": False,
+                                                                               "holder": shown(_read())}
     moved = _read(aside)
     if (moved or {}).get("token") != (seen or {}).get("token"):  # not the holder we judged: put it back
         try:
@@ -101,6 +119,7 @@ def acquire(holder, take_over=False):
     return {"acquired": True, "token": holder.token, "took_over": dict(shown(seen), reason=reason)}
 
 
+@guarded
 def check(token):
     """Does `token` still hold the lock?  If so its lease is renewed.  (held, holder)"""
     holder = _read()
@@ -118,6 +137,7 @@ def refusal(holder):
         holder.get("who", "?"), holder.get("pid", "?"), holder.get("task", "?"))
 
 
+@guarded
 def release(token):
     """Give the lock back if `token` holds it."""
     holder = _read()

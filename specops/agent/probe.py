@@ -56,10 +56,13 @@ def _fact_in(dfd, path, name, want_content, allowed):
     if fact.get("type") != "file":
         return fact
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
-    except OSError as e:
-        fact["error"] = str(e)
+        fd = safefs.open_regular(dfd, name, path, safefs.writable_by_others(os.fstat(dfd)))
+    except safefs.UnsafePath as e:
+        fact.update(type="unsafe", unsafe=str(e))
         return fact
+    if fd is None:
+        return {"path": path, "exists": False}
+    st = os.fstat(fd)
     with os.fdopen(fd, "rb") as f:
         h, data = sha256(), f.read() if st.st_size <= CONTENT_LIMIT else None
         if data is None:

@@ -151,9 +151,11 @@ def _streams(pid):
 
 
 def _proc(pid):
-    """(uid, cgroup paths, INVOCATION_ID) of a live process, or None."""
+    """(real uid, cgroup paths, INVOCATION_ID) of a live process, or None.  The real uid, not the
+    effective one: a user's setuid-root program is still that user's."""
     try:
-        uid = os.stat("/proc/%d" % pid).st_uid
+        with open("/proc/%d/status" % pid) as f:
+            uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
         with open("/proc/%d/cgroup" % pid) as f:
             cgroups = [line.rstrip("\n").split(":", 2)[2] for line in f if line.count(":") >= 2]
         invocation = None

@@ -81,7 +81,7 @@ def record(req):
         try:
             if path and copy_out(path, dest):
                 files[path] = _snapshot_fact(dest)
-        except UnsafePath:
+        except (UnsafePath, OSError):
             continue  # not a regular file we can read safely: nothing to snapshot
     previous = {}
     for path, how in req.previous.items():

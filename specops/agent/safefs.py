@@ -26,16 +26,22 @@ class Missing(UnsafePath):
     """A directory on the path does not exist."""
 
 
-def _components(path):
+PLAIN_MODE = 0o777  # what specops writes: never setuid, setgid or sticky, whatever it replaces
+
+
+def _components(path, link=False):
+    """The names along an absolute path; '..' only inside root's own links (resolved lexically)."""
     if not path.startswith("/"):
         raise UnsafePath("%s: not an absolute path" % path)
+    if link:
+        path = os.path.normpath(path)
     parts = [p for p in path.split("/") if p and p != "."]
     if ".." in parts:
         raise UnsafePath("%s: '..' in a managed path" % path)
     return parts
 
 
-def _writable_by_others(st):
+def writable_by_others(st):
     return st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
@@ -57,7 +63,7 @@ def open_dir(path, allowed=(), for_writing=True):
                     raise UnsafePath("%s: %s/%s is a symbolic link owned by %s; specops follows only root's links"
                                      % (path, real, name, user_name(st.st_uid)))
                 target = os.readlink(name, dir_fd=fd)
-                todo = _components(target if target.startswith("/") else real + "/" + target) + todo
+                todo = _components(target if target.startswith("/") else real + "/" + target, link=True) + todo
                 os.close(fd)
                 fd, real = os.open("/", O_DIR), ""
                 continue
@@ -69,7 +75,7 @@ def open_dir(path, allowed=(), for_writing=True):
         real = real or "/"
         if for_writing:
             st = os.fstat(fd)
-            if _writable_by_others(st) and not _shared(real, allowed):
+            if writable_by_others(st) and not _shared(real, allowed):
                 who = user_name(st.st_uid) if st.st_uid != 0 else "its group or every user"
                 raise UnsafePath("%s: the directory is writable by %s (mode %04o), who could swap what specops "
                                  "writes there; list it in allow_shared_dirs to write there anyway"
@@ -95,26 +101,42 @@ def lstat_in(dfd, name):
         return None
 
 
-def open_file(path, allowed=()):
-    """A file opened for reading without following a link at any step: (fd, stat) or None."""
-    parent, name = os.path.split(path)
-    dfd, _ = open_dir(parent, allowed, for_writing=False)
+def open_regular(dfd, name, path, shared=True, flags=os.O_RDONLY):
+    """fd of the regular file `name` in directory `dfd`, or None if there is none: opened without
+    following a link and without blocking (a FIFO swapped in cannot hang the agent), then checked
+    on the fd itself.  In a directory others can write to (`shared`), a file with other hard links
+    is refused: with protected_hardlinks off, a user could link a file of root's there."""
     try:
-        st = lstat_in(dfd, name)
-        if st is None:
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath("%s: not a regular file" % path)
-        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd), st
-    finally:
-        os.close(dfd)
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UnsafePath("%s: %s" % (path, e.strerror))
+    st = os.fstat(fd)
+    problem = None if stat.S_ISREG(st.st_mode) else "not a regular file"
+    if problem is None and shared and st.st_nlink > 1:
+        problem = "it has %d hard links" % st.st_nlink
+    if problem:
+        os.close(fd)
+        raise UnsafePath("%s: %s; specops does not read or replace it" % (path, problem))
+    return fd
+
+
+def _shared_dir(dfd):
+    return writable_by_others(os.fstat(dfd))
 
 
 def read_file(path, allowed=()):
-    opened = open_file(path, allowed)
-    if opened is None:
+    """The content of a regular file, read safely (None if there is none)."""
+    parent, name = os.path.split(path)
+    dfd, _ = open_dir(parent, allowed, for_writing=False)
+    try:
+        fd = open_regular(dfd, name, path, _shared_dir(dfd))
+    finally:
+        os.close(dfd)
+    if fd is None:
         return None
-    with os.fdopen(opened[0], "rb") as f:
+    with os.fdopen(fd, "rb") as f:
         return f.read()
 
 
@@ -122,27 +144,32 @@ class StageDir:
     """A directory specops creates beside a target (same filesystem, so the rename is atomic)."""
 
     def __init__(self, target, allowed=()):
-        self.target = target
+        self.target, self.fd = target, -1
         self.parent_fd, self.parent = open_dir(os.path.dirname(target), allowed)
         self.name = os.path.basename(target)
-        st = lstat_in(self.parent_fd, self.name)
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            os.close(self.parent_fd)
-            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-            raise UnsafePath("%s is %s; specops replaces only regular files" % (target, kind))
-        for _ in range(10):
-            self.dir = STAGE_PREFIX + os.urandom(6).hex()
-            try:
-                os.mkdir(self.dir, 0o700, dir_fd=self.parent_fd)
-                break
-            except FileExistsError:
-                continue
-        self.fd = os.open(self.dir, O_DIR, dir_fd=self.parent_fd)
-        st = os.fstat(self.fd)
-        if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        try:
+            st = lstat_in(self.parent_fd, self.name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                raise UnsafePath("%s is %s; specops replaces only regular files" % (target, kind))
+            for _ in range(10):
+                self.dir = STAGE_PREFIX + os.urandom(6).hex()
+                try:
+                    os.mkdir(self.dir, 0o700, dir_fd=self.parent_fd)
+                    break
+                except FileExistsError:
+                    continue
+            self.fd = os.open(self.dir, O_DIR, dir_fd=self.parent_fd)
+            st = os.fstat(self.fd)
+            if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+                raise UnsafePath("%s: the staging directory is not ours" % target)
+        except OSError as e:
             self.remove()
-            raise UnsafePath("%s: the staging directory is not ours" % target)
-        self.path = os.path.join(self.parent, self.dir, self.name)  # for validators only
+            raise UnsafePath("%s: cannot stage beside it: %s" % (target, e.strerror))
+        except UnsafePath:
+            self.remove()
+            raise
+        self.path = os.path.join(self.parent, self.dir, self.name)  # what a validator reads
 
     def write(self, data, mode, uid, gid):
         fd = os.open(self.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self.fd)
@@ -152,7 +179,7 @@ class StageDir:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
             os.fchown(fd, uid, gid)
-            os.fchmod(fd, mode)
+            os.fchmod(fd, mode & PLAIN_MODE)
         finally:
             os.close(fd)
 
@@ -162,14 +189,16 @@ class StageDir:
         self.remove()
 
     def remove(self):
-        try:
-            os.unlink(self.name, dir_fd=self.fd)
-        except OSError:
-            pass
-        try:
-            os.rmdir(self.dir, dir_fd=self.parent_fd)
-        except OSError:
-            pass
+        if self.fd >= 0:
+            try:
+                os.unlink(self.name, dir_fd=self.fd)
+            except OSError:
+                pass
+        if self.parent_fd >= 0 and getattr(self, "dir", None):
+            try:
+                os.rmdir(self.dir, dir_fd=self.parent_fd)
+            except OSError:
+                pass
         for fd in (self.fd, self.parent_fd):
             try:
                 os.close(fd)
@@ -179,7 +208,7 @@ class StageDir:
 
     def copy_current(self, to):
         """Keep the target's current content (if any) at `to`, a path specops owns."""
-        return _copy_out(self.parent_fd, self.name, to)
+        return _copy_out(self.parent_fd, self.name, to, self.target)
 
 
 def make_dir(path, mode, uid, gid, allowed=()):
@@ -208,11 +237,13 @@ def set_attrs(path, mode, uid, gid, allowed=()):
     parent, name = os.path.split(path)
     pfd, _ = open_dir(parent, allowed)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=pfd)
+        fd = open_regular(pfd, name, path, _shared_dir(pfd))
+        if fd is None:
+            raise UnsafePath("%s: no such file" % path)
         try:
             os.fchown(fd, uid, gid)
             if mode is not None:
-                os.fchmod(fd, mode)
+                os.fchmod(fd, mode & PLAIN_MODE)
         finally:
             os.close(fd)
     except OSError as e:
@@ -233,26 +264,26 @@ def remove(path, backup=None, allowed=()):
             os.rmdir(name, dir_fd=pfd)
             return
         if backup and stat.S_ISREG(st.st_mode):
-            _copy_out(pfd, name, backup)
+            _copy_out(pfd, name, backup, path)
         os.unlink(name, dir_fd=pfd)
     finally:
         os.close(pfd)
 
 
-def _copy_out(dfd, name, to):
-    """Copy a regular file (opened without following links) to `to`, a path under specops's own tree."""
-    try:
-        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dfd)
-    except FileNotFoundError:
+def _copy_out(dfd, name, to, path=None):
+    """Copy a regular file (see open_regular) to `to`, a path in specops's own root-only tree, in
+    chunks, keeping its permission bits (never setuid, setgid or sticky) and times."""
+    src = open_regular(dfd, name, path or name, _shared_dir(dfd))
+    if src is None:
         return False
     with os.fdopen(src, "rb") as f:
-        data = f.read()
         st = os.fstat(f.fileno())
-    os.makedirs(os.path.dirname(to), mode=0o700, exist_ok=True)
-    fd = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))
+        os.makedirs(os.path.dirname(to), mode=0o700, exist_ok=True)
+        fd = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                out.write(block)
+            os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode) & PLAIN_MODE)
     os.utime(to, ns=(st.st_atime_ns, st.st_mtime_ns))
     return True
 
@@ -262,6 +293,6 @@ def copy_out(path, to, allowed=()):
     parent, name = os.path.split(path)
     pfd, _ = open_dir(parent, allowed, for_writing=False)
     try:
-        return _copy_out(pfd, name, to)
+        return _copy_out(pfd, name, to, path)
     finally:
         os.close(pfd)

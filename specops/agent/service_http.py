@@ -158,6 +158,13 @@ def _stale_check(svc, report, unit):
         report.stale = True
 
 
+def _ours(svc, report):
+    problem = listeners.listener_problem(svc.name, svc.port)
+    if problem:
+        report.failures.append("%s:%d: %s; verify sends it nothing more" % (svc.host, svc.port, problem))
+    return problem is None
+
+
 def verify_service(svc):
     """One service: ready, really the service on its port, serving its model, running the intended
     arguments, generating (with its speculative stats), and not running older code than its files."""
@@ -165,10 +172,8 @@ def verify_service(svc):
     unit = _wait_ready(svc, report, key)
     if unit is None:
         return report
-    # Before any request carries the key (or is believed): is what answers really the service?
-    problem = listeners.listener_problem(svc.name, svc.port)
-    if problem:
-        report.failures.append("%s:%d: %s; verify sends it nothing more" % (svc.host, svc.port, problem))
+    # Before each request that carries the key (or is believed): is what answers really the service?
+    if not _ours(svc, report):
         return report
     if svc.endpoints.models:
         status, raw = _http(svc, "GET", svc.endpoints.models, key=key)
@@ -176,12 +181,14 @@ def verify_service(svc):
         if svc.served_model_name and svc.served_model_name not in ids:
             report.failures.append("%s lists %s, not %s" % (svc.endpoints.models, ids or status, svc.served_model_name))
         report.checks.append("%s: %s" % (svc.endpoints.models, ", ".join(map(str, ids))))
+    if not _ours(svc, report):
+        return report
     status, info = _info(svc, key)
     if status != 200:
         report.failures.append("%s answered %s" % (svc.endpoints.info, status))
         return report
     _compare(svc, info, report)
-    if svc.endpoints.generate and not _generate(svc, report, key):
+    if svc.endpoints.generate and (not _ours(svc, report) or not _generate(svc, report, key)):
         return report
     _stale_check(svc, report, unit)
     return report

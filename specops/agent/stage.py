@@ -35,14 +35,21 @@ class Staged:
         except OSError as e:
             self.discard()
             raise refusal(a, "cannot write %s: %s" % (a.path, e.strerror))
+        except ActionError as e:
+            self.discard()
+            raise refusal(a, str(e))
         if validate and a.validate:
             validate_together([self])
         return self
 
     def commit(self):
-        if self.action.backup:
-            self.stage.copy_current(self.action.backup)
-        self.stage.commit()
+        try:
+            if self.action.backup:
+                self.stage.copy_current(self.action.backup)
+            self.stage.commit()
+        except (OSError, ActionError):
+            self.discard()
+            raise
         self.forget()
 
     def discard(self):
@@ -180,9 +187,9 @@ def apply(req):
     for n, i in enumerate(order + changes):
         a = actions[i]
         say("  [%d/%d] %s" % (n + 1, len(actions), a.desc or a.KIND))
-        if i == (changes or [None])[0]:
-            journal.begin()
         try:
+            if i == (changes or [None])[0]:
+                journal.begin()
             if isinstance(a, protocol.Write):
                 (staged.pop(i) if i in staged else Staged(a, req.allow_shared_dirs).write()).commit()
                 out = None

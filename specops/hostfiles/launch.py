@@ -35,9 +35,10 @@ def main():
     while argv[:1] == ["--secret"] and len(argv) >= 3:
         env, flag, argv = argv[1], argv[2], argv[3:]
         value = os.environ.pop(env, None)
-        if value:
-            secrets.append(value)
-            extra += [flag, value]
+        if not value:  # never start without the secret it was told to pass (an open server)
+            sys.exit("launch.py: %s is not set (the unit's EnvironmentFile should set it)" % env)
+        secrets.append(value)
+        extra += [flag, value]
     if not argv:
         sys.exit("usage: launch.py [--secret ENV_VAR --flag]... MODULE ARGS...")
     if secrets:

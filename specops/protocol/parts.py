@@ -18,6 +18,7 @@ class Holder:
     task: str
     since: str
     token: str
+    lease: float = 120.0  # seconds the lock stays held without a request of its run
 
 
 @message
