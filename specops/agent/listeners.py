@@ -2,7 +2,7 @@
 user could bind the port while the weights load, answer /health with 200, and collect the key)."""
 import os
 
-from specops.agent.procs import Unit, _proc, describe, show
+from specops.agent.procs import Unit, _proc, describe
 
 
 def _listening(port):
@@ -53,23 +53,34 @@ def _holding(pids, inodes):
     return out
 
 
-def listener_problem(unit_name, port):
-    """None when whatever listens on `port` belongs to the unit; else why not, in one line."""
-    inodes = _listening(port)
-    if not inodes:
-        return "nothing listens on port %d" % port
-    main = show(unit_name, "MainPID").get("MainPID", "0")
-    ours = _holding(_descendants(int(main)) if main.isdigit() and int(main) else [], inodes)
-    unit, found = Unit(unit_name), set()
-    for pid, held in ours.items():
-        info = _proc(pid)
-        if info and unit.owns(pid, *info):
-            found |= held
-    if found >= inodes:
-        return None
-    strangers = _holding([int(p) for p in os.listdir("/proc") if p.isdigit()], inodes - found)
-    if not strangers:
-        return "port %d is held by a process specops cannot see" % port
-    pid = sorted(strangers)[0]
-    d = describe(pid)
-    return "port %d is served by pid %d (user %s: %s), not by %s" % (port, pid, d["user"], d["title"], unit_name)
+class Listener:
+    """Who listens on a service's port, checked as often as asked: the unit is read once, and a
+    socket already found in one of its processes is not looked for again."""
+
+    def __init__(self, unit_name, port, props=None):
+        self.unit_name, self.port = unit_name, port
+        self.unit = Unit(unit_name, props)  # at most one systemctl call for the whole verify
+        self.ours = set()            # listening inodes seen held by the unit's processes
+
+    def problem(self):
+        """None when whatever listens on the port belongs to the unit; else why not, in one line."""
+        inodes = _listening(self.port)
+        if not inodes:
+            return "nothing listens on port %d" % self.port
+        todo = inodes - self.ours
+        if todo:
+            held = _holding(_descendants(self.unit.main) if self.unit.main else [], todo)
+            for pid, sockets in held.items():
+                info = _proc(pid)
+                if info and self.unit.owns(pid, *info):
+                    self.ours |= sockets
+            todo = inodes - self.ours
+        if not todo:
+            return None
+        strangers = _holding([int(p) for p in os.listdir("/proc") if p.isdigit()], todo)
+        if not strangers:
+            return "port %d is held by a process specops cannot see" % self.port
+        pid = sorted(strangers)[0]
+        d = describe(pid)
+        return "port %d is served by pid %d (user %s: %s), not by %s" % (self.port, pid, d["user"], d["title"],
+                                                                        self.unit_name)

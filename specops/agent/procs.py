@@ -52,8 +52,9 @@ def remember_invocation(unit):
 class Unit:
     """What attribution needs to know about one unit, read once."""
 
-    def __init__(self, name):
-        props = show(name, "User", "ControlGroup", "InvocationID", "ActiveState", "MainPID")
+    def __init__(self, name, props=None):
+        """`props`: systemctl show's properties if the caller has them already (probe.unit_fact)."""
+        props = props or show(name, "User", "ControlGroup", "InvocationID", "ActiveState", "MainPID")
         self.name = name
         try:
             self.uid = pwd.getpwnam(props.get("User") or "root").pw_uid

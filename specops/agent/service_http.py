@@ -158,8 +158,8 @@ def _stale_check(svc, report, unit):
         report.stale = True
 
 
-def _ours(svc, report):
-    problem = listeners.listener_problem(svc.name, svc.port)
+def _ours(svc, report, listener):
+    problem = listener.problem()
     if problem:
         report.failures.append("%s:%d: %s; verify sends it nothing more" % (svc.host, svc.port, problem))
     return problem is None
@@ -173,7 +173,8 @@ def verify_service(svc):
     if unit is None:
         return report
     # Before each request that carries the key (or is believed): is what answers really the service?
-    if not _ours(svc, report):
+    listener = listeners.Listener(svc.name, svc.port, unit)
+    if not _ours(svc, report, listener):
         return report
     if svc.endpoints.models:
         status, raw = _http(svc, "GET", svc.endpoints.models, key=key)
@@ -181,14 +182,14 @@ def verify_service(svc):
         if svc.served_model_name and svc.served_model_name not in ids:
             report.failures.append("%s lists %s, not %s" % (svc.endpoints.models, ids or status, svc.served_model_name))
         report.checks.append("%s: %s" % (svc.endpoints.models, ", ".join(map(str, ids))))
-    if not _ours(svc, report):
+    if not _ours(svc, report, listener):
         return report
     status, info = _info(svc, key)
     if status != 200:
         report.failures.append("%s answered %s" % (svc.endpoints.info, status))
         return report
     _compare(svc, info, report)
-    if svc.endpoints.generate and (not _ours(svc, report) or not _generate(svc, report, key)):
+    if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
         return report
     _stale_check(svc, report, unit)
     return report
@@ -204,7 +205,7 @@ def peek(req):
     out = []
     for svc in req.services:
         report = protocol.ServiceReport(name=svc.name)
-        problem = listeners.listener_problem(svc.name, svc.port)
+        problem = listeners.Listener(svc.name, svc.port).problem()
         try:
             status, info = ("not ours: %s" % problem, {}) if problem else _info(svc, api_key(svc.name), timeout=5)
         except (OSError, ValueError):
