@@ -58,9 +58,10 @@ def stop(c, sel, service=None):
     cli.play(body, [], sel, task="stop", services=[service] if service else None)
 
 
-@fleet_task("host", "inventory", "accept_new_host_key", "break_lock", "json",
-            service="Only stop this service (default: all on the host)")
-def gpu_window(c, sel, service=None):
+@fleet_task("host", "inventory", "accept_new_host_key", "ask_become_pass", "break_lock", "json",
+            service="Only stop this service (default: all on the host)",
+            become="Run the job as root (on a become host it runs as the login user otherwise)")
+def gpu_window(c, sel, service=None, become=False):
     """Stop SGLang, prove the GPUs free, run the job after `--` on the host, then always restart
     and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py
     (several words after -- stay those words; one quoted argument is run as a shell command line)."""
@@ -70,7 +71,7 @@ def gpu_window(c, sel, service=None):
     words = sys.argv[sys.argv.index("--") + 1:]
     # One argument is a shell command line (quoted as a whole); several are words that stay words.
     job = words[0] if len(words) == 1 else shlex.join(words)
-    (report,) = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None), [], sel,
+    (report,) = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
                          task="gpu-window", services=[service] if service else None, exit_on_failure=False)
     status = report.result if report.result is not None else report.extra.get("job_status", 1)
     # The job's status; a window whose service did not come back healthy never reports success.
@@ -110,12 +111,14 @@ def facts(c, sel):
         raise Exit(code=1)
 
 
-@task(name="up", help={"hosts": "How many hosts to boot (default 1: 'sandbox'; more: sandbox1..N)"})
-def sandbox_up(c, hosts=1):
+@task(name="up", help={"hosts": "How many hosts to boot (default 1: 'sandbox'; more: sandbox1..N)",
+                        "flavour": "How they are logged into: root (default), ubuntu-sudo (a cloud image: "
+                                   "`ubuntu` with sudo, no root logins) or ubuntu-sudo-pass (sudo asks a password)"})
+def sandbox_up(c, hosts=1, flavour="root"):
     """Boot local sandbox hosts (systemd + sshd in nspawn containers) and write their own
     inventory (sandbox/inventory), apart from yours."""
     from sandbox import tasks as sandbox_tasks  # only sandbox tasks pay for the sandbox's imports
-    sandbox_tasks.up(hosts)
+    sandbox_tasks.up(hosts, flavour)
 
 
 @task(name="down")

@@ -19,9 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox import logins
+
 SUITE = "bookworm"
 PACKAGES = ["systemd", "systemd-sysv", "openssh-server", "python3", "python3-venv",
-            "dbus", "iproute2", "curl", "ca-certificates", "procps"]
+            "dbus", "iproute2", "curl", "ca-certificates", "procps", "sudo", "rsync"]
 CACHE = Path(os.environ.get("SPECOPS_ROOTFS_CACHE", "/var/cache/specops"))
 STATE = Path(os.environ.get("SPECOPS_SANDBOX_STATE", "/var/lib/specops-sandbox"))
 MAX_HOSTS = 63
@@ -122,6 +124,7 @@ class Host:
     name: str
     index: int
     site: Site = DEFAULT_SITE
+    flavour: str = "root"  # how it is logged into (sandbox/logins.py)
 
     @property
     def netns(self) -> str:
@@ -201,6 +204,7 @@ def _filesystem_up(h: Host, lowers: list[Path]) -> None:
     (upper / "root/.ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
     pub = controller_key().with_suffix(".pub").read_text()
     (upper / "root/.ssh/authorized_keys").write_text(pub)
+    logins.write(upper, lowers, h.flavour, pub, h.site.state)
     (upper / "etc/hostname").write_text(h.name + "\n")
     (upper / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {h.name}\n")
     sh("mount", "-t", "overlay", "overlay", "-o",
@@ -248,12 +252,15 @@ def _container_pid(h: Host) -> int | None:
 class Fleet:
     """Boot, reset and tear down sandbox hosts.  Safe to re-run after a crash."""
 
-    def __init__(self, names: list[str], layers: list[Path] = (), site: Site = DEFAULT_SITE):
-        """`layers` are extra overlay layers above the root filesystem, topmost first."""
+    def __init__(self, names: list[str], layers: list[Path] = (), site: Site = DEFAULT_SITE,
+                 flavour: str = "root"):
+        """`layers` are extra overlay layers above the root filesystem, topmost first; `flavour`
+        says how the hosts are logged into (sandbox/logins.py)."""
         if len(names) >= MAX_HOSTS:
             raise ValueError(f"at most {MAX_HOSTS - 1} sandbox hosts")
+        logins.check(flavour)
         self.site = site
-        self.hosts = [Host(n, i + 1, site) for i, n in enumerate(names)]
+        self.hosts = [Host(n, i + 1, site, flavour) for i, n in enumerate(names)]
         self.layers = list(layers)
 
     def __getitem__(self, name: str) -> Host:
@@ -292,9 +299,11 @@ class Fleet:
             list(pool.map(_stop, self.hosts))
         sweep(self.site)
 
-    def reset(self, name: str, layers: list[Path] | None = None) -> Host:
-        """Throw away everything the host has written and boot it afresh."""
+    def reset(self, name: str, layers: list[Path] | None = None, flavour: str = "root") -> Host:
+        """Throw away everything the host has written and boot it afresh (logged into as `flavour`)."""
+        logins.check(flavour)
         h = self[name]
+        h.flavour = flavour
         lowers = (self.layers if layers is None else layers) + [rootfs()]
         for attempt in (1, 2):
             _stop(h)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from sandbox import fleet, wheels
+from sandbox import fleet, logins, wheels
 
 HERE = Path(__file__).resolve().parent
 SIM_SRC = HERE / "sglang_sim"
@@ -179,7 +179,7 @@ def known_hosts_path(site: fleet.Site) -> Path:
 
 
 def host_vars(h: fleet.Host) -> dict:
-    return {"address": h.address, "ssh_user": "root", "ssh_key": str(fleet.controller_key()),
+    return {"address": h.address, **logins.host_vars(h.flavour), "ssh_key": str(fleet.controller_key()),
             "known_hosts": str(known_hosts_path(h.site)), "connect_timeout": 5}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from invoke import Exit
 
-from sandbox import fleet, provision
+from sandbox import fleet, logins, provision
 
 
 LEGACY = Path(__file__).resolve().parent.parent / "inventory" / "sandbox.yml"
@@ -22,18 +22,21 @@ def _no_legacy_inventory() -> None:
               f"an inventory of their own")
 
 
-def up(hosts: int = 1) -> None:
+def up(hosts: int = 1, flavour: str = "root") -> None:
     names = ["sandbox"] if hosts == 1 else [f"sandbox{i}" for i in range(1, hosts + 1)]
     site = fleet.DEFAULT_SITE
     _no_legacy_inventory()
     try:
-        f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site).up()
+        f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site, flavour=flavour).up()
     except (fleet.BootError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise Exit(code=1)
     path = provision.write_inventory(f)
     print(f"{len(names)} sandbox host(s) up; their inventory: {path}\n"
           f"  e.g. inv deploy --inventory {path} --host {names[0]}")
+    if flavour == "ubuntu-sudo-pass":
+        print(f"  sudo asks for ubuntu's password: add --ask-become-pass and type the one in "
+              f"{site.state / 'become_pass'}")
 
 
 def down() -> None:

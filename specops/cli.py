@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from invoke import Exit, task
 
-from . import inventory as inv
+from . import become, inventory as inv
 from .errors import SpecopsError, UsageError
 from .report import HostReport, Redactor, Reporter, recap
 from .run import HostRun, Options, run_hosts
@@ -28,6 +28,7 @@ class Selection:
     all: bool = False
     inventory: str | None = None
     accept_new_host_key: bool = False
+    ask_become_pass: bool = False
     forks: int = 10
     json: str | None = None
     serial: int = 0
@@ -47,13 +48,14 @@ HELP = {
     "diff": "Show unified diffs of changed files",
     "json": "Also write the per-host report as JSON to this path",
     "accept-new-host-key": "Trust and record host keys not yet in known_hosts (never a changed key)",
+    "ask-become-pass": "Ask once for the sudo password of become hosts (or set SPECOPS_BECOME_PASS)",
     "forks": "Hosts run in parallel at most (default 10)",
     "quiet": "Show only changes, failures and the recap",
     "serial": "Rolling batches of this many hosts (default: all at once)",
     "max-fail": "Percent of a batch that may fail before later batches are skipped (default 100)",
     "break-lock": "Take the host lock even if another run holds it (only when that run is gone)",
 }
-SELECT = ("host", "group", "all", "inventory", "accept_new_host_key", "forks")
+SELECT = ("host", "group", "all", "inventory", "accept_new_host_key", "ask_become_pass", "forks")
 FLEET = SELECT + ("json", "serial", "max_fail", "break_lock", "quiet")
 _DEFAULTS = {f.name: f.default for f in fields(Selection)}
 
@@ -105,6 +107,8 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
             raise UsageError("no hosts selected")
         if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
             raise UsageError("--serial must be >= 0 and --max-fail between 0 and 100")
+        if sel.ask_become_pass:
+            become.ask_password()
         quiet = sel.quiet if quiet is None else quiet
         out = Reporter(Redactor(hosts), show_diff=sel.diff or sel.check, verbose=not quiet, stream=stream)
         opts = Options(check=sel.check, diff=sel.diff, accept_new=sel.accept_new_host_key, forks=sel.forks,

@@ -1,5 +1,7 @@
-"""Ansible-style inventory: hosts.yml plus group_vars/ and host_vars/.
+"""Ansible-style inventory: hosts.yml plus group_vars/ and host_vars/, or an Ansible INI file.
 
+Ansible's connection variables (ansible_host, ansible_user, ...) are read as ours
+(ansible_compat); unknown ansible_* keys are named in one warning line each.
 Precedence is all < parent group < child group < host; a group_vars file
 overrides the vars written inline for that group.  Mappings merge key by key,
 everything else replaces.  Every error names the file and the key path, and
@@ -7,16 +9,33 @@ is raised before any connection is made.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import ansible_compat
 from .errors import UsageError
 from .schema import HOST_VARS, check
 
 NODE_KEYS = {"vars", "children", "hosts"}
+YAML_SUFFIXES = (".yml", ".yaml")
+_warned: set[str] = set()
+
+
+def _host_vars(values: Any, file: str, where: str) -> dict:
+    """A vars mapping checked against the schema, with Ansible's spellings read as ours."""
+    if isinstance(values, dict) and any(str(k).startswith("ansible_") for k in values):
+        warnings: list[str] = []
+        values = ansible_compat.translate(values, f"{file}: {where}", warnings)
+        for line in warnings:
+            if line not in _warned:  # once per run, however often the inventory is loaded
+                _warned.add(line)
+                print(line, file=sys.stderr)
+    check(values, HOST_VARS, file, where)
+    return values
 
 
 @dataclass
@@ -84,15 +103,13 @@ def _vars_file(directory: Path, name: str) -> dict:
         path = directory / f"{name}{ext}"
         if path.exists():
             data = _read_yaml(path)
-            if data is None:
-                return {}
-            check(data, HOST_VARS, str(path), "")
-            return data
+            return {} if data is None else _host_vars(data, str(path), "")
     return {}
 
 
 def load(path: str | Path) -> Inventory:
-    """Load an inventory directory (hosts.yml and any other *.yml beside it) or one hosts file."""
+    """Load an inventory directory (hosts.yml and any other *.yml beside it) or one hosts file:
+    YAML, or Ansible's INI format when its name does not end in .yml/.yaml."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.yml"), key=lambda p: (p.name != "hosts.yml", p.name))
@@ -117,8 +134,7 @@ def load(path: str | Path) -> Inventory:
             if key not in NODE_KEYS:
                 raise UsageError(f"{hosts_file}: {where}.{key}: unknown key "
                                  f"(a group has {', '.join(sorted(NODE_KEYS))})")
-        group_vars = node.get("vars") or {}
-        check(group_vars, HOST_VARS, str(hosts_file), f"{where}.vars")
+        group_vars = _host_vars(node.get("vars") or {}, str(hosts_file), f"{where}.vars")
         group_vars = merge(group_vars, _vars_file(root_dir / "group_vars", name))
         members: list[str] = []
         hosts = node.get("hosts") or {}
@@ -126,8 +142,7 @@ def load(path: str | Path) -> Inventory:
             raise UsageError(f"{hosts_file}: {where}.hosts: must be a mapping of host names")
         for hname, hvars in hosts.items():
             hwhere = f"{where}.hosts.{hname}"
-            hvars = hvars or {}
-            check(hvars, HOST_VARS, str(hosts_file), hwhere)
+            hvars = _host_vars(hvars or {}, str(hosts_file), hwhere)
             if hname in inline_host and inline_host[hname] != hvars:
                 raise UsageError(f"{hosts_file}: {hwhere}: host defined twice with different vars")
             inline_host[hname] = hvars
@@ -147,7 +162,7 @@ def load(path: str | Path) -> Inventory:
         return members
 
     for hosts_file in files:
-        data = _read_yaml(hosts_file)
+        data = _read_yaml(hosts_file) if hosts_file.suffix in YAML_SUFFIXES else ansible_compat.parse_ini(hosts_file)
         if not isinstance(data, dict) or set(data) != {"all"}:
             raise UsageError(f"{hosts_file}: the top level must be a single key 'all'")
         walk(hosts_file, "all", data["all"], "all", 0, [])

@@ -39,12 +39,14 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
                                     manifest={"services": _names(run), "summary": f"verify failed: {failure}"[:300]}))
     run.applied = []
     run.report.notes.append("rolled back")
-    back_to = res.current or "the state before this deploy"
+    if res.verify is None:  # the first deploy: nothing of specops's ran before it
+        raise SpecopsError(f"{failure}; rolled back to the state before this deploy (no earlier release "
+                           f"to verify)") from None
     try:
-        verify_mod.verify(run, res.verify)  # none when this was the first deploy
+        verify_mod.verify(run, res.verify)
     except SpecopsError as e:
-        raise SpecopsError(f"{failure}; rolled back to {back_to}, which also fails: {e}") from None
-    raise SpecopsError(f"{failure}; rolled back to {back_to}, verified") from None
+        raise SpecopsError(f"{failure}; rolled back to {res.current}, which also fails: {e}") from None
+    raise SpecopsError(f"{failure}; rolled back to {res.current}, verified") from None
 
 
 def record(run: HostRun, directory: str) -> None:
@@ -113,9 +115,9 @@ def start_and_verify(run: HostRun, names: list[str]) -> None:
     verify_mod.verify(run, [c for c in deployed if c.name in names])
 
 
-def gpu_window(run: HostRun, command: str, names: list[str] | None = None) -> int:
-    """Stop the services, prove the GPUs free, run the job, then always restart and verify.
-    Returns the job's status."""
+def gpu_window(run: HostRun, command: str, names: list[str] | None = None, as_root: bool = False) -> int:
+    """Stop the services, prove the GPUs free, run the job (as the login user, or as root with
+    as_root), then always restart and verify.  Returns the job's status."""
     run.probe([], lock=True)
     names = [r.name for r in _selected(run, names)]
     status = 1
@@ -123,7 +125,7 @@ def gpu_window(run: HostRun, command: str, names: list[str] | None = None) -> in
         stop(run, names)
         run.say(f"GPU free; running: {command}")
         remote = run.connect()
-        status = remote.stream(command, lambda text: run.say(f"| {text}"))
+        status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root)
         if remote.interrupted:
             run.say("interrupted: Ctrl-C was passed to the job")
         run.say(f"job exited with status {status}")

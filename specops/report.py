@@ -8,18 +8,19 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import services
+from . import become, services
 from .ops import Change
 
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0, DEL, C1 (\x9b: CSI)
 
 
 class Redactor:
-    """Replaces every secret value of the selected hosts' services wherever text leaves specops, as
+    """Replaces every secret value of the selected hosts' services (and the become password) wherever text leaves specops, as
     it is and in every escaped form it can take on the way (JSON, a unit's or an env file's quoting)."""
 
     def __init__(self, hosts: list):
-        secrets = {form for s in services.secrets(hosts) if len(s) >= 4 for form in _forms(s)}
+        values = [*services.secrets(hosts), become.password() or ""]
+        secrets = {form for s in values if len(s) >= 4 for form in _forms(s)}
         self.secrets = sorted(secrets, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:

@@ -78,7 +78,8 @@ SERVICE = {
     "stop_grace": NUMBER,  # seconds between SIGTERM and SIGKILL for leftovers of its runs
     "limit_nofile": int,
     "verify": {
-        "timeout": NUMBER,
+        "timeout": NUMBER,        # the ceiling on a start (default 3600 s)
+        "stall_timeout": NUMBER,  # a start that shows no progress for this long failed (default 300 s)
         "min_accept_length": NUMBER,
         "baseline_tok_s": NUMBER,
         "prompt": str,
@@ -94,6 +95,8 @@ HOST_VARS = {
     "ssh_config": str,
     "host_key_policy": Enum(("reject", "accept-new")),
     "connect_timeout": NUMBER,
+    "become": bool,                   # log in as ssh_user, become root with become_method
+    "become_method": Enum(("sudo",)),
     "venv": str,
     "python": str,
     "torch": {"version": str, "cuda": str, "index_url": str},

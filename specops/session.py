@@ -11,19 +11,19 @@ from __future__ import annotations
 import select
 from typing import Callable
 
-from . import shipping
+from . import become as become_mod, shipping
+from .become import Become
 from .errors import SpecopsError
 
 OUTPUT_LIMIT = 64 * 2**20  # what we keep of one answer or of a command's output
 
 
 class AgentSession:
-    def __init__(self, name: str, transport):
-        self.name = name
-        self.chan = transport.open_session()
-        self.chan.exec_command(shipping.COMMAND)
+    def __init__(self, name: str, transport, become: Become = Become(), user: str | None = None):
+        self.name, self.become, self.user = name, become, user
+        self.chan, self.err = become_mod.start(transport, shipping.COMMAND, become, name, user)
         self.chan.sendall(shipping.preamble())
-        self.out, self.err, self.tail = b"", b"", []
+        self.out, self.tail = b"", []
 
     def call(self, wire: bytes, on_stderr: Callable[[str], None] | None = None) -> bytes:
         """Send one request; stream its progress lines; return its answer."""
@@ -33,10 +33,13 @@ class AgentSession:
             if answer is not None:
                 return answer
             if self.chan.exit_status_ready() and not self.chan.recv_ready() and not self.chan.recv_stderr_ready():
-                tail = (self.tail + [self.err.decode(errors="replace").strip()])
-                tail = [t for t in tail if t] or ["no output"]
-                tail = tail[-1]
+                lines = [t for t in self.tail + [self.err.decode(errors="replace").strip()] if t] or ["no output"]
                 rc = self.chan.recv_exit_status()
+                refused = self.become.active and become_mod.failure(self.name, self.user, "\n".join(lines),
+                                                                    had_password=False)
+                if refused:
+                    raise refused
+                tail = lines[-1]
                 if rc == 127 or "python3: not found" in tail or "command not found" in tail:
                     tail = "python3 is not installed on the host"
                 raise SpecopsError(f"{self.name}: remote agent failed (exit {rc}): {tail}")

@@ -78,12 +78,51 @@ def build():
         if not old.startswith(prefix) and time.time() - os.lstat(p).st_mtime > 86400:
             os.unlink(p)
     return path
-    return path
 sys.path.insert(0, cached() or build())
 from specops.agent.main import serve
 serve(sys.stdin.buffer, sys.stdout.buffer)
 """
 COMMAND = f"python3 -I -S -c {shlex.quote(LOADER)}"
+
+# A file pushed from the controller, written by root on the host (so a login user with sudo
+# can push too): into a root-owned directory that no one else can write, never through a link,
+# as NAME.part renamed when whole; from OFFSET on when a cut push is resumed.
+RECEIVER = """import os, stat, sys
+dest, offset = sys.argv[1], int(sys.argv[2])
+parts = dest.strip("/").split("/")
+fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+for name in parts[:-1]:
+    try:
+        os.mkdir(name, 0o755, dir_fd=fd)
+    except FileExistsError:
+        pass
+    nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    os.close(fd)
+    fd = nfd
+st = os.fstat(fd)
+if st.st_uid != 0 or st.st_mode & 0o022:
+    sys.exit("specops: %s is not a directory only root can write" % os.path.dirname(dest))
+part = parts[-1] + ".part"
+out = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (0 if offset else os.O_TRUNC), 0o644, dir_fd=fd)
+if not stat.S_ISREG(os.fstat(out).st_mode) or os.fstat(out).st_size < offset:
+    sys.exit("specops: cannot resume %s at %d" % (dest, offset))
+os.ftruncate(out, offset)
+os.lseek(out, offset, 0)
+while True:
+    block = sys.stdin.buffer.read(1 << 20)
+    if not block:
+        break
+    view = memoryview(block)
+    while view:
+        view = view[os.write(out, view):]
+os.fsync(out)
+os.rename(part, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+print(os.fstat(out).st_size)
+"""
+
+
+def receive_command(dest: str, offset: int = 0) -> str:
+    return f"python3 -I -S -c {shlex.quote(RECEIVER)} {shlex.quote(dest)} {offset}"
 
 
 @lru_cache(maxsize=1)

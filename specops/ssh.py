@@ -25,7 +25,7 @@ from typing import Callable
 import paramiko
 from fabric import Config, Connection
 
-from . import protocol, shipping
+from . import become as become_mod, protocol, shipping
 from .errors import HostKeyError, SpecopsError
 from .session import OUTPUT_LIMIT, AgentSession
 
@@ -103,6 +103,7 @@ class Remote:
         self.conn = Connection(vars.get("address") or name, user=vars.get("ssh_user"), port=port,
                                config=config, connect_timeout=vars.get("connect_timeout", 10),
                                connect_kwargs=kwargs)
+        self.become = become_mod.for_host(vars)  # how this host's commands become root
         user_file = os.path.expanduser(vars.get("known_hosts") or USER_KNOWN_HOSTS)
         accept = accept_new or vars.get("host_key_policy") == "accept-new"
         # Every hop checks its host key the same way: the target, and each ProxyJump gateway
@@ -136,19 +137,23 @@ class Remote:
             self.session = None
         self.conn.close()
 
+    def _root(self, command: str, pty: bool = False):
+        """A channel running `command` as root (through sudo on a become host) and what it wrote first."""
+        return become_mod.start(self.conn.client.get_transport(), command, self.become, self.name,
+                                self.conn.user, pty)
+
     @opens
     def exec(self, command: str, stdin: bytes = b"", on_stderr: Callable[[str], None] | None = None,
              timeout: float | None = None) -> Result:
-        """Run one command over a fresh channel: this is one round trip."""
-        chan = self.conn.client.get_transport().open_session()
-        chan.exec_command(command)
+        """Run one command as root over a fresh channel: this is one round trip."""
+        chan, early = self._root(command)
         if stdin:
             sender = threading.Thread(target=lambda: (chan.sendall(stdin), chan.shutdown_write()),
                                       daemon=True)
             sender.start()
         else:
             chan.shutdown_write()
-        out, err, pending, kept = [], [], b"", 0
+        out, err, pending, kept = [], [early], early if on_stderr else b"", len(early)
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             if deadline and time.monotonic() > deadline:
@@ -176,34 +181,53 @@ class Remote:
                 break
         rc = chan.recv_exit_status()
         chan.close()
-        return Result(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
+        stderr = b"".join(err).decode(errors="replace")
+        refused = self.become.active and rc and become_mod.failure(self.name, self.conn.user, stderr, False)
+        if refused:
+            raise refused
+        return Result(rc, b"".join(out).decode(errors="replace"), stderr)
 
     @opens
-    def push(self, local: str, remote: str, progress: Callable[[int, int], None] | None = None) -> int:
-        """Upload a file (as remote.part, renamed when whole); returns the bytes sent."""
-        sftp = self.conn.sftp()
-        parts = remote.strip("/").split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            d = "/" + "/".join(parts[:i])
-            try:
-                sftp.stat(d)
-            except OSError:
-                sftp.mkdir(d, 0o755)
-        sftp.put(local, remote + ".part", callback=progress)
-        sftp.posix_rename(remote + ".part", remote)
-        return sftp.stat(remote).st_size
+    def push(self, local: str, remote: str, progress: Callable[[int, int], None] | None = None,
+             offset: int = 0) -> int:
+        """Upload a file as root (as remote.part, renamed when whole; from `offset` on, to resume
+        a cut push); returns the bytes sent."""
+        chan, _ = self._root(shipping.receive_command(remote, offset))
+        total, sent = os.path.getsize(local), offset
+        with open(local, "rb") as f:
+            f.seek(offset)
+            while block := f.read(1 << 20):
+                chan.sendall(block)
+                sent += len(block)
+                if progress:
+                    progress(sent, total)
+        chan.shutdown_write()
+        rc = chan.recv_exit_status()
+        err = b""
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(1 << 16)
+        chan.close()
+        if rc != 0:
+            raise SpecopsError(f"{self.name}: push of {remote} failed: "
+                               f"{err.decode(errors='replace').strip()[-300:] or f'exit {rc}'}")
+        return sent - offset
 
     @opens
-    def stream(self, command: str, on_line: Callable[[str], None]) -> int:
-        """Run a job on a pty, streaming its output; Ctrl-C here is Ctrl-C there.  Returns its status."""
-        chan = self.conn.client.get_transport().open_session()
-        chan.get_pty(width=200)
+    def stream(self, command: str, on_line: Callable[[str], None], root: bool = False) -> int:
+        """Run a job on a pty, streaming its output; Ctrl-C here is Ctrl-C there.  Returns its status.
+        It runs as the login user, or as root with root=True."""
         # Killed by a signal, a job has no exit status, only an exit-signal, which paramiko
         # drops.  A wrapper that survives SIGINT (a no-op trap resets to default in the job)
         # reports the job's status as 128+signal, the way a shell does.
         wrapper = 'trap : INT TERM HUP; bash -c "$1"; exit $?'
-        chan.exec_command(f"bash -c {shlex.quote(wrapper)} specops-job {shlex.quote(command)}")
-        pending, self.interrupted = b"", False
+        job = f"bash -c {shlex.quote(wrapper)} specops-job {shlex.quote(command)}"
+        if root:
+            chan, pending = self._root(job, pty=True)
+        else:
+            chan, pending = self.conn.client.get_transport().open_session(), b""
+            chan.get_pty(width=200)
+            chan.exec_command(job)
+        self.interrupted = False
         while True:
             try:
                 select.select([chan], [], [], 0.2)
@@ -236,7 +260,7 @@ class Remote:
         if not self.conn.is_connected:
             self.open()
         if self.session is None:
-            self.session = AgentSession(self.name, self.conn.client.get_transport())
+            self.session = AgentSession(self.name, self.conn.client.get_transport(), self.become, self.conn.user)
         self.round_trips += 1
         wire = json.dumps(protocol.encode(request, unlock=unlock, lock=lock)).encode()
         try:

@@ -59,14 +59,20 @@ def pkg_index(fleet):
 class Sandbox:
     """Per-test view of the fleet: inventories, host resets and specops runs."""
 
-    def __init__(self, fleet: fleet_mod.Fleet, tmp: Path):
-        self.fleet, self.tmp = fleet, tmp
+    def __init__(self, fleet: fleet_mod.Fleet, tmp: Path, login: str = "root"):
+        self.fleet, self.tmp, self.login = fleet, tmp, login
+        self.flavoured: set[str] = set()  # hosts reset to a non-root login, set back after the test
 
     def host(self, name: str) -> fleet_mod.Host:
         return self.fleet[name]
 
-    def reset(self, name: str, layers=None) -> fleet_mod.Host:
-        h = self.fleet.reset(name, layers)
+    def reset(self, name: str, layers=None, flavour: str | None = None) -> fleet_mod.Host:
+        """Boot the host afresh; `flavour`: how it is logged into (sandbox/logins.py; default:
+        the test's login)."""
+        flavour = flavour or self.login
+        h = self.fleet.reset(name, layers, flavour)
+        if flavour != "root":
+            self.flavoured.add(name)
         provision.write_known_hosts(self.fleet)  # a reset host has a new host key
         return h
 
@@ -124,9 +130,26 @@ class Sandbox:
         return reports, buf.getvalue()
 
 
+LOGINS = ["root", "ubuntu-sudo"]
+
+
+def pytest_generate_tests(metafunc):
+    """A test marked `logins` runs once as root and once logged in as `ubuntu` with sudo."""
+    if metafunc.definition.get_closest_marker("logins"):
+        metafunc.parametrize("login", LOGINS, indirect=True)
+
+
 @pytest.fixture
-def sandbox(fleet, tmp_path):
-    return Sandbox(fleet, tmp_path)
+def login(request):
+    return getattr(request, "param", "root")
+
+
+@pytest.fixture
+def sandbox(fleet, tmp_path, login):
+    box = Sandbox(fleet, tmp_path, login)
+    yield box
+    for name in box.flavoured:  # later tests log in as root
+        box.reset(name)
 
 
 def role(name: str, make_ops, reprobe: bool = False):
@@ -170,6 +193,7 @@ _security: dict = {}
 def pytest_configure(config):
     config.addinivalue_line("markers", "reliability(case, kind): a row of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "security(case, attack): a row of docs/RELIABILITY.md's security table")
+    config.addinivalue_line("markers", "logins: run once as root and once as ubuntu with sudo")
 
 
 @pytest.hookimpl(hookwrapper=True)

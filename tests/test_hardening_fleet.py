@@ -117,8 +117,15 @@ def test_host_text_reaches_the_terminal_without_control_sequences(sandbox):
     assert res.returncode == 1 and "locked by" in res.stdout and "mallory" in res.stdout
     assert not set("\x1b\x07\x9b") & set(res.stdout + res.stderr)
     h.run("rm", "-rf", "/run/specops.lock")
+    # The model is there, the server logs its arguments (the escapes with them) and hangs loading it.
+    model = h.path("/models/\x1b[31mred")
+    model.mkdir()
+    (model / "config.json").write_text(h.path("/models/tiny-llama/config.json").read_text())
+    inv = sandbox.inventory({"t1": {"services": [sandbox_service(
+        model_path="/models/\x1b[31mred", verify={"stall_timeout": 2},
+        env={"SGLANG_SIM_SHARDS": "2", "SGLANG_SIM_STALL_AFTER": "0", "SGLANG_SIM_LOAD_DELAY": "1"})]}})
     res, _ = run_inv(sandbox, inv, "deploy", "--host", "t1")
-    assert res.returncode == 1 and "journal tail:" in res.stdout, res.stdout
+    assert res.returncode == 1 and "journal tail:" in res.stdout and "[31mred" in res.stdout, res.stdout
     assert "\x1b" not in res.stdout + res.stderr
 
 

@@ -73,6 +73,7 @@ def test_stop_finds_the_retitled_orphan_of_an_earlier_run(sandbox):
     assert apps(h) == {} and schedulers(h) == set()
 
 
+@pytest.mark.logins
 def test_every_restart_path_accounts_for_leftovers(sandbox):
     """Bug 2: deploy's restart handler, the undo of a failed deploy, rollback and the start after a
     GPU window each leave exactly the new run on the GPUs."""

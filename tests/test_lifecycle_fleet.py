@@ -45,6 +45,7 @@ def server_info(h, port=30000):
     return json.loads(h.run("curl", "-sf", f"http://127.0.0.1:{port}/server_info").stdout)
 
 
+@pytest.mark.logins
 @pytest.mark.reliability("start-failure", "fault")
 def test_broken_deploy_rolls_back_to_the_previous_release(sandbox, record_property):
     h = sandbox.reset("t1")
@@ -69,6 +70,7 @@ def test_broken_deploy_rolls_back_to_the_previous_release(sandbox, record_proper
     assert f"* {before['stamp']}  deployed" in listing and "rolled-back" in listing
 
 
+@pytest.mark.logins
 def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
     h = sandbox.reset("t2")
     stamps = []
@@ -92,6 +94,7 @@ def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
     assert res.returncode == 1 and "no release before" in res.stdout
 
 
+@pytest.mark.logins
 @pytest.mark.reliability("second-run", "idempotence")
 def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     h = sandbox.reset("t3", layers=[provision.layer("bare")])
@@ -117,6 +120,7 @@ def apps(h):
     return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout.split("\n")
 
 
+@pytest.mark.logins
 @pytest.mark.reliability("orphan", "fault")
 def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
     h = sandbox.reset("t4")
@@ -138,6 +142,7 @@ def test_stop_kills_an_orphan_scheduler_and_proves_memory_free(sandbox):
     assert not h.path(f"/proc/{sched}").exists()
 
 
+@pytest.mark.logins
 @pytest.mark.reliability("gpu-window", "fault")
 def test_gpu_window_failing_job_then_ctrl_c(sandbox, record_property):
     h = sandbox.reset("t5")

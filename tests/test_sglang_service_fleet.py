@@ -116,6 +116,7 @@ def test_two_services_on_one_host(sandbox):
     assert [int(l.split(",")[1]) for l in gpus.splitlines()] == [1000, 1000, 1000, 1000]
 
 
+@pytest.mark.logins
 @pytest.mark.reliability("second-run", "idempotence")
 def test_second_deploy_changes_nothing_and_does_not_restart(sandbox):
     h = sandbox.reset("t2")
@@ -146,3 +147,13 @@ def test_check_mode_runs_the_preflight_for_real(sandbox, tmp_path):
     assert "check           preflight sglang: the installed SGLang resolves the new arguments: passed" in res.stdout
     assert sha256_on(h, *files) == before and len(before) == 2
     assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started
+
+
+def test_missing_weights_are_named_before_the_unit_is_touched(sandbox):
+    h = sandbox.reset("t2")
+    res, rep = deploy(sandbox, "t2", [sandbox_service(model_path="/models/not-here")])
+    error = rep["hosts"]["t2"]["error"]
+    assert res.returncode == 1
+    assert "model_path /models/not-here has no config.json on the host" in error, error
+    assert not h.path("/etc/systemd/system/sglang.service").exists()
+    assert not h.path("/etc/specops/sglang.env").exists()

@@ -17,7 +17,7 @@ from specops.agent.host import ActionError, group_name, run_streamed, sha256, sh
 from specops.agent.venvs import resolve_key
 from specops.agent.safefs import UnsafePath, copy_out, read_file, remove
 from specops.agent.stage import Staged, purge
-from specops.layout import RELEASES, RELEASES_KEPT
+from specops.layout import RELEASES, RELEASES_KEPT, unit_path
 
 
 def manifests():
@@ -179,8 +179,15 @@ def undo(req):
     d = os.path.join(RELEASES, req.stamp)
     want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
             for p, how in req.previous.items()}
+    # A unit this deploy created goes away: stop it (leftovers accounted) while systemd still
+    # knows it, and restart only the units that stay.
+    gone = [r for r in req.services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
+    names = [r.name for r in req.services]
+    for ref in gone:
+        units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
     changed = _restore(want, req.allow_shared_dirs)
-    _restart(req.services, any(p.endswith(".service") for p in changed))
+    _restart([r for r in req.services if r not in gone], any(p.endswith(".service") for p in changed),
+             req.services)
     manifest = current_manifest()
     return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
 

@@ -12,8 +12,12 @@ from specops import protocol
 from specops.agent import http, listeners
 from specops.agent.host import clean, journal, read_state, say
 from specops.agent.probe import unit_fact
+from specops.agent.startup import Startup
 from specops.agent.venvs import resolve_key
 from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
+
+
+GENERATE_TIMEOUT = 600  # seconds one verification generation may take
 
 
 def _http(svc, method, path, body=None, timeout=30, key=None):
@@ -63,11 +67,13 @@ def api_key(name):
 
 
 def _wait_ready(svc, report, key):
-    """The unit's facts once the service answers ready (None if it died or timed out)."""
+    """The unit's facts once the service answers ready (None if it died, stalled or hit the
+    ceiling).  It may take as long as it keeps making progress (startup.Startup)."""
     t0 = time.time()
-    deadline, last_note = t0 + svc.timeout, 0.0
+    u = unit_fact(svc.name)
+    watch = Startup(svc.name, u.get("InvocationID"), svc.progress, svc.stall_timeout)
+    last_note, phase = 0.0, None
     while True:
-        u = unit_fact(svc.name)
         if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
                 svc.name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
@@ -84,14 +90,24 @@ def _wait_ready(svc, report, key):
             report.ready_after = round(now - t0, 2)
             say("  %s: ready after %.1fs" % (svc.name, now - t0))
             return u
-        if now > deadline:
-            report.failures.append("not ready after %.0fs (last %s: %s)" % (now - t0, svc.endpoints.ready, status))
+        watch.poll(u.get("ControlGroup"))
+        failure = None
+        if watch.stalled():
+            failure = "stalled: no progress for %.0fs (stall timeout %.0fs; last: %s; %s: %s)" % (
+                watch.stalled_for(), svc.stall_timeout, watch.phase or "nothing logged", svc.endpoints.ready, status)
+        elif now - t0 > svc.timeout:
+            failure = "not ready after %.0fs (last %s: %s), the ceiling (verify.timeout); last progress: %s" % (
+                now - t0, svc.endpoints.ready, status, watch.phase or "nothing logged")
+        if failure:
+            report.failures.append(failure)
             report.journal = _redacted(svc.name, journal(svc.name))
             return None
-        if now - last_note >= 2:
-            say("  %s: starting (%s: %s) %.0fs elapsed" % (svc.name, svc.endpoints.ready, status, now - t0))
-            last_note = now
+        if watch.phase != phase or now - last_note >= 5:
+            say("  %s: starting (%s: %s) %.0fs elapsed; %s" % (
+                svc.name, svc.endpoints.ready, status, now - t0, watch.phase or "no progress line yet"))
+            last_note, phase = now, watch.phase
         time.sleep(0.5)
+        u = unit_fact(svc.name)
 
 
 def _info(svc, key, timeout=30):
@@ -120,7 +136,7 @@ def _generate(svc, report, key):
     body["sampling_params"] = dict(body.get("sampling_params") or {}, max_new_tokens=svc.max_new_tokens,
                                    temperature=0)
     t0 = time.time()
-    status, raw = _http(svc, "POST", svc.endpoints.generate, body, timeout=svc.timeout, key=key)
+    status, raw = _http(svc, "POST", svc.endpoints.generate, body, timeout=min(svc.timeout, GENERATE_TIMEOUT), key=key)
     wall = time.time() - t0
     if status != 200:
         report.failures.append("%s answered %s: %s" % (svc.endpoints.generate, status, clean(raw[:200].decode(

@@ -56,7 +56,9 @@ class ServiceCheck:
     served_model_name: Optional[str] = None
     intended: Dict[str, Any] = DICT
     accepted: Dict[str, Any] = DICT
-    timeout: float = 600
+    timeout: float = 3600           # the ceiling on a start, however much progress it shows
+    stall_timeout: float = 300      # a start with no progress for this long has failed
+    progress: List[List[str]] = LIST  # [regex, label]: what a journal line says the service is doing
     prompt: str = "The capital of France is"
     max_new_tokens: int = 32
     min_accept_length: Optional[float] = None

@@ -14,6 +14,21 @@ from ..spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
 
+# What SGLang's own start-up lines say it is doing (srt/model_executor/model_runner.py,
+# srt/model_loader/weight_utils.py's tqdm bar, whose format ends each update with a newline);
+# the first match of a line wins.
+PROGRESS = [
+    [r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)", "loading weights {}/{}"],
+    [r"Load weight begin", "loading weights"],
+    [r"Load weight end", "weights loaded"],
+    [r"KV Cache is allocated|Memory pool end", "allocating the KV cache"],
+    [r"Capturing batches \(bs=(\d+)", "capturing CUDA graphs (batch size {})"],
+    [r"Capture cuda graph begin", "capturing CUDA graphs"],
+    [r"Capture cuda graph end", "CUDA graphs captured"],
+    [r"fired up and ready to roll", "warming up"],
+]
+
+
 def patch_key(venv: str, rel: str) -> str:
     """A patched file, by its path inside the sglang package."""
     return pkg_key(venv, f"sglang/{rel}")
@@ -47,7 +62,8 @@ class SGLang(ServiceKind):
         return protocol.ServiceCheck(
             name=svc["name"], port=self.port(svc), host=bind_address(svc),
             served_model_name=svc.get("served_model_name"), intended=want, accepted=accepted,
-            timeout=v.get("timeout", 600), prompt=v.get("prompt", "The capital of France is"),
+            timeout=v.get("timeout", 3600), stall_timeout=v.get("stall_timeout", 300), progress=PROGRESS,
+            prompt=v.get("prompt", "The capital of France is"),
             min_accept_length=v.get("min_accept_length"), baseline_tok_s=v.get("baseline_tok_s"),
             managed=self.managed(svc, host.get("venv", DEFAULT_VENV)),
             endpoints=self.endpoints,

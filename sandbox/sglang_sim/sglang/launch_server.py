@@ -9,6 +9,9 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
   SGLANG_SIM_LOAD_DELAY     seconds "loading weights" before the HTTP port is bound (default 0:
                             real SGLang binds it only after the model is loaded)
   SGLANG_SIM_STARTUP_DELAY  seconds after binding before ready (default 1)
+  SGLANG_SIM_SHARDS         a chatty load: the load delay logs SGLang's own start-up lines, one
+                            tqdm line per weight shard, then the CUDA graph capture (default 0)
+  SGLANG_SIM_STALL_AFTER    with SHARDS: hang silently, for ever, after this many shards
   SGLANG_SIM_TOK_S          decode tokens/s reported by /generate (default 100)
   SGLANG_SIM_ACCEPT_LENGTH  mean accepted tokens per verify step (default 3.2)
   SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
@@ -190,6 +193,36 @@ def make_handler(args, model_module, model_config, capture):
     return Handler
 
 
+def load(seconds, shards):
+    """Loading weights and capturing CUDA graphs, with the lines SGLang logs while it does
+    (model_runner.py; weight_utils.py's tqdm bar, which ends each update with a newline)."""
+    if not shards:
+        time.sleep(seconds)
+        return
+    stall = int(os.environ.get("SGLANG_SIM_STALL_AFTER", "-1"))
+    log.info("Load weight begin. avail mem=79.10 GB")
+    t0, per_shard = time.time(), seconds * 0.8 / shards
+    for i in range(1, shards + 1):
+        if i - 1 == stall:
+            while True:  # a hung load: no line, no growth, alive
+                time.sleep(3600)
+        time.sleep(per_shard)
+        elapsed = time.time() - t0
+        sys.stderr.write("\rLoading safetensors checkpoint shards: %3.0f%% Completed | %d/%d [%02d:%02d<00:00, %.2fit/s]\n"
+                         % (100.0 * i / shards, i, shards, elapsed // 60, elapsed % 60, i / max(elapsed, 1e-3)))
+        sys.stderr.flush()
+    log.info("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=40.12 GB, mem usage=38.98 GB.")
+    log.info("Capture cuda graph begin. This can take up to several minutes. avail mem=30.05 GB")
+    batches = [8, 4, 2, 1]
+    for i, bs in enumerate(batches, 1):  # tqdm's default bar: \r updates, one newline at the end
+        time.sleep(seconds * 0.2 / len(batches))
+        sys.stderr.write("\rCapturing batches (bs=%d avail_mem=30.00 GB): %3d%%| | %d/%d"
+                         % (bs, 100 * i // len(batches), i, len(batches)))
+        sys.stderr.flush()
+    sys.stderr.write("\n")
+    log.info("Capture cuda graph end. Time elapsed: %.2f s. mem usage=0.09 GB. avail mem=29.96 GB.", seconds * 0.2)
+
+
 def main(argv=None):
     args = prepare_server_args(sys.argv[1:] if argv is None else argv)
     args.resolve_once()
@@ -211,7 +244,7 @@ def main(argv=None):
     if orphan:
         for rank in range(args.tp_size):
             log.info("Started scheduler pid %d", spawn_scheduler(orphan, rank, args.tp_size))
-    time.sleep(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")))
+    load(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")), int(os.environ.get("SGLANG_SIM_SHARDS", "0")))
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():

@@ -1,0 +1,84 @@
+"""Following a service while it starts: is it still making progress, and what is it doing?
+
+A DeepSeek/Kimi-class target loads its weights and captures CUDA graphs for many minutes,
+so a fixed deadline either gives up on a good start or waits far too long for a dead one.
+Progress is what the service shows: new lines in its journal (this run's only, read from a
+cursor), and the memory its cgroup holds growing (weights stream through the page cache
+into the GPUs).  A start is stalled when neither has moved for the stall timeout.  The
+phase shown on the controller comes from the service's own log lines, matched against the
+patterns its kind sends (protocol.ServiceCheck.progress).
+"""
+import re
+import subprocess
+import time
+
+from specops.agent.host import clean
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+JOURNAL_EVERY = 2.0  # seconds between journal reads (each is a journalctl process)
+
+
+class Startup:
+    """One service's start, watched from `since` (its InvocationID's journal entries)."""
+
+    def __init__(self, unit, invocation, patterns, stall_timeout):
+        self.unit, self.invocation = unit, invocation
+        self.patterns = [(re.compile(rx), label) for rx, label in patterns]
+        self.stall_timeout = stall_timeout
+        self.cursor = None
+        self.phase = None
+        self.lines = 0
+        self.memory = 0
+        self.moved = time.monotonic()
+        self.read_at = 0.0
+
+    def poll(self, control_group):
+        """Read what is new; returns True when anything moved."""
+        moved = False
+        due = time.monotonic() - self.read_at >= JOURNAL_EVERY
+        for line in self._new_lines() if due else []:
+            self.lines += 1
+            moved = True
+            for rx, label in self.patterns:
+                m = rx.search(line)
+                if m:
+                    self.phase = label.format(*m.groups())
+                    break
+        memory = _memory(control_group)
+        if memory > self.memory:
+            moved, self.memory = True, memory
+        if moved:
+            self.moved = time.monotonic()
+        return moved
+
+    def stalled_for(self):
+        return time.monotonic() - self.moved
+
+    def stalled(self):
+        return self.stalled_for() > self.stall_timeout
+
+    def _new_lines(self):
+        cmd = ["journalctl", "--no-pager", "-o", "cat", "--show-cursor"]
+        cmd.append("_SYSTEMD_INVOCATION_ID=" + self.invocation if self.invocation else "--unit=" + self.unit)
+        cmd += ["--after-cursor=" + self.cursor] if self.cursor else ["-n", "200"]
+        self.read_at = time.monotonic()
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        text = res.stdout.decode(errors="replace")
+        lines = []
+        for line in text.splitlines():
+            if line.startswith("-- cursor: "):
+                self.cursor = line[len("-- cursor: "):].strip()
+            elif line.strip():
+                lines.append(clean(line.replace("\r", " ")).strip())
+        return lines
+
+
+def _memory(control_group):
+    """Bytes the unit's cgroup holds (cgroup v2), 0 when unknown."""
+    if not control_group or ".." in control_group:
+        return 0
+    try:
+        with open(CGROUP_ROOT + control_group + "/memory.current") as f:
+            return int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0

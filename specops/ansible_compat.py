@@ -1,0 +1,112 @@
+"""Ansible inventories as they are: its INI format, and its connection variables.
+
+A team that manages its GPU boxes with Ansible already has an inventory.  `parse_ini` reads
+Ansible's INI format into the same all → children → hosts tree a hosts.yml has; `translate`
+maps the `ansible_*` connection variables to ours (one spelling per host, or a one-line
+error) and sets the unknown `ansible_*` keys aside, to be named in one warning line each.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+
+ALIASES = {
+    "ansible_host": "address",
+    "ansible_user": "ssh_user",
+    "ansible_port": "ssh_port",
+    "ansible_ssh_private_key_file": "ssh_key",
+    "ansible_become": "become",
+    "ansible_become_method": "become_method",
+}
+BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+_SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]$")
+
+
+def _literal(text: str) -> Any:
+    """A value written inline with a host: a YAML scalar (numbers, booleans, quoted strings)."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (str, int, float, bool)) or value is None else text
+
+
+def _pairs(words: list[str], where: str, literal: bool) -> dict:
+    out = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{where}: expected key=value, not {word!r}")
+        out[key] = _literal(value) if literal else value
+    return out
+
+
+def parse_ini(path: Path) -> dict:
+    """Ansible's INI inventory as {"all": {...}}: [group], [group:vars], [group:children];
+    hosts before the first section are in "ungrouped"."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    groups: dict[str, dict] = {"ungrouped": {}}
+    section, kind = "ungrouped", None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        where = f"{path}:{number}"
+        m = _SECTION.match(line)
+        if m:
+            section, kind = m.group(1), m.group(2)
+            groups.setdefault(section, {})
+            continue
+        node = groups[section]
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as e:
+            raise UsageError(f"{where}: {e}") from None
+        if kind == "vars":
+            node.setdefault("vars", {}).update(_pairs(words, where, literal=False))
+        elif kind == "children":
+            node.setdefault("children", {})[words[0]] = None
+        else:
+            if "[" in words[0]:
+                raise UsageError(f"{where}: host ranges such as {words[0]!r} are not supported; list the hosts")
+            node.setdefault("hosts", {})[words[0]] = _pairs(words[1:], where, literal=True) or None
+    children_of = {g for node in groups.values() for g in (node.get("children") or {})}
+    top = {name: node for name, node in groups.items() if name not in children_of and name != "all" and node}
+    for node in groups.values():
+        for child in list(node.get("children") or {}):
+            node["children"][child] = groups.setdefault(child, {})
+    root = dict(groups.get("all") or {})
+    root["children"] = {**(root.get("children") or {}), **top}
+    return {"all": root}
+
+
+def translate(values: dict, where: str, warnings: list[str]) -> dict:
+    """`values` with ansible_* connection variables under our names; unknown ansible_* keys are
+    dropped with a warning; a setting written both ways is an error."""
+    out = {k: v for k, v in values.items() if not k.startswith("ansible_")}
+    for key, value in values.items():
+        if not key.startswith("ansible_"):
+            continue
+        ours = ALIASES.get(key)
+        if ours is None:
+            warnings.append(f"warning: {where}: {key} is not used by specops; ignored")
+            continue
+        if ours in values:
+            raise UsageError(f"{where}: both {key} and {ours} are set; keep one spelling")
+        if ours == "become" and isinstance(value, str):
+            if value.lower() not in BOOLEAN:
+                raise UsageError(f"{where}.{key}: must be true or false, not {value!r}")
+            value = BOOLEAN[value.lower()]
+        if ours == "ssh_port" and isinstance(value, str) and value.isdigit():
+            value = int(value)
+        out[ours] = value
+    return out

@@ -1,0 +1,127 @@
+"""Becoming root on a host that refuses root logins: sudo, with or without a password.
+
+Without a password: `sudo -n`, which fails at once if one is needed.  With one: `sudo -S`
+reads it from the channel's stdin; the command first says it started (READY on stderr), and
+the controller sends anything else only after that, so sudo never takes our data for a
+second password attempt: one try, then the channel is closed.  On a pty (a gpu-window job
+run with --become) sudo asks on the terminal with echo off, after its PROMPT.  The password
+never appears in an argv, a log line or a report (it is one of the Redactor's secrets).
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import select
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+
+from .errors import SpecopsError, UsageError
+
+READY = "specops-became-root"
+PROMPT = "specops-sudo-password:"
+ANSWER_WITHIN = 60  # seconds sudo has to say yes or no
+ENV = "SPECOPS_BECOME_PASS"
+_password: str | None = None  # asked once per run
+
+
+@dataclass(frozen=True)
+class Become:
+    """How a host's commands become root: not at all, sudo -n, or sudo with a password."""
+    method: str | None = None        # None: we log in as root
+    password: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.method is not None
+
+    def wrap(self, command: str, pty: bool = False) -> str:
+        """The command, run as root.  With a password, it announces itself first (on stderr, or
+        on the terminal)."""
+        if not self.active:
+            return command
+        if self.password is None:
+            return f"sudo -n -- sh -c {shlex.quote(command)}"
+        announced = shlex.quote(f"echo {READY} >&2; exec {command}")
+        if pty:
+            return f"sudo -p {PROMPT} -- sh -c {announced}"
+        return f"sudo -S -p '' -- sh -c {announced}"
+
+    def stdin_prefix(self) -> bytes:
+        return (self.password + "\n").encode() if self.password is not None else b""
+
+
+def start(transport, command: str, become: Become, host: str, user: str | None,
+          pty: bool = False) -> tuple[object, bytes]:
+    """A channel running `command` as root, past sudo's password exchange.  Returns the channel
+    and what the command wrote after it started (on stderr, or on the terminal with a pty)."""
+    chan = transport.open_session()
+    if pty:
+        chan.get_pty(width=200)
+    chan.exec_command(become.wrap(command, pty))
+    if become.password is None:
+        return chan, b""
+    if not pty:
+        chan.sendall(become.stdin_prefix())
+    seen, sent = b"", not pty
+    deadline = time.monotonic() + ANSWER_WITHIN
+    while time.monotonic() < deadline:
+        select.select([chan], [], [], 0.2)
+        while chan.recv_ready() if pty else chan.recv_stderr_ready():
+            seen += chan.recv(1 << 16) if pty else chan.recv_stderr(1 << 16)
+        if not sent and PROMPT.encode() in seen:
+            chan.sendall(become.stdin_prefix())
+            seen, sent = seen.split(PROMPT.encode(), 1)[1], True
+        if sent and READY.encode() in seen:
+            return chan, seen.split(READY.encode(), 1)[1].lstrip(b"\r\n")
+        text = seen.decode(errors="replace")
+        refused = failure(host, user, text, had_password=True)
+        if refused or chan.exit_status_ready():
+            chan.close()  # at once: sudo never reads a second attempt
+            raise refused or SpecopsError(f"{host}: sudo failed: {text.strip()[-200:] or 'no output'}")
+    chan.close()
+    raise SpecopsError(f"{host}: sudo did not answer within {ANSWER_WITHIN} s")
+
+
+def ask_password(prompt: str = "BECOME password: ") -> None:
+    """--ask-become-pass: one prompt per run, without echo (a line on stdin when it is no terminal)."""
+    global _password
+    if sys.stdin.isatty():
+        _password = getpass.getpass(prompt)
+    else:
+        _password = sys.stdin.readline().rstrip("\n")
+    if not _password:
+        raise UsageError("--ask-become-pass: no password given")
+
+
+def for_host(host_vars: dict) -> Become:
+    if not host_vars.get("become"):
+        return Become()
+    method = host_vars.get("become_method", "sudo")
+    if method != "sudo":
+        raise UsageError(f"become_method {method!r} is not supported (sudo is)")
+    return Become("sudo", _password if _password is not None else os.environ.get(ENV) or None)
+
+
+def password() -> str | None:
+    """The become password of this run, if there is one (for the Redactor)."""
+    return _password if _password is not None else os.environ.get(ENV) or None
+
+
+def failure(host: str, user: str | None, stderr: str, had_password: bool) -> SpecopsError | None:
+    """sudo's refusal, as one line naming the host, or None if the text is not one."""
+    text = stderr.lower()
+    if "a password is required" in text or "a terminal is required" in text:
+        return SpecopsError(f"{host}: sudo needs a password for {user} and none was given "
+                            f"(use --ask-become-pass or {ENV})")
+    if "incorrect password" in text or "sorry, try again" in text:
+        return SpecopsError(f"{host}: sudo refused the become password for {user} (one attempt, no retry)")
+    if "not in the sudoers file" in text or "may not run sudo" in text or "not allowed to execute" in text:
+        return SpecopsError(f"{host}: {user} may not use sudo there (not in sudoers)")
+    if "must have a tty" in text or "requiretty" in text:
+        return SpecopsError(f"{host}: sudo there requires a tty (Defaults requiretty); allow {user} "
+                            f"without one (Defaults:{user} !requiretty)")
+    if had_password and "no password was provided" in text:
+        return SpecopsError(f"{host}: sudo refused the become password for {user} (one attempt, no retry)")
+    return None

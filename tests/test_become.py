@@ -1,0 +1,108 @@
+"""Become (sudo) command lines and refusals, Ansible inventories, and the start-up progress
+patterns, checked against real SGLang log lines: no fleet needed."""
+import re
+import textwrap
+
+import pytest
+
+from specops import become, inventory
+from specops.errors import UsageError
+from specops.services.sglang import PROGRESS
+
+
+def test_the_password_never_reaches_a_command_line():
+    secret = "hunter2-NEVER"
+    for b in (become.Become("sudo"), become.Become("sudo", secret)):
+        for pty in (False, True):
+            line = b.wrap("python3 -I -c 'x'", pty)
+            assert secret not in line and line.startswith("sudo ")
+    # Never waits for a password; a shell line stays one command.
+    assert become.Become("sudo").wrap("a || { b; }") == "sudo -n -- sh -c 'a || { b; }'"
+    assert become.Become().wrap("cmd") == "cmd"
+    assert "-S" in become.Become("sudo", secret).wrap("cmd")  # the password goes on stdin
+    assert become.Become("sudo", secret).stdin_prefix() == (secret + "\n").encode()
+
+
+@pytest.mark.parametrize("stderr, says", [
+    ("sudo: a password is required\n", "sudo needs a password for ubuntu and none was given"),
+    ("Sorry, try again.\n", "sudo refused the become password for ubuntu (one attempt, no retry)"),
+    ("ubuntu is not in the sudoers file.\n", "ubuntu may not use sudo there (not in sudoers)"),
+    ("sudo: sorry, you must have a tty to run sudo\n", "sudo there requires a tty"),
+])
+def test_sudo_refusals_are_one_line_naming_the_host(stderr, says):
+    err = become.failure("box", "ubuntu", stderr, had_password=True)
+    assert str(err).startswith("box: ") and says in str(err) and "\n" not in str(err)
+    assert become.failure("box", "ubuntu", "Traceback: something else", True) is None
+
+
+def write(tmp_path, files):
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(textwrap.dedent(text))
+
+
+def test_an_ansible_ini_inventory_reads_as_ours(tmp_path, capsys):
+    write(tmp_path, {"hosts.ini": """
+        # a team's Ansible inventory
+        lonely ansible_host=10.9.0.9
+
+        [gpu]
+        box1 ansible_host=10.9.0.1 ansible_port=2222 ansible_user=ubuntu ansible_become=yes
+        box2 ansible_host=10.9.0.2 ansible_python_interpreter=/usr/bin/python3
+
+        [gpu:vars]
+        ansible_ssh_private_key_file=~/.ssh/gpu
+        ansible_become_method=sudo
+        venv=/opt/sglang-venv
+
+        [fleet:children]
+        gpu
+        """})
+    inv = inventory.load(tmp_path / "hosts.ini")
+    b1, b2 = inv.hosts["box1"], inv.hosts["box2"]
+    assert (b1["address"], b1["ssh_port"], b1["ssh_user"], b1["become"]) == ("10.9.0.1", 2222, "ubuntu", True)
+    assert b2["ssh_key"] == "~/.ssh/gpu" and b2["become_method"] == "sudo" and b2["venv"] == "/opt/sglang-venv"
+    assert inv.hosts["lonely"]["address"] == "10.9.0.9"
+    assert set(inv.groups["fleet"]) == {"box1", "box2"} and "lonely" in inv.groups["ungrouped"]
+    err = capsys.readouterr().err
+    assert err.count("ansible_python_interpreter is not used by specops; ignored") == 1
+
+
+def test_one_spelling_per_setting(tmp_path):
+    write(tmp_path, {"hosts.yml": """
+        all:
+          hosts:
+            box: {ansible_user: ubuntu, ssh_user: root}
+        """})
+    with pytest.raises(UsageError, match="both ansible_user and ssh_user are set; keep one spelling"):
+        inventory.load(tmp_path / "hosts.yml")
+
+
+def test_bad_become_values_are_refused(tmp_path):
+    write(tmp_path, {"a.ini": "box ansible_become=maybe\n", "b.yml": "all: {hosts: {box: {become_method: su}}}\n"})
+    with pytest.raises(UsageError, match="ansible_become: must be true or false"):
+        inventory.load(tmp_path / "a.ini")
+    with pytest.raises(UsageError, match="become_method: must be one of sudo"):
+        inventory.load(tmp_path / "b.yml")
+
+
+# Lines as SGLang 0.5.x logs them (model_runner.py, weight_utils.py's bar format ending in "\n").
+SGLANG_START = """\
+[2026-03-04 16:40:01 TP0] Load weight begin. avail mem=78.50 GB
+\rLoading safetensors checkpoint shards:  37% Completed | 60/163 [02:10<03:40, 0.46it/s]
+[2026-03-04 16:46:12 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=20.11 GB, mem usage=58.39 GB.
+[2026-03-04 16:46:41 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=15.30 GB
+\rCapturing batches (bs=128 avail_mem=15.2 GB):   4%|▍         | 2/52 [00:03<01:10,  1.41s/it]
+[2026-03-04 16:47:40] The server is fired up and ready to roll!
+"""
+
+
+def test_progress_labels_come_from_sglangs_own_lines():
+    def label(line):
+        for rx, text in PROGRESS:
+            m = re.search(rx, line)
+            if m:
+                return text.format(*m.groups())
+    assert [label(line) for line in SGLANG_START.strip().split("\n")] == [
+        "loading weights", "loading weights 60/163", "weights loaded", "capturing CUDA graphs",
+        "capturing CUDA graphs (batch size 128)", "warming up"]

@@ -1,0 +1,60 @@
+"""Waiting for a big model: the ready-wait follows the server's progress (its own log lines,
+its memory), fails a start that stalls after the stall timeout, and keeps a ceiling.
+
+Minutes become seconds, keeping the ratios of the real case: a 12-minute start that keeps
+logging, a stall timeout of a few minutes, the old fixed 10-minute timeout."""
+import re
+import time
+
+import pytest
+
+from conftest import load_json
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+
+
+def deploy(sandbox, svc, host):
+    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
+    t0 = time.monotonic()
+    res = sandbox.inv("deploy", "--host", host, "--json", str(report),
+                      inventory=sandbox.inventory({host: {"services": [svc]}}))
+    return res, load_json(report)["hosts"][host], time.monotonic() - t0
+
+
+def chatty(load, shards, stall_after=None, **verify):
+    env = {"SGLANG_SIM_LOAD_DELAY": str(load), "SGLANG_SIM_SHARDS": str(shards), "SGLANG_SIM_STARTUP_DELAY": "0"}
+    if stall_after is not None:
+        env["SGLANG_SIM_STALL_AFTER"] = str(stall_after)
+    return sandbox_service(env=env, verify=verify)
+
+
+def test_a_long_start_that_keeps_logging_is_waited_for_and_shown(sandbox):
+    """12 "minutes" of loading with a 5-"minute" stall timeout: verified, and the controller saw
+    the server's own phases.  With the old fixed 10-"minute" deadline, the same start fails."""
+    sandbox.reset("t3")
+    res, rep, _ = deploy(sandbox, chatty(12, 24, stall_timeout=5, timeout=120), "t3")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "sglang verified" in rep["notes"]
+    seen = set(re.findall(r"elapsed; loading weights (\d+)/24", res.stdout))
+    assert len(seen) >= 3, res.stdout[-3000:]  # the count moved while we waited
+    assert "elapsed; capturing CUDA graphs" in res.stdout or "elapsed; CUDA graphs captured" in res.stdout
+
+    # 23 shards (a changed unit, so it restarts) under the old fixed deadline, scaled: it fails.
+    res, rep, _ = deploy(sandbox, chatty(12, 23, stall_timeout=5, timeout=10), "t3")
+    assert res.returncode == 1
+    assert "not ready after 10s" in rep["error"] and "the ceiling (verify.timeout)" in rep["error"]
+
+
+def test_a_start_that_stalls_fails_after_the_stall_timeout_with_the_journal(sandbox):
+    """Loading hangs after 5 of 20 shards (alive, silent): failed after about the stall timeout,
+    long before the ceiling, with the journal tail that shows where it hung."""
+    h = sandbox.reset("t4")
+    res, rep, took = deploy(sandbox, chatty(10, 20, stall_after=5, stall_timeout=4, timeout=300), "t4")
+    assert res.returncode == 1, res.stdout[-3000:]
+    assert "stalled: no progress for" in rep["error"] and "last: loading weights 5/20" in rep["error"], rep["error"]
+    assert "journal tail:" in res.stdout and "Completed | 5/20" in res.stdout
+    assert "rolled back to the state before this deploy (no earlier release to verify)" in rep["error"]
+    assert took < 60  # the ceiling is 300 s
+    assert not h.path("/etc/systemd/system/sglang.service").exists()  # a first deploy: undone
+    assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() != "active"
