@@ -4,7 +4,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from roles import draft_config, gpu_stack, model_patches, sglang_service, system_packages
+from roles import draft_config, gpu_stack, model_patches, models, sglang_service, system_packages
 from specops import cli, pipeline
 from specops import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
@@ -12,18 +12,18 @@ from specops.facts import facts_probe
 from specops.report import Redactor
 from specops.verify import verify as verify_host
 
-DEPLOY = [gpu_stack, model_patches, draft_config, sglang_service]
+DEPLOY = [models, gpu_stack, model_patches, draft_config, sglang_service]
 BOOTSTRAP = [system_packages] + DEPLOY
 
 
-@fleet_task(*FLEET, "check", "diff")
+@fleet_task(*FLEET, "check", "diff", "verify_weights")
 def deploy(c, sel):
     """Converge hosts: lock, probe, plan, apply, handlers, verify, record the release.
     If verify fails, this deploy's changes are undone and the previous release verified."""
     cli.play(pipeline.deploy, DEPLOY, sel, task="deploy")
 
 
-@fleet_task(*FLEET)
+@fleet_task(*FLEET, "verify_weights")
 def bootstrap(c, sel):
     """Take a bare Debian/Ubuntu GPU box to verified serving: apt, venv, GPU stack, patches,
     draft config, unit, verify."""

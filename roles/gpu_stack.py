@@ -124,21 +124,23 @@ class PythonPackages(Op):
         ], notify=[handlers.restart(s["name"]) for s in of_kind(self.host, "sglang")])
 
     def sources(self, variant):
-        if self.host.get("wheelhouse"):
-            return ["--no-index", "--find-links", REMOTE_WHEELHOUSE]
-        index = self.host.get("package_index") or PYPI
-        out = []
-        if variant:
-            out += ["--index-url", index_for(variant, (self.torch or {}).get("index_url")), "--extra-index-url", index]
-        else:
-            out += ["--index-url", index]
-        if self.host.get("extra_index"):
-            out += ["--extra-index-url", self.host["extra_index"]]
-        # pip ignores plain-http indexes unless told; writing an http:// URL is that choice.
-        trusted = {urlsplit(url).hostname for url in out[1::2] if url.startswith("http://")}
-        for host in sorted(trusted):
-            out += ["--trusted-host", host]
-        return out
+        return pip_sources(self.host, index_for(variant, (self.torch or {}).get("index_url")) if variant else None)
+
+
+def pip_sources(host, first_index=None):
+    """pip's index arguments for this host: its wheelhouse (air-gapped), or `first_index` (the
+    torch variant's) then its package index and extra index."""
+    if host.get("wheelhouse"):
+        return ["--no-index", "--find-links", REMOTE_WHEELHOUSE]
+    index = host.get("package_index") or PYPI
+    out = ["--index-url", first_index, "--extra-index-url", index] if first_index else ["--index-url", index]
+    if host.get("extra_index"):
+        out += ["--extra-index-url", host["extra_index"]]
+    # pip ignores plain-http indexes unless told; writing an http:// URL is that choice.
+    trusted = {urlsplit(url).hostname for url in out[1::2] if url.startswith("http://")}
+    for name in sorted(trusted):
+        out += ["--trusted-host", name]
+    return out
 
 
 def ops(host):

@@ -6,7 +6,7 @@ from pathlib import Path
 from specops import handlers, protocol
 from specops.errors import UsageError
 from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
-from specops.ops import Context, Directory, Facts, File, Op, PlanError, RunningCode, Service, render, unit_file
+from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, render, unit_file
 from specops.services import of_kind, kind_of, venv_of
 from specops.spec import expectations, launch_args, venv_python
 from specops.unitfmt import envfile_line, exec_line, unit_environment
@@ -64,29 +64,6 @@ class Preflight(Op):
             desc=f"preflight {self.svc['name']}: the installed SGLang resolves the new arguments")])
 
 
-class Weights(Op):
-    """The target's and the draft's weights are on the host (their config.json), before the
-    unit is touched: a server started without them only fails minutes later."""
-
-    def __init__(self, svc):
-        self.services = (svc["name"],)
-        spec = svc.get("speculative") or {}
-        self.paths = [("model_path", svc["model_path"])] + (
-            [("speculative.draft_model_path", spec["draft_model_path"])] if spec.get("draft_model_path") else [])
-        self.configs = {key: f"{path.rstrip('/')}/config.json" for key, path in self.paths}
-
-    def wants(self):
-        return protocol.Probe(files=list(self.configs.values()))
-
-    def plan(self, facts: Facts, ctx: Context):
-        for key, path in self.paths:
-            if not facts.file(self.configs[key])["exists"]:
-                raise PlanError(f"service {self.services[0]}: {key} {path} has no config.json on the host; "
-                                f"copy the weights there first (fetching them, a `weights:` source, is not "
-                                f"supported yet)")
-        return self._change(f"weights of {self.services[0]}", "ok")
-
-
 def check(host, services):
     """Plan-time checks, before any connection."""
     names, ports = set(), set()
@@ -115,8 +92,7 @@ def ops(host):
     venv = venv_of(host)
     services = of_kind(host, "sglang")
     check(host, services)
-    out = [Weights(svc) for svc in services]  # first: a missing model stops the role before any change
-    out += [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
+    out = [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
            File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for s in services])]
     for svc in services:
         out += ops_for_service(svc, venv)

@@ -3,7 +3,8 @@
 Layout as the real world has it: /whl/<variant>/ per torch variant (like
 download.pytorch.org/whl/cu128) and /simple/ for everything else (like PyPI).  It holds
 the stand-in CUDA torch wheels, the SGLang simulator, the real CPU torch from
-PIP_FIND_LINKS and the real flash-linear-attention with its dependencies.
+PIP_FIND_LINKS, the real flash-linear-attention with its dependencies, and the real
+huggingface_hub the hosts fetch weights with.
 """
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import time
 from pathlib import Path
 
 from sandbox import fleet, provision, torch_standin
+from specops.layout import HF_PIN
 
 STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
 REAL = ["torch==2.13.0", "flash-linear-attention==0.6.0"]
+HUB = [f"huggingface-hub=={HF_PIN}"]
 PORT = 8631
 
 
@@ -28,21 +31,22 @@ def _project(wheel: Path) -> str:
     return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
 
 
-def real_wheels() -> Path:
-    """The real CPU torch 2.13.0 and flash-linear-attention 0.6.0 with their dependencies, cached."""
-    key = hashlib.sha256(" ".join(REAL).encode()).hexdigest()[:10]
-    path = fleet.CACHE / f"wheels-real-{key}"
+def real_wheels(wanted: list[str] = REAL, name: str = "real") -> Path:
+    """Real wheels with their dependencies, cached: by default the CPU torch 2.13.0 and
+    flash-linear-attention 0.6.0; HUB is what the hosts' weights tool venv installs."""
+    key = hashlib.sha256(" ".join(wanted).encode()).hexdigest()[:10]
+    path = fleet.CACHE / f"wheels-{name}-{key}"
     if (path / ".complete").exists():
         return path
     tmp = Path(str(path) + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    fleet.log(f"downloading {' and '.join(REAL)} with dependencies (cached afterwards)")
+    fleet.log(f"downloading {' and '.join(wanted)} with dependencies (cached afterwards)")
     # torch 2.13.0+cpu comes from the file on disk (PIP_FIND_LINKS); the rest from PyPI.
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                     "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
                     "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-                    "--platform", "any", "-d", str(tmp), *REAL], check=True)
+                    "--platform", "any", "-d", str(tmp), *wanted], check=True)
     (tmp / ".complete").write_text("")
     tmp.rename(path)
     return path
@@ -63,7 +67,10 @@ def build(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     (root / "files").mkdir(parents=True)
     by_index: dict[str, dict[str, list[Path]]] = {}
-    for wheel in sorted(standin_wheels().glob("*.whl")) + sorted(real_wheels().glob("*.whl")):
+    wheels = [*standin_wheels().glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl")]
+    for wheel in sorted(set(wheels), key=lambda w: (w.name, str(w))):
+        if (root / "files" / wheel.name).exists():
+            continue  # the same wheel from two sets
         try:
             os.link(wheel, root / "files" / wheel.name)  # the cache and the index share a disk
         except OSError:

@@ -39,10 +39,10 @@ def _literal(text: str) -> Any:
 
 def _pairs(words: list[str], where: str, literal: bool) -> dict:
     out = {}
-    for word in words:
+    for n, word in enumerate(words, 1):
         key, sep, value = word.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{where}: expected key=value, not {word!r}")
+        if not sep or not key:  # (the word itself is not shown: it may be half of a quoted secret)
+            raise UsageError(f"{where}: word {n} is not key=value (quote values with spaces)")
         out[key] = _literal(value) if literal else value
     return out
 

@@ -1,10 +1,13 @@
 """Becoming root on a host that refuses root logins: sudo, with or without a password.
 
-Without a password: `sudo -n`, which fails at once if one is needed.  With one: `sudo -S`
-reads it from the channel's stdin; the command first says it started (READY on stderr), and
-the controller sends anything else only after that, so sudo never takes our data for a
-second password attempt: one try, then the channel is closed.  On a pty (a gpu-window job
-run with --become) sudo asks on the terminal with echo off, after its PROMPT.  The password
+Without a password: `sudo -n`, which fails at once if one is needed.  With one: `sudo -S -p
+PROMPT`, and the password goes on the channel's stdin only when PROMPT appears (sudo needs none
+when it remembers an earlier one on the same connection, or for NOPASSWD: then nothing is sent,
+so the command can never read it).  The command first says it started (READY), and the
+controller sends anything else only after that, so sudo never takes our data for a second
+attempt: a second PROMPT is a refusal, and the channel is closed.  On a pty (a gpu-window job
+run with --become) sudo asks on the terminal with echo off.  Only what comes before READY is
+sudo's, so only that is read for sudo's refusals.  The password
 never appears in an argv, a log line or a report (it is one of the Redactor's secrets).
 """
 from __future__ import annotations
@@ -15,7 +18,7 @@ import select
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import SpecopsError, UsageError
 
@@ -30,23 +33,21 @@ _password: str | None = None  # asked once per run
 class Become:
     """How a host's commands become root: not at all, sudo -n, or sudo with a password."""
     method: str | None = None        # None: we log in as root
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @property
     def active(self) -> bool:
         return self.method is not None
 
     def wrap(self, command: str, pty: bool = False) -> str:
-        """The command, run as root.  With a password, it announces itself first (on stderr, or
-        on the terminal)."""
+        """The command, run as root; once it runs, it says READY (on stderr, or on the terminal).
+        With a password, sudo asks with PROMPT (on stderr; on a pty, the terminal with echo off)."""
         if not self.active:
             return command
+        announced = shlex.quote(f"echo {READY} >&2; {command}")  # a shell line too, so no exec
         if self.password is None:
-            return f"sudo -n -- sh -c {shlex.quote(command)}"
-        announced = shlex.quote(f"echo {READY} >&2; exec {command}")
-        if pty:
-            return f"sudo -p {PROMPT} -- sh -c {announced}"
-        return f"sudo -S -p '' -- sh -c {announced}"
+            return f"sudo -n -- sh -c {announced}"
+        return f"sudo {'' if pty else '-S '}-p {PROMPT} -- sh -c {announced}"
 
     def stdin_prefix(self) -> bytes:
         return (self.password + "\n").encode() if self.password is not None else b""
@@ -54,34 +55,49 @@ class Become:
 
 def start(transport, command: str, become: Become, host: str, user: str | None,
           pty: bool = False) -> tuple[object, bytes]:
-    """A channel running `command` as root, past sudo's password exchange.  Returns the channel
-    and what the command wrote after it started (on stderr, or on the terminal with a pty)."""
+    """A channel running `command` as root, past sudo.  The password is sent only when sudo asks
+    for it (not when it needs none, or remembers an earlier one), once; a second question is a
+    refusal.  Returns the channel and what the command wrote after READY."""
     chan = transport.open_session()
-    if pty:
-        chan.get_pty(width=200)
-    chan.exec_command(become.wrap(command, pty))
-    if become.password is None:
-        return chan, b""
-    if not pty:
-        chan.sendall(become.stdin_prefix())
-    seen, sent = b"", not pty
+    try:
+        if pty:
+            chan.get_pty(width=200)
+        chan.exec_command(become.wrap(command, pty))
+        if not become.active:
+            return chan, b""
+        return chan, _past_sudo(chan, become, host, user, pty)
+    except BaseException:
+        chan.close()  # a refusal, a timeout or Ctrl-C: nothing more reaches sudo or the command
+        raise
+
+
+def _past_sudo(chan, become: Become, host: str, user: str | None, pty: bool) -> bytes:
+    seen, asked = b"", 0
     deadline = time.monotonic() + ANSWER_WITHIN
     while time.monotonic() < deadline:
         select.select([chan], [], [], 0.2)
         while chan.recv_ready() if pty else chan.recv_stderr_ready():
             seen += chan.recv(1 << 16) if pty else chan.recv_stderr(1 << 16)
-        if not sent and PROMPT.encode() in seen:
+        if READY.encode() in seen:
+            return seen.split(READY.encode(), 1)[1].lstrip(b"\r\n")
+        if PROMPT.encode() in seen:
+            asked += 1
+            if asked > 1 or become.password is None:
+                raise refusal(host, user)
+            seen = seen.replace(PROMPT.encode(), b"", 1)
             chan.sendall(become.stdin_prefix())
-            seen, sent = seen.split(PROMPT.encode(), 1)[1], True
-        if sent and READY.encode() in seen:
-            return chan, seen.split(READY.encode(), 1)[1].lstrip(b"\r\n")
         text = seen.decode(errors="replace")
-        refused = failure(host, user, text, had_password=True)
-        if refused or chan.exit_status_ready():
-            chan.close()  # at once: sudo never reads a second attempt
-            raise refused or SpecopsError(f"{host}: sudo failed: {text.strip()[-200:] or 'no output'}")
-    chan.close()
-    raise SpecopsError(f"{host}: sudo did not answer within {ANSWER_WITHIN} s")
+        refused = failure(host, user, text, had_password=asked > 0)
+        if refused:
+            raise refused
+        if chan.exit_status_ready() and not (chan.recv_ready() or chan.recv_stderr_ready()):
+            raise SpecopsError(f"{host}: sudo failed: {text.strip()[-200:] or 'no output'}")
+    raise SpecopsError(f"{host}: sudo did not say yes or no within {ANSWER_WITHIN} s "
+                       f"(it said: {seen.decode(errors='replace').strip()[-120:] or 'nothing'})")
+
+
+def refusal(host: str, user: str | None) -> SpecopsError:
+    return SpecopsError(f"{host}: sudo refused the become password for {user} (one attempt, no retry)")
 
 
 def ask_password(prompt: str = "BECOME password: ") -> None:
@@ -116,12 +132,12 @@ def failure(host: str, user: str | None, stderr: str, had_password: bool) -> Spe
         return SpecopsError(f"{host}: sudo needs a password for {user} and none was given "
                             f"(use --ask-become-pass or {ENV})")
     if "incorrect password" in text or "sorry, try again" in text:
-        return SpecopsError(f"{host}: sudo refused the become password for {user} (one attempt, no retry)")
+        return refusal(host, user)
     if "not in the sudoers file" in text or "may not run sudo" in text or "not allowed to execute" in text:
         return SpecopsError(f"{host}: {user} may not use sudo there (not in sudoers)")
     if "must have a tty" in text or "requiretty" in text:
         return SpecopsError(f"{host}: sudo there requires a tty (Defaults requiretty); allow {user} "
                             f"without one (Defaults:{user} !requiretty)")
     if had_password and "no password was provided" in text:
-        return SpecopsError(f"{host}: sudo refused the become password for {user} (one attempt, no retry)")
+        return refusal(host, user)
     return None

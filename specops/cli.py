@@ -37,6 +37,7 @@ class Selection:
     quiet: bool = False
     check: bool = False
     diff: bool = False
+    verify_weights: bool = False
 
 
 HELP = {
@@ -46,6 +47,7 @@ HELP = {
     "inventory": f"Inventory directory or hosts file (default: {DEFAULT_INVENTORY})",
     "check": "Probe for real and show what would change, with diffs; change nothing",
     "diff": "Show unified diffs of changed files",
+    "verify-weights": "Hash every weight file against its manifest; fetch again those that differ",
     "json": "Also write the per-host report as JSON to this path",
     "accept-new-host-key": "Trust and record host keys not yet in known_hosts (never a changed key)",
     "ask-become-pass": "Ask once for the sudo password of become hosts (or set SPECOPS_BECOME_PASS)",
@@ -113,7 +115,7 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
         out = Reporter(Redactor(hosts), show_diff=sel.diff or sel.check, verbose=not quiet, stream=stream)
         opts = Options(check=sel.check, diff=sel.diff, accept_new=sel.accept_new_host_key, forks=sel.forks,
                        serial=sel.serial, max_fail=float(sel.max_fail), break_lock=sel.break_lock, task=task,
-                       run_checks=run_checks)
+                       run_checks=run_checks, verify_weights=sel.verify_weights)
         reports = run_hosts(hosts, body, roles, opts, out)
     except SpecopsError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -21,6 +21,9 @@ VENV_CACHE = HOME + "/venvs.json"          # what each venv's interpreter said, 
 # Where a batch writes before it renames: a new directory specops creates beside the target
 # (same filesystem, so the rename is atomic), named with this prefix and a random suffix.
 STAGE_PREFIX = ".specops-stage-"
+WEIGHTS_DIR = HOME + "/weights"            # a manifest per weights directory specops fetched
+TOOLS_DIR = HOME + "/tools"                # venvs of the tools specops runs on the host (hf-<pin>)
+HF_PIN = "2.4.0"                           # the huggingface_hub that fetches weights
 APPLY_JOURNAL = HOME + "/apply.json"       # a batch's progress while it changes things (kept if cut off)
 
 # Services.

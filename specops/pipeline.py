@@ -39,7 +39,7 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
                                     manifest={"services": _names(run), "summary": f"verify failed: {failure}"[:300]}))
     run.applied = []
     run.report.notes.append("rolled back")
-    if res.verify is None:  # the first deploy: nothing of specops's ran before it
+    if res.current is None:  # the first deploy: nothing of specops's ran before it
         raise SpecopsError(f"{failure}; rolled back to the state before this deploy (no earlier release "
                            f"to verify)") from None
     try:

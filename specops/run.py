@@ -40,6 +40,7 @@ class Options:
     break_lock: bool = False
     task: str = "run"
     run_checks: bool = True  # check mode runs the read-only checks (status does not)
+    verify_weights: bool = False  # hash every weight file, not only compare sizes and mtimes
 
 
 class HostRun:
@@ -114,19 +115,22 @@ class HostRun:
         if self.lock_token:
             self.call(protocol.Unlock(token=self.lock_token), last=True)
 
-    def push(self, uploads: list[tuple[str, str]]) -> None:
-        """Send files the batch needs, with progress: name, bytes sent, elapsed time."""
-        for local, remote in uploads:
-            name, t0, last = remote.rsplit("/", 1)[-1], time.monotonic(), [0.0]
+    def push(self, uploads: list[tuple]) -> None:
+        """Send files the batch needs, with progress (bytes, rate, ETA); an upload is (local, remote)
+        or (local, remote, offset) to resume a cut one."""
+        for local, remote, *rest in uploads:
+            name, t0, last, offset = remote.rsplit("/", 1)[-1], time.monotonic(), [0.0], (rest or [0])[0]
 
-            def progress(sent, total, name=name, t0=t0, last=last):
+            def progress(sent, total, name=name, t0=t0, last=last, offset=offset):
                 now = time.monotonic()
                 if now - last[0] >= 2 or sent == total:
                     last[0] = now
-                    self.say(f"push {name}: {sent / 2**20:.1f}/{total / 2**20:.1f} MiB {now - t0:.1f}s")
+                    rate = (sent - offset) / max(now - t0, 1e-3)
+                    self.say(f"push {name}: {sent / 2**20:.1f}/{total / 2**20:.1f} MiB, {rate / 2**20:.1f} MiB/s, "
+                             f"ETA {(total - sent) / rate if rate else 0:.0f}s")
 
             self.report.extra["bytes_pushed"] = (self.report.extra.get("bytes_pushed", 0)
-                                                 + self.connect().push(local, remote, progress))
+                                                 + self.connect().push(local, remote, progress, offset))
 
     def apply(self, actions: list) -> None:
         if not actions:
@@ -161,7 +165,7 @@ class HostRun:
 
     def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
         """Plan every role against the facts and apply: the body of deploy."""
-        ctx = ctx or Context(self.host.name, self.opts.check)
+        ctx = ctx or Context(self.host.name, self.opts.check, verify_weights=self.opts.verify_weights)
         if not ctx.check and ctx.release_dir is None:
             ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
         remaining = [op for _, ops in self.plan for op in ops]

@@ -50,10 +50,22 @@ SPECULATIVE = {
 UNIT_NAME = Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$",
                     "a service name may hold only letters, digits and _ . @ - and starts with a letter or digit")
 
+WEIGHTS = {  # where a service's weights come from (roles/models.py)
+    "source": Req(Enum(("hf", "controller"))),
+    "path": str,                     # controller: the directory on the controller
+    "repo": Pattern(r"^[\w.-]+/[\w.-]+$", "a hub repository is ORG/NAME"),  # hf
+    "revision": str,                 # hf: a commit sha, a tag or a branch; the manifest records the commit
+    "allow_patterns": [str],
+    "endpoint": str,                 # HF_ENDPOINT: a company mirror
+    "token_env": str,                # the env_secret that holds the token (default HF_TOKEN)
+}
+
 SERVICE = {
     "name": Req(UNIT_NAME),
     "kind": Enum(("sglang",)),  # the kind of service (specops/services/)
     "model_path": Req(str),
+    "weights": WEIGHTS,
+    "draft_weights": WEIGHTS,
     "served_model_name": str,
     "port": int,
     "bind": str,

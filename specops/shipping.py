@@ -86,9 +86,9 @@ COMMAND = f"python3 -I -S -c {shlex.quote(LOADER)}"
 
 # A file pushed from the controller, written by root on the host (so a login user with sudo
 # can push too): into a root-owned directory that no one else can write, never through a link,
-# as NAME.part renamed when whole; from OFFSET on when a cut push is resumed.
+# as NAME.part renamed only when it has all TOTAL bytes; from OFFSET on when a cut push is resumed.
 RECEIVER = """import os, stat, sys
-dest, offset = sys.argv[1], int(sys.argv[2])
+dest, total, offset = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 parts = dest.strip("/").split("/")
 fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
 for name in parts[:-1]:
@@ -116,13 +116,14 @@ while True:
     while view:
         view = view[os.write(out, view):]
 os.fsync(out)
+if os.fstat(out).st_size != total:  # cut short: kept as .part, to resume from
+    sys.exit("specops: %s has %d of %d bytes; kept to resume" % (dest, os.fstat(out).st_size, total))
 os.rename(part, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
-print(os.fstat(out).st_size)
 """
 
 
-def receive_command(dest: str, offset: int = 0) -> str:
-    return f"python3 -I -S -c {shlex.quote(RECEIVER)} {shlex.quote(dest)} {offset}"
+def receive_command(dest: str, total: int, offset: int = 0) -> str:
+    return f"python3 -I -S -c {shlex.quote(RECEIVER)} {shlex.quote(dest)} {total} {offset}"
 
 
 @lru_cache(maxsize=1)

@@ -153,7 +153,11 @@ class Remote:
             sender.start()
         else:
             chan.shutdown_write()
-        out, err, pending, kept = [], [early], early if on_stderr else b"", len(early)
+        out, err, pending, kept = [], [early], b"", len(early)
+        if on_stderr and early:
+            *lines, pending = early.split(b"\n")
+            for line in lines:
+                on_stderr(line.decode(errors="replace"))
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             if deadline and time.monotonic() > deadline:
@@ -181,29 +185,31 @@ class Remote:
                 break
         rc = chan.recv_exit_status()
         chan.close()
-        stderr = b"".join(err).decode(errors="replace")
-        refused = self.become.active and rc and become_mod.failure(self.name, self.conn.user, stderr, False)
-        if refused:
-            raise refused
-        return Result(rc, b"".join(out).decode(errors="replace"), stderr)
+        if on_stderr and pending:
+            on_stderr(pending.decode(errors="replace"))
+        return Result(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
 
     @opens
     def push(self, local: str, remote: str, progress: Callable[[int, int], None] | None = None,
              offset: int = 0) -> int:
-        """Upload a file as root (as remote.part, renamed when whole; from `offset` on, to resume
-        a cut push); returns the bytes sent."""
-        chan, _ = self._root(shipping.receive_command(remote, offset))
-        total, sent = os.path.getsize(local), offset
-        with open(local, "rb") as f:
-            f.seek(offset)
-            while block := f.read(1 << 20):
-                chan.sendall(block)
-                sent += len(block)
-                if progress:
-                    progress(sent, total)
-        chan.shutdown_write()
+        """Upload a file as root (as remote.part, renamed only when whole; from `offset` on, to
+        resume a cut push); returns the bytes sent."""
+        total = os.path.getsize(local)
+        chan, early = self._root(shipping.receive_command(remote, total, offset))
+        sent = offset
+        try:
+            with open(local, "rb") as f:
+                f.seek(offset)
+                while block := f.read(1 << 20):
+                    chan.sendall(block)
+                    sent += len(block)
+                    if progress:
+                        progress(sent, total)
+            chan.shutdown_write()
+        except OSError:
+            pass  # the receiver stopped reading: its own words say why, below
         rc = chan.recv_exit_status()
-        err = b""
+        err = early
         while chan.recv_stderr_ready():
             err += chan.recv_stderr(1 << 16)
         chan.close()
@@ -228,6 +234,9 @@ class Remote:
             chan.get_pty(width=200)
             chan.exec_command(job)
         self.interrupted = False
+        *early, pending = pending.replace(b"\r\n", b"\n").split(b"\n")
+        for line in early:
+            on_line(line.decode(errors="replace"))
         while True:
             try:
                 select.select([chan], [], [], 0.2)

@@ -90,11 +90,18 @@ class Sandbox:
         (path / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
 
+    def login_env(self) -> dict:
+        """What a user of a password-sudo host sets: the become password."""
+        if self.login != "ubuntu-sudo-pass":
+            return {}
+        from sandbox import logins
+        return {"SPECOPS_BECOME_PASS": logins.password(self.fleet.site.state)}
+
     def inv(self, *args: str, inventory: Path | None = None, timeout: float = 300,
             env: dict | None = None) -> subprocess.CompletedProcess:
         """Run the real CLI, as a user would."""
         cmd = [sys.executable, "-m", "invoke", *args]
-        full_env = {**os.environ, **(env or {})}
+        full_env = {**os.environ, **self.login_env(), **(env or {})}
         if inventory:
             full_env["SPECOPS_INVENTORY"] = str(inventory)
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -106,7 +113,7 @@ class Sandbox:
         import signal
         proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env={**os.environ, "SPECOPS_INVENTORY": str(inventory)})
+                                env={**os.environ, **self.login_env(), "SPECOPS_INVENTORY": str(inventory)})
         seen = []
         for line in proc.stdout:
             seen.append(line)
@@ -130,11 +137,12 @@ class Sandbox:
         return reports, buf.getvalue()
 
 
-LOGINS = ["root", "ubuntu-sudo"]
+LOGINS = ["root", "ubuntu-sudo", "ubuntu-sudo-pass"]
 
 
 def pytest_generate_tests(metafunc):
-    """A test marked `logins` runs once as root and once logged in as `ubuntu` with sudo."""
+    """A test marked `logins` runs as root, and logged in as `ubuntu` with sudo, without and with a
+    password (SPECOPS_BECOME_PASS, set by Sandbox.inv)."""
     if metafunc.definition.get_closest_marker("logins"):
         metafunc.parametrize("login", LOGINS, indirect=True)
 
@@ -149,7 +157,7 @@ def sandbox(fleet, tmp_path, login):
     box = Sandbox(fleet, tmp_path, login)
     yield box
     for name in box.flavoured:  # later tests log in as root
-        box.reset(name)
+        box.reset(name, flavour="root")
 
 
 def role(name: str, make_ops, reprobe: bool = False):

@@ -17,9 +17,11 @@ def test_the_password_never_reaches_a_command_line():
             line = b.wrap("python3 -I -c 'x'", pty)
             assert secret not in line and line.startswith("sudo ")
     # Never waits for a password; a shell line stays one command.
-    assert become.Become("sudo").wrap("a || { b; }") == "sudo -n -- sh -c 'a || { b; }'"
+    assert become.Become("sudo").wrap("a || { b; }") == \
+        f"sudo -n -- sh -c 'echo {become.READY} >&2; a || {{ b; }}'"
+    assert f"-S -p {become.PROMPT}" in become.Become("sudo", "pw").wrap("cmd")  # sudo asks; then we answer
+    assert "hunter" not in repr(become.Become("sudo", "hunter2"))
     assert become.Become().wrap("cmd") == "cmd"
-    assert "-S" in become.Become("sudo", secret).wrap("cmd")  # the password goes on stdin
     assert become.Become("sudo", secret).stdin_prefix() == (secret + "\n").encode()
 
 

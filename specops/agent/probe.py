@@ -9,7 +9,7 @@ import sys
 import time
 
 from specops import protocol
-from specops.agent import lock, safefs
+from specops.agent import lock, safefs, weights
 from specops.agent.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name
 from specops.agent.venvs import resolve_key, venv_fact
@@ -147,6 +147,8 @@ def probe(req):
             facts.listings[d] = {n: os.lstat(os.path.join(d, n)).st_size for n in os.listdir(d)}
         except OSError:
             facts.listings[d] = {}
+    for dest in req.weights:
+        facts.weights[dest] = weights.fact(dest)
     if req.gpu:
         facts.gpu = gpu_fact(req.units)
     for name, cmd in req.checks.items():

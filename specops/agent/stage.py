@@ -10,7 +10,7 @@ import os
 import time
 
 from specops import protocol
-from specops.agent import safefs, units
+from specops.agent import safefs, units, weights
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, update_state
 from specops.agent.safefs import StageDir, UnsafePath
 from specops.layout import APPLY_JOURNAL, is_bytecode_of
@@ -158,6 +158,8 @@ DO = {
     protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),
     protocol.Preflight: lambda a, allowed: preflight(a),
     protocol.Expect: lambda a, allowed: expect(a),
+    protocol.FetchWeights: weights.fetch,
+    protocol.RecordWeights: weights.record,
 }
 
 

@@ -3,8 +3,10 @@
 A DeepSeek/Kimi-class target loads its weights and captures CUDA graphs for many minutes,
 so a fixed deadline either gives up on a good start or waits far too long for a dead one.
 Progress is what the service shows: new lines in its journal (this run's only, read from a
-cursor), and the memory its cgroup holds growing (weights stream through the page cache
-into the GPUs).  A start is stalled when neither has moved for the stall timeout.  The
+cursor), the memory its cgroup holds growing (cgroup v2), and the memory used on the GPUs
+growing (weights and CUDA graphs land there).  A bar without newlines (tqdm's default, as
+SGLang's graph capture uses) reaches the journal only when it ends: a silent phase longer
+than the stall timeout needs a larger one.  A start is stalled when neither has moved for the stall timeout.  The
 phase shown on the controller comes from the service's own log lines, matched against the
 patterns its kind sends (protocol.ServiceCheck.progress).
 """
@@ -16,6 +18,7 @@ from specops.agent.host import clean
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 JOURNAL_EVERY = 2.0  # seconds between journal reads (each is a journalctl process)
+GPU_EVERY = 10.0     # seconds between asking nvidia-smi (slow on real boxes)
 
 
 class Startup:
@@ -31,6 +34,7 @@ class Startup:
         self.memory = 0
         self.moved = time.monotonic()
         self.read_at = 0.0
+        self.gpu, self.gpu_at = 0, 0.0
 
     def poll(self, control_group):
         """Read what is new; returns True when anything moved."""
@@ -39,14 +43,20 @@ class Startup:
         for line in self._new_lines() if due else []:
             self.lines += 1
             moved = True
-            for rx, label in self.patterns:
-                m = rx.search(line)
-                if m:
-                    self.phase = label.format(*m.groups())
-                    break
+            for update in line.split("\r"):  # a bar's updates joined in one line: the last one counts
+                for rx, label in self.patterns:
+                    m = rx.search(update)
+                    if m:
+                        self.phase = label.format(*m.groups())
+                        break
         memory = _memory(control_group)
         if memory > self.memory:
             moved, self.memory = True, memory
+        if time.monotonic() - self.gpu_at >= GPU_EVERY:
+            self.gpu_at = time.monotonic()
+            used = _gpu_used()
+            if used > self.gpu:
+                moved, self.gpu = True, used
         if moved:
             self.moved = time.monotonic()
         return moved
@@ -69,8 +79,15 @@ class Startup:
             if line.startswith("-- cursor: "):
                 self.cursor = line[len("-- cursor: "):].strip()
             elif line.strip():
-                lines.append(clean(line.replace("\r", " ")).strip())
+                lines.append("\r".join(clean(part).strip() for part in line.split("\r")))
         return lines
+
+
+def _gpu_used():
+    """MiB in use on all GPUs (0 without nvidia-smi): weights and graphs go there, not in the cgroup."""
+    from specops.agent.gpus import gpu_fact
+    gpu = gpu_fact()
+    return sum(g["memory.used"] or 0 for g in gpu.get("gpus", [])) if gpu.get("present") else 0
 
 
 def _memory(control_group):

@@ -33,7 +33,7 @@ class Change:
     notify: list = field(default_factory=list)
     diff: str = ""
     warning: str = ""  # shown even when nothing changes
-    uploads: list = field(default_factory=list)  # (local path, remote path): pushed before the batch
+    uploads: list = field(default_factory=list)  # (local, remote[, offset to resume at]): pushed before the batch
     stale: bool = False  # a restart because the service runs code older than its files
 
     @property
@@ -90,13 +90,14 @@ class Context:
     check: bool
     notified: list = field(default_factory=list)
     release_dir: str | None = None  # where replaced files are backed up (releases)
+    verify_weights: bool = False    # --verify-weights: hash the weights, not only stat them
 
 
 def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
     """One probe for every op: lists unioned in order, mappings merged, flags or'ed."""
     out = protocol.Probe()
     for w in parts:
-        for k in ("files", "units", "venvs", "listdirs"):
+        for k in ("files", "units", "venvs", "listdirs", "weights"):
             getattr(out, k).extend(x for x in getattr(w, k) if x not in getattr(out, k))
         out.content.update(w.content)
         out.checks.update(w.checks)

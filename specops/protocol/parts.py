@@ -206,6 +206,37 @@ class Expect:
     desc: str = ""
 
 
+@action("fetch-weights")
+class FetchWeights:
+    """Make `dest` hold a hub repository's files (`allow_patterns`) at the commit `revision`
+    resolves to, with the real huggingface_hub client in a tool venv (pip with `pip_args`);
+    refused before any byte moves when the disk cannot hold it.  `verify`: hash every file and
+    fetch again those that differ.  `token` goes only into the client's environment (it is
+    never stored: `source` is what the manifest keeps).  Its result: {commit, moved, fetched}."""
+    dest: str
+    repo: str
+    revision: str
+    source: Dict[str, Any]
+    allow_patterns: Optional[List[str]] = None
+    endpoint: Optional[str] = None
+    token: Optional[str] = None
+    token_env: str = "HF_TOKEN"
+    pip_args: List[str] = LIST  # where the tool venv's pip finds huggingface_hub
+    verify: bool = False
+    desc: str = ""
+
+
+@action("record-weights")
+class RecordWeights:
+    """After weights were pushed from the controller into `dest`: check each file's size
+    (`files`: name → size), hash the `pushed` ones, and write the manifest with `source`."""
+    dest: str
+    source: Dict[str, Any]
+    files: Dict[str, int]
+    pushed: List[str] = LIST
+    desc: str = ""
+
+
 CHECK_KINDS = ("preflight",)  # actions that change nothing, so check mode runs them for real
 
 

@@ -19,7 +19,8 @@ class ProbeResult:
     python, version, tag, packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
     uuid, name, driver_version, memory.total, memory.used (None when unknown)}], apps
     [Process], driver, unknown [fields nvidia-smi could not report], error};
-    lock: {acquired, token, holder} when taken, {held, holder} when peeked."""
+    lock: {acquired, token, holder} when taken, {held, holder} when peeked; weights: dest →
+    {manifest (or None), differ [files whose size or mtime moved], free (bytes)}."""
     time: float
     hostname: str
     python: str
@@ -28,6 +29,7 @@ class ProbeResult:
     venvs: Dict[str, Any] = DICT
     listings: Dict[str, Dict[str, int]] = DICT
     checks: Dict[str, int] = DICT
+    weights: Dict[str, Any] = DICT
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None
     interrupted: Optional[Dict[str, Any]] = None  # a batch an earlier run was cut off in: {holder, done, not_done}
@@ -45,6 +47,7 @@ class Probe:
     venvs: List[str] = LIST
     listdirs: List[str] = LIST
     checks: Dict[str, str] = DICT
+    weights: List[str] = LIST
     gpu: bool = False
     allow_shared_dirs: List[str] = LIST
     lock_peek: bool = False
