@@ -7,6 +7,7 @@ huggingface_hub client, HF_ENDPOINT for a company mirror, HF_TOKEN from the serv
 the host keeps a manifest; a re-run compares sizes and mtimes against it and moves nothing.  Without a source, the
 weights must already be there: a one-line error names the path otherwise.
 """
+import hashlib
 import os
 
 from specops import protocol
@@ -40,7 +41,9 @@ class Present(Op):
         return protocol.Probe(files=[self.config])
 
     def plan(self, facts: Facts, ctx: Context):
-        if facts.file(self.config).get("type") != "file":
+        fact = facts.file(self.config)
+        # Only absence is ours to say: a link or an unsafe path is said, precisely, by the roles that read it.
+        if not fact["exists"] or fact.get("type") == "dir":
             source = "weights" if self.setting == "model_path" else "draft_weights"
             raise PlanError(f"service {self.services[0]}: {self.setting} {self.path} has no config.json on the "
                             f"host; copy the weights there, or give the service a `{source}:` source")
@@ -117,9 +120,18 @@ class Pushed(Op):
                          + (f" (resuming after {resumed / 2**20:.1f} MiB)" if resumed else ""),
                          [protocol.RecordWeights(dest=self.path, source=self.source,
                                                  files={n: s for n, (s, _) in self.files.items()}, pushed=send,
+                                                 expect={n: _sha256(os.path.join(self.local, n)) for n in send},
                                                  desc=f"manifest of {self.path}")])
         c.uploads = [(os.path.join(self.local, n), f"{self.path}/{n}", offsets[n]) for n in send]
         return c
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _source_op(host, svc, setting, path, source):

@@ -12,6 +12,8 @@ repositories.  The gate adds exactly what the Hub does there and nothing else:
   - `Range: bytes=N-` on a download answers 206 with the rest (huggingface_hub resumes so);
   - a gated repository without `Authorization: Bearer <token>` answers 401 with
     `X-Error-Code: GatedRepo`, which huggingface_hub turns into GatedRepoError;
+  - `sandbox/escape-listing` lists the target's files plus `../../etc/specops-escape.json`, as a
+    hostile mirror could;
   - tests can cut the next download of a weight file at half (`cut()`), as a lost connection does,
     after which downloads fail until `uncut()` (so the run ends there instead of resuming at once).
 Everything else is passed to olah unchanged.
@@ -33,6 +35,7 @@ OLAH = "olah==0.5.4"
 OLAH_PORT, GATE_PORT = 8632, 8633
 TOKEN = "hf_sandboxGatedToken0123456789"
 GATED = {"sandbox/gated-llama"}
+ESCAPE = "sandbox/escape-listing"  # the gate answers its listing with a name that leaves the directory
 COMMIT_DATE = "2026-01-01T00:00:00+00:00"  # fixed, so every build has the same commit shas
 
 

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from sandbox.hub import GATED, TOKEN
+from sandbox.hub import ESCAPE, GATED, TOKEN
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "server", "date"}
 RESOLVE = re.compile(r"^/(?:api/models/)?([^/]+/[^/]+)/(?:resolve|revision|tree|paths-info)/")
@@ -50,13 +51,20 @@ def main(address: str, port: int, olah_port: int, hub: Path) -> None:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            evil = self.path.startswith(f"/api/models/{ESCAPE}/")
+            if evil:  # a hostile listing: the target's, plus a name that climbs out of the directory
+                self.path = self.path.replace(ESCAPE, "sandbox/tiny-llama", 1)
             conn = http.client.HTTPConnection("127.0.0.1", olah_port, timeout=60)
             # Host kept: olah builds its redirects from it, and they must point back here.
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("range", "accept-encoding")}
             conn.request(self.command, self.path, headers=headers)
             res = conn.getresponse()
             data = res.read() if body else b""
-            size = int(res.getheader("Content-Length") or len(data))
+            if evil and res.status == 200:
+                listing = json.loads(data)
+                listing["siblings"].append({"rfilename": "../../etc/specops-escape.json"})
+                data = json.dumps(listing).encode()
+            size = len(data) if evil else int(res.getheader("Content-Length") or len(data))
             start = _range_start(self.headers.get("Range")) if res.status == 200 and "/resolve/" in self.path else 0
             status = 206 if start else res.status
             self.send_response(status)

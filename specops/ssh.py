@@ -195,24 +195,26 @@ class Remote:
         """Upload a file as root (as remote.part, renamed only when whole; from `offset` on, to
         resume a cut push); returns the bytes sent."""
         total = os.path.getsize(local)
-        chan, early = self._root(shipping.receive_command(remote, total, offset))
-        sent = offset
-        try:
-            with open(local, "rb") as f:
-                f.seek(offset)
+        with open(local, "rb") as f:  # a local error is ours, said before anything starts there
+            f.seek(offset)
+            chan, early = self._root(shipping.receive_command(remote, total, offset))
+            sent, err = offset, early
+            try:
                 while block := f.read(1 << 20):
-                    chan.sendall(block)
+                    try:
+                        chan.sendall(block)
+                    except OSError:
+                        break  # the receiver stopped reading: its own words say why, below
                     sent += len(block)
                     if progress:
                         progress(sent, total)
-            chan.shutdown_write()
-        except OSError:
-            pass  # the receiver stopped reading: its own words say why, below
-        rc = chan.recv_exit_status()
-        err = early
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(1 << 16)
-        chan.close()
+                else:
+                    chan.shutdown_write()
+                rc = chan.recv_exit_status()
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+            finally:
+                chan.close()
         if rc != 0:
             raise SpecopsError(f"{self.name}: push of {remote} failed: "
                                f"{err.decode(errors='replace').strip()[-300:] or f'exit {rc}'}")

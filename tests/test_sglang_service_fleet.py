@@ -65,12 +65,18 @@ def test_verify_waits_for_slow_startup(sandbox):
 
 def test_server_exit_fails_verify_fast_with_journal(sandbox):
     h = sandbox.reset("t4")
-    res, report = deploy(sandbox, "t4", [sandbox_service(model_path="/models/missing")])
+    # The model is there but its config.json is not JSON: the server dies reading it (a missing
+    # model is refused before the unit is touched, see test_missing_weights_...).
+    h.run("mkdir", "-p", "/models/broken")
+    h.path("/models/broken/config.json").write_text("{not json")
+    svc = sandbox_service(model_path="/models/broken")
+    svc.pop("speculative")  # no draft: nothing of specops's reads the target's config
+    res, report = deploy(sandbox, "t4", [svc])
     finished = time.time()
     assert res.returncode == 1
     (v,) = report["hosts"]["t4"]["verify"]
     assert "the server exited" in v["failures"][0]
-    assert "does not appear to have a file named config.json" in v["journal"]
+    assert "JSONDecodeError" in v["journal"]
     assert "journal tail:" in res.stdout
     exits = h.run("journalctl", "-u", "sglang", "-o", "short-unix", "--no-pager").stdout
     first_exit = float(next(l for l in exits.splitlines() if "Main process exited" in l).split()[0])

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -126,7 +127,7 @@ def test_one_changed_byte_is_found_only_by_verify_weights_and_only_that_file_mov
 def test_a_filesystem_too_small_is_refused_before_any_byte_moves(sandbox, hub):
     h = sandbox.reset("t4")
     h.run("mkdir", "-p", TARGET)
-    h.run("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", TARGET)
+    h.run("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", TARGET)
     served = hub.served()
     res, rep = run(sandbox, "t4", hub_service(hub))
     assert res.returncode == 1
@@ -142,13 +143,24 @@ def test_a_gated_repo_needs_the_token_which_appears_nowhere(sandbox, hub):
     assert res.returncode == 1
     assert "sandbox/gated-llama is gated: set the service's env_secret HF_TOKEN" in rep["error"], rep["error"]
     svc = hub_service(hub, repo="sandbox/gated-llama", env_secret={"HF_TOKEN": hub_mod.TOKEN})
-    res, rep = run(sandbox, "t5", svc)
+    seen = []
+    with ThreadPoolExecutor(1) as pool:  # the host's process list, while the fetch runs
+        done = pool.submit(run, sandbox, "t5", svc)
+        while not done.done():
+            seen.append(h.run("ps", "-eww", "-o", "args", check=False).stdout)
+            time.sleep(0.2)
+        res, rep = done.result()
     assert res.returncode == 0, res.stdout[-3000:]
-    texts = [res.stdout, res.stderr, json.dumps(rep),
+    assert any("huggingface" in s or "hf-" in s for s in seen)  # the client was seen running
+    # Only the service's 0600 env file holds it (as every env_secret): not the output, the report
+    # (both redacted anyway), the journal, specops's own files, the unit or any argv.
+    texts = [res.stdout, res.stderr, json.dumps(rep), *seen,
              h.run("sh", "-c", "journalctl --no-pager -o cat; cat /var/lib/specops/weights/*.json "
-                               "/var/lib/specops/releases/*/manifest.json /etc/systemd/system/sglang.service; "
-                               "ps -eww -o args").stdout]
+                               "/var/lib/specops/releases/*/manifest.json /var/lib/specops/*.json "
+                               "/etc/systemd/system/sglang.service").stdout]
     assert not [t for t in texts if hub_mod.TOKEN in t]
+    assert hub_mod.TOKEN in h.run("cat", "/etc/specops/sglang.env").stdout
+    assert h.run("stat", "-c", "%a", "/etc/specops/sglang.env").stdout.strip() == "600"
 
 
 def test_weights_pushed_from_the_controller_resume_and_then_move_nothing(sandbox, tmp_path):
@@ -172,3 +184,22 @@ def test_weights_pushed_from_the_controller_resume_and_then_move_nothing(sandbox
     assert host_sha256(h, "/models/ctl-llama", files) == {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}
     res, rep = run(sandbox, "t4", svc)
     assert res.returncode == 0 and rep["changed"] == 0 and rep["bytes_pushed"] == 0, res.stdout[-3000:]
+
+
+def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbox, hub):
+    """A hostile listing (`../../etc/...`) is refused before any byte moves; a weights directory
+    owned by a user is refused, and keeps its owner and mode."""
+    h = sandbox.reset("t5")
+    served = hub.served()
+    res, rep = run(sandbox, "t5", hub_service(hub, repo=hub_mod.ESCAPE))
+    assert res.returncode == 1
+    assert "refusing the file name '../../etc/specops-escape.json' from the source" in rep["error"], rep["error"]
+    assert hub.served() == served and not h.path("/etc/specops-escape.json").exists()
+    h.run("mkdir", "-p", TARGET)
+    h.run("chown", "nobody:nogroup", TARGET)
+    h.run("chmod", "0700", TARGET)
+    res, rep = run(sandbox, "t5", hub_service(hub))
+    assert res.returncode == 1
+    assert f"{TARGET} is owned by uid 65534, mode 700; specops puts weights only in a directory" in rep["error"], \
+        rep["error"]
+    assert h.run("stat", "-c", "%U %a", TARGET).stdout.strip() == "nobody 700"

@@ -96,12 +96,12 @@ def run_streamed(argv_or_cmd, desc, env=None):
         raise ActionError("%s failed (exit %d): %s" % (desc, rc, clean(" | ".join(why))[-1500:]))
 
 
-def run_owned(argv, input=None):
+def run_owned(argv, input=None, env=None):
     """(exit status, stdout, stderr) of a command that stops with us: in its own session, killed
-    with its children if we are interrupted (validators, the preflight can run for long)."""
+    with its children if we are interrupted (validators, the preflight, a download can run for long)."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     _children.append(proc)
     try:
         out, err = proc.communicate(input)

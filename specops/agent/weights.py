@@ -8,75 +8,23 @@ terabyte moves and hashes nothing; a fetch with `verify` hashes everything and f
 the files that differ.  A change made behind the manifest's back without touching size or mtime
 goes unnoticed until then: that is the price of not hashing 1 TB on every run.
 
-The hub is spoken to by the real huggingface_hub client, in a tool venv of its own (HF_PIN), which
-honours HF_ENDPOINT; its transfer writes into NAME.part files, so a run cut mid-file resumes there
-(the client's own snapshot_download deletes its partial files when it fails).  The token comes with
-the action and goes only into that client's environment.
+The hub is asked through agent/hub.py; a run cut mid-file resumes from its NAME.part.  Weights go
+only into a directory root owns and no one else can write, and a file name from a listing that
+would leave it is refused.
 """
 import hashlib
 import json
 import os
-import subprocess
+import stat
 import time
 
 from specops.agent import safefs
-from specops.agent.host import ActionError, clean, run_streamed, say, sha256_file
-from specops.layout import HF_PIN, TOOLS_DIR, WEIGHTS_DIR
+from specops.agent.hub import ask, tool_python
+from specops.agent.host import ActionError, say, sha256_file
+from specops.layout import WEIGHTS_DIR
 
 MARGIN = 0.02          # free space kept beyond what the fetch needs, as a fraction of it ...
 MARGIN_MIN = 64 << 20  # ... and at least this many bytes
-HF_SCRIPT = r"""
-import fnmatch, json, os, sys
-from concurrent.futures import ThreadPoolExecutor
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
-from huggingface_hub import constants
-from huggingface_hub.file_download import http_get
-from huggingface_hub.utils import build_hf_headers
-constants.DOWNLOAD_CHUNK_SIZE = 1 << 20  # what a cut loses at most (the client's default: 10 MiB)
-from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-spec = json.load(sys.stdin)
-api = HfApi()
-try:
-    if sys.argv[1] == "info":
-        info = api.model_info(spec["repo"], revision=spec["revision"], files_metadata=True)
-        pats = spec.get("allow_patterns") or ["*"]
-        files = []
-        for s in info.siblings:
-            if not any(fnmatch.fnmatch(s.rfilename, p) for p in pats):
-                continue
-            size, sha = s.size, s.lfs.sha256 if s.lfs else None
-            if size is None:  # a hub (or mirror) that lists no sizes: ask each file's headers
-                meta = get_hf_file_metadata(hf_hub_url(spec["repo"], s.rfilename, revision=info.sha))
-                size = meta.size
-                # an LFS file's etag is its sha256 (a plain git file's is a 40-digit git hash)
-                sha = sha or (meta.etag if meta.etag and len(meta.etag) == 64 else None)
-            files.append({"name": s.rfilename, "size": size, "sha256": sha})
-        print(json.dumps({"commit": info.sha, "files": files}))
-    else:
-        # huggingface_hub's own transfer (http_get: its headers, retries, Range within a run), into
-        # NAME.part files that outlive the run: the client deletes its partial files on failure,
-        # so a cut run could not resume from them.
-        def one(f):
-            path = os.path.join(spec["dest"], f["name"])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path + ".part", "ab") as out:
-                have = out.tell()
-                if have > f["size"]:
-                    out.truncate(0)
-                    have = 0
-                if have < f["size"]:
-                    http_get(hf_hub_url(spec["repo"], f["name"], revision=spec["commit"]), out, resume_size=have,
-                             headers=build_hf_headers(), expected_size=f["size"])
-            os.replace(path + ".part", path)
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(one, spec["files"]))
-except GatedRepoError:
-    sys.exit("gated")
-except RepositoryNotFoundError:
-    sys.exit("no such repository")
-except RevisionNotFoundError:
-    sys.exit("no such revision")
-"""
 
 
 def manifest_path(dest):
@@ -102,12 +50,12 @@ def fact(dest):
                 differ.append(name)
         except OSError:
             differ.append(name)
-    partial = {}  # a cut push's NAME.part files: where to resume
-    for root, _, files in os.walk(dest) if os.path.isdir(dest) else ():
+    partial = {}  # a cut transfer's NAME.part files: where to resume
+    walk = os.walk(dest) if os.path.isdir(dest) and not os.path.islink(dest) else ()
+    for root, _, files in walk:
         for f in files:
             if f.endswith(".part"):
-                rel = os.path.relpath(os.path.join(root, f), dest)[:-len(".part")]
-                partial[rel] = os.lstat(os.path.join(root, f)).st_size
+                partial[os.path.relpath(os.path.join(root, f), dest)[:-len(".part")]] = _size(os.path.join(root, f))
     return {"manifest": m, "differ": differ, "free": _free(dest), "partial": partial}
 
 
@@ -131,49 +79,6 @@ def _write_manifest(dest, manifest):
     os.rename(tmp, path)
 
 
-def _tool_python(req):
-    """The pinned huggingface_hub in a venv of its own, made once."""
-    venv = os.path.join(TOOLS_DIR, "hf-" + HF_PIN)
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(os.path.join(venv, ".complete")):
-        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0)
-        run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
-        run_streamed([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *req.pip_args,
-                      "huggingface_hub==" + HF_PIN], "install huggingface_hub " + HF_PIN)
-        open(os.path.join(venv, ".complete"), "w").close()
-    return python
-
-
-def _hub(python, req, mode, spec):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
-    if req.endpoint:
-        env["HF_ENDPOINT"] = req.endpoint
-    if req.token:
-        env["HF_TOKEN"] = req.token
-    return subprocess.Popen([python, "-I", "-c", HF_SCRIPT, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, universal_newlines=True), json.dumps(spec)
-
-
-def _ask(python, req, mode, spec, progress=None):
-    proc, data = _hub(python, req, mode, spec)
-    proc.stdin.write(data)
-    proc.stdin.close()
-    while proc.poll() is None:
-        if progress:
-            progress()
-        time.sleep(1)
-    out, err = proc.stdout.read(), proc.stderr.read()
-    if proc.returncode != 0:
-        last = clean(err.strip().splitlines()[-1] if err.strip() else "exit %d" % proc.returncode)
-        where = "%s@%s" % (req.repo, req.revision)
-        if last == "gated":
-            raise ActionError("%s is gated: %s" % (req.repo, "the token was refused" if req.token else
-                              "set the service's env_secret %s to a token with access" % req.token_env))
-        raise ActionError("hub %s: %s" % (where, last))
-    return out
-
-
 def _size(path):
     try:
         return os.lstat(path).st_size
@@ -182,64 +87,106 @@ def _size(path):
 
 
 def _on_disk(dest):
-    """Bytes under dest, the client's partial downloads included."""
+    """Bytes under dest, the partial downloads included."""
     total = 0
     for root, dirs, files in os.walk(dest):
         for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
+            total += _size(os.path.join(root, f))
     return total
+
+
+def _safe_name(name):
+    """A file name from a listing, refused unless it stays inside the directory."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+        raise ActionError("refusing the file name %r from the source: it would leave the weights directory" % name)
+    return name
+
+
+def _regular(path):
+    """lstat of a regular file (hashed only then: never a link, a FIFO or a device), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _own_dir(dest, allowed):
+    """The weights go only into a directory root owns and no one else can write (made if missing):
+    nothing can be planted in it while root writes there."""
+    if not os.path.lexists(dest):
+        safefs.make_dir(dest, 0o755, 0, 0, allowed=allowed)
+    st = os.lstat(dest)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise ActionError("%s is %s; specops puts weights only in a directory that root owns and only root "
+                          "can write (move it away to have it made)" % (dest, "not a directory" if not
+                          stat.S_ISDIR(st.st_mode) else "owned by uid %d, mode %o" % (st.st_uid, st.st_mode & 0o777)))
 
 
 def record(req, allowed):
     """Answer a protocol.RecordWeights: after a push from the controller, the manifest of `dest`
-    (the pushed files hashed now, the others' hashes kept)."""
+    (the pushed files hashed now and compared with the controller's, the others' hashes kept)."""
     old = (read_manifest(req.dest) or {}).get("files") or {}
     files = {}
     for name, size in sorted(req.files.items()):
-        path = os.path.join(req.dest, name)
-        st = os.lstat(path)
-        if st.st_size != size:
-            raise ActionError("%s: %d bytes, the controller's copy has %d" % (path, st.st_size, size))
+        path = os.path.join(req.dest, _safe_name(name))
+        st = _regular(path)
+        if st is None or st.st_size != size:
+            raise ActionError("%s: not the %d bytes of the controller's copy" % (path, size))
         known = old.get(name) or {}
         same = known.get("size") == st.st_size and known.get("mtime_ns") == st.st_mtime_ns and name not in req.pushed
-        files[name] = {"size": size, "mtime_ns": st.st_mtime_ns, "sha256": known["sha256"] if same else sha256_file(path)}
+        digest = known["sha256"] if same else sha256_file(path)
+        if name in req.expect and digest != req.expect[name]:
+            os.unlink(path)  # a stale .part resumed into it: gone, so the next run sends it whole
+            raise ActionError("%s differs from the controller's copy (sha256 %s, not %s); removed, run again"
+                              % (path, digest[:12], req.expect[name][:12]))
+        files[name] = {"size": size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     _write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": None, "files": files,
                                "fetched": time.time()})
     return {"files": len(files), "hashed": len(req.pushed)}
 
 
+def _stale(f, path, known, verify, moved_on):
+    """Whether a file on the host must be fetched again: gone or the wrong size; a new commit
+    (a file the hub gives no sha256 for); or, when it differs from the manifest or with verify,
+    a hash that is not the hub's (or the manifest's)."""
+    st = _regular(path)
+    if st is None or st.st_size != f["size"]:
+        return True
+    if moved_on and not f["sha256"]:
+        return True
+    unchanged = known and known["size"] == st.st_size and known["mtime_ns"] == st.st_mtime_ns
+    want = f["sha256"] or (known or {}).get("sha256")
+    if unchanged and not verify and (not f["sha256"] or known.get("sha256") == f["sha256"]):
+        return False
+    return not want or sha256_file(path) != want
+
+
 def fetch(req, allowed):
     """Answer a protocol.FetchWeights: the files the source lists, at the commit it resolves to."""
-    safefs.make_dir(req.dest, 0o755, 0, 0, allowed=allowed)
-    python = _tool_python(req)
-    info = json.loads(_ask(python, req, "info", {"repo": req.repo, "revision": req.revision,
+    _own_dir(req.dest, allowed)
+    python = tool_python(req)
+    info = json.loads(ask(python, req, "info", {"repo": req.repo, "revision": req.revision,
                                                   "allow_patterns": req.allow_patterns}))
-    old = (read_manifest(req.dest) or {}).get("files") or {}
-    missing = []
+    manifest = read_manifest(req.dest) or {}
+    old, moved_on = manifest.get("files") or {}, manifest.get("commit") not in (None, info["commit"])
     for f in info["files"]:
-        path = os.path.join(req.dest, f["name"])
-        try:
-            st = os.lstat(path)
-        except OSError:
-            missing.append(f)
-            continue
-        known = old.get(f["name"])
-        same = st.st_size == f["size"] and known and known["size"] == st.st_size and known["mtime_ns"] == st.st_mtime_ns
-        if req.verify or not same:
-            want = f["sha256"] or (known or {}).get("sha256")
-            if st.st_size != f["size"] or not want or sha256_file(path) != want:
-                say("  %s differs: fetched again" % f["name"])
-                os.unlink(path)
-                missing.append(f)
-    need = sum((f["size"] or 0) - _size(os.path.join(req.dest, f["name"] + ".part")) for f in missing)
+        _safe_name(f["name"])
+        if f["size"] is None:
+            raise ActionError("the hub gives no size for %s: cannot check the disk or the download" % f["name"])
+    stale = [f for f in info["files"] if _stale(f, os.path.join(req.dest, f["name"]), old.get(f["name"]),
+                                                 req.verify, moved_on)]
+    need = sum(f["size"] - _size(os.path.join(req.dest, f["name"] + ".part")) for f in stale)
     free = _free(req.dest)
-    if need and free < need + max(MARGIN * need, MARGIN_MIN):
+    if need and free < need + max(MARGIN * need, MARGIN_MIN):  # before any byte moves or is removed
         raise ActionError("not enough disk for %s@%s in %s: need %.1f MiB (+%.0f MiB margin), %.1f MiB free"
                           % (req.repo, req.revision, req.dest, need / 2**20, max(MARGIN * need, MARGIN_MIN) / 2**20,
                              free / 2**20))
+    for f in stale:
+        if os.path.lexists(os.path.join(req.dest, f["name"])):
+            say("  %s differs: fetched again" % f["name"])
+            os.unlink(os.path.join(req.dest, f["name"]))
     before, t0, last = _on_disk(req.dest), time.time(), [0.0]
 
     def progress():
@@ -251,23 +198,22 @@ def fetch(req, allowed):
             eta = (need - got) / rate if rate > 0 else 0
             say("  weights %s: %.1f/%.1f MiB, %.1f MiB/s, ETA %.0fs" % (req.repo, got / 2**20, need / 2**20,
                                                                        rate / 2**20, max(eta, 0)))
-    if missing:
-        _ask(python, req, "download", {"repo": req.repo, "commit": info["commit"], "dest": req.dest,
-                                       "files": missing}, progress)
+    if stale:
+        ask(python, req, "download", {"repo": req.repo, "commit": info["commit"], "dest": req.dest,
+                                       "files": stale}, progress)
     moved = max(_on_disk(req.dest) - before, 0)
     files = {}
     for f in info["files"]:
         path = os.path.join(req.dest, f["name"])
-        st = os.lstat(path)
-        fetched = f in missing
-        digest = sha256_file(path) if fetched or not (old.get(f["name"]) or {}).get("sha256") else old[f["name"]]["sha256"]
+        st = _regular(path)
+        known = old.get(f["name"]) or {}
+        keep = f not in stale and known.get("sha256") and (not f["sha256"] or known["sha256"] == f["sha256"])
+        digest = known["sha256"] if keep else sha256_file(path)
         if f["sha256"] and digest != f["sha256"]:
             raise ActionError("%s: sha256 %s, the hub says %s" % (path, digest[:12], f["sha256"][:12]))
         files[f["name"]] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    manifest = {"dest": req.dest, "source": req.source, "commit": info["commit"], "files": files,
-                "fetched": time.time()}
-    _write_manifest(req.dest, manifest)
+    _write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": info["commit"], "files": files,
+                               "fetched": time.time()})
     say("  weights %s@%s (%s): %d file(s), %.1f MiB moved" % (req.repo, req.revision, info["commit"][:12],
                                                              len(files), moved / 2**20))
-    return {"commit": info["commit"], "moved": moved, "fetched": [f["name"] for f in missing]}
-
+    return {"commit": info["commit"], "moved": moved, "fetched": [f["name"] for f in stale]}

@@ -211,8 +211,9 @@ class FetchWeights:
     """Make `dest` hold a hub repository's files (`allow_patterns`) at the commit `revision`
     resolves to, with the real huggingface_hub client in a tool venv (pip with `pip_args`);
     refused before any byte moves when the disk cannot hold it.  `verify`: hash every file and
-    fetch again those that differ.  `token` goes only into the client's environment (it is
-    never stored: `source` is what the manifest keeps).  Its result: {commit, moved, fetched}."""
+    fetch again those that differ.  `token` (the service's env_secret, also in its 0600 env file)
+    goes into the client's environment only, never into a file of specops's or an argv: `source`
+    is what the manifest keeps.  Its result: {commit, moved, fetched}."""
     dest: str
     repo: str
     revision: str
@@ -229,11 +230,12 @@ class FetchWeights:
 @action("record-weights")
 class RecordWeights:
     """After weights were pushed from the controller into `dest`: check each file's size
-    (`files`: name → size), hash the `pushed` ones, and write the manifest with `source`."""
+    (`files`: name → size), hash the `pushed` ones against `expect`, and write the manifest."""
     dest: str
     source: Dict[str, Any]
     files: Dict[str, int]
     pushed: List[str] = LIST
+    expect: Dict[str, str] = DICT  # pushed file → the sha256 of the controller's copy
     desc: str = ""
 
 

@@ -1,0 +1,119 @@
+"""A Hugging Face hub, asked through the real huggingface_hub client (HF_PIN) in a tool venv of
+its own: what a revision holds (its commit, each file's size and LFS sha256), and the transfer
+of files into NAME.part files beside their place.
+
+The client's own snapshot_download deletes its partial files when it fails, so a cut run could
+not resume from them: the transfer is its http_get (its headers, its retries with Range within
+a run) writing into .part files that outlive the run.  The token, when there is one, is put in
+the client's environment only; no stored token of root's is used (HF_HOME is the venv's own).
+"""
+import json
+import os
+import threading
+
+from specops.agent import safefs
+from specops.agent.host import ActionError, clean, run_owned, run_streamed
+from specops.layout import HF_PIN, TOOLS_DIR
+
+HF_SCRIPT = r"""
+import fnmatch, json, os, sys
+from concurrent.futures import ThreadPoolExecutor
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import constants
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils import build_hf_headers
+constants.DOWNLOAD_CHUNK_SIZE = 1 << 20  # what a cut loses at most (the client's default: 10 MiB)
+from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+spec = json.load(sys.stdin)
+api = HfApi()
+try:
+    if sys.argv[1] == "info":
+        info = api.model_info(spec["repo"], revision=spec["revision"], files_metadata=True)
+        pats = spec.get("allow_patterns") or ["*"]
+        files = []
+        for s in info.siblings:  # all names first: nothing is asked of a listing that lies
+            if s.rfilename.startswith("/") or {"", ".", ".."} & set(s.rfilename.split("/")):
+                sys.exit("refusing the file name %r from the source: it would leave the weights directory"
+                         % s.rfilename)
+        for s in info.siblings:
+            if not any(fnmatch.fnmatch(s.rfilename, p) for p in pats):
+                continue
+            size, sha = s.size, s.lfs.sha256 if s.lfs else None
+            if size is None:  # a hub (or mirror) that lists no sizes: ask each file's headers
+                meta = get_hf_file_metadata(hf_hub_url(spec["repo"], s.rfilename, revision=info.sha))
+                size = meta.size
+                # an LFS file's etag is its sha256 (a plain git file's is a 40-digit git hash)
+                sha = sha or (meta.etag if meta.etag and len(meta.etag) == 64 else None)
+            files.append({"name": s.rfilename, "size": size, "sha256": sha})
+        print(json.dumps({"commit": info.sha, "files": files}))
+    else:
+        # huggingface_hub's own transfer (http_get: its headers, retries, Range within a run), into
+        # NAME.part files that outlive the run: the client deletes its partial files on failure,
+        # so a cut run could not resume from them.
+        def one(f):
+            path = os.path.join(spec["dest"], f["name"])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".part", "ab") as out:
+                have = out.tell()
+                if have > f["size"]:
+                    out.truncate(0)
+                    have = 0
+                if have < f["size"]:
+                    http_get(hf_hub_url(spec["repo"], f["name"], revision=spec["commit"]), out, resume_size=have,
+                             headers=build_hf_headers(), expected_size=f["size"])
+            os.replace(path + ".part", path)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(one, spec["files"]))
+except GatedRepoError:
+    sys.exit("gated")
+except RepositoryNotFoundError:
+    sys.exit("no such repository")
+except RevisionNotFoundError:
+    sys.exit("no such revision")
+"""
+
+
+def tool_python(req):
+    """The pinned huggingface_hub in a venv of its own, made once."""
+    venv = os.path.join(TOOLS_DIR, "hf-" + HF_PIN)
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(os.path.join(venv, ".complete")):
+        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0)
+        run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
+        run_streamed([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *req.pip_args,
+                      "huggingface_hub==" + HF_PIN], "install huggingface_hub " + HF_PIN)
+        open(os.path.join(venv, ".complete"), "w").close()
+    return python
+
+
+def ask(python, req, mode, spec, progress=None):
+    """Run the hub script (stopped with us if we are interrupted); poll `progress` meanwhile."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    # No token but the one given: not root's stored one (HF_HOME is the tool venv's own).
+    env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               HF_HOME=os.path.join(os.path.dirname(os.path.dirname(python)), "hf-home"))
+    if req.endpoint:
+        env["HF_ENDPOINT"] = req.endpoint
+    if req.token:
+        env["HF_TOKEN"] = req.token
+    box = {}
+
+    def call():
+        try:
+            box["res"] = run_owned([python, "-I", "-c", HF_SCRIPT, mode], json.dumps(spec), env)
+        except Exception as e:  # noqa: BLE001 (said below)
+            box["res"] = (1, "", str(e))
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if progress:
+            progress()
+        worker.join(1)
+    rc, out, err = box["res"]
+    if rc != 0:
+        last = clean(err.strip().splitlines()[-1] if err.strip() else "exit %d" % rc)
+        if last == "gated":
+            raise ActionError("%s is gated: %s" % (req.repo, "the token was refused" if req.token else
+                              "set the service's env_secret %s to a token with access" % req.token_env))
+        raise ActionError("hub %s@%s: %s" % (req.repo, req.revision, last))
+    return out
