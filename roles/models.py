@@ -105,11 +105,15 @@ class Pushed(Op):
         have = facts.data["weights"][self.path]
         held = ((have["manifest"] or {}).get("files") or {})
         label = f"weights {self.local} (controller) in {self.path}"
-        send = [n for n, (size, _) in self.files.items()
-                if n in have["differ"] or (held.get(n) or {}).get("size") != size
-                or ((have["manifest"] or {}).get("source") or {}).get("files", {}).get(n) != self.files[n]]
-        if not send and (have["manifest"] or {}).get("source") == self.source:
+        changed = [n for n, (size, _) in self.files.items()
+                   if n in have["differ"] or (held.get(n) or {}).get("size") != size
+                   or ((have["manifest"] or {}).get("source") or {}).get("files", {}).get(n) != self.files[n]]
+        if not changed and (have["manifest"] or {}).get("source") == self.source:
             return self._change(label, "ok")
+        # A file already whole on the host (a cut push had finished it) is not sent again: the
+        # host hashes it against the controller's copy, and a difference fails the run and removes it.
+        adopted = [n for n in changed if n not in held and have["present"].get(n) == self.files[n][0]]
+        send = [n for n in changed if n not in adopted]
         offsets = {n: have["partial"].get(n, 0) if have["partial"].get(n, 0) < self.files[n][0] else 0 for n in send}
         need = sum(self.files[n][0] - offsets[n] for n in send)
         if need + MARGIN_MIN > have["free"]:
@@ -117,10 +121,13 @@ class Pushed(Op):
                             f"(+{MARGIN_MIN >> 20} MiB margin), {have['free'] / 2**20:.1f} MiB free")
         resumed = sum(offsets.values())
         c = self._change(label, f"push {len(send)} file(s), {need / 2**20:.1f} MiB"
-                         + (f" (resuming after {resumed / 2**20:.1f} MiB)" if resumed else ""),
+                         + (f" (resuming after {resumed / 2**20:.1f} MiB)" if resumed else "")
+                         + (f"; {len(adopted)} already there, to be checked" if adopted else ""),
                          [protocol.RecordWeights(dest=self.path, source=self.source,
-                                                 files={n: s for n, (s, _) in self.files.items()}, pushed=send,
-                                                 expect={n: _sha256(os.path.join(self.local, n)) for n in send},
+                                                 files={n: s for n, (s, _) in self.files.items()},
+                                                 pushed=send + adopted,
+                                                 expect={n: _sha256(os.path.join(self.local, n))
+                                                         for n in send + adopted},
                                                  desc=f"manifest of {self.path}")])
         c.uploads = [(os.path.join(self.local, n), f"{self.path}/{n}", offsets[n]) for n in send]
         return c

@@ -175,15 +175,33 @@ def test_weights_pushed_from_the_controller_resume_and_then_move_nothing(sandbox
     big = "model-00001-of-00002.safetensors"
     h.run("mkdir", "-p", "/models/ctl-llama")
     h.path(f"/models/ctl-llama/{big}.part").write_bytes(files[big][:len(files[big]) // 2])
+    h.path("/models/ctl-llama/config.json").write_bytes(files["config.json"])  # one the cut push had finished
     svc = sandbox_service(model_path="/models/ctl-llama", weights={"source": "controller", "path": str(local)})
     res, rep = run(sandbox, "t4", svc)
     assert res.returncode == 0, res.stdout[-3000:]
     total = sum(len(d) for d in files.values())
-    assert rep["bytes_pushed"] == total - len(files[big]) // 2  # the cut file from where it stopped
+    # The cut file from where it stopped; the finished one not again (checked by its sha256 instead).
+    assert rep["bytes_pushed"] == total - len(files[big]) // 2 - len(files["config.json"])
+    assert "1 already there, to be checked" in res.stdout
     assert "resuming after 2.0 MiB" in res.stdout and "MiB/s, ETA" in res.stdout
     assert host_sha256(h, "/models/ctl-llama", files) == {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}
     res, rep = run(sandbox, "t4", svc)
     assert res.returncode == 0 and rep["changed"] == 0 and rep["bytes_pushed"] == 0, res.stdout[-3000:]
+
+    # A same-size file with other bytes, left where a finished one would be: found, removed, and
+    # the next run sends it.
+    shard = "model-00002-of-00002.safetensors"
+    h.run("rm", "-f", f"/var/lib/specops/weights/{os.path.basename(manifest_of(h, '/models/ctl-llama'))}")
+    h.path(f"/models/ctl-llama/{shard}").write_bytes(bytes(len(files[shard])))
+    res, rep = run(sandbox, "t4", svc)
+    assert res.returncode == 1 and f"/models/ctl-llama/{shard} differs from the controller's copy" in rep["error"]
+    res, rep = run(sandbox, "t4", svc)
+    assert res.returncode == 0 and rep["bytes_pushed"] == len(files[shard]), res.stdout[-3000:]
+    assert host_sha256(h, "/models/ctl-llama", files) == {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}
+
+
+def manifest_of(h, dest):
+    return h.run("sh", "-c", f"grep -l '\"dest\": \"{dest}\"' /var/lib/specops/weights/*.json").stdout.strip()
 
 
 def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbox, hub):

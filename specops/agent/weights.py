@@ -50,13 +50,16 @@ def fact(dest):
                 differ.append(name)
         except OSError:
             differ.append(name)
-    partial = {}  # a cut transfer's NAME.part files: where to resume
+    partial, present = {}, {}  # a cut transfer's NAME.part files (where to resume), and the whole ones
     walk = os.walk(dest) if os.path.isdir(dest) and not os.path.islink(dest) else ()
     for root, _, files in walk:
         for f in files:
+            rel = os.path.relpath(os.path.join(root, f), dest)
             if f.endswith(".part"):
-                partial[os.path.relpath(os.path.join(root, f), dest)[:-len(".part")]] = _size(os.path.join(root, f))
-    return {"manifest": m, "differ": differ, "free": _free(dest), "partial": partial}
+                partial[rel[:-len(".part")]] = _size(os.path.join(root, f))
+            elif _regular(os.path.join(root, f)):
+                present[rel] = _size(os.path.join(root, f))
+    return {"manifest": m, "differ": differ, "free": _free(dest), "partial": partial, "present": present}
 
 
 def _free(path):
