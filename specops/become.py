@@ -17,6 +17,7 @@ import os
 import select
 import shlex
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -67,8 +68,26 @@ def start(transport, command: str, become: Become, host: str, user: str | None,
             return chan, b""
         return chan, _past_sudo(chan, become, host, user, pty)
     except BaseException:
-        chan.close()  # a refusal, a timeout or Ctrl-C: nothing more reaches sudo or the command
+        close_channel(chan)  # a refusal, a timeout or Ctrl-C: nothing more reaches sudo or the command
         raise
+
+
+def close_channel(chan) -> None:
+    """Close a channel that may still be receiving, leaving the connection usable.
+
+    We wait on channels with select(), so paramiko feeds each one through an OS pipe.  Its
+    close() shuts that pipe while its transport thread may still be writing to it (paramiko
+    #2271): the write fails with EBADF and kills the whole connection (seen in CI when a command's
+    output passed the cap).  Pointing both buffers at a plain event first, under the buffers' own
+    locks, ends the pipe's writers before the pipe goes.  A connection already dead has nothing
+    left to close; the caller's own error says why."""
+    detached = threading.Event()
+    chan.in_buffer.set_event(detached)
+    chan.in_stderr_buffer.set_event(detached)
+    try:
+        chan.close()
+    except (EOFError, OSError):
+        pass
 
 
 def _past_sudo(chan, become: Become, host: str, user: str | None, pty: bool) -> bytes:

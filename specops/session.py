@@ -66,4 +66,4 @@ class AgentSession:
         return rest[:size]
 
     def close(self) -> None:
-        self.chan.close()
+        become_mod.close_channel(self.chan)

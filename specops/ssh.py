@@ -161,7 +161,7 @@ class Remote:
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             if deadline and time.monotonic() > deadline:
-                chan.close()
+                become_mod.close_channel(chan)
                 raise SpecopsError(f"{self.name}: {command[:60]} timed out after {timeout:.0f}s")
             select.select([chan], [], [], 0.2)
             while chan.recv_ready():
@@ -177,14 +177,14 @@ class Remote:
                     for line in lines:
                         on_stderr(line.decode(errors="replace"))
             if kept > OUTPUT_LIMIT:
-                chan.close()
+                become_mod.close_channel(chan)
                 raise SpecopsError(f"{self.name}: {command[:60]} wrote more than {OUTPUT_LIMIT >> 20} MiB")
             if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                 break
             if chan.closed and not chan.recv_ready():
                 break
         rc = chan.recv_exit_status()
-        chan.close()
+        become_mod.close_channel(chan)
         if on_stderr and pending:
             on_stderr(pending.decode(errors="replace"))
         return Result(rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
@@ -214,7 +214,7 @@ class Remote:
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
             finally:
-                chan.close()
+                become_mod.close_channel(chan)
         if rc != 0:
             raise SpecopsError(f"{self.name}: push of {remote} failed: "
                                f"{err.decode(errors='replace').strip()[-300:] or f'exit {rc}'}")
@@ -260,7 +260,7 @@ class Remote:
         if pending:
             on_line(pending.decode(errors="replace"))
         status = chan.recv_exit_status()
-        chan.close()
+        become_mod.close_channel(chan)
         return status
 
     def agent(self, request, unlock: str | None = None, lock: str | None = None,
