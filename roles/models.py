@@ -3,14 +3,17 @@
 With a `weights:` (target, into model_path) or `draft_weights:` (into speculative.draft_model_path)
 source, they are brought in: `hf`, the host fetches them itself from a Hugging Face hub (the real
 huggingface_hub client, HF_ENDPOINT for a company mirror, HF_TOKEN from the service's env_secret);
-`controller`, they are pushed from a directory on the controller, a cut file resumed.  Either way
+`controller`, they are pushed from a directory on the controller, a cut file resumed; `peer`,
+they are copied host to host from another box of the inventory (rsync over SSH with a key made
+for that one copy).  Either way
 the host keeps a manifest; a re-run compares sizes and mtimes against it and moves nothing.  Without a source, the
 weights must already be there: a one-line error names the path otherwise.
 """
-import hashlib
 import os
+from urllib.parse import urlsplit
 
-from specops import protocol
+from specops import peercopy, protocol
+from specops.agent.host import sha256_file
 from specops.errors import UsageError
 from specops.ops import Context, Facts, Op, PlanError
 from specops.services import of_kind
@@ -116,9 +119,11 @@ class Pushed(Op):
         send = [n for n in changed if n not in adopted]
         offsets = {n: have["partial"].get(n, 0) if have["partial"].get(n, 0) < self.files[n][0] else 0 for n in send}
         need = sum(self.files[n][0] - offsets[n] for n in send)
-        if need + MARGIN_MIN > have["free"]:
+        free = have["free"] - ctx.reserved.get(have["device"], 0)  # what an earlier push of this run takes
+        if need + MARGIN_MIN > free:
             raise PlanError(f"not enough disk for {self.local} in {self.path}: need {need / 2**20:.1f} MiB "
-                            f"(+{MARGIN_MIN >> 20} MiB margin), {have['free'] / 2**20:.1f} MiB free")
+                            f"(+{MARGIN_MIN >> 20} MiB margin), {free / 2**20:.1f} MiB free")
+        ctx.reserved[have["device"]] = ctx.reserved.get(have["device"], 0) + need
         resumed = sum(offsets.values())
         c = self._change(label, f"push {len(send)} file(s), {need / 2**20:.1f} MiB"
                          + (f" (resuming after {resumed / 2**20:.1f} MiB)" if resumed else "")
@@ -126,27 +131,58 @@ class Pushed(Op):
                          [protocol.RecordWeights(dest=self.path, source=self.source,
                                                  files={n: s for n, (s, _) in self.files.items()},
                                                  pushed=send + adopted,
-                                                 expect={n: _sha256(os.path.join(self.local, n))
+                                                 expect={n: sha256_file(os.path.join(self.local, n))
                                                          for n in send + adopted},
                                                  desc=f"manifest of {self.path}")])
         c.uploads = [(os.path.join(self.local, n), f"{self.path}/{n}", offsets[n]) for n in send]
         return c
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+class Copied(Op):
+    """Weights from another box of the inventory: in place as the manifest says, else copied host
+    to host (specops/peercopy.py: a key for that one copy, never the bytes through the controller)."""
+
+    def __init__(self, host, svc, path, source, where):
+        self.services, self.path = (svc["name"],), path.rstrip("/")
+        self.peer = (host.inventory.hosts if host.inventory else {}).get(source["host"])
+        if self.peer is None or self.peer.name == host.name:
+            raise UsageError(f"{where}: the peer {source['host']!r} must be another host of the inventory")
+        self.source = {"source": "peer", "host": source["host"], "path": source["path"]}
+        self.copy = peercopy.PeerCopy(self.peer, source["path"], self.path, self.source,
+                                      source.get("address"), source.get("port"))
+
+    def wants(self):
+        return protocol.Probe(weights=[self.path])
+
+    def plan(self, facts: Facts, ctx: Context):
+        have = facts.data["weights"][self.path]
+        same = (have["manifest"] or {}).get("source") == self.source
+        label = f"weights {self.peer.name}:{self.source['path']} (peer) in {self.path}"
+        if same and not have["differ"] and not ctx.verify_weights:
+            return self._change(label, "ok")
+        why = ("compare every file with the peer's (--verify-weights)" if same and not have["differ"]
+               else f"{len(have['differ'])} file(s) changed on the host: copy again" if same
+               else "copy from the peer, host to host")
+        c = self._change(label, why)
+        c.copies = [self.copy]
+        return c
 
 
 def _source_op(host, svc, setting, path, source):
     where = f"{host.name}: service {svc['name']!r}: {'weights' if setting == 'model_path' else 'draft_weights'}"
-    need = {"hf": ("repo", "revision"), "controller": ("path",)}[source["source"]]
+    need = {"hf": ("repo", "revision"), "controller": ("path",), "peer": ("host", "path")}[source["source"]]
     missing = [k for k in need if not source.get(k)]
     if missing:
         raise UsageError(f"{where}: a {source['source']} source needs {' and '.join(need)} ({missing[0]} is missing)")
+    if source["source"] == "peer":
+        return Copied(host, svc, path, source, where)
+    if source["source"] == "hf" and host.get("wheelhouse"):
+        raise UsageError(f"{where}: an air-gapped host (wheelhouse) cannot install the hub client before its "
+                         f"wheelhouse is pushed; bring the weights with a controller or peer source")
+    parts = urlsplit(source.get("endpoint") or "")
+    if parts.username or parts.password:
+        raise UsageError(f"{where}: the endpoint must not carry credentials (they would show in logs); "
+                         f"give the token as the service's env_secret {source.get('token_env', 'HF_TOKEN')}")
     return Fetched(host, svc, path, source) if source["source"] == "hf" else Pushed(svc, path, source)
 
 

@@ -43,6 +43,7 @@ class Host:
     name: str
     vars: dict[str, Any]
     groups: list[str] = field(default_factory=list)
+    inventory: "Inventory | None" = field(default=None, repr=False, compare=False)  # the others (a peer)
 
     def __getitem__(self, key: str) -> Any:
         return self.vars[key]
@@ -175,4 +176,7 @@ def load(path: str | Path) -> Inventory:
         merged = merge(merged, inline_host.get(hname, {}))
         merged = merge(merged, _vars_file(root_dir / "host_vars", hname))
         hosts[hname] = Host(hname, merged, sorted({g for _, g, _ in layers}))
-    return Inventory(files[0], hosts, groups)
+    inventory = Inventory(files[0], hosts, groups)
+    for host in hosts.values():
+        host.inventory = inventory
+    return inventory

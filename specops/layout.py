@@ -23,6 +23,7 @@ VENV_CACHE = HOME + "/venvs.json"          # what each venv's interpreter said, 
 STAGE_PREFIX = ".specops-stage-"
 WEIGHTS_DIR = HOME + "/weights"            # a manifest per weights directory specops fetched
 TOOLS_DIR = HOME + "/tools"                # venvs of the tools specops runs on the host (hf-<pin>)
+PEER_DIR = HOME + "/peer"                  # <id>/: the key of a copy from a peer, while it runs
 HF_PIN = "2.4.0"                           # the huggingface_hub that fetches weights
 APPLY_JOURNAL = HOME + "/apply.json"       # a batch's progress while it changes things (kept if cut off)
 

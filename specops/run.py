@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import handlers, protocol, services
+from . import handlers, peercopy, protocol, services
 from .errors import SpecopsError
 from .inventory import Host
 from .layout import LOCK_LEASE
@@ -173,7 +173,7 @@ class HostRun:
         pending, checks, changed_by = [], [], None
         self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
-            role_actions = []
+            role_actions, moved = [], False
             for op in ops:
                 c = op.plan(facts, ctx)
                 self.report.changes.append(c.record(self.host.name))
@@ -181,11 +181,15 @@ class HostRun:
                 role_actions += c.actions
                 checks += c.checks
                 ctx.notified += [n for n in c.notify if n not in ctx.notified]
-                if c.uploads and not ctx.check:
+                moved = moved or c.moves
+                if not ctx.check:
                     self.push(c.uploads)
+                    for copy in c.copies:
+                        res = peercopy.copy(self, copy)
+                        self.report.extra["bytes_copied"] = self.report.extra.get("bytes_copied", 0) + res.received
             pending += role_actions
             remaining = remaining[len(ops):]
-            if getattr(role, "REPROBE", False) and role_actions and remaining:
+            if getattr(role, "REPROBE", False) and (role_actions or moved) and remaining:
                 if ctx.check:
                     changed_by = changed_by or role.NAME
                     continue

@@ -51,8 +51,11 @@ UNIT_NAME = Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$",
                     "a service name may hold only letters, digits and _ . @ - and starts with a letter or digit")
 
 WEIGHTS = {  # where a service's weights come from (roles/models.py)
-    "source": Req(Enum(("hf", "controller"))),
-    "path": str,                     # controller: the directory on the controller
+    "source": Req(Enum(("hf", "controller", "peer"))),
+    "path": str,                     # controller: the directory on the controller; peer: on the peer
+    "host": str,                     # peer: the inventory host that has them
+    "address": str,                  # peer: how this host reaches it (default: as the controller does)
+    "port": int,                     # peer: its sshd port from this host (default: as the controller)
     "repo": Pattern(r"^[\w.-]+/[\w.-]+$", "a hub repository is ORG/NAME"),  # hf
     "revision": str,                 # hf: a commit sha, a tag or a branch; the manifest records the commit
     "allow_patterns": [str],

@@ -144,9 +144,11 @@ class Remote:
 
     @opens
     def exec(self, command: str, stdin: bytes = b"", on_stderr: Callable[[str], None] | None = None,
-             timeout: float | None = None) -> Result:
-        """Run one command as root over a fresh channel: this is one round trip."""
-        chan, early = self._root(command)
+             timeout: float | None = None, as_login: bool = False) -> Result:
+        """Run one command as root (as_login: as the login user, with its own rights only) over a
+        fresh channel: this is one round trip."""
+        chan, early = (become_mod.start(self.conn.client.get_transport(), command, become_mod.Become(),
+                                        self.name, self.conn.user) if as_login else self._root(command))
         if stdin:
             sender = threading.Thread(target=lambda: (chan.sendall(stdin), chan.shutdown_write()),
                                       daemon=True)

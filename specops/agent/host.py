@@ -96,15 +96,26 @@ def run_streamed(argv_or_cmd, desc, env=None):
         raise ActionError("%s failed (exit %d): %s" % (desc, rc, clean(" | ".join(why))[-1500:]))
 
 
-def run_owned(argv, input=None, env=None):
+def run_owned(argv, input=None, env=None, progress=None):
     """(exit status, stdout, stderr) of a command that stops with us: in its own session, killed
-    with its children if we are interrupted (validators, the preflight, a download can run for long)."""
+    with its children if we are interrupted (validators, the preflight, a download can run for
+    long).  `progress` is called about once a second while it runs."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                             start_new_session=True, env=env)
     _children.append(proc)
     try:
-        out, err = proc.communicate(input)
+        if progress is None:
+            out, err = proc.communicate(input)
+        else:
+            import threading  # only here: the agent starts on every call
+            box = {}
+            worker = threading.Thread(target=lambda: box.update(res=proc.communicate(input)), daemon=True)
+            worker.start()
+            while worker.is_alive():
+                progress()
+                worker.join(1)
+            out, err = box.get("res") or ("", "its output was lost")
     finally:
         _children.remove(proc)
     return proc.returncode, out, err
@@ -132,12 +143,19 @@ def on_interrupt(cleanup):
     return lambda: cleanup in _cleanups and _cleanups.remove(cleanup)
 
 
-def _interrupted(*_):
+def run_cleanups():
+    """Do what is still registered for an interruption: on a signal, and when the session ends
+    (a copy key that no copy used goes with the session that made it)."""
     for cleanup in list(_cleanups):
         try:
             cleanup()
         except Exception:
             pass
+    del _cleanups[:]
+
+
+def _interrupted(*_):
+    run_cleanups()
     for proc in _children:
         try:
             os.killpg(proc.pid, signal.SIGTERM)

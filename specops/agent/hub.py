@@ -9,7 +9,6 @@ the client's environment only; no stored token of root's is used (HF_HOME is the
 """
 import json
 import os
-import threading
 
 from specops.agent import safefs
 from specops.agent.host import ActionError, clean, run_owned, run_streamed
@@ -96,20 +95,7 @@ def ask(python, req, mode, spec, progress=None):
         env["HF_ENDPOINT"] = req.endpoint
     if req.token:
         env["HF_TOKEN"] = req.token
-    box = {}
-
-    def call():
-        try:
-            box["res"] = run_owned([python, "-I", "-c", HF_SCRIPT, mode], json.dumps(spec), env)
-        except Exception as e:  # noqa: BLE001 (said below)
-            box["res"] = (1, "", str(e))
-    worker = threading.Thread(target=call, daemon=True)
-    worker.start()
-    while worker.is_alive():
-        if progress:
-            progress()
-        worker.join(1)
-    rc, out, err = box["res"]
+    rc, out, err = run_owned([python, "-I", "-c", HF_SCRIPT, mode], json.dumps(spec), env, progress)
     if rc != 0:
         last = clean(err.strip().splitlines()[-1] if err.strip() else "exit %d" % rc)
         if last == "gated":

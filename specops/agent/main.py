@@ -8,7 +8,7 @@ import importlib
 import json
 
 from specops import protocol
-from specops.agent.host import ActionError, die_with_connection
+from specops.agent.host import ActionError, die_with_connection, run_cleanups
 
 HANDLERS = {
     "probe": ("probe", "probe"),
@@ -24,6 +24,8 @@ HANDLERS = {
     "releases": ("releases", "releases"),
     "undo": ("releases", "undo"),
     "rollback": ("releases", "rollback"),
+    "peer_key": ("peercopy", "key"),
+    "peer_copy": ("peercopy", "copy"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
 
@@ -62,11 +64,14 @@ def serve(inp, out):
     """Answer framed requests (length line, JSON) from `inp` with framed answers on `out`, in
     order, until the controller closes the session."""
     die_with_connection()
-    while True:
-        head = inp.readline()
-        if not head.strip():
-            return
-        raw = inp.read(int(head))
-        data = json.dumps(answer(raw.decode())).encode()
-        out.write(b"%d\n%s" % (len(data), data))
-        out.flush()
+    try:
+        while True:
+            head = inp.readline()
+            if not head.strip():
+                return
+            raw = inp.read(int(head))
+            data = json.dumps(answer(raw.decode())).encode()
+            out.write(b"%d\n%s" % (len(data), data))
+            out.flush()
+    finally:
+        run_cleanups()

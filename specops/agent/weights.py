@@ -57,19 +57,25 @@ def fact(dest):
             rel = os.path.relpath(os.path.join(root, f), dest)
             if f.endswith(".part"):
                 partial[rel[:-len(".part")]] = _size(os.path.join(root, f))
-            elif _regular(os.path.join(root, f)):
+            elif regular(os.path.join(root, f)):
                 present[rel] = _size(os.path.join(root, f))
-    return {"manifest": m, "differ": differ, "free": _free(dest), "partial": partial, "present": present}
+    return {"manifest": m, "differ": differ, "free": _free(dest), "device": os.stat(_existing(dest)).st_dev,
+            "partial": partial, "present": present}
+
+
+def _existing(path):
+    """The nearest directory at or above path that exists (where it would be made)."""
+    while path and not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path or "/"
 
 
 def _free(path):
-    while path and not os.path.isdir(path):
-        path = os.path.dirname(path)
-    st = os.statvfs(path or "/")
+    st = os.statvfs(_existing(path))
     return st.f_bavail * st.f_frsize
 
 
-def _write_manifest(dest, manifest):
+def write_manifest(dest, manifest):
     """Written whole (fsync'd, renamed) in the root-only WEIGHTS_DIR."""
     os.makedirs(WEIGHTS_DIR, mode=0o700, exist_ok=True)
     path = manifest_path(dest)
@@ -80,6 +86,30 @@ def _write_manifest(dest, manifest):
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, path)
+
+
+def check_disk(what, dest, need):
+    """Refuse, with the figures, when dest's filesystem cannot hold `need` more bytes and a margin."""
+    free, margin = _free(dest), max(MARGIN * need, MARGIN_MIN)
+    if need and free < need + margin:
+        raise ActionError("not enough disk for %s in %s: need %.1f MiB (+%.0f MiB margin), %.1f MiB free"
+                          % (what, dest, need / 2**20, margin / 2**20, free / 2**20))
+
+
+def meter(what, dest, need):
+    """A progress callback: every 2 s, the bytes that arrived in dest, the rate and the ETA."""
+    before, t0, last = _on_disk(dest), time.time(), [0.0]
+
+    def progress():
+        now = time.time()
+        if now - last[0] >= 2:
+            last[0] = now
+            got = _on_disk(dest) - before
+            rate = got / max(now - t0, 1e-3)
+            eta = (need - got) / rate if rate > 0 else 0
+            say("  weights %s: %.1f/%.1f MiB, %.1f MiB/s, ETA %.0fs" % (what, got / 2**20, need / 2**20,
+                                                                       rate / 2**20, max(eta, 0)))
+    return progress
 
 
 def _size(path):
@@ -98,7 +128,7 @@ def _on_disk(dest):
     return total
 
 
-def _safe_name(name):
+def safe_name(name):
     """A file name from a listing, refused unless it stays inside the directory."""
     parts = name.split("/")
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
@@ -106,7 +136,7 @@ def _safe_name(name):
     return name
 
 
-def _regular(path):
+def regular(path):
     """lstat of a regular file (hashed only then: never a link, a FIFO or a device), else None."""
     try:
         st = os.lstat(path)
@@ -115,7 +145,7 @@ def _regular(path):
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def _own_dir(dest, allowed):
+def own_dir(dest, allowed):
     """The weights go only into a directory root owns and no one else can write (made if missing):
     nothing can be planted in it while root writes there."""
     if not os.path.lexists(dest):
@@ -133,8 +163,8 @@ def record(req, allowed):
     old = (read_manifest(req.dest) or {}).get("files") or {}
     files = {}
     for name, size in sorted(req.files.items()):
-        path = os.path.join(req.dest, _safe_name(name))
-        st = _regular(path)
+        path = os.path.join(req.dest, safe_name(name))
+        st = regular(path)
         if st is None or st.st_size != size:
             raise ActionError("%s: not the %d bytes of the controller's copy" % (path, size))
         known = old.get(name) or {}
@@ -145,7 +175,7 @@ def record(req, allowed):
             raise ActionError("%s differs from the controller's copy (sha256 %s, not %s); removed, run again"
                               % (path, digest[:12], req.expect[name][:12]))
         files[name] = {"size": size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    _write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": None, "files": files,
+    write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": None, "files": files,
                                "fetched": time.time()})
     return {"files": len(files), "hashed": len(req.pushed)}
 
@@ -154,7 +184,7 @@ def _stale(f, path, known, verify, moved_on):
     """Whether a file on the host must be fetched again: gone or the wrong size; a new commit
     (a file the hub gives no sha256 for); or, when it differs from the manifest or with verify,
     a hash that is not the hub's (or the manifest's)."""
-    st = _regular(path)
+    st = regular(path)
     if st is None or st.st_size != f["size"]:
         return True
     if moved_on and not f["sha256"]:
@@ -168,39 +198,26 @@ def _stale(f, path, known, verify, moved_on):
 
 def fetch(req, allowed):
     """Answer a protocol.FetchWeights: the files the source lists, at the commit it resolves to."""
-    _own_dir(req.dest, allowed)
+    own_dir(req.dest, allowed)
     python = tool_python(req)
     info = json.loads(ask(python, req, "info", {"repo": req.repo, "revision": req.revision,
                                                   "allow_patterns": req.allow_patterns}))
     manifest = read_manifest(req.dest) or {}
     old, moved_on = manifest.get("files") or {}, manifest.get("commit") not in (None, info["commit"])
     for f in info["files"]:
-        _safe_name(f["name"])
+        safe_name(f["name"])
         if f["size"] is None:
             raise ActionError("the hub gives no size for %s: cannot check the disk or the download" % f["name"])
     stale = [f for f in info["files"] if _stale(f, os.path.join(req.dest, f["name"]), old.get(f["name"]),
                                                  req.verify, moved_on)]
     need = sum(f["size"] - _size(os.path.join(req.dest, f["name"] + ".part")) for f in stale)
-    free = _free(req.dest)
-    if need and free < need + max(MARGIN * need, MARGIN_MIN):  # before any byte moves or is removed
-        raise ActionError("not enough disk for %s@%s in %s: need %.1f MiB (+%.0f MiB margin), %.1f MiB free"
-                          % (req.repo, req.revision, req.dest, need / 2**20, max(MARGIN * need, MARGIN_MIN) / 2**20,
-                             free / 2**20))
+    check_disk("%s@%s" % (req.repo, req.revision), req.dest, need)  # before any byte moves or is removed
     for f in stale:
         if os.path.lexists(os.path.join(req.dest, f["name"])):
             say("  %s differs: fetched again" % f["name"])
             os.unlink(os.path.join(req.dest, f["name"]))
-    before, t0, last = _on_disk(req.dest), time.time(), [0.0]
-
-    def progress():
-        now = time.time()
-        if now - last[0] >= 2:
-            last[0] = now
-            got = _on_disk(req.dest) - before
-            rate = got / max(now - t0, 1e-3)
-            eta = (need - got) / rate if rate > 0 else 0
-            say("  weights %s: %.1f/%.1f MiB, %.1f MiB/s, ETA %.0fs" % (req.repo, got / 2**20, need / 2**20,
-                                                                       rate / 2**20, max(eta, 0)))
+    before = _on_disk(req.dest)
+    progress = meter(req.repo, req.dest, need)
     if stale:
         ask(python, req, "download", {"repo": req.repo, "commit": info["commit"], "dest": req.dest,
                                        "files": stale}, progress)
@@ -208,14 +225,14 @@ def fetch(req, allowed):
     files = {}
     for f in info["files"]:
         path = os.path.join(req.dest, f["name"])
-        st = _regular(path)
+        st = regular(path)
         known = old.get(f["name"]) or {}
         keep = f not in stale and known.get("sha256") and (not f["sha256"] or known["sha256"] == f["sha256"])
         digest = known["sha256"] if keep else sha256_file(path)
         if f["sha256"] and digest != f["sha256"]:
             raise ActionError("%s: sha256 %s, the hub says %s" % (path, digest[:12], f["sha256"][:12]))
         files[f["name"]] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    _write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": info["commit"], "files": files,
+    write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": info["commit"], "files": files,
                                "fetched": time.time()})
     say("  weights %s@%s (%s): %d file(s), %.1f MiB moved" % (req.repo, req.revision, info["commit"][:12],
                                                              len(files), moved / 2**20))

@@ -34,11 +34,17 @@ class Change:
     diff: str = ""
     warning: str = ""  # shown even when nothing changes
     uploads: list = field(default_factory=list)  # (local, remote[, offset to resume at]): pushed before the batch
+    copies: list = field(default_factory=list)   # peercopy.PeerCopy: host-to-host copies, run before the batch
     stale: bool = False  # a restart because the service runs code older than its files
 
     @property
     def changed(self) -> bool:
-        return bool(self.actions or self.notify or self.uploads)
+        return bool(self.actions or self.notify or self.uploads or self.copies)
+
+    @property
+    def moves(self) -> bool:
+        """Whether the controller moves bytes onto the host before the batch (what later roles read)."""
+        return bool(self.uploads or self.copies)
 
     def record(self, host: str) -> dict:
         return {"host": host, "role": self.role, "target": self.target, "changed": self.changed,
@@ -91,6 +97,7 @@ class Context:
     notified: list = field(default_factory=list)
     release_dir: str | None = None  # where replaced files are backed up (releases)
     verify_weights: bool = False    # --verify-weights: hash the weights, not only stat them
+    reserved: dict = field(default_factory=dict)  # filesystem → bytes earlier pushes of this run will take
 
 
 def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:

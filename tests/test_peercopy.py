@@ -1,0 +1,116 @@
+"""The peer's side of a host-to-host copy (hostfiles/peer_keys.py) and the inventory's peer
+sources: no fleet needed.  The fleet test is tests/test_peercopy_fleet.py."""
+import json
+import os
+import time
+
+import pytest
+
+from specops import inventory
+from specops.errors import UsageError
+from specops.hostfiles import peer_keys
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBq0bC4s8ZxYVn1sVd9H2B1d0jVb7bBqQ0C1u5lJjKf1"
+
+
+@pytest.fixture
+def peer(tmp_path, monkeypatch):
+    home, model = tmp_path / "home", tmp_path / "model"
+    home.mkdir()
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "a.safetensors").write_bytes(b"x" * 10)
+    os.symlink("/etc/shadow", model / "leak")  # a link on the peer is not listed (rsync skips it too)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("rsync", "rrsync"):
+        (bin_ / tool).write_text("#!/bin/sh\n")
+        (bin_ / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    return home, model
+
+
+def grant(home, model, key_id="0123456789abcdef", **over):
+    req = {"op": "grant", "id": key_id, "key": KEY, "from": "10.9.8.7", "path": str(model), "minutes": 10,
+           "for": "box"}
+    return peer_keys.grant({**req, **over}, home=str(home))
+
+
+def test_a_grant_is_one_restricted_line_and_a_revoke_takes_it_back(peer):
+    home, model = peer
+    (home / ".ssh").mkdir(mode=0o700)
+    keys = home / ".ssh" / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAAmine me@laptop")  # no final newline: kept as it is, byte for byte
+    keys.chmod(0o640)
+    got = grant(home, model)
+    assert got["files"] == {"config.json": [2, (model / "config.json").stat().st_mtime_ns],
+                            "sub/a.safetensors": [10, (model / "sub/a.safetensors").stat().st_mtime_ns]}
+    lines = keys.read_text().splitlines()
+    assert lines[0] == "ssh-ed25519 AAAAmine me@laptop" and len(lines) == 2
+    assert lines[1].startswith(f'restrict,from="10.9.8.7",expiry-time="{got["expires"]}",'
+                               f'command="{model.parent}/bin/rrsync -ro {model}" {KEY} specops-peer:0123456789abcdef:')
+    assert lines[1].endswith(":box")
+    assert oct(keys.stat().st_mode & 0o777) == "0o640"  # the user's own mode kept
+    assert peer_keys.revoke({"id": "0123456789abcdef"}, home=str(home)) == {"removed": 1}
+    assert keys.read_text() == "ssh-ed25519 AAAAmine me@laptop\n"
+
+
+def test_stale_grants_are_swept_by_the_next_grant_or_revoke(peer):
+    home, model = peer
+    keys = home / ".ssh" / "authorized_keys"
+    grant(home, model, "00000000000000aa", **{"for": "other"})
+    epoch = keys.read_text().split(":")[-2]
+    keys.write_text(keys.read_text().replace(f":{epoch}:", f":{int(time.time()) - 1}:"))  # its time has passed
+    grant(home, model, "00000000000000bb", **{"for": "box"})
+    assert "00000000000000aa" not in keys.read_text() and "00000000000000bb" in keys.read_text()
+    # A run for box killed before its revoke: box's next grant drops its line (box's lock is held).
+    grant(home, model, "00000000000000cc", **{"for": "other"})
+    grant(home, model, "00000000000000dd", **{"for": "box"})
+    text = keys.read_text()
+    assert "00000000000000bb" not in text and "00000000000000cc" in text and "00000000000000dd" in text
+    assert peer_keys.revoke({"id": "00000000000000ee"}, home=str(home)) == {"removed": 0}
+    assert "00000000000000cc" in keys.read_text()  # not expired, not this revoke's: kept
+
+
+@pytest.mark.parametrize("over, error", [
+    ({"path": '/m" ,command="sh'}, "refusing the path"),
+    ({"path": "models"}, "refusing the path"),
+    ({"key": "ssh-rsa AAAA x"}, "not an ed25519 public key"),
+    ({"key": KEY + "\nssh-ed25519 AAAAother"}, "not an ed25519 public key"),
+    ({"from": "10.0.0.1\" ,x"}, "does not appear to be an IPv4 or IPv6 address"),
+    ({"id": "../x"}, "bad key id"),
+    ({"for": "a b"}, "bad destination name"),
+])
+def test_a_grant_refuses_what_could_widen_the_line(peer, over, error):
+    home, model = peer
+    with pytest.raises((peer_keys.Refused, ValueError), match=error):
+        grant(home, model, **over)
+    assert not (home / ".ssh" / "authorized_keys").exists()
+
+
+def test_a_linked_authorized_keys_is_not_followed(peer, tmp_path):
+    home, model = peer
+    (home / ".ssh").mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_text("untouched\n")
+    os.symlink(target, home / ".ssh" / "authorized_keys")
+    with pytest.raises(peer_keys.Refused, match="a link is not followed"):
+        grant(home, model)
+    assert target.read_text() == "untouched\n"
+
+
+def test_peer_sources_are_checked_before_connecting(tmp_path):
+    def load(source, hosts=("box", "other")):
+        spec = {h: {"services": [{"name": "sglang", "model_path": "/m", "weights": source}]} if h == "box" else {}
+                for h in hosts}
+        (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": spec}}))
+        return inventory.load(tmp_path / "hosts.yml").hosts["box"]
+    from roles import models
+    (op,) = models.ops(load({"source": "peer", "host": "other", "path": "/models/x", "address": "10.0.0.2"}))
+    assert isinstance(op, models.Copied) and op.copy.address == "10.0.0.2" and op.copy.peer.name == "other"
+    with pytest.raises(UsageError, match="a peer source needs host and path \\(path is missing\\)"):
+        models.ops(load({"source": "peer", "host": "other"}))
+    with pytest.raises(UsageError, match="the peer 'nobody' must be another host of the inventory"):
+        models.ops(load({"source": "peer", "host": "nobody", "path": "/m"}))
+    with pytest.raises(UsageError, match="the peer 'box' must be another host of the inventory"):
+        models.ops(load({"source": "peer", "host": "box", "path": "/m"}))
