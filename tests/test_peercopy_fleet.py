@@ -83,6 +83,8 @@ def test_weights_are_copied_host_to_host_then_not_again(sandbox, pair, tmp_path)
     assert res.returncode == 0 and "sglang verified" in rep["notes"], res.stdout[-3000:]
     via_controller = peerlink.controller_bytes(dest, peer) - via_controller
     over_link = peerlink.link_bytes(dest, peer) - over_link
+    print(f"\ncopy of {TOTAL} bytes: {over_link} over the peer link, {via_controller} through the controller, "
+          f"rsync received {rep['bytes_copied']}")
     assert over_link >= TOTAL and rep["bytes_copied"] >= TOTAL, (over_link, rep["bytes_copied"])
     assert via_controller < TOTAL / 8, via_controller  # requests, answers, progress: not the weights
     assert "weights t2:/models/peer-llama" in res.stdout and "MiB/s, ETA" in res.stdout
@@ -108,6 +110,7 @@ def test_weights_are_copied_host_to_host_then_not_again(sandbox, pair, tmp_path)
     peerlink.shape(peer, dest, None)
     res, rep = deploy(sandbox, inv, "--verify-weights")
     assert res.returncode == 0 and f"{len(FILES)} file(s), 1 copied" in res.stdout, res.stdout[-3000:]
+    print(f"--verify-weights with one byte changed: rsync received {rep['bytes_copied']}")
     assert rep["bytes_copied"] < TOTAL / 4
     assert sha256s(dest, DEST)[shard] == hashlib.sha256(FILES[shard]).hexdigest()
 
@@ -121,6 +124,8 @@ def test_weights_are_copied_host_to_host_then_not_again(sandbox, pair, tmp_path)
     via_controller = peerlink.controller_bytes(dest, peer)
     res, _ = deploy(sandbox, pushed)
     assert res.returncode == 0, res.stdout[-2000:]
+    print(f"control, pushed from the controller: {peerlink.controller_bytes(dest, peer) - via_controller} bytes "
+          f"through the controller")
     assert peerlink.controller_bytes(dest, peer) - via_controller >= TOTAL
 
 
@@ -147,6 +152,7 @@ def test_a_killed_copy_leaves_no_key_and_the_next_run_resumes(sandbox, pair):
     over_link = peerlink.link_bytes(dest, peer)
     res, rep = deploy(sandbox, inv)
     assert res.returncode == 0, res.stdout[-3000:]
+    print(f"resumed copy: {peerlink.link_bytes(dest, peer) - over_link} of {TOTAL} bytes over the link")
     assert peerlink.link_bytes(dest, peer) - over_link < TOTAL * 0.9  # resumed, not sent again
     assert sha256s(dest, DEST) == {n: hashlib.sha256(d).hexdigest() for n, d in FILES.items()}
 
