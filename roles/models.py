@@ -163,6 +163,7 @@ class Copied(Op):
         why = ("compare every file with the peer's (--verify-weights)" if same and not have["differ"]
                else f"{len(have['differ'])} file(s) changed on the host: copy again" if same
                else "copy from the peer, host to host")
+        self.copy.device = have["device"]
         c = self._change(label, why)
         c.copies = [self.copy]
         return c

@@ -187,6 +187,7 @@ class HostRun:
                     for copy in c.copies:
                         res = peercopy.copy(self, copy)
                         self.report.extra["bytes_copied"] = self.report.extra.get("bytes_copied", 0) + res.received
+                        ctx.reserved[copy.device] = ctx.reserved.get(copy.device, 0) + res.received
             pending += role_actions
             remaining = remaining[len(ops):]
             if getattr(role, "REPROBE", False) and (role_actions or moved) and remaining:

@@ -40,7 +40,7 @@ def test_a_grant_is_one_restricted_line_and_a_revoke_takes_it_back(peer):
     home, model = peer
     (home / ".ssh").mkdir(mode=0o700)
     keys = home / ".ssh" / "authorized_keys"
-    keys.write_text("ssh-ed25519 AAAAmine me@laptop")  # no final newline: kept as it is, byte for byte
+    keys.write_text("ssh-ed25519 AAAAmine me@laptop")  # no final newline: the line kept, a newline added
     keys.chmod(0o640)
     got = grant(home, model)
     assert got["files"] == {"config.json": [2, (model / "config.json").stat().st_mtime_ns],
@@ -78,6 +78,8 @@ def test_stale_grants_are_swept_by_the_next_grant_or_revoke(peer):
     ({"key": "ssh-rsa AAAA x"}, "not an ed25519 public key"),
     ({"key": KEY + "\nssh-ed25519 AAAAother"}, "not an ed25519 public key"),
     ({"from": "10.0.0.1\" ,x"}, "does not appear to be an IPv4 or IPv6 address"),
+    ({"from": 'fe80::1%x,*",port-forwarding,permitopen="*:*'}, "a scoped address cannot be matched"),
+    ({"path": "/models/it's"}, "refusing the path"),
     ({"id": "../x"}, "bad key id"),
     ({"for": "a b"}, "bad destination name"),
 ])
@@ -85,6 +87,18 @@ def test_a_grant_refuses_what_could_widen_the_line(peer, over, error):
     home, model = peer
     with pytest.raises((peer_keys.Refused, ValueError), match=error):
         grant(home, model, **over)
+    assert not (home / ".ssh" / "authorized_keys").exists()
+
+
+def test_a_directory_others_could_swap_is_not_served(peer, tmp_path):
+    home, model = peer
+    os.chmod(model, 0o777)
+    with pytest.raises(peer_keys.Refused, match="can be changed by others than root and this user"):
+        grant(home, model)
+    os.chmod(model, 0o755)
+    os.symlink(model, tmp_path / "via-link")
+    with pytest.raises(peer_keys.Refused, match="is a symbolic link"):
+        grant(home, tmp_path / "via-link")
     assert not (home / ".ssh" / "authorized_keys").exists()
 
 
@@ -114,3 +128,19 @@ def test_peer_sources_are_checked_before_connecting(tmp_path):
         models.ops(load({"source": "peer", "host": "nobody", "path": "/m"}))
     with pytest.raises(UsageError, match="the peer 'box' must be another host of the inventory"):
         models.ops(load({"source": "peer", "host": "box", "path": "/m"}))
+
+
+def test_the_destination_must_be_roots_alone_all_the_way(tmp_path):
+    """root's rsync writes by path: a directory on the way that a user could swap is refused."""
+    from specops.agent import peercopy
+    from specops.agent.host import ActionError
+    dest = tmp_path / "shared" / "weights"
+    (dest / "sub").mkdir(parents=True)
+    peercopy._settled(str(dest))  # /tmp is sticky: fine above root's own directories
+    os.chmod(tmp_path / "shared", 0o777)
+    with pytest.raises(ActionError, match="must be a directory of root's that no one else can change"):
+        peercopy._settled(str(dest))
+    os.chmod(tmp_path / "shared", 0o755)
+    os.chown(dest / "sub", 1000, 1000)
+    with pytest.raises(ActionError, match="/sub: must be a directory of root's"):
+        peercopy._settled(str(dest))

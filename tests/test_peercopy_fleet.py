@@ -93,10 +93,11 @@ def test_weights_are_copied_host_to_host_then_not_again(sandbox, pair, tmp_path)
     modes = dest.run("sh", "-c", f"stat -c '%U %a %n' {DEST} {DEST}/*").stdout.split("\n")
     assert all(m.startswith("root 755 ") or m.startswith("root 644 ") for m in modes if m), modes
 
-    over_link = peerlink.link_bytes(dest, peer)
+    over_link, to_peer = peerlink.link_bytes(dest, peer), peerlink.controller_bytes(peer)
     res, rep = deploy(sandbox, inv)
     assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
-    assert peerlink.link_bytes(dest, peer) - over_link < 4096  # the peer was not even asked
+    assert peerlink.link_bytes(dest, peer) - over_link < 4096  # nothing copied ...
+    assert peerlink.controller_bytes(peer) - to_peer < 4096    # ... and the peer not even asked
 
     # One byte changed behind the manifest's back (size and mtime kept): a no-op does not look
     # (by design); --verify-weights compares every file with the peer's and copies that one only.

@@ -3,16 +3,20 @@ with a key made for that one copy.
 
 The key pair is made here, in a root-only directory under PEER_DIR, and only its public half
 leaves (the controller grants it on the peer: read-only, from this host's address, for minutes).
-The directory goes when the copy ends, however it ends (the agent killed included), and one a
-killed agent left is swept when the next key is made (the host lock makes that safe).  The
-peer's host key comes from the controller, which checked it on its own connection: ssh here
-trusts nothing on first use.  rsync brings regular files and directories only (no links,
-devices or owners), and the manifest is written after, as for any other source.
+The directory goes when the copy ends, however it ends (a SIGTERM or the session's end included);
+one a SIGKILLed agent left is swept when the next key is made (the host lock makes that safe).
+The peer's host key is the one the controller accepted on its own connection; ssh here accepts
+no other.  rsync writes by path, as root, so every directory from / to dest and below must be
+root's alone (no link, nothing others can write), and it brings exactly the files the peer
+listed (--files-from; rsync's receiver refuses others), regular files only (no links, devices or
+owners).  The manifest is written after, as for any other source.  The peer is a box of the same
+inventory: its files are taken as they are.
 """
 import os
 import re
 import shutil
 import socket
+import stat
 import time
 
 from specops import protocol
@@ -37,13 +41,23 @@ def key(req):
     where = os.path.join(PEER_DIR, key_id)
     os.mkdir(where, 0o700)
     _keys[key_id] = on_interrupt(lambda: shutil.rmtree(where, ignore_errors=True))  # gone with the session at the latest
+    address = _resolve(req.address, req.port)
     rc, _, err = run_owned(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", ALIAS, "-f", where + "/id"])
     if rc != 0:
         shutil.rmtree(where, ignore_errors=True)
         raise ActionError("ssh-keygen failed: %s" % clean(err.strip())[-300:])
     with open(where + "/id.pub") as f:
         public = " ".join(f.read().split()[:2])
-    return protocol.PeerKeyResult(id=key_id, public_key=public, source=_source_address(req.address, req.port))
+    return protocol.PeerKeyResult(id=key_id, public_key=public, source=_source_address(address, req.port),
+                                  address=address)
+
+
+def _resolve(address, port):
+    """The peer's numeric address as this host resolves it (rsync then uses that one)."""
+    try:
+        return socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][4][0]
+    except OSError as e:
+        raise ActionError("the peer's address %s does not resolve here: %s" % (address, e))
 
 
 def _source_address(address, port):
@@ -55,7 +69,7 @@ def _source_address(address, port):
             s.connect((address, port))
         except OSError as e:
             raise ActionError("no route from here to the peer at %s: %s" % (address, e.strerror))
-        return s.getsockname()[0]
+        return s.getsockname()[0].split("%")[0]
 
 
 def copy(req):
@@ -75,33 +89,41 @@ def _copy(req, where):
     if not os.path.isfile(where + "/id"):
         raise ActionError("no copy key %r on this host (made by an earlier request of this run)" % req.id)
     weights.own_dir(req.dest, ())
-    for name in req.files:
+    _settled(req.dest)
+    for name, (size, _) in req.files.items():
         weights.safe_name(name)
+        if not isinstance(size, int) or size < 0:
+            raise ActionError("the peer listed %r with the size %r" % (name, size))
     old = (weights.read_manifest(req.dest) or {}).get("files") or {}
     need = sum(size for name, (size, mtime) in req.files.items() if not _same(req.dest, name, size, mtime))
     label = "%s:%s" % (req.peer, req.path)
     weights.check_disk(label, req.dest, need)  # before any byte moves
     with open(where + "/known_hosts", "w") as f:
         f.write("%s %s\n" % (ALIAS, req.host_key))
+    with open(where + "/files", "wb") as f:
+        f.write(b"".join(name.encode("utf-8", "surrogateescape") + b"\0" for name in sorted(req.files)))
     ssh = " ".join(["ssh", "-F", "/dev/null", "-i", where + "/id", "-p", str(req.port), "-o", "IdentitiesOnly=yes",
                     "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "HostKeyAlias=" + ALIAS,
                     "-o", "UserKnownHostsFile=" + where + "/known_hosts", "-o", "GlobalKnownHostsFile=/dev/null",
                     "-o", "ConnectTimeout=20", "-o", "ServerAliveInterval=15"])
-    # -r -t: files and their mtimes (the manifest's no-op test); no -l/-D/-o/-g: a link, a device
-    # or an owner on the peer does not become one here.  --partial: a cut file is the basis of the
-    # next run's transfer, which then moves only what is missing.
-    argv = ["rsync", "-rt", "--perms", "--chmod=D755,F644", "--partial", "--timeout=120", "--stats",
-            "--out-format=" + MOVED + "%n", "-e", ssh] + (["--checksum"] if req.verify else []) + \
+    # The listed files and their mtimes (the manifest's no-op test); no -l/-D/-o/-g: a link, a
+    # device or an owner on the peer does not become one here; files readable by the service's
+    # user (644).  --partial: a cut file is the basis of the next run's transfer, which then moves
+    # only what is missing.  -8: names in the output as they are.
+    argv = ["rsync", "-t", "-8", "--files-from=" + where + "/files", "--from0", "--perms", "--chmod=D755,F644",
+            "--partial", "--timeout=120", "--stats", "--out-format=" + MOVED + "%n", "-e", ssh] + \
+        (["--checksum"] if req.verify else []) + \
         ["%s@%s:./" % (req.user, _bracketed(req.address)), req.dest + "/"]
     say("  copying %s (%.1f MiB to move) from %s" % (label, need / 2**20, req.address))
     rc, out, err = run_owned(argv, env=_env(), progress=weights.meter(label, req.dest, need))
     if rc != 0:
-        why = [clean(l) for l in err.strip().splitlines() if l.strip()] or ["exit %d" % rc]
-        if any("Permission denied" in l for l in why):
-            why = ["the peer refused the copy key (does its sshd see this host as %s?)" % req.source_address]
-        elif any("Host key verification failed" in l for l in why):
-            why = ["the peer's host key at %s is not the one the controller checked" % req.address]
-        raise ActionError("copy from %s failed (rsync exit %d): %s" % (label, rc, why[-1][-300:]))
+        lines = [clean(l) for l in err.strip().splitlines() if l.strip()]
+        why = ([l for l in lines if not l.startswith("rsync error")] or lines or ["exit %d" % rc])[0]
+        if any("Permission denied (publickey" in l for l in lines):
+            why = "the peer refused the copy key (does its sshd see this host as %s?)" % req.source_address
+        elif any("Host key verification failed" in l for l in lines):
+            why = "the peer's host key at %s is not the one the controller accepted" % req.address
+        raise ActionError("copy from %s failed (rsync exit %d): %s" % (label, rc, why[-300:]))
     moved = [l[len(MOVED):] for l in out.splitlines() if l.startswith(MOVED) and not l.endswith("/")]
     received = _stat(out, "Total bytes received")
     files = {}
@@ -120,6 +142,27 @@ def _copy(req, where):
     return protocol.PeerCopyResult(received=received, copied=moved, files=len(files))
 
 
+def _settled(dest):
+    """Refuse a dest that anyone but root could swap while rsync writes by its path: a link or a
+    directory others can write on the way from / (a sticky one, like /tmp, only above root's own),
+    or under dest."""
+    at, names = "/", dest.strip("/").split("/")
+    for i, name in enumerate(names):
+        parent, at = os.lstat(at), os.path.join(at, name)
+        st = os.lstat(at)
+        shared = st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and i < len(names) - 1)
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != 0 or shared or \
+                (parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX):
+            raise ActionError("%s: root's rsync writes there by path, so %s must be a directory of root's "
+                              "that no one else can change, in one no one else can write" % (dest, at))
+    for root, dirs, _ in os.walk(dest):
+        for d in dirs:
+            st = os.lstat(os.path.join(root, d))
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o022:
+                raise ActionError("%s: must be a directory of root's that no one else can change"
+                                  % os.path.join(root, d))
+
+
 def _same(dest, name, size, mtime_ns):
     """Already here as the peer has it (rsync's own quick check: size and mtime)."""
     st = weights.regular(os.path.join(dest, name))
@@ -131,8 +174,10 @@ def _bracketed(address):
 
 
 def _env():
-    """rsync's environment: no agent socket, no ssh config of root's to pick up."""
-    return {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "RSYNC_RSH", "RSYNC_PASSWORD")}
+    """rsync's environment: nothing of root's (no agent socket, no RSYNC_* settings, no locale
+    that changes how names are written)."""
+    return {"PATH": os.environ.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C",
+            "HOME": PEER_DIR}
 
 
 def _stat(out, name):

@@ -1,8 +1,10 @@
 """The peer's side of a host-to-host weights copy, run on the peer as its login user: grant a
 key good for one read-only copy, revoke it, and list what the copy will bring.
 
-It runs with the login user's own rights, never root's, so the only authorized_keys it can
-touch is that user's, and a link planted there can only lead to that user's own files.
+It runs with the login user's own rights (root's only where the inventory logs in as root), so
+the only authorized_keys it can touch is that user's, and a link planted there can only lead to
+that user's own files.  The directory served must be one only root or that user can change (no
+link on the way, nothing writable by others), so no one else can swap what the copy reads.
 
 One JSON request on stdin, one JSON answer on stdout:
 
@@ -22,7 +24,8 @@ has passed, and a grant for DEST (the destination's inventory name) drops DEST's
 destination's host lock is held, so no other copy to it runs.  A run killed before its revoke
 leaves nothing usable after its expiry, and nothing at all after the next copy to that host.
 Edits hold flock on ~/.ssh (many hosts may copy from one peer at once) and replace the file
-whole (a temp file, fsync'd, renamed), keeping every other line byte for byte.
+whole (a temp file, fsync'd, renamed), keeping every other line byte for byte (a missing final
+newline is added).  The expiry is in the system's time zone, as sshd reads it.
 
 Python 3.8+, standard library only; errors are one line on stderr and exit status 2.
 """
@@ -126,6 +129,26 @@ def rewrite(fd, edit):
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+def settled(path):
+    """Refuse a path that someone but root or this user could swap: a link on the way, or a
+    directory on it that others can write (a sticky one, like /tmp, only above root's own)."""
+    me, at, names = os.getuid(), "/", path.strip("/").split("/")
+    for i, name in enumerate(names):
+        parent, at = os.lstat(at), os.path.join(at, name)
+        try:
+            st = os.lstat(at)
+        except OSError as e:
+            raise Refused("%s: %s" % (at, e.strerror))
+        if stat.S_ISLNK(st.st_mode):
+            raise Refused("%s is a symbolic link; the directory copied must be reached without one" % at)
+        shared = st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and i < len(names) - 1)
+        if st.st_uid not in (0, me) or shared:
+            raise Refused("%s can be changed by others than root and this user (owner uid %d, mode %o)"
+                          % (at, st.st_uid, stat.S_IMODE(st.st_mode)))
+        if parent.st_mode & 0o022 and not (parent.st_mode & stat.S_ISVTX and st.st_uid in (0, me)):
+            raise Refused("%s is in a directory others can write" % at)
+
+
 def listing(path):
     """name → [size, mtime_ns] of the regular files under path (what rsync will bring)."""
     if not os.path.isdir(path) or os.path.islink(path):
@@ -151,17 +174,22 @@ def grant(req, home=None):
         raise Refused("bad destination name %r" % dest)
     if not re.match(r"^ssh-ed25519 [A-Za-z0-9+/]+=*$", key.strip()):
         raise Refused("not an ed25519 public key")
-    ipaddress.ip_address(source)  # a ValueError names it
-    if not path.startswith("/") or re.search(r'["\\\x00-\x1f\x7f]', path):
+    ip = ipaddress.ip_address(source)  # a ValueError names it
+    if getattr(ip, "scope_id", None):
+        raise Refused("refusing the address %r: a scoped address cannot be matched by from=" % source)
+    if not path.startswith("/") or re.search(r'["\'\\\x00-\x1f\x7f]', path):
         raise Refused("refusing the path %r: absolute, without quotes, backslashes or control characters" % path)
+    settled(path)
     rrsync = shutil.which("rrsync") or ""
     if not rrsync or not shutil.which("rsync"):
         raise Refused("rsync with its rrsync (Debian/Ubuntu: the rsync package, 3.2.4 or later) is not installed")
     files = listing(path)
     deadline = int(time.time() + 60 * float(req["minutes"]))
+    os.environ.pop("TZ", None)  # sshd reads expiry-time in the system's zone, not this login's
+    time.tzset()
     expires = time.strftime("%Y%m%d%H%M%S", time.localtime(deadline))
     line = 'restrict,from="%s",expiry-time="%s",command="%s -ro %s" %s %s%s:%d:%s\n' % (
-        source, expires, rrsync, shlex.quote(path), key.strip(), MARK, key_id, deadline, dest)
+        ip, expires, rrsync, shlex.quote(path), key.strip(), MARK, key_id, deadline, dest)
     fd = ssh_dir(make=True, home=home)
     try:
         now = time.time()

@@ -244,10 +244,12 @@ class Rollback:
 @message
 class PeerKeyResult:
     """A key made for one copy: its id, its public half (the private one never leaves the host),
-    and the address the host reaches the peer from (what the peer's sshd will see)."""
+    the peer's numeric `address` as the host resolved it, and the address the host reaches it
+    from (`source`: what the peer's sshd will see)."""
     id: str
     public_key: str
     source: str
+    address: str
 
 
 @request("peer_key")
