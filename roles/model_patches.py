@@ -59,7 +59,8 @@ def ops(host):
     out = []
     for rel, restarts in patches.items():
         key, label = patch_key(venv, rel), f"sglang/{rel}"
-        validate = [venv_python(venv), "-c", COMPILE, "{}..."] if rel.endswith(".py") else None
+        # -I -S: compiling needs no site-packages, whose .pth files cost a big venv's start much CPU
+        validate = [venv_python(venv), "-I", "-S", "-c", COMPILE, "{}..."] if rel.endswith(".py") else None
         out.append(File(key, patch_source(host, rel, host.name).read_bytes(), mode="0644", owner=None,
                         group=None, validate=validate, notify=restarts, label=label,
                         validator=f"compiling with {venv_python(venv)}"))

@@ -34,7 +34,9 @@ class Startup:
         self.memory = 0
         self.moved = time.monotonic()
         self.read_at = 0.0
-        self.gpu, self.gpu_at = 0, 0.0
+        # The first GPU reading only after GPU_EVERY: a start that is ready sooner asks nvidia-smi
+        # nothing (memory appearing later is progress all the same).
+        self.gpu, self.gpu_at = 0, time.monotonic()
 
     def poll(self, control_group):
         """Read what is new; returns True when anything moved."""
