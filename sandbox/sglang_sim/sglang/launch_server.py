@@ -12,8 +12,8 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
   SGLANG_SIM_SHARDS         a chatty load: the load delay logs SGLang's own start-up lines, one
                             tqdm line per weight shard, then the CUDA graph capture (default 0)
   SGLANG_SIM_STALL_AFTER    with SHARDS: hang silently, for ever, after this many shards
-  SGLANG_SIM_TOK_S          decode tokens/s reported by /generate (default 100)
-  SGLANG_SIM_ACCEPT_LENGTH  mean accepted tokens per verify step (default 3.2)
+  SGLANG_SIM_TOK_S, SGLANG_SIM_BATCH_COST, SGLANG_SIM_ACCEPT_LENGTH, SGLANG_SIM_DRAFT_COST,
+  SGLANG_SIM_VERIFY_COST    the performance model: how long /generate takes (sim_perf.py)
   SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
                             like SGLang's: sglang::scheduler, sglang::scheduler_TP0, ...)
                             that ignore SIGTERM; "escape": they also leave the cgroup
@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import setproctitle
 
+from sglang.sim_perf import Model
 from sglang.srt.server_args import prepare_server_args
 from sglang.version import __version__
 
@@ -81,6 +82,7 @@ class State:
     ready = False
     started = time.time()
     verify_steps = 0
+    perf = None  # sim_perf.Model, made in main()
 
 
 def eagle3_capture_layers(args, model_config, module):
@@ -150,9 +152,9 @@ def make_handler(args, model_module, model_config, capture):
                     "owned_by": "sglang", "root": args.served_model_name,
                     "max_model_len": model_config.get("max_position_embeddings", 4096)}]})
             if path in ("/server_info", "/get_server_info"):
-                state = {"last_gen_throughput": float(os.environ.get("SGLANG_SIM_TOK_S", "100"))}
+                state = {"last_gen_throughput": State.perf.tok_s}
                 if State.verify_steps >= 40:  # SGLang reports it only after 40 decode steps
-                    state["avg_spec_accept_length"] = float(os.environ.get("SGLANG_SIM_ACCEPT_LENGTH", "3.2"))
+                    state["avg_spec_accept_length"] = State.perf.accept
                 body = {**args.resolved_dict(), "api_key": None, "internal_states": [state], **info_extra}
                 return self._send(200, body)
             if path in ("/model_info", "/get_model_info"):
@@ -176,19 +178,45 @@ def make_handler(args, model_module, model_config, capture):
                 return self._send(503)
             params = req.get("sampling_params") or {}
             n = int(params.get("max_new_tokens", 16))
-            tok_s = float(os.environ.get("SGLANG_SIM_TOK_S", "100"))
-            accept = float(os.environ.get("SGLANG_SIM_ACCEPT_LENGTH", "3.2"))
-            t0 = time.time()
-            time.sleep(n / tok_s)
-            meta = {"id": "sim-%d" % int(t0 * 1000), "finish_reason": {"type": "length", "length": n},
-                    "prompt_tokens": len(str(req.get("text", "")).split()), "completion_tokens": n,
-                    "cached_tokens": 0, "e2e_latency": time.time() - t0}
+            t0, made, verify_ct = time.time(), 0, 0
+            prompt_tokens = len(str(req.get("text", "")).split())
+
+            def meta(done):
+                m = {"id": "sim-%d" % int(t0 * 1000), "finish_reason": {"type": "length", "length": n} if done else None,
+                     "prompt_tokens": prompt_tokens, "completion_tokens": made, "cached_tokens": 0,
+                     "e2e_latency": time.time() - t0}
+                if args.speculative_algorithm and verify_ct:  # SGLang: only when spec_verify_ct > 0
+                    proposed = verify_ct * (State.perf.num_draft_tokens - 1)
+                    m.update(spec_verify_ct=verify_ct, spec_accept_length=made / verify_ct,
+                             spec_accept_rate=(made - verify_ct) / proposed if proposed else 0.0,
+                             spec_num_correct_drafts=made - verify_ct, spec_num_proposed_drafts=proposed)
+                return m
+            if req.get("stream"):  # SGLang's: server-sent events, one per step, then [DONE]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+            State.perf.begin()
+            try:
+                for seconds, tokens in State.perf.steps(n):
+                    time.sleep(seconds)
+                    made, verify_ct = made + tokens, verify_ct + 1
+                    if req.get("stream"):
+                        self._chunk(b"data: " + json.dumps({"text": " tok" * made,
+                                                            "meta_info": meta(made == n)}).encode() + b"\n\n")
+            finally:
+                State.perf.end()
             if args.speculative_algorithm:
-                verify_ct = max(1, int(round(n / accept)))
                 State.verify_steps += verify_ct
-                meta["spec_verify_ct"] = verify_ct
-                meta["spec_accept_length"] = n / verify_ct
-            self._send(200, {"text": " tok" * n, "meta_info": meta})
+            if req.get("stream"):
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+                return
+            self._send(200, {"text": " tok" * n, "meta_info": meta(True)})
+
+        def _chunk(self, data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
 
     return Handler
 
@@ -237,6 +265,7 @@ def main(argv=None):
     module = importlib.import_module("sglang.srt.models." + ARCH_MODULES.get(arch, "llama"))
     log.info("Loaded model code %s from %s (MODEL_CODE=%s)", module.__name__, module.__file__, module.MODEL_CODE)
     capture = eagle3_capture_layers(args, model_config, module)
+    State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens)
     # As SGLang's engine does (entrypoints/engine.py): every resolved argument, the API key too.
     log.info("server_args=%s", args.resolved_dict())
     register_gpu(os.getpid(), "sglang::server")

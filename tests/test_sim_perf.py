@@ -1,0 +1,53 @@
+"""The simulator's performance model (sandbox/sglang_sim/sglang/sim_perf.py): both outcomes of
+speculation happen, for the reasons they happen on a GPU.  No fleet needed."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sandbox" / "sglang_sim"))
+from sglang.sim_perf import Model  # noqa: E402
+
+
+def tok_s(model, running, n=256):
+    """One request's decode tokens/s while `running` requests share the batch."""
+    model.running = running
+    seconds = tokens = 0
+    for s, t in model.steps(n):
+        seconds, tokens = seconds + s, tokens + t
+    return tokens / seconds
+
+
+@pytest.fixture
+def knobs(monkeypatch):
+    def set_(**values):
+        for k, v in values.items():
+            monkeypatch.setenv("SGLANG_SIM_" + k, str(v))
+    return set_
+
+
+def test_tok_s_per_request_falls_with_concurrency_and_the_total_still_rises(knobs):
+    knobs(TOK_S=90)
+    base = Model(None)
+    assert tok_s(base, 1) == pytest.approx(90)
+    assert tok_s(base, 8) < tok_s(base, 1) and 8 * tok_s(base, 8) > tok_s(base, 1)
+
+
+def test_a_good_draft_pays_off_alone_and_less_so_in_a_big_batch(knobs):
+    knobs(TOK_S=90, ACCEPT_LENGTH=3.2, DRAFT_COST=0.15)
+    spec, base = Model("EAGLE3", 3, 4), Model(None)
+    gain = {c: tok_s(spec, c) / tok_s(base, c) for c in (1, 8, 32)}
+    assert gain[1] > 1.8 and gain[1] > gain[8] > gain[32], gain
+
+
+def test_a_poor_draft_is_slower_than_none_the_54_8_against_90_case(knobs):
+    knobs(TOK_S=90, ACCEPT_LENGTH=1.2, DRAFT_COST=0.3)
+    spec = Model("EAGLE3", 3, 4)
+    assert tok_s(spec, 1) == pytest.approx(54.8, rel=0.05)
+
+
+def test_accepted_tokens_are_whole_and_average_to_the_accept_length(knobs):
+    knobs(ACCEPT_LENGTH=2.5)
+    steps = list(Model("EAGLE3", 3, 4).steps(100))
+    assert all(isinstance(t, int) and t >= 1 for _, t in steps)
+    assert sum(t for _, t in steps) == 100 and 100 / len(steps) == pytest.approx(2.5, rel=0.03)
