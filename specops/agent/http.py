@@ -87,3 +87,43 @@ def request(host, port, method, path, body=None, headers=None, timeout=30):
                 break
             buf += chunk
         return Response(status, fields, buf[:BODY_LIMIT])
+
+
+def stream(host, port, path, body, headers, on_event, timeout=60):
+    """POST `body` and call on_event(data) for each server-sent event (`data: ...`) as it arrives
+    (SGLang's streaming /generate); returns the status.  A non-200 answer's body is not events."""
+    head = ["POST %s HTTP/1.1" % path, "Host: %s:%d" % (host, port), "Connection: close",
+            "Accept: text/event-stream", "Content-Type: application/json", "Content-Length: %d" % len(body)]
+    head += ["%s: %s" % kv for kv in (headers or {}).items()]
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        raw_head, buf = _read_until(sock, b"", b"\r\n\r\n")
+        lines = raw_head.decode("latin-1").split("\r\n")
+        try:
+            status = int(lines[0].split()[1])
+        except (IndexError, ValueError):
+            raise OSError("not an HTTP response: %r" % lines[0][:80])
+        if status != 200:
+            return status
+        chunked = any(l.lower().startswith("transfer-encoding:") and "chunked" in l.lower() for l in lines[1:])
+        events = b""
+        while True:
+            if chunked:
+                size_line, buf = _read_until(sock, buf, b"\r\n")
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    return status
+                data, buf = _read_exactly(sock, buf, size + 2)
+                events += data[:-2]
+            else:
+                data, buf = buf or sock.recv(65536), b""
+                if not data:
+                    return status
+                events += data
+            while b"\n\n" in events:
+                event, events = events.split(b"\n\n", 1)
+                for line in event.split(b"\n"):
+                    if line.startswith(b"data:"):
+                        on_event(line[5:].strip())
+            if len(events) > BODY_LIMIT:
+                raise OSError("an event larger than %d bytes" % BODY_LIMIT)

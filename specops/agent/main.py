@@ -26,6 +26,7 @@ HANDLERS = {
     "rollback": ("releases", "rollback"),
     "peer_key": ("peercopy", "key"),
     "peer_copy": ("peercopy", "copy"),
+    "spec_bench": ("specbench", "run"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
 

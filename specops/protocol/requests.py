@@ -4,7 +4,7 @@ from __future__ import annotations
 if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
     from typing import Any, Dict, List, Optional  # noqa: F401
 
-from .wire import DICT, LIST, message, request
+from .wire import DICT, LIST, Factory, message, request
 
 from .parts import Action, Holder, Process, ServiceCheck, ServiceReport, UnitRef  # noqa: F401
 
@@ -288,3 +288,34 @@ class PeerCopy:
     peer: str = ""  # the peer's inventory name, for messages
     verify: bool = False
     Result = PeerCopyResult
+
+
+@message
+class BenchLevel:
+    """One concurrency level of a spec-bench: its figures (output_tok_s, requests_s, ttft_p50/p99,
+    itl_p50/p99 in seconds, requests, failed, seconds, and accept_length/accept_rate when the
+    server runs speculation) and the raw per-request timings they come from."""
+    concurrency: int
+    figures: Dict[str, Any]
+    raw: List[Dict[str, Any]] = LIST
+
+
+@message
+class SpecBenchResult:
+    """The levels, in the order asked."""
+    levels: List[BenchLevel]
+
+
+@request("spec_bench")
+class SpecBench:
+    """Drive `service` on the host with the load client (agent/specbench.py): per level of
+    `concurrency`, `warmup` requests, then `requests` streaming requests of `max_new_tokens`
+    from closed-loop clients, the prompts cycled in an order fixed by `seed`."""
+    service: ServiceCheck
+    prompts: List[str]
+    concurrency: List[int] = Factory(lambda: [1, 8, 32])
+    requests: int = 64
+    warmup: int = 4
+    max_new_tokens: int = 128
+    seed: int = 0
+    Result = SpecBenchResult

@@ -1,0 +1,124 @@
+"""The load client of spec-bench: drives a service on this host (the controller is not in the
+data path) and measures what speculative decoding is worth.
+
+Per concurrency level: a warm-up, then `requests` requests from `level` closed-loop clients, each
+a streaming /generate of a fixed prompt (the prompts cycled in an order fixed by the seed) with
+temperature 0 and `max_new_tokens`.  Per request it keeps the raw timings (start, first token,
+each event's time and tokens, end) and SGLang's own speculative stats from the last event's
+meta_info (spec_verify_ct, spec_accept_length, spec_accept_rate: present only with speculation
+on).  Per level: output tok/s, requests/s, TTFT and inter-token latency p50/p99, and the accept
+length (completion tokens ÷ verify steps, over the level).
+"""
+import json
+import random
+import threading
+import time
+
+from specops import protocol
+from specops.agent import http
+from specops.agent.host import ActionError, say
+from specops.agent.service_http import api_key
+
+SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
+
+
+def one(svc, key, prompt, max_new_tokens, timeout=300):
+    """One streaming request: its raw timings and the server's last meta_info."""
+    body = json.dumps({"text": prompt, "stream": True,
+                       "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}).encode()
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    t0, events, last = time.monotonic(), [], {}
+
+    def on_event(data):
+        if data == b"[DONE]":
+            return
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise OSError("the server: %s" % chunk["error"].get("message", chunk["error"]))
+        meta = chunk.get("meta_info") or {}
+        done = meta.get("completion_tokens", 0) - last.get("completion_tokens", 0)
+        events.append([round(time.monotonic() - t0, 6), done])
+        last.clear()
+        last.update(meta)
+    try:
+        status = http.stream(svc.host, svc.port, svc.endpoints.generate, body, headers, on_event, timeout)
+        error = None if status == 200 else "HTTP %s" % status
+    except (OSError, ValueError) as e:
+        error = str(e)[:200]
+    out = {"start": t0, "end": round(time.monotonic() - t0, 6), "events": events,
+           "completion_tokens": last.get("completion_tokens", 0), "error": error}
+    out.update({k: last[k] for k in SPEC_FIELDS if k in last})
+    return out
+
+
+def level(svc, key, prompts, concurrency, requests, max_new_tokens, seed):
+    """`requests` requests from `concurrency` closed-loop clients; the level's raw results and wall time."""
+    order = random.Random(seed).sample(range(len(prompts)), len(prompts))
+    todo, results, lock = list(range(requests)), [], threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop(0)
+            r = one(svc, key, prompts[order[i % len(order)]], max_new_tokens)
+            with lock:
+                results.append(r)
+    t0 = time.monotonic()
+    workers = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return results, time.monotonic() - t0
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+
+
+def summary(results, wall):
+    """The figures of one level, from its raw results."""
+    ok = [r for r in results if not r["error"]]
+    tokens = sum(r["completion_tokens"] for r in ok)
+    ttft = [r["events"][0][0] for r in ok if r["events"]]
+    itl = []
+    for r in ok:
+        for (t_prev, _), (t, n) in zip(r["events"], r["events"][1:]):
+            itl += [(t - t_prev) / n] * n if n else []
+    verify = sum(r.get("spec_verify_ct", 0) for r in ok)
+    out = {"requests": len(results), "failed": len(results) - len(ok), "seconds": round(wall, 4),
+           "output_tok_s": round(tokens / wall, 2) if wall else 0.0,
+           "requests_s": round(len(ok) / wall, 3) if wall else 0.0,
+           "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
+           "itl_p50": percentile(itl, 50), "itl_p99": percentile(itl, 99)}
+    if verify:
+        rates = [r["spec_accept_rate"] for r in ok if "spec_accept_rate" in r]
+        out.update(accept_length=round(tokens / verify, 3),
+                   accept_rate=round(sum(rates) / len(rates), 3) if rates else None)
+    return out
+
+
+def run(req):
+    """Answer a protocol.SpecBench: each level measured in turn, with progress."""
+    svc, key = req.service, api_key(req.service.name)
+    if not req.prompts:
+        raise ActionError("spec-bench needs at least one prompt")
+    levels = []
+    for concurrency in req.concurrency:
+        level(svc, key, req.prompts, concurrency, min(req.warmup, req.requests) if req.warmup else 0,
+              req.max_new_tokens, req.seed)
+        results, wall = level(svc, key, req.prompts, concurrency, req.requests, req.max_new_tokens, req.seed)
+        figures = summary(results, wall)
+        if figures["failed"] == figures["requests"]:
+            raise ActionError("spec-bench: every request at concurrency %d failed: %s"
+                              % (concurrency, results[0]["error"]))
+        say("  concurrency %d: %.1f tok/s, %.2f req/s, TTFT p50 %.3fs%s" % (
+            concurrency, figures["output_tok_s"], figures["requests_s"], figures["ttft_p50"] or 0,
+            ", accept length %.2f" % figures["accept_length"] if "accept_length" in figures else ""))
+        levels.append(protocol.BenchLevel(concurrency=concurrency, figures=figures, raw=results))
+    return protocol.SpecBenchResult(levels=levels)

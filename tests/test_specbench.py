@@ -1,0 +1,95 @@
+"""spec-bench's load client (specops/agent/specbench.py) against a streaming server on loopback
+that answers as SGLang's /generate does with stream=true (srt/entrypoints/http_server.py:
+`data: <json>` events, chunked, then `data: [DONE]`; meta_info carries completion_tokens and,
+with speculation on, spec_verify_ct / spec_accept_length / spec_accept_rate).  No fleet needed."""
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from specops import protocol
+from specops.agent import specbench
+
+STEP, TOKENS_PER_STEP = 0.002, 3
+
+
+class Generate(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.headers.get("Authorization") != "Bearer k3y":
+            body = b'{"error": "Unauthorized"}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        assert req["stream"] is True and req["sampling_params"]["temperature"] == 0
+        n = req["sampling_params"]["max_new_tokens"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        made = steps = 0
+        while made < n:
+            time.sleep(STEP)
+            made, steps = min(n, made + TOKENS_PER_STEP), steps + 1
+            meta = {"completion_tokens": made, "spec_verify_ct": steps, "spec_accept_length": made / steps,
+                    "spec_accept_rate": 0.5}
+            self._chunk(b"data: " + json.dumps({"text": "x" * made, "meta_info": meta}).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Generate)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield protocol.ServiceCheck(name="sglang", port=srv.server_address[1])
+    srv.shutdown()
+
+
+def test_a_level_is_measured_from_raw_streamed_timings(server):
+    results, wall = specbench.level(server, "k3y", ["a", "b", "c"], 4, 12, 30, seed=1)
+    figures = specbench.summary(results, wall)
+    assert figures["requests"] == 12 and figures["failed"] == 0
+    assert all(r["completion_tokens"] == 30 and len(r["events"]) == 10 for r in results)
+    assert figures["output_tok_s"] == pytest.approx(12 * 30 / wall, rel=0.01)
+    assert figures["accept_length"] == pytest.approx(3.0) and figures["accept_rate"] == 0.5
+    assert STEP * 0.9 <= figures["ttft_p50"] <= figures["ttft_p99"] < 1
+    assert figures["itl_p50"] == pytest.approx(STEP / TOKENS_PER_STEP, rel=1.0)  # per token, within noise
+    assert all(t2 >= t1 for r in results for (t1, _), (t2, _) in zip(r["events"], r["events"][1:]))
+
+
+def test_failures_are_counted_not_hidden(server):
+    results, wall = specbench.level(server, "wrong", ["a"], 2, 4, 10, seed=0)
+    figures = specbench.summary(results, wall)
+    assert figures["failed"] == 4 and results[0]["error"] == "HTTP 401"
+
+
+def test_without_speculation_no_accept_length_is_made_up():
+    raw = [{"error": None, "completion_tokens": 10, "events": [[0.1, 5], [0.2, 5]]}]
+    figures = specbench.summary(raw, 1.0)
+    assert "accept_length" not in figures and figures["output_tok_s"] == 10.0
+    assert figures["itl_p50"] == pytest.approx(0.02)
+
+
+def test_the_prompt_order_is_fixed_by_the_seed(server, monkeypatch):
+    seen = []
+    monkeypatch.setattr(specbench, "one", lambda svc, key, prompt, n: seen.append(prompt) or
+                        {"error": None, "completion_tokens": 1, "events": [[0.0, 1]]})
+    prompts = [str(i) for i in range(20)]
+    specbench.level(server, None, prompts, 1, 20, 1, seed=7)
+    first, seen[:] = list(seen), []
+    specbench.level(server, None, prompts, 1, 20, 1, seed=7)
+    assert seen == first and sorted(first) == sorted(prompts) and first != prompts
