@@ -1,11 +1,12 @@
 """specops: deploy SGLang with speculative decoding to GPU boxes.  `inv --list` for the tasks."""
 import shlex
 import sys
+from pathlib import Path
 
 from invoke import Collection, Exit, task
 
 from roles import draft_config, gpu_stack, model_patches, models, sglang_service, system_packages
-from specops import cli, pipeline
+from specops import cli, perfpage, pipeline, specbench
 from specops import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.facts import facts_probe
@@ -16,11 +17,13 @@ DEPLOY = [models, gpu_stack, model_patches, draft_config, sglang_service]
 BOOTSTRAP = [system_packages] + DEPLOY
 
 
-@fleet_task(*FLEET, "check", "diff", "verify_weights")
-def deploy(c, sel):
+@fleet_task(*FLEET, "check", "diff", "verify_weights",
+            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy)")
+def deploy(c, sel, bench=False):
     """Converge hosts: lock, probe, plan, apply, handlers, verify, record the release.
-    If verify fails, this deploy's changes are undone and the previous release verified."""
-    cli.play(pipeline.deploy, DEPLOY, sel, task="deploy")
+    If verify (or, with --bench, a service's gate) fails, this deploy's changes are undone and the
+    previous release verified."""
+    cli.play(lambda run: pipeline.deploy(run, specbench.gated if bench else None), DEPLOY, sel, task="deploy")
 
 
 @fleet_task(*FLEET, "verify_weights")
@@ -45,6 +48,43 @@ def releases(c, sel):
             mark = "*" if rel["current"] else " "
             print(f"{r.name:<12} {mark} {rel['stamp']}  {rel['status']:<11} {', '.join(rel['services'])}  "
                   f"{rel['summary'][:70]}")
+            if rel.get("perf"):
+                print(f"{'':<14} perf: {specbench.perf_line(rel['perf'])}")
+
+
+@fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
+            baseline="Also measure the target without speculation, in a GPU window, and compare",
+            prompts="A JSON list of prompts (default: files/prompts.json)",
+            concurrency="Levels of concurrency, comma-separated (default 1,8,32)",
+            requests="Requests per level (default 64)", max_new_tokens="Tokens per request (default 128)")
+def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="1,8,32", requests=64,
+               max_new_tokens=128):
+    """Does speculative decoding pay off?  Drive the service on its host (streaming requests at each
+    level of concurrency): tok/s, requests/s, TTFT and inter-token latency, accept length.  With
+    --baseline, the same target without speculation too (a transient unit in a GPU window; the
+    service is always restarted and verified), and the speedup per level.  Kept as perf.json in
+    the current release."""
+    load = specbench.Load(concurrency=cli.positive_ints(concurrency, "--concurrency"),
+                          requests=cli.positive_ints(str(requests), "--requests")[0],
+                          max_new_tokens=cli.positive_ints(str(max_new_tokens), "--max-new-tokens")[0], prompts=prompts)
+    load.prompt_list()  # a bad prompts file is said before any connection
+    cli.play(lambda run: specbench.bench(run, service, load, baseline), [], sel, task="spec-bench",
+             services=[service] if service else None)
+
+
+@fleet_task(*SELECT, out="Where to write the page (default: report.html)")
+def report(c, sel, out="report.html"):
+    """One self-contained HTML page (opens with no network): per host and service, the releases,
+    tok/s against concurrency with and without speculation, accept length per release, the
+    gates, and what verify checks."""
+    hosts = {h.name: h for h in cli.select(sel)}
+    sections = []
+    for r in cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr):
+        for svc in hosts[r.name].get("services") or []:
+            sections.append(perfpage.service_section(r.name, svc["name"], r.result.releases if r.result else [],
+                                                     svc.get("gate")))
+    Path(out).write_text(perfpage.page(sections))
+    print(f"wrote {out}")
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)")
@@ -128,5 +168,5 @@ def sandbox_down(c):
     sandbox_tasks.down()
 
 
-ns = Collection(deploy, bootstrap, rollback, releases, stop, gpu_window, verify, status, facts)
+ns = Collection(deploy, bootstrap, rollback, releases, stop, gpu_window, spec_bench, report, verify, status, facts)
 ns.add_collection(Collection("sandbox", sandbox_up, sandbox_down))

@@ -13,6 +13,7 @@ need ip iproute2
 need nsenter util-linux
 need openssl openssl  # the sandbox's password-sudo hosts (a shadow hash)
 need git git          # the sandbox hub's model repositories
+need chromium chromium  # renders `inv report`'s page headless, in a test
 python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)
 if ((${#packages[@]})); then
   echo "[setup] apt-get install ${packages[*]}"

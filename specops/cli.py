@@ -132,3 +132,14 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
 def print_json(data) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def positive_ints(text: str, option: str) -> list[int]:
+    """"1,8,32" → [1, 8, 32]; anything else is a one-line usage error."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise UsageError(f"{option}: give positive whole numbers, comma-separated (got {text!r})")
+    return values

@@ -8,20 +8,24 @@ from .errors import SpecopsError, UsageError
 from .run import HostRun
 
 
-def deploy(run: HostRun) -> None:
-    """lock → facts → plan → apply → handlers → verify → record the release.
-    A failed verify (or apply) undoes this deploy's changes and verifies the previous state."""
+def deploy(run: HostRun, bench=None) -> None:
+    """lock → facts → plan → apply → handlers → verify (→ `bench`, the gates) → record the release.
+    A failed verify, apply or gate undoes this deploy's changes and verifies the previous state."""
     ctx = run.converge()
     if run.opts.check:
         return
+    perf = []
     try:
-        verify_mod.verify(run, last=not run.applied)
+        verify_mod.verify(run, last=not run.applied and not bench)
+        perf = bench(run) if bench else []
     except SpecopsError as failure:
         if run.applied:
             undo(run, ctx.release_dir, failure)
         raise
     if run.applied:
         record(run, ctx.release_dir)
+    for i, result in enumerate(perf):
+        run.call(protocol.PerfRecord(perf=result), last=i == len(perf) - 1)
 
 
 def _names(run: HostRun) -> list[str]:

@@ -99,6 +99,13 @@ SERVICE = {
         "baseline_tok_s": NUMBER,
         "prompt": str,
     },
+    "gate": {  # held by `inv deploy --bench` (specops/specbench.py): a release below it is undone
+        "min_speedup": NUMBER,          # spec tok/s ÷ baseline tok/s (measures the baseline too)
+        "at_concurrency": int,          # where the gate is read (default: the lowest level)
+        "min_accept_length": NUMBER,
+        "max_regression_pct": NUMBER,   # against the previous release's perf.json
+        "load": {"concurrency": [int], "requests": int, "warmup": int, "max_new_tokens": int, "seed": int},
+    },
 }
 
 HOST_VARS = {

@@ -93,3 +93,68 @@ def test_the_prompt_order_is_fixed_by_the_seed(server, monkeypatch):
     first, seen[:] = list(seen), []
     specbench.level(server, None, prompts, 1, 20, 1, seed=7)
     assert seen == first and sorted(first) == sorted(prompts) and first != prompts
+
+
+def _perf(tok_s, base=None, accept=3.0, c=1):
+    lv = lambda t, a=None: {"concurrency": c, "figures": {"output_tok_s": t, **({"accept_length": a} if a else {})}}
+    return {"service": "sglang", "spec": [lv(tok_s, accept)], "baseline": [lv(base)] if base else [],
+            "speedup": {str(c): round(tok_s / base, 3)} if base else {}}
+
+
+def test_the_gate_refuses_the_0_61x_case_naming_the_figures():
+    from specops.specbench import evaluate
+    (why,) = evaluate({"min_speedup": 1.0}, _perf(54.8, 90.0), None)
+    assert why == "speedup 0.61x at concurrency 1 (54.8 tok/s with speculation, 90.0 without) is below min_speedup 1.0"
+    assert evaluate({"min_speedup": 1.0}, _perf(120.0, 90.0), None) == []
+    assert evaluate({"min_speedup": 1.0}, _perf(120.0), None) == ["min_speedup needs a baseline at concurrency 1, "
+                                                                  "and there is none"]
+
+
+def test_the_gate_compares_with_the_previous_release():
+    from specops.specbench import evaluate
+    gate = {"max_regression_pct": 10}
+    (why,) = evaluate(gate, _perf(80.0), _perf(100.0))
+    assert why == "80.0 tok/s at concurrency 1 is 20% below the previous release's 100.0 (max_regression_pct 10)"
+    assert evaluate(gate, _perf(95.0), _perf(100.0)) == []  # 5% slower: kept
+    assert evaluate(gate, _perf(80.0), None) == []           # nothing to compare with
+    assert evaluate({"min_accept_length": 2.0}, _perf(100.0, accept=1.5), None) == [
+        "accept length 1.5 at concurrency 1 is below min_accept_length 2.0"]
+
+
+def test_the_verdict_is_one_plain_line():
+    from specops.specbench import verdict
+    assert verdict({1: 1.84, 8: 1.12, 32: 0.71}) == \
+        "speculative decoding: 1.84x at concurrency 1, 1.12x at 8, 0.71x at 32: slower from 32 on"
+    assert verdict({1: 0.61}) == "speculative decoding: 0.61x at concurrency 1: slower at every level"
+
+
+def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
+    from html.parser import HTMLParser
+    from specops import perfpage
+    perf = {**_perf(120.0, 90.0, accept=3.1), "at": "2026-12-03T16:00:00Z", "verdict": "speculative decoding: 1.33x"}
+    perf["spec"] += [{"concurrency": 8, "figures": {"output_tok_s": 300.5, "accept_length": 2.9}}]
+    perf["baseline"] += [{"concurrency": 8, "figures": {"output_tok_s": 310.0}}]
+    perf["speedup"]["8"] = 0.969
+    releases = [{"stamp": "20261203T150000Z", "status": "deployed", "current": False, "summary": "first", "perf": None},
+                {"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": "<b>x</b>",
+                 "perf": perf, "verify": [{"name": "sglang", "intended": {"speculative_num_steps": 3}}]}]
+    text = perfpage.page([perfpage.service_section("t1", "sglang", releases, {"min_speedup": 1.0})])
+
+    class Read(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.cells, self.tags, self.refs = {}, set(), []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+            a = dict(attrs)
+            self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+            if "data-tok-s" in a:
+                self.cells[int(a["data-concurrency"])] = float(a["data-tok-s"])
+    r = Read()
+    r.feed(text)
+    assert r.cells == {1: 120.0, 8: 300.5}
+    assert 'data-speedup="0.969"' in text and 'data-accept-length="3.1"' in text
+    assert "script" not in r.tags and "link" not in r.tags and "img" not in r.tags and not r.refs
+    assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text  # what hosts say is escaped
+    assert text.count("<svg") == 2 and "stroke-dasharray" in text  # baseline dashed, gate-free accept bars

@@ -27,6 +27,8 @@ HANDLERS = {
     "peer_key": ("peercopy", "key"),
     "peer_copy": ("peercopy", "copy"),
     "spec_bench": ("specbench", "run"),
+    "baseline_start": ("baseline", "start"),
+    "perf_record": ("releases", "record_perf"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
 

@@ -106,12 +106,33 @@ def _prune():
 
 
 def releases(req):
-    """Answer a protocol.Releases."""
+    """Answer a protocol.Releases (with each release's perf.json, when spec-bench measured it)."""
     now = current()
     return protocol.ReleasesResult(current=now, releases=[
         {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
          "files": len(m.get("files", {})), "current": m["stamp"] == now,
-         "summary": m.get("summary", ""), "verify": m.get("verify", [])} for m in manifests()])
+         "summary": m.get("summary", ""), "verify": m.get("verify", []), "perf": read_perf(m["stamp"]),
+         "spec": m.get("spec", {}), "packages": m.get("packages", {})} for m in manifests()])
+
+
+def read_perf(stamp):
+    try:
+        with open(os.path.join(RELEASES, stamp, "perf.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def record_perf(req):
+    """Answer a protocol.PerfRecord: perf.json in the release (written whole, then renamed)."""
+    stamp = req.stamp or current()
+    if not stamp or not os.path.isfile(os.path.join(RELEASES, stamp, "manifest.json")):
+        raise ActionError("no release %s to keep the result in (deploy first)" % (stamp or "yet"))
+    path = os.path.join(RELEASES, stamp, "perf.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(req.perf, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    return protocol.RecordResult(stamp=stamp, files=1)
 
 
 def _state_at(target, deployed):

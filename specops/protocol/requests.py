@@ -319,3 +319,35 @@ class SpecBench:
     max_new_tokens: int = 128
     seed: int = 0
     Result = SpecBenchResult
+
+
+@message
+class BaselineResult:
+    """The transient unit that serves the baseline (stop it with a Stop of its UnitRef)."""
+    unit: str
+
+
+@request("baseline_start")
+class BaselineStart:
+    """Inside a GPU window: run `argv` (the service's command minus its speculative flags) as the
+    transient unit specops-baseline-<service>, with the service's env file, `env` and `user`,
+    and wait until `ready` answers 200 on `host`:`port` (at most `timeout` s)."""
+    service: str
+    argv: List[str]
+    port: int
+    host: str = "127.0.0.1"
+    ready: str = "/health"
+    env: Dict[str, str] = DICT
+    user: Optional[str] = None
+    gpus: Optional[List[int]] = None
+    timeout: float = 3600
+    Result = BaselineResult
+
+
+@request("perf_record")
+class PerfRecord:
+    """Keep a spec-bench result (`perf`: figures, speedups, arguments, versions) as perf.json in
+    the release `stamp` (the current one when None)."""
+    perf: Dict[str, Any]
+    stamp: Optional[str] = None
+    Result = RecordResult

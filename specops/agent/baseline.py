@@ -1,0 +1,54 @@
+"""spec-bench's baseline: the same target with the same arguments minus the speculative ones, run
+as a transient unit (systemd-run), never as a change to the managed unit, and only inside a GPU
+window (the managed service stopped, its GPUs proven free).
+
+The transient unit is named specops-baseline-<service>: only root can make system units, so a
+unit of that name is ours (one a killed run left is stopped and collected first).  It reads the
+service's own env file (the API key goes to the server through the launcher, as for the managed
+unit) and runs as the same user.  Stopping it goes through units.stop_unit, so its leftovers are
+accounted for and its GPU memory proven free like any service's.
+"""
+import time
+
+from specops import protocol
+from specops.agent import http
+from specops.agent.host import ActionError, journal, run_quiet, say
+from specops.agent.procs import Unit, remember_invocation
+from specops.agent.units import stop_unit
+from specops.layout import env_file
+
+PREFIX = "specops-baseline-"
+
+
+def unit_name(service):
+    return PREFIX + service
+
+
+def start(req):
+    """Answer a protocol.BaselineStart: the transient unit started and answering `ready`."""
+    name = unit_name(req.service)
+    if Unit(name).active:  # a killed run's
+        stop_unit(protocol.UnitRef(name=name, gpus=req.gpus), measure=False)
+    run_quiet(["systemctl", "reset-failed", name])
+    argv = ["systemd-run", "--unit=" + name, "--collect", "--quiet", "--property=Type=simple",
+            "--property=KillMode=control-group", "--property=EnvironmentFile=" + env_file(req.service)]
+    if req.user:
+        argv.append("--uid=" + req.user)
+    argv += ["--setenv=%s=%s" % (k, v) for k, v in sorted(req.env.items())]
+    rc, out = run_quiet(argv + ["--"] + req.argv)
+    if rc != 0:
+        raise ActionError("the baseline server did not start: %s" % out.strip()[-300:])
+    remember_invocation(name)
+    say("  baseline: %s started (the target without speculation)" % name)
+    deadline = time.time() + req.timeout
+    while time.time() < deadline:
+        try:
+            if http.request(req.host, req.port, "GET", req.ready, timeout=5).status == 200:
+                say("  baseline: ready")
+                return protocol.BaselineResult(unit=name)
+        except OSError:
+            pass
+        if not Unit(name).active:
+            raise ActionError("the baseline server exited before it was ready: %s" % journal(name, 10))
+        time.sleep(0.5)
+    raise ActionError("the baseline server was not ready within %.0f s: %s" % (req.timeout, journal(name, 10)))

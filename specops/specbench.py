@@ -1,0 +1,210 @@
+"""spec-bench, the controller's side: does speculative decoding pay off on this host?
+
+The load runs on the host (agent/specbench.py); this module asks for it, runs the baseline in a
+GPU window (the same target, the same arguments minus the speculative ones, as a transient unit:
+agent/baseline.py), always restores the service, turns the two measurements into speedups and a
+plain verdict, and keeps the result with the current release (perf.json).
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import pipeline, protocol, services
+from .errors import SpecopsError
+
+PROMPTS = Path(__file__).resolve().parent.parent / "files" / "prompts.json"
+
+
+@dataclass
+class Load:
+    """What spec-bench sends: the levels of concurrency, requests per level, tokens per request."""
+    concurrency: list = field(default_factory=lambda: [1, 8, 32])
+    requests: int = 64
+    warmup: int = 4
+    max_new_tokens: int = 128
+    seed: int = 0
+    prompts: str | None = None  # a JSON list of strings (default: files/prompts.json)
+
+    def prompt_list(self) -> list[str]:
+        path = Path(self.prompts).expanduser() if self.prompts else PROMPTS
+        try:
+            prompts = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise SpecopsError(f"prompts {path}: {e}") from None
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise SpecopsError(f"prompts {path}: must be a JSON list of strings")
+        return prompts
+
+
+def service_of(run, name: str | None) -> dict:
+    """The one service to measure: --service, or the host's only one."""
+    svcs = [s for _, s in services.of_host(run.host)]
+    chosen = [s for s in svcs if s["name"] == name] if name else svcs
+    if len(chosen) != 1:
+        raise SpecopsError(f"{run.host.name}: give --service (one of: {', '.join(s['name'] for s in svcs) or 'none'})"
+                           if not name or not chosen else f"{run.host.name}: no service {name!r}")
+    return chosen[0]
+
+
+def _check(run, svc) -> protocol.ServiceCheck:
+    return services.kind_of(svc).check(run.host, svc)
+
+
+def measure(run, svc: dict, load: Load) -> list[protocol.BenchLevel]:
+    res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=load.prompt_list(),
+                                      concurrency=load.concurrency, requests=load.requests,
+                                      warmup=load.warmup, max_new_tokens=load.max_new_tokens, seed=load.seed),
+                   on_stderr=lambda line: run.say(line.strip()))
+    return res.levels
+
+
+def baseline(run, svc: dict, load: Load) -> list[protocol.BenchLevel]:
+    """Inside a GPU window: stop the service (GPUs proven free), serve the target without
+    speculation as a transient unit, measure it, stop it (GPUs proven free again), and always
+    start the service again and verify it."""
+    name, kind = svc["name"], services.kind_of(svc)
+    plain = {**svc, "speculative": None}
+    env = dict(svc.get("env") or {})
+    if svc.get("cuda_visible_devices"):
+        env["CUDA_VISIBLE_DEVICES"] = str(svc["cuda_visible_devices"])
+    ref = kind.unit(svc)
+    try:
+        pipeline.stop(run, [name])
+        run.say("GPU free; starting the baseline (no speculation)")
+        check = _check(run, svc)
+        started = run.call(protocol.BaselineStart(
+            service=name, argv=kind.argv(plain, services.venv_of(run.host)), port=check.port, host=check.host,
+            ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout),
+            on_stderr=lambda line: run.say(line.strip()))
+        try:
+            return measure(run, svc, load)
+        finally:
+            res = run.call(protocol.Stop(services=[protocol.UnitRef(name=started.unit, gpus=ref.gpus,
+                                                                    titles=ref.titles, grace=ref.grace)],
+                                         others=[name]), on_stderr=lambda line: run.say(line.strip()))
+            for s in res.services:
+                freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
+                run.say(f"baseline stopped; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
+                if s.failures or s.left:
+                    raise SpecopsError(f"the baseline left the GPUs busy: {'; '.join(s.failures) or s.left}")
+    finally:
+        run.say(f"restarting {name}")
+        pipeline.start_and_verify(run, [name])
+
+
+def speedups(spec: list, base: list) -> dict[int, float]:
+    """Per concurrency: spec tok/s ÷ baseline tok/s."""
+    b = {lv.concurrency: lv.figures["output_tok_s"] for lv in base}
+    return {lv.concurrency: round(lv.figures["output_tok_s"] / b[lv.concurrency], 3)
+            for lv in spec if b.get(lv.concurrency)}
+
+
+def verdict(gain: dict[int, float]) -> str:
+    """One line a person reads: "speculative decoding: 1.84x at concurrency 1, 0.71x at 32: slower from 32 on"."""
+    if not gain:
+        return "speculative decoding: no baseline to compare with (run with --baseline)"
+    parts = ", ".join(f"{g:.2f}x at {'concurrency ' if i == 0 else ''}{c}" for i, (c, g) in enumerate(sorted(gain.items())))
+    slower = [c for c, g in sorted(gain.items()) if g < 1.0]
+    tail = ("slower at every level" if len(slower) == len(gain) else f"slower from {slower[0]} on") if slower \
+        else "faster at every level"
+    return f"speculative decoding: {parts}: {tail}"
+
+
+def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
+    """What perf.json keeps: the figures (raw timings included), speedups, verdict, arguments, versions."""
+    gain = speedups(spec, base) if base else {}
+    pkgs = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
+    return {"service": svc["name"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "args": services.kind_of(svc).args(svc), "load": {k: v for k, v in vars(load).items() if k != "prompts"},
+            "versions": {"sglang": pkgs.get("sglang"), "torch": pkgs.get("torch"), "controller": platform.node()},
+            "spec": [protocol.encode(lv) for lv in spec], "baseline": [protocol.encode(lv) for lv in base or []],
+            "speedup": {str(c): g for c, g in gain.items()}, "verdict": verdict(gain),
+            "accept_length": {str(lv.concurrency): lv.figures.get("accept_length") for lv in spec}}
+
+
+def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
+    """The body of `inv spec-bench`: measure, maybe the baseline, say the verdict, record it."""
+    run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
+    svc = service_of(run, name)
+    spec = measure(run, svc, load)
+    base = baseline(run, svc, load) if with_baseline else None
+    out = result(run, svc, load, spec, base)
+    for lv in spec:
+        f = lv.figures
+        run.say(f"concurrency {lv.concurrency:>3}: {f['output_tok_s']:.1f} tok/s"
+                + (f" (baseline {next(b.figures['output_tok_s'] for b in base if b.concurrency == lv.concurrency):.1f})"
+                   if base else "")
+                + (f", accept length {f['accept_length']:.2f}" if f.get("accept_length") else ""))
+    run.say(out["verdict"])
+    rec = run.call(protocol.PerfRecord(perf=out))
+    run.report.notes.append(f"perf.json in release {rec.stamp}")
+    run.report.extra["spec_bench"] = {k: out[k] for k in ("speedup", "verdict", "accept_length")}
+    return out
+
+
+def perf_line(perf: dict) -> str:
+    """A release's perf.json in one line, for `inv releases`."""
+    levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))
+    accept = [v for v in (perf.get("accept_length") or {}).values() if v]
+    speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
+    return "; ".join(p for p in (levels, f"accept length {accept[0]:.2f}" if accept else "",
+                                 f"speedup {speed}" if speed else "") if p)
+
+
+def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
+    """What of a service's gate a spec-bench result fails, one line each (empty: it passes).
+    gate: {min_speedup, at_concurrency, min_accept_length, max_regression_pct}, each optional."""
+    levels = {lv["concurrency"]: lv["figures"] for lv in perf["spec"]}
+    c = gate.get("at_concurrency") or min(levels)
+    if c not in levels:
+        return [f"the gate is at concurrency {c}, which the bench did not measure"]
+    out, where = [], f"at concurrency {c}"
+    if gate.get("min_speedup") is not None:
+        gain = (perf.get("speedup") or {}).get(str(c))
+        base = {lv["concurrency"]: lv["figures"] for lv in perf.get("baseline") or []}.get(c)
+        if gain is None:
+            out.append(f"min_speedup needs a baseline {where}, and there is none")
+        elif gain < gate["min_speedup"]:
+            out.append(f"speedup {gain:.2f}x {where} ({levels[c]['output_tok_s']:.1f} tok/s with speculation, "
+                       f"{base['output_tok_s']:.1f} without) is below min_speedup {gate['min_speedup']}")
+    if gate.get("min_accept_length") is not None:
+        accept = levels[c].get("accept_length")
+        if accept is None or accept < gate["min_accept_length"]:
+            out.append(f"accept length {accept if accept is None else round(accept, 2)} {where} is below "
+                       f"min_accept_length {gate['min_accept_length']}")
+    if gate.get("max_regression_pct") is not None and previous:
+        before = {lv["concurrency"]: lv["figures"] for lv in previous.get("spec", [])}.get(c)
+        if before and before["output_tok_s"] > 0:
+            drop = 100.0 * (before["output_tok_s"] - levels[c]["output_tok_s"]) / before["output_tok_s"]
+            if drop > gate["max_regression_pct"]:
+                out.append(f"{levels[c]['output_tok_s']:.1f} tok/s {where} is {drop:.0f}% below the previous "
+                           f"release's {before['output_tok_s']:.1f} (max_regression_pct {gate['max_regression_pct']})")
+    return out
+
+
+def gated(run) -> list[dict]:
+    """`inv deploy --bench`, after verify: each service with a `gate` is measured (with its baseline
+    when the gate asks for a speedup) and held to it; a failure is raised like a failed verify."""
+    releases = run.call(protocol.Releases())
+    now = next((r for r in releases.releases if r["current"]), None)
+    results, failures = [], []
+    for _, svc in services.of_host(run.host):
+        gate = svc.get("gate")
+        if not gate:
+            continue
+        load = Load(**(gate.get("load") or {}))
+        spec = measure(run, svc, load)
+        base = baseline(run, svc, load) if gate.get("min_speedup") is not None else None
+        perf = result(run, svc, load, spec, base)
+        run.say(perf["verdict"])
+        previous = (now or {}).get("perf")
+        fails = evaluate(gate, perf, previous if previous and previous.get("service") == svc["name"] else None)
+        failures += [f"{svc['name']}: gate: {f}" for f in fails]
+        results.append(perf)
+    if failures:
+        raise SpecopsError("; ".join(failures))
+    return results

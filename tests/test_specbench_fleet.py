@@ -1,0 +1,187 @@
+"""spec-bench on a sandbox host: the load client on the host, the baseline in a GPU window as a
+transient unit, the service always restored, the result kept with the release.
+
+The simulator's performance model (sandbox/sglang_sim/sglang/sim_perf.py) makes both outcomes
+real: a good draft pays off, a poor one is slower than no draft at all."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import MANAGED, ROOT, load_json, sha256_on
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+GOOD = {"SGLANG_SIM_TOK_S": "400", "SGLANG_SIM_ACCEPT_LENGTH": "3.2", "SGLANG_SIM_DRAFT_COST": "0.15"}
+POOR = {"SGLANG_SIM_TOK_S": "400", "SGLANG_SIM_ACCEPT_LENGTH": "1.2", "SGLANG_SIM_DRAFT_COST": "0.3"}
+LOAD = ("--concurrency", "1,4", "--requests", "8", "--max-new-tokens", "32")
+
+
+def setup(sandbox, name, knobs):
+    svc = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "1", **knobs})
+    inv = sandbox.inventory({name: {"services": [svc]}})
+    res = sandbox.inv("deploy", "--host", name, inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    return inv
+
+
+def bench(sandbox, name, inv, *args):
+    report = sandbox.tmp / f"b{time.monotonic_ns()}.json"
+    res = sandbox.inv("spec-bench", "--host", name, "--json", str(report), *LOAD, *args, inventory=inv, timeout=600)
+    return res, (load_json(report)["hosts"][name] if report.exists() else None)
+
+
+def started(h):
+    return h.run("systemctl", "show", "sglang", "-p", "ExecMainStartTimestampMonotonic,MainPID").stdout
+
+
+def test_a_good_draft_pays_off_and_the_service_is_untouched_by_the_baseline(sandbox):
+    h = sandbox.reset("t1")
+    inv = setup(sandbox, "t1", GOOD)
+    before, first_run = sha256_on(h, *MANAGED), started(h)
+    res, rep = bench(sandbox, "t1", inv, "--baseline")
+    assert res.returncode == 0, res.stdout[-4000:]
+    gain = rep["spec_bench"]["speedup"]
+    assert gain["1"] > 1.3 and "speculative decoding: " in res.stdout, res.stdout[-2000:]
+    assert rep["spec_bench"]["accept_length"]["1"] == pytest.approx(3.2, rel=0.1)
+    # The managed files are as deployed; the baseline ran as its own transient unit, never as sglang.
+    assert sha256_on(h, *MANAGED) == before
+    baseline_log = h.run("journalctl", "-u", "specops-baseline-sglang", "-o", "cat", "--no-pager").stdout
+    assert "server_args=" in baseline_log and "'speculative_algorithm': None" in baseline_log
+    service_log = h.run("journalctl", "-u", "sglang", "-o", "cat", "--no-pager").stdout
+    assert "'speculative_algorithm': None" not in service_log
+    # GPUs proven free before the baseline and after it; the service restarted and verified.
+    out = res.stdout
+    assert out.index("sglang: stopped in") < out.index("baseline: ready") < out.index("baseline stopped; freed")
+    assert "GPU 0:" in out[out.index("baseline stopped; freed"):].split("\n")[0]
+    after = out[out.index("restarting sglang"):]
+    assert started(h) != first_run and "/generate " in after and "FAILED" not in after
+    assert "sglang verified" in rep["notes"]
+    assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
+    # Kept with the release, and shown by `inv releases`.
+    perf = json.loads(h.run("sh", "-c", "cat /var/lib/specops/releases/current/perf.json").stdout)
+    assert perf["speedup"] == gain and perf["spec"][0]["raw"] and perf["baseline"][0]["figures"]["output_tok_s"] > 0
+    listing = sandbox.inv("releases", "--host", "t1", inventory=inv)
+    assert f"speedup {gain['1']:.2f}x @1" in listing.stdout, listing.stdout
+
+
+def test_a_poor_draft_is_called_slower(sandbox):
+    h = sandbox.reset("t2")
+    inv = setup(sandbox, "t2", POOR)
+    res, rep = bench(sandbox, "t2", inv, "--baseline")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert rep["spec_bench"]["speedup"]["1"] < 0.8, rep["spec_bench"]
+    assert "slower at every level" in res.stdout or "slower from" in res.stdout
+    assert h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
+
+
+def test_ctrl_c_during_the_baseline_restores_the_service(sandbox):
+    h = sandbox.reset("t3")
+    inv = setup(sandbox, "t3", GOOD)
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--host", "t3", "--baseline", *LOAD,
+                             "--requests", "400"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**__import__("os").environ, "SPECOPS_INVENTORY": str(inv)})
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "baseline: ready" in line:
+            time.sleep(1)
+            proc.send_signal(signal.SIGINT)
+            break
+    out = "".join(seen) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130, out[-3000:]
+    after = out[out.index("restarting sglang"):]
+    assert "/generate " in after and "FAILED" not in after, out[-3000:]
+    assert h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
+    assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
+
+
+GATE_LOAD = {"concurrency": [1], "requests": 12, "max_new_tokens": 48}
+
+
+def deploy_bench(sandbox, name, knobs, gate):
+    svc = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "1", **knobs}, gate={**gate, "load": GATE_LOAD})
+    inv = sandbox.inventory({name: {"services": [svc]}})
+    report = sandbox.tmp / f"d{time.monotonic_ns()}.json"
+    res = sandbox.inv("deploy", "--host", name, "--bench", "--json", str(report), inventory=inv, timeout=600)
+    return res, (load_json(report)["hosts"][name] if report.exists() else None)
+
+
+def serving_knobs(h):
+    return h.run("systemctl", "show", "sglang", "-p", "Environment").stdout
+
+
+def test_deploy_bench_undoes_a_release_below_its_gate(sandbox):
+    """The 0.61x case: a poor draft is refused by min_speedup 1.0 and rolled back, verified."""
+    h = sandbox.reset("t4")
+    res, rep = deploy_bench(sandbox, "t4", GOOD, {"min_speedup": 1.0})
+    assert res.returncode == 0 and "sglang verified" in rep["notes"], res.stdout[-3000:]
+    good = serving_knobs(h)
+    res, rep = deploy_bench(sandbox, "t4", POOR, {"min_speedup": 1.0})
+    assert res.returncode == 1 and "rolled back" in rep["notes"], res.stdout[-3000:]
+    assert "gate: speedup 0." in rep["error"] and "is below min_speedup 1.0" in rep["error"], rep["error"]
+    assert "tok/s with speculation" in rep["error"] and ", verified" in rep["error"]
+    assert serving_knobs(h) == good and h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
+
+
+def test_a_release_slower_than_the_last_is_undone_and_a_little_slower_one_kept(sandbox):
+    h = sandbox.reset("t5")
+    gate = {"max_regression_pct": 10}
+    res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "400"}, gate)
+    assert res.returncode == 0, res.stdout[-3000:]
+    res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "320"}, gate)  # 20% slower
+    assert res.returncode == 1 and "rolled back" in rep["notes"] and "% below the previous release's" in rep["error"]
+    assert "SGLANG_SIM_TOK_S=400" in serving_knobs(h)
+    res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "380"}, gate)  # 5% slower
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "SGLANG_SIM_TOK_S=380" in serving_knobs(h)
+
+
+def test_the_report_page_shows_the_records_and_renders_offline(sandbox, tmp_path):
+    """After a measured release: the page's figures are perf.json's, it references nothing outside
+    itself, and a real headless browser, with no network at all, renders it to a non-blank PNG."""
+    import zlib
+    from html.parser import HTMLParser
+    h = sandbox.fleet["t1"]
+    inv = setup(sandbox, "t1", GOOD)
+    res, _ = bench(sandbox, "t1", inv, "--baseline")
+    assert res.returncode == 0, res.stdout[-3000:]
+    perf = json.loads(h.run("sh", "-c", "cat /var/lib/specops/releases/current/perf.json").stdout)
+    page = tmp_path / "report.html"
+    res = sandbox.inv("report", "--host", "t1", "--out", str(page), inventory=inv)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    class Read(HTMLParser):
+        tok_s, tags, refs = {}, set(), []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            self.tags.add(tag)
+            self.refs += [v for k, v in attrs if k in ("src", "href", "xlink:href") and v]
+            if "data-tok-s" in a:
+                self.tok_s[int(a["data-concurrency"])] = float(a["data-tok-s"])
+    r = Read()
+    r.feed(page.read_text())
+    assert r.tok_s == {lv["concurrency"]: lv["figures"]["output_tok_s"] for lv in perf["spec"]}
+    assert not r.refs and not {"script", "link", "img", "iframe"} & r.tags
+    shot = tmp_path / "report.png"
+    run = subprocess.run(["unshare", "--net", "chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                          f"--screenshot={shot}", "--window-size=1000,1600", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert shot.exists(), run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    idat, at = b"", 8
+    while at < len(data):
+        n, kind = int.from_bytes(data[at:at + 4], "big"), data[at + 4:at + 8]
+        idat += data[at + 8:at + 8 + n] if kind == b"IDAT" else b""
+        at += 12 + n
+    width = int.from_bytes(data[16:20], "big")
+    rows = zlib.decompress(idat)
+    stride = len(rows) // int.from_bytes(data[20:24], "big")
+    distinct = {rows[i:i + stride] for i in range(0, len(rows), stride)}
+    assert width == 1000 and len(distinct) > 50, len(distinct)  # text and charts, not a blank page
