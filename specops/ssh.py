@@ -281,6 +281,10 @@ class Remote:
         except SpecopsError:
             self.session = None
             raise
+        except KeyboardInterrupt:  # mid-request: its answer would be taken for the next one's
+            self.session.close()   # (this also ends the agent and what it was running)
+            self.session = None
+            raise
         try:
             return protocol.decode_result(request, json.loads(answer))
         except protocol.AgentError as e:
