@@ -32,6 +32,7 @@ UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/specops"                   # <service>.env, mode 0600: the secrets
 API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"     # the env-file key that holds a service's API key
 LAUNCHER = "/usr/local/lib/specops/launch.py"  # runs a service's module with its secret flags off argv
+BASELINE_PREFIX = "specops-baseline-"      # spec-bench's transient unit: <prefix><service>
 DEFAULT_VENV = "/opt/sglang/venv"
 DEFAULT_PORT = 30000
 

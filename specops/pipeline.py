@@ -23,9 +23,10 @@ def deploy(run: HostRun, bench=None) -> None:
             undo(run, ctx.release_dir, failure)
         raise
     if run.applied:
-        record(run, ctx.release_dir)
+        record(run, ctx.release_dir, last=not perf)
     for i, result in enumerate(perf):
-        run.call(protocol.PerfRecord(perf=result), last=i == len(perf) - 1)
+        run.call(protocol.PerfRecord(perf=result, stamp=ctx.release_dir.rsplit("/", 1)[1] if run.applied else None),
+                 last=i == len(perf) - 1)
 
 
 def _names(run: HostRun) -> list[str]:
@@ -53,7 +54,7 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     raise SpecopsError(f"{failure}; rolled back to {res.current}, verified") from None
 
 
-def record(run: HostRun, directory: str) -> None:
+def record(run: HostRun, directory: str, last: bool = True) -> None:
     """Snapshot what is now deployed into the release, with what it replaced; move current."""
     kinds = services.of_host(run.host)
     packages = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
@@ -61,7 +62,7 @@ def record(run: HostRun, directory: str) -> None:
                 "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
                 "summary": ", ".join(c["target"] for c in run.report.changes if c["changed"])[:300]}
     res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
-                                          previous=run.previous(), manifest=manifest), last=True)
+                                          previous=run.previous(), manifest=manifest), last=last)
     run.report.notes.append(f"release {res.stamp}")
 
 
@@ -111,11 +112,11 @@ def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
     return res
 
 
-def start_and_verify(run: HostRun, names: list[str]) -> None:
-    """Start services again and verify them as deployed: the current release, or the inventory
-    on a host specops has not deployed yet."""
+def start_and_verify(run: HostRun, names: list[str], deployed: list | None = None) -> None:
+    """Start services again and verify them as deployed: `deployed` (a deploy not recorded yet),
+    else the current release, or the inventory on a host specops has not deployed yet."""
     res = run.call(protocol.Start(services=_selected(run, names)), on_stderr=lambda line: run.say(line.strip()))
-    deployed = res.verify if res.verify is not None else verify_mod.checks(run)
+    deployed = deployed or (res.verify if res.verify is not None else verify_mod.checks(run))
     verify_mod.verify(run, [c for c in deployed if c.name in names])
 
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import pipeline, protocol, services
+from . import verify as verify_mod
 from .errors import SpecopsError
+from .layout import BASELINE_PREFIX
 
 PROMPTS = Path(__file__).resolve().parent.parent / "files" / "prompts.json"
 
@@ -54,36 +56,37 @@ def _check(run, svc) -> protocol.ServiceCheck:
     return services.kind_of(svc).check(run.host, svc)
 
 
-def measure(run, svc: dict, load: Load) -> list[protocol.BenchLevel]:
-    res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=load.prompt_list(),
+def measure(run, svc: dict, load: Load, unit: str | None = None) -> list[protocol.BenchLevel]:
+    res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=load.prompt_list(), unit=unit,
                                       concurrency=load.concurrency, requests=load.requests,
                                       warmup=load.warmup, max_new_tokens=load.max_new_tokens, seed=load.seed),
                    on_stderr=lambda line: run.say(line.strip()))
     return res.levels
 
 
-def baseline(run, svc: dict, load: Load) -> list[protocol.BenchLevel]:
+def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[protocol.BenchLevel]:
     """Inside a GPU window: stop the service (GPUs proven free), serve the target without
     speculation as a transient unit, measure it, stop it (GPUs proven free again), and always
-    start the service again and verify it."""
+    start the service again and verify it (against `deployed`, a deploy not recorded yet, else
+    the current release)."""
     name, kind = svc["name"], services.kind_of(svc)
     plain = {**svc, "speculative": None}
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = str(svc["cuda_visible_devices"])
-    ref = kind.unit(svc)
+    ref, transient = kind.unit(svc), BASELINE_PREFIX + name
     try:
         pipeline.stop(run, [name])
         run.say("GPU free; starting the baseline (no speculation)")
         check = _check(run, svc)
-        started = run.call(protocol.BaselineStart(
-            service=name, argv=kind.argv(plain, services.venv_of(run.host)), port=check.port, host=check.host,
-            ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout),
-            on_stderr=lambda line: run.say(line.strip()))
         try:
-            return measure(run, svc, load)
-        finally:
-            res = run.call(protocol.Stop(services=[protocol.UnitRef(name=started.unit, gpus=ref.gpus,
+            run.call(protocol.BaselineStart(
+                service=name, argv=kind.argv(plain, services.venv_of(run.host)), port=check.port, host=check.host,
+                ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout),
+                on_stderr=lambda line: run.say(line.strip()))
+            return measure(run, svc, load, unit=transient)
+        finally:  # however the baseline went (it may not have started, or been cut off): stopped
+            res = run.call(protocol.Stop(services=[protocol.UnitRef(name=transient, gpus=ref.gpus,
                                                                     titles=ref.titles, grace=ref.grace)],
                                          others=[name]), on_stderr=lambda line: run.say(line.strip()))
             for s in res.services:
@@ -93,7 +96,7 @@ def baseline(run, svc: dict, load: Load) -> list[protocol.BenchLevel]:
                     raise SpecopsError(f"the baseline left the GPUs busy: {'; '.join(s.failures) or s.left}")
     finally:
         run.say(f"restarting {name}")
-        pipeline.start_and_verify(run, [name])
+        pipeline.start_and_verify(run, [name], deployed)
 
 
 def speedups(spec: list, base: list) -> dict[int, float]:
@@ -198,7 +201,10 @@ def gated(run) -> list[dict]:
             continue
         load = Load(**(gate.get("load") or {}))
         spec = measure(run, svc, load)
-        base = baseline(run, svc, load) if gate.get("min_speedup") is not None else None
+        if not svc.get("speculative"):
+            raise SpecopsError(f"{svc['name']}: a gate measures speculative decoding, and the service runs none")
+        base = baseline(run, svc, load, verify_mod.checks(run) if run.applied else None) \
+            if gate.get("min_speedup") is not None else None
         perf = result(run, svc, load, spec, base)
         run.say(perf["verdict"])
         previous = (now or {}).get("perf")

@@ -80,6 +80,18 @@ def test_a_poor_draft_is_called_slower(sandbox):
     assert h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
 
 
+def test_a_baseline_that_fails_to_start_still_restores_the_service(sandbox):
+    h = sandbox.reset("t2")
+    inv = setup(sandbox, "t2", {**GOOD, "SGLANG_SIM_FAIL_WITHOUT_SPEC": "1"})
+    first_run = started(h)
+    res, rep = bench(sandbox, "t2", inv, "--baseline")
+    assert res.returncode == 1 and "the baseline server exited before it was ready" in rep["error"], res.stdout[-3000:]
+    after = res.stdout[res.stdout.index("restarting sglang"):]
+    assert "/generate " in after and "sglang verified" in rep["notes"] and started(h) != first_run
+    assert "baseline stopped; freed" in res.stdout
+    assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
+
+
 def test_ctrl_c_during_the_baseline_restores_the_service(sandbox):
     h = sandbox.reset("t3")
     inv = setup(sandbox, "t3", GOOD)

@@ -11,17 +11,16 @@ accounted for and its GPU memory proven free like any service's.
 import time
 
 from specops import protocol
-from specops.agent import http
-from specops.agent.host import ActionError, journal, run_quiet, say
+from specops.agent import http, listeners
+from specops.agent.host import ActionError, journal, on_interrupt, run_quiet, say
 from specops.agent.procs import Unit, remember_invocation
+from specops.agent.service_http import _redacted
 from specops.agent.units import stop_unit
-from specops.layout import env_file
-
-PREFIX = "specops-baseline-"
+from specops.layout import BASELINE_PREFIX, env_file
 
 
 def unit_name(service):
-    return PREFIX + service
+    return BASELINE_PREFIX + service
 
 
 def start(req):
@@ -37,18 +36,25 @@ def start(req):
     argv += ["--setenv=%s=%s" % (k, v) for k, v in sorted(req.env.items())]
     rc, out = run_quiet(argv + ["--"] + req.argv)
     if rc != 0:
-        raise ActionError("the baseline server did not start: %s" % out.strip()[-300:])
+        raise ActionError("the baseline server did not start: %s" % _redacted(req.service, out.strip()[-300:]))
+    # If this agent is stopped (Ctrl-C on the controller closes its session), the baseline goes too.
+    on_interrupt(lambda: run_quiet(["systemctl", "stop", name]))
     remember_invocation(name)
     say("  baseline: %s started (the target without speculation)" % name)
     deadline = time.time() + req.timeout
     while time.time() < deadline:
         try:
             if http.request(req.host, req.port, "GET", req.ready, timeout=5).status == 200:
+                problem = listeners.Listener(name, req.port).problem()
+                if problem:  # what answers is not the baseline: it gets no key and no load
+                    raise ActionError("port %d: %s; spec-bench sends it nothing" % (req.port, problem))
                 say("  baseline: ready")
                 return protocol.BaselineResult(unit=name)
         except OSError:
             pass
         if not Unit(name).active:
-            raise ActionError("the baseline server exited before it was ready: %s" % journal(name, 10))
+            raise ActionError("the baseline server exited before it was ready: %s"
+                              % _redacted(req.service, journal(name, 10)))
         time.sleep(0.5)
-    raise ActionError("the baseline server was not ready within %.0f s: %s" % (req.timeout, journal(name, 10)))
+    raise ActionError("the baseline server was not ready within %.0f s: %s"
+                      % (req.timeout, _redacted(req.service, journal(name, 10))))

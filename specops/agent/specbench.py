@@ -15,7 +15,7 @@ import threading
 import time
 
 from specops import protocol
-from specops.agent import http
+from specops.agent import http, listeners
 from specops.agent.host import ActionError, say
 from specops.agent.service_http import api_key
 
@@ -110,6 +110,10 @@ def run(req):
         raise ActionError("spec-bench needs at least one prompt")
     levels = []
     for concurrency in req.concurrency:
+        # As verify does: whatever answers on the port gets the API key only if it is the unit's.
+        problem = listeners.Listener(req.unit or svc.name, svc.port).problem()
+        if problem:
+            raise ActionError("%s:%d: %s; spec-bench sends it nothing" % (svc.host, svc.port, problem))
         level(svc, key, req.prompts, concurrency, min(req.warmup, req.requests) if req.warmup else 0,
               req.max_new_tokens, req.seed)
         results, wall = level(svc, key, req.prompts, concurrency, req.requests, req.max_new_tokens, req.seed)

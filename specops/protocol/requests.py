@@ -318,6 +318,7 @@ class SpecBench:
     warmup: int = 4
     max_new_tokens: int = 128
     seed: int = 0
+    unit: Optional[str] = None  # the unit that must be listening on the port (default: the service's)
     Result = SpecBenchResult
 
 

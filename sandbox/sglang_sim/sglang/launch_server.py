@@ -18,6 +18,7 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
                             like SGLang's: sglang::scheduler, sglang::scheduler_TP0, ...)
                             that ignore SIGTERM; "escape": they also leave the cgroup
   SGLANG_SIM_GPU_MEM_MB     memory each process holds per GPU (default 1000)
+  SGLANG_SIM_FAIL_WITHOUT_SPEC  exit at start when run without speculation (a baseline that fails)
 """
 import importlib
 import json
@@ -266,6 +267,9 @@ def main(argv=None):
     log.info("Loaded model code %s from %s (MODEL_CODE=%s)", module.__name__, module.__file__, module.MODEL_CODE)
     capture = eagle3_capture_layers(args, model_config, module)
     State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens)
+    if os.environ.get("SGLANG_SIM_FAIL_WITHOUT_SPEC") and not args.speculative_algorithm:
+        log.error("RuntimeError: CUDA out of memory (the sandbox's knob: no start without speculation)")
+        sys.exit(1)
     # As SGLang's engine does (entrypoints/engine.py): every resolved argument, the API key too.
     log.info("server_args=%s", args.resolved_dict())
     register_gpu(os.getpid(), "sglang::server")
