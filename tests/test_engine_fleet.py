@@ -318,5 +318,6 @@ def test_the_real_agent_refuses_an_unknown_request_kind_in_one_line(sandbox):
     size, _, body = res.stdout.partition("\n")  # one framed answer: its length, then the JSON
     answer = json.loads(body)
     assert res.rc == 0 and int(size) == len(body.encode()) and answer["ok"] is False
-    assert answer["error"].startswith("request: unknown request kind 'reboot' (known: apply, check,")
+    assert answer["error"].startswith("request: unknown request kind 'reboot' (known: apply, ")
+    assert ", check, " in answer["error"] and ", verify" in answer["error"]
     assert "\n" not in answer["error"]
