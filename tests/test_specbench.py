@@ -67,7 +67,7 @@ def test_a_level_is_measured_from_raw_streamed_timings(server):
     assert figures["output_tok_s"] == pytest.approx(12 * 30 / wall, rel=0.01)
     assert figures["accept_length"] == pytest.approx(3.0) and figures["accept_rate"] == 0.5
     assert STEP * 0.9 <= figures["ttft_p50"] <= figures["ttft_p99"] < 1
-    assert figures["itl_p50"] == pytest.approx(STEP / TOKENS_PER_STEP, rel=1.0)  # per token, within noise
+    assert STEP / TOKENS_PER_STEP * 0.9 <= figures["itl_p50"] <= STEP / TOKENS_PER_STEP * 4  # per token; sleeps run long
     assert all(t2 >= t1 for r in results for (t1, _), (t2, _) in zip(r["events"], r["events"][1:]))
 
 
@@ -158,3 +158,42 @@ def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
     assert "script" not in r.tags and "link" not in r.tags and "img" not in r.tags and not r.refs
     assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text  # what hosts say is escaped
     assert text.count("<svg") == 2 and "stroke-dasharray" in text  # baseline dashed, gate-free accept bars
+
+
+def test_percentiles_are_nearest_rank():
+    values = list(range(1, 101))
+    assert specbench.percentile(values, 50) == 50 and specbench.percentile(values, 99) == 99
+    assert specbench.percentile([5.0], 99) == 5.0 and specbench.percentile([], 50) is None
+
+
+def test_a_zero_token_event_does_not_lose_its_time():
+    raw = [{"error": None, "completion_tokens": 4, "events": [[0.1, 2], [0.15, 0], [0.3, 2]]}]
+    assert specbench.summary(raw, 1.0)["itl_p50"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("body, error", [
+    (b"data: {\"error\": \"boom\"}\n\n", "the server: boom"),
+    (b"data: [1, 2]\n\n", "not a JSON object"),
+    (b"data: {\"meta_info\": {\"completion_tokens\": 3}}\n\n", "the stream ended without [DONE]"),
+])
+def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
+    class Odd(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        svc = protocol.ServiceCheck(name="sglang", port=srv.server_address[1])
+        results, wall = specbench.level(svc, None, ["a"], 2, 3, 8, seed=0)
+        assert len(results) == 3 and all(error in r["error"] for r in results), results
+    finally:
+        srv.shutdown()

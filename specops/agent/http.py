@@ -112,18 +112,25 @@ def stream(host, port, path, body, headers, on_event, timeout=60):
                 size_line, buf = _read_until(sock, buf, b"\r\n")
                 size = int(size_line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
-                    return status
+                    return _dispatch(events, on_event) or status
                 data, buf = _read_exactly(sock, buf, size + 2)
                 events += data[:-2]
             else:
                 data, buf = buf or sock.recv(65536), b""
                 if not data:
-                    return status
+                    return _dispatch(events, on_event) or status
                 events += data
+            events = events.replace(b"\r\n", b"\n")
             while b"\n\n" in events:
                 event, events = events.split(b"\n\n", 1)
-                for line in event.split(b"\n"):
-                    if line.startswith(b"data:"):
-                        on_event(line[5:].strip())
+                _dispatch(event, on_event)
             if len(events) > BODY_LIMIT:
                 raise OSError("an event larger than %d bytes" % BODY_LIMIT)
+
+
+def _dispatch(event, on_event):
+    """One server-sent event: its data lines joined (a last one without its blank line too)."""
+    data = [line[5:].lstrip(b" ") for line in event.replace(b"\r\n", b"\n").split(b"\n")
+            if line.startswith(b"data:")]
+    if data:
+        on_event(b"\n".join(data).strip())

@@ -29,12 +29,18 @@ def one(svc, key, prompt, max_new_tokens, timeout=300):
     headers = {"Authorization": "Bearer " + key} if key else {}
     t0, events, last = time.monotonic(), [], {}
 
+    done_seen = []
+
     def on_event(data):
         if data == b"[DONE]":
+            done_seen.append(True)
             return
         chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError("an event that is not a JSON object")
         if "error" in chunk:
-            raise OSError("the server: %s" % chunk["error"].get("message", chunk["error"]))
+            err = chunk["error"]
+            raise OSError("the server: %s" % (err.get("message", err) if isinstance(err, dict) else err))
         meta = chunk.get("meta_info") or {}
         done = meta.get("completion_tokens", 0) - last.get("completion_tokens", 0)
         events.append([round(time.monotonic() - t0, 6), done])
@@ -43,8 +49,10 @@ def one(svc, key, prompt, max_new_tokens, timeout=300):
     try:
         status = http.stream(svc.host, svc.port, svc.endpoints.generate, body, headers, on_event, timeout)
         error = None if status == 200 else "HTTP %s" % status
-    except (OSError, ValueError) as e:
-        error = str(e)[:200]
+        if not error and not (done_seen and events):  # cut off, or not a stream at all
+            error = "the stream ended without [DONE]" if events else "no event in the answer"
+    except Exception as e:  # noqa: BLE001 (any failure is this request's, counted; the client goes on)
+        error = ("%s: %s" % (type(e).__name__, e))[:200]
     out = {"start": t0, "end": round(time.monotonic() - t0, 6), "events": events,
            "completion_tokens": last.get("completion_tokens", 0), "error": error}
     out.update({k: last[k] for k in SPEC_FIELDS if k in last})
@@ -75,10 +83,12 @@ def level(svc, key, prompts, concurrency, requests, max_new_tokens, seed):
 
 
 def percentile(values, p):
+    """The nearest-rank percentile: the smallest value with at least p% of them at or below it."""
     if not values:
         return None
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+    rank = -(-p * len(values) // 100)  # ceil(p/100 * n)
+    return values[max(int(rank), 1) - 1]
 
 
 def summary(results, wall):
@@ -88,8 +98,11 @@ def summary(results, wall):
     ttft = [r["events"][0][0] for r in ok if r["events"]]
     itl = []
     for r in ok:
-        for (t_prev, _), (t, n) in zip(r["events"], r["events"][1:]):
-            itl += [(t - t_prev) / n] * n if n else []
+        t_prev = r["events"][0][0] if r["events"] else 0
+        for t, n in r["events"][1:]:
+            if n:  # an event with no new token: its time counts toward the next token's gap
+                itl += [(t - t_prev) / n] * n
+                t_prev = t
     verify = sum(r.get("spec_verify_ct", 0) for r in ok)
     out = {"requests": len(results), "failed": len(results) - len(ok), "seconds": round(wall, 4),
            "output_tok_s": round(tokens / wall, 2) if wall else 0.0,
@@ -120,7 +133,7 @@ def run(req):
         figures = summary(results, wall)
         if figures["failed"] == figures["requests"]:
             raise ActionError("spec-bench: every request at concurrency %d failed: %s"
-                              % (concurrency, results[0]["error"]))
+                              % (concurrency, results[0]["error"] if results else "none ran"))
         say("  concurrency %d: %.1f tok/s, %.2f req/s, TTFT p50 %.3fs%s" % (
             concurrency, figures["output_tok_s"], figures["requests_s"], figures["ttft_p50"] or 0,
             ", accept length %.2f" % figures["accept_length"] if "accept_length" in figures else ""))
