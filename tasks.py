@@ -50,6 +50,9 @@ def releases(c, sel):
                   f"{rel['summary'][:70]}")
             if rel.get("perf"):
                 print(f"{'':<14} perf: {specbench.perf_line(rel['perf'])}")
+                measured = [p for p in r.result.releases if p.get("perf") and p["stamp"] < rel["stamp"]]
+                for line in specbench.compare(measured[-1], rel) if measured else []:
+                    print(f"{'':<16} since {measured[-1]['stamp']}: {line}")
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",

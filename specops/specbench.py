@@ -214,3 +214,22 @@ def gated(run) -> list[dict]:
     if failures:
         raise SpecopsError("; ".join(failures))
     return results
+
+
+def compare(old: dict, new: dict) -> list[str]:
+    """What changed from one release to the next beside the speed: the intended flags of each
+    service, the packages, and tok/s and accept length at each level both measured."""
+    out = []
+    for name in sorted(set(old.get("spec") or {}) | set(new.get("spec") or {})):
+        a, b = (old.get("spec") or {}).get(name) or {}, (new.get("spec") or {}).get(name) or {}
+        out += [f"{name} {k}: {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    pa, pb = old.get("packages") or {}, new.get("packages") or {}
+    out += [f"package {k}: {pa.get(k)} -> {pb.get(k)}" for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+    fa = {lv["concurrency"]: lv["figures"] for lv in (old.get("perf") or {}).get("spec", [])}
+    for lv in (new.get("perf") or {}).get("spec", []):
+        before, now = fa.get(lv["concurrency"]), lv["figures"]
+        if before:
+            out.append(f"tok/s @{lv['concurrency']}: {before['output_tok_s']:.1f} -> {now['output_tok_s']:.1f}"
+                       + (f", accept length {before.get('accept_length')} -> {now.get('accept_length')}"
+                          if now.get("accept_length") or before.get("accept_length") else ""))
+    return out

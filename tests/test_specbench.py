@@ -197,3 +197,13 @@ def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
         assert len(results) == 3 and all(error in r["error"] for r in results), results
     finally:
         srv.shutdown()
+
+
+def test_two_releases_are_compared_beside_their_speed():
+    from specops.specbench import compare
+    old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
+           "perf": _perf(100.0, accept=3.0)}
+    new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
+           "perf": _perf(80.0, accept=2.1)}
+    assert compare(old, new) == ["sglang speculative_num_steps: 3 -> 5", "package sglang: 0.5.22 -> 0.5.23",
+                                 "tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
