@@ -10,6 +10,7 @@ on).  Per level: output tok/s, requests/s, TTFT and inter-token latency p50/p99,
 length (completion tokens ÷ verify steps, over the level).
 """
 import json
+import os
 import random
 import threading
 import time
@@ -129,8 +130,10 @@ def run(req):
             raise ActionError("%s:%d: %s; spec-bench sends it nothing" % (svc.host, svc.port, problem))
         level(svc, key, req.prompts, concurrency, min(req.warmup, req.requests) if req.warmup else 0,
               req.max_new_tokens, req.seed)
+        cpu = sum(os.times()[:2])
         results, wall = level(svc, key, req.prompts, concurrency, req.requests, req.max_new_tokens, req.seed)
         figures = summary(results, wall)
+        figures["client_cpu_s"] = round(sum(os.times()[:2]) - cpu, 4)  # the load client's own cost
         if figures["failed"] == figures["requests"]:
             raise ActionError("spec-bench: every request at concurrency %d failed: %s"
                               % (concurrency, results[0]["error"] if results else "none ran"))
