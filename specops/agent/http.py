@@ -47,6 +47,21 @@ def _chunked(sock, buf):
         body += data[:-2]
 
 
+def _response_head(sock):
+    """(status, lower-cased header fields, what was read past the head)."""
+    raw_head, buf = _read_until(sock, b"", b"\r\n\r\n")
+    lines = raw_head.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise OSError("not an HTTP response: %r" % lines[0][:80])
+    fields = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        fields[k.strip().lower()] = v.strip()
+    return status, fields, buf
+
+
 def request(host, port, method, path, body=None, headers=None, timeout=30):
     """(status, body bytes) of one request; OSError when nothing answers properly."""
     head = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (host, port), "Connection: close",
@@ -61,16 +76,7 @@ def request(host, port, method, path, body=None, headers=None, timeout=30):
         raise OSError("a header value is not Latin-1 text")
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(request_head + (body or b""))
-        raw_head, buf = _read_until(sock, b"", b"\r\n\r\n")
-        lines = raw_head.decode("latin-1").split("\r\n")
-        try:
-            status = int(lines[0].split()[1])
-        except (IndexError, ValueError):
-            raise OSError("not an HTTP response: %r" % lines[0][:80])
-        fields = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            fields[k.strip().lower()] = v.strip()
+        status, fields, buf = _response_head(sock)
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             return Response(status, fields, b"")
         if "chunked" in fields.get("transfer-encoding", "").lower():
@@ -97,15 +103,10 @@ def stream(host, port, path, body, headers, on_event, timeout=60):
     head += ["%s: %s" % kv for kv in (headers or {}).items()]
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-        raw_head, buf = _read_until(sock, b"", b"\r\n\r\n")
-        lines = raw_head.decode("latin-1").split("\r\n")
-        try:
-            status = int(lines[0].split()[1])
-        except (IndexError, ValueError):
-            raise OSError("not an HTTP response: %r" % lines[0][:80])
+        status, fields, buf = _response_head(sock)
         if status != 200:
             return status
-        chunked = any(l.lower().startswith("transfer-encoding:") and "chunked" in l.lower() for l in lines[1:])
+        chunked = "chunked" in fields.get("transfer-encoding", "").lower()
         events = b""
         while True:
             if chunked:
