@@ -48,11 +48,11 @@ def releases(c, sel):
             mark = "*" if rel["current"] else " "
             print(f"{r.name:<12} {mark} {rel['stamp']}  {rel['status']:<11} {', '.join(rel['services'])}  "
                   f"{rel['summary'][:70]}")
-            if rel.get("perf"):
-                print(f"{'':<14} perf: {specbench.perf_line(rel['perf'])}")
-                measured = [p for p in r.result.releases if p.get("perf") and p["stamp"] < rel["stamp"]]
-                for line in specbench.compare(measured[-1], rel) if measured else []:
-                    print(f"{'':<16} since {measured[-1]['stamp']}: {line}")
+            for name, perf in sorted((rel.get("perf") or {}).items()):
+                print(f"{'':<14} perf {name}: {specbench.perf_line(perf)}")
+            measured = [p for p in r.result.releases if p.get("perf") and p["stamp"] < rel["stamp"]]
+            for line in specbench.compare(measured[-1], rel) if rel.get("perf") and measured else []:
+                print(f"{'':<16} since {measured[-1]['stamp']}: {line}")
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",

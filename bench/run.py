@@ -282,8 +282,9 @@ def markdown(results: dict, runs: dict) -> str:
         target(f"first deploy: overhead beyond the server's startup ≤ 1 s per host ({n} host(s))",
                (r["specops"]["first"] - STARTUP_S) / n, 1.0, unit=" s")
     analysis = HERE / "analysis.md"
-    if analysis.exists():
-        lines += ["", analysis.read_text().rstrip()]
+    for part in (analysis, HERE / "loadclient.md"):  # loadclient.md: bench/loadclient.py's section
+        if part.exists():
+            lines += ["", part.read_text().rstrip()]
     lines += ["", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d')}.", "", "Reproduce (as root, after `bash scripts/setup.sh`, with nothing "
               "else running on the machine):", "", "    .venv/bin/python bench/run.py", ""]

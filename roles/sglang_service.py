@@ -19,15 +19,15 @@ LAUNCHER_SOURCE = (Path(__file__).resolve().parent.parent / "specops" / "hostfil
 def unit_text(svc, venv):
     # The launcher hands the API key (from the 0600 env file) to SGLang in-process: no secret is
     # in the world-readable unit, nor in the process's command line.
-    argv = kind_of(svc).argv(svc, venv)
+    kind = kind_of(svc)
+    argv, props = kind.argv(svc, venv), kind.properties(svc)
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = svc["cuda_visible_devices"]
     return render("sglang.service.j2", name=svc["name"], model_path=svc["model_path"].replace("%", "%%"),
                   env_file=env_file(svc["name"]), exec_start=exec_line(argv),
                   environment=[unit_environment(k, v) for k, v in sorted(env.items())],
-                  timeout_stop_sec=svc.get("timeout_stop_sec", 120),
-                  limit_nofile=svc.get("limit_nofile", 65535))
+                  timeout_stop_sec=props["TimeoutStopSec"], limit_nofile=props["LimitNOFILE"])
 
 
 def env_text(svc):

@@ -95,11 +95,11 @@ def _levels_table(perf: dict) -> str:
 
 
 def service_section(host: str, name: str, releases: list[dict], gate: dict | None) -> str:
-    measured = [r for r in releases if r.get("perf") and r["perf"].get("service") == name]
+    measured = [dict(r, perf=r["perf"][name]) for r in releases if (r.get("perf") or {}).get(name)]
     out = [f'<section data-host="{_e(host)}" data-service="{_e(name)}"><h2>{_e(host)}: {_e(name)}</h2>',
            "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>what changed</th><th>perf</th></tr>"]
     for r in releases:
-        p = r.get("perf") if r.get("perf") and r["perf"].get("service") == name else None
+        p = (r.get("perf") or {}).get(name)
         out.append(f'<tr data-stamp="{_e(r["stamp"])}"><td>{_e(r["stamp"])}{" (current)" if r["current"] else ""}</td>'
                    f'<td>{_e(r["status"])}</td><td>{_e(r.get("summary", ""))}</td><td>{_e(p["verdict"]) if p else "-"}</td></tr>')
     out.append("</table>")
@@ -117,14 +117,34 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
         if accepts:
             out.append(bar_chart("accept length per release", accepts, "accept length",
                                  (gate or {}).get("min_accept_length")))
+        at = str((gate or {}).get("at_concurrency") or min(lv["concurrency"] for lv in latest["spec"]))
+        gains = [(r["stamp"], g) for r in measured for g in [(r["perf"].get("speedup") or {}).get(at)] if g]
+        if gains:
+            out.append(bar_chart(f"speedup at concurrency {at} per release", gains, "speedup (x)",
+                                 (gate or {}).get("min_speedup")))
         out.append(_levels_table(latest))
-    verify = next((r.get("verify") for r in reversed(releases) if r["current"]), None) or []
-    for check in verify:
+    current = next((r for r in releases if r["current"]), {})
+    out += _verified(name, current)
+    return "\n".join(out + ["</section>"])
+
+
+def _verified(name: str, release: dict) -> list[str]:
+    """What verify found when the current release was deployed, and what it checks."""
+    out = []
+    for found in release.get("verified") or []:
+        if found.get("name") == name:
+            g = found.get("generate") or {}
+            lines = (found.get("checks") or []) + (found.get("notes") or []) + (
+                [f"/generate {g.get('completion_tokens')} tokens at {g.get('tok_s')} tok/s, accept length "
+                 f"{g.get('spec_accept_length')}"] if g else [])
+            out.append("<h3>Verify (when the current release was deployed)</h3><ul>"
+                       + "".join(f"<li data-verified>{_e(line)}</li>" for line in lines) + "</ul>")
+    for check in release.get("verify") or []:
         if check.get("name") == name:
-            out.append("<h3>Verify (current release)</h3><table>" + "".join(
+            out.append("<h4>What verify checks</h4><table>" + "".join(
                 f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in sorted((check.get("intended") or {}).items()))
                 + "</table>")
-    return "\n".join(out + ["</section>"])
+    return out
 
 
 def _lowest(perf: dict) -> dict:

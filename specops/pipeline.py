@@ -60,6 +60,8 @@ def record(run: HostRun, directory: str, last: bool = True) -> None:
     packages = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
     manifest = {"services": _names(run), "spec": {s["name"]: k.intended(s) for k, s in kinds},
                 "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
+                "verified": [{k: r.get(k) for k in ("name", "checks", "generate", "notes")}
+                             for r in run.report.extra.get("verify") or []],
                 "summary": ", ".join(c["target"] for c in run.report.changes if c["changed"])[:300]}
     res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
                                           previous=run.previous(), manifest=manifest), last=last)

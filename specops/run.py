@@ -8,6 +8,7 @@ probed again before the next role is planned.
 """
 from __future__ import annotations
 
+import ctypes
 import getpass
 import os
 import socket
@@ -291,10 +292,16 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
     runs = [HostRun(h, roles, opts, out) for h in hosts]
     size = opts.serial or len(runs)
     batches = [runs[i:i + size] for i in range(0, len(runs), size)]
-    pool = ThreadPoolExecutor(max(1, min(opts.forks, size)))
+    pool, busy = ThreadPoolExecutor(max(1, min(opts.forks, size))), {}
+
+    def one(run: HostRun) -> HostReport:
+        busy[run] = threading.get_ident()
+        try:
+            return _one(run, body)
+        finally:
+            busy.pop(run, None)
     # One host runs in this thread, where Ctrl-C lands, so its body can handle it itself.
-    run_batch = (lambda b: [_one(r, body) for r in b]) if len(runs) == 1 else \
-        (lambda b: list(pool.map(lambda r: _one(r, body), b)))
+    run_batch = (lambda b: [_one(r, body) for r in b]) if len(runs) == 1 else (lambda b: list(pool.map(one, b)))
     try:
         for n, batch in enumerate(batches):
             reports = run_batch(batch)
@@ -306,8 +313,17 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
                     run.report.notes.append("skipped")
                 break
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        _interrupted(runs)
+        # Each host's body gets the Ctrl-C too, as a lone host's does: what it was in the middle of
+        # ends, its own `finally` restores what it took down (a baseline, a GPU window) and gives
+        # the lock back.  A second Ctrl-C stops waiting for that.
+        for ident in list(busy.values()):
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
+        if busy:
+            out.line("-", f"interrupted: {len(busy)} host(s) finishing what they must restore (Ctrl-C again to leave now)")
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            _interrupted(runs)
         raise
     pool.shutdown()
     return [r.report for r in runs]

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import pipeline, protocol, services
+from . import pipeline, protocol, services, shipping
 from . import verify as verify_mod
 from .errors import SpecopsError
 from .layout import BASELINE_PREFIX
@@ -70,7 +70,7 @@ def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[p
     start the service again and verify it (against `deployed`, a deploy not recorded yet, else
     the current release)."""
     name, kind = svc["name"], services.kind_of(svc)
-    plain = {**svc, "speculative": None}
+    argv = plain_argv(run, svc)
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = str(svc["cuda_visible_devices"])
@@ -81,7 +81,7 @@ def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[p
         check = _check(run, svc)
         try:
             run.call(protocol.BaselineStart(
-                service=name, argv=kind.argv(plain, services.venv_of(run.host)), port=check.port, host=check.host,
+                service=name, argv=argv, port=check.port, host=check.host, properties=kind.properties(svc),
                 ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout),
                 on_stderr=lambda line: run.say(line.strip()))
             return measure(run, svc, load, unit=transient)
@@ -97,6 +97,17 @@ def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[p
     finally:
         run.say(f"restarting {name}")
         pipeline.start_and_verify(run, [name], deployed)
+
+
+def plain_argv(run, svc: dict) -> list[str]:
+    """The baseline's command: the service's own, without its speculative arguments.  Refused when
+    speculation would still be asked for (a --speculative-* flag in extra_args)."""
+    argv = services.kind_of(svc).argv({**svc, "speculative": None}, services.venv_of(run.host))
+    left = [a for a in argv if a.startswith("--speculative")]
+    if left:
+        raise SpecopsError(f"{svc['name']}: the baseline would still speculate ({left[0]} in extra_args); "
+                           "put speculation under `speculative:`")
+    return argv
 
 
 def speedups(spec: list, base: list) -> dict[int, float]:
@@ -123,7 +134,9 @@ def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
     pkgs = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
     return {"service": svc["name"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "args": services.kind_of(svc).args(svc), "load": {k: v for k, v in vars(load).items() if k != "prompts"},
-            "versions": {"sglang": pkgs.get("sglang"), "torch": pkgs.get("torch"), "controller": platform.node()},
+            "versions": {"sglang": pkgs.get("sglang"), "torch": pkgs.get("torch"), "agent": shipping.artifact()[1][:12],
+                         "controller": platform.node()},
+            "baseline_argv": plain_argv(run, svc) if base else None,
             "spec": [protocol.encode(lv) for lv in spec], "baseline": [protocol.encode(lv) for lv in base or []],
             "speedup": {str(c): g for c, g in gain.items()}, "verdict": verdict(gain),
             "accept_length": {str(lv.concurrency): lv.figures.get("accept_length") for lv in spec}}
@@ -150,7 +163,7 @@ def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
 
 
 def perf_line(perf: dict) -> str:
-    """A release's perf.json in one line, for `inv releases`."""
+    """One service's result in a release's perf.json in one line, for `inv releases`."""
     levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))
     accept = [v for v in (perf.get("accept_length") or {}).values() if v]
     speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
@@ -192,8 +205,10 @@ def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
 def gated(run) -> list[dict]:
     """`inv deploy --bench`, after verify: each service with a `gate` is measured (with its baseline
     when the gate asks for a speedup) and held to it; a failure is raised like a failed verify."""
-    releases = run.call(protocol.Releases())
-    now = next((r for r in releases.releases if r["current"]), None)
+    releases = run.call(protocol.Releases()).releases
+    # This result goes into the deploy's new release, or (a no-op deploy) into the current one,
+    # which is then not its own "previous release".
+    into = None if run.applied else next((r["stamp"] for r in releases if r["current"]), None)
     results, failures = [], []
     for _, svc in services.of_host(run.host):
         gate = svc.get("gate")
@@ -207,8 +222,7 @@ def gated(run) -> list[dict]:
             if gate.get("min_speedup") is not None else None
         perf = result(run, svc, load, spec, base)
         run.say(perf["verdict"])
-        previous = (now or {}).get("perf")
-        fails = evaluate(gate, perf, previous if previous and previous.get("service") == svc["name"] else None)
+        fails = evaluate(gate, perf, previous_perf(releases, svc["name"], into))
         failures += [f"{svc['name']}: gate: {f}" for f in fails]
         results.append(perf)
     if failures:
@@ -216,20 +230,36 @@ def gated(run) -> list[dict]:
     return results
 
 
+def previous_perf(releases: list[dict], name: str, into: str | None) -> dict | None:
+    """The service's result in the newest measured release other than `into` (the release a new
+    result is kept in), and not newer than it."""
+    for r in reversed(releases):
+        if r["stamp"] != into and (into is None or r["stamp"] < into) and (r.get("perf") or {}).get(name):
+            return r["perf"][name]
+    return None
+
+
 def compare(old: dict, new: dict) -> list[str]:
     """What changed from one release to the next beside the speed: the intended flags of each
-    service, the packages, and tok/s and accept length at each level both measured."""
+    service, the packages, the managed files (patches, units), and per service the tok/s and
+    accept length at each level both measured."""
     out = []
     for name in sorted(set(old.get("spec") or {}) | set(new.get("spec") or {})):
         a, b = (old.get("spec") or {}).get(name) or {}, (new.get("spec") or {}).get(name) or {}
         out += [f"{name} {k}: {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     pa, pb = old.get("packages") or {}, new.get("packages") or {}
     out += [f"package {k}: {pa.get(k)} -> {pb.get(k)}" for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
-    fa = {lv["concurrency"]: lv["figures"] for lv in (old.get("perf") or {}).get("spec", [])}
-    for lv in (new.get("perf") or {}).get("spec", []):
-        before, now = fa.get(lv["concurrency"]), lv["figures"]
-        if before:
-            out.append(f"tok/s @{lv['concurrency']}: {before['output_tok_s']:.1f} -> {now['output_tok_s']:.1f}"
-                       + (f", accept length {before.get('accept_length')} -> {now.get('accept_length')}"
-                          if now.get("accept_length") or before.get("accept_length") else ""))
+    fa, fb = old.get("files") or {}, new.get("files") or {}
+    out += [f"file {p}: {'added' if p not in fa else 'removed' if p not in fb else 'changed'}"
+            for p in sorted(set(fa) | set(fb)) if fa.get(p) != fb.get(p)]
+    for name, perf in sorted((new.get("perf") or {}).items()):
+        levels = {lv["concurrency"]: lv["figures"] for lv in ((old.get("perf") or {}).get(name) or {}).get("spec", [])}
+        for lv in perf.get("spec", []):
+            before, now = levels.get(lv["concurrency"]), lv["figures"]
+            if before:
+                out.append(f"{name} tok/s @{lv['concurrency']}: {before['output_tok_s']:.1f} -> "
+                           f"{now['output_tok_s']:.1f}" + (f", accept length {before.get('accept_length')} -> "
+                                                          f"{now.get('accept_length')}"
+                                                          if now.get("accept_length") or before.get("accept_length")
+                                                          else ""))
     return out

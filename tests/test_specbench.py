@@ -141,7 +141,9 @@ def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
     perf["speedup"]["8"] = 0.969
     releases = [{"stamp": "20261203T150000Z", "status": "deployed", "current": False, "summary": "first", "perf": None},
                 {"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": "<b>x</b>",
-                 "perf": perf, "verify": [{"name": "sglang", "intended": {"speculative_num_steps": 3}}]}]
+                 "perf": {"sglang": perf}, "verify": [{"name": "sglang", "intended": {"speculative_num_steps": 3}}],
+                 "verified": [{"name": "sglang", "checks": ["/server_info speculative_num_steps = 3"],
+                               "generate": {"completion_tokens": 16, "tok_s": 80.1, "spec_accept_length": 3.1}}]}]
     text = perfpage.page([perfpage.service_section("t1", "sglang", releases, {"min_speedup": 1.0})])
 
     class Read(HTMLParser):
@@ -161,7 +163,9 @@ def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
     assert 'data-speedup="0.969"' in text and 'data-accept-length="3.1"' in text
     assert "script" not in r.tags and "link" not in r.tags and "img" not in r.tags and not r.refs
     assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text  # what hosts say is escaped
-    assert text.count("<svg") == 2 and "stroke-dasharray" in text  # baseline dashed, gate-free accept bars
+    # tok/s lines (baseline dashed), accept length bars, speedup bars with the gate's line at 1.0
+    assert text.count("<svg") == 3 and "stroke-dasharray" in text and ">gate 1.0</text>" in text
+    assert "<li data-verified>/server_info speculative_num_steps = 3</li>" in text and "80.1 tok/s" in text
 
 
 def test_percentiles_are_nearest_rank():
@@ -206,8 +210,44 @@ def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
 def test_two_releases_are_compared_beside_their_speed():
     from specops.specbench import compare
     old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
-           "perf": _perf(100.0, accept=3.0)}
+           "files": {"/opt/p/qwen3.py": "aa", "/etc/u": "bb"}, "perf": {"sglang": _perf(100.0, accept=3.0)}}
     new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
-           "perf": _perf(80.0, accept=2.1)}
+           "files": {"/opt/p/qwen3.py": "cc", "/etc/u": "bb"}, "perf": {"sglang": _perf(80.0, accept=2.1)}}
     assert compare(old, new) == ["sglang speculative_num_steps: 3 -> 5", "package sglang: 0.5.22 -> 0.5.23",
-                                 "tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
+                                 "file /opt/p/qwen3.py: changed",
+                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
+
+
+def test_a_result_is_not_compared_with_its_own_release():
+    from specops.specbench import previous_perf
+    rel = lambda stamp, tok, cur=False: {"stamp": stamp, "current": cur, "perf": {"sglang": _perf(tok)} if tok else None}
+    releases = [rel("1", 100.0), rel("2", None), rel("3", 90.0, cur=True)]
+    assert previous_perf(releases, "sglang", None)["spec"][0]["figures"]["output_tok_s"] == 90.0  # a new release
+    assert previous_perf(releases, "sglang", "3")["spec"][0]["figures"]["output_tok_s"] == 100.0  # a no-op deploy
+    assert previous_perf(releases, "other", None) is None
+
+
+def test_perf_json_keeps_each_service_and_reads_the_old_single_service_file(tmp_path, monkeypatch):
+    from specops.agent import releases
+    monkeypatch.setattr(releases, "RELEASES", str(tmp_path))
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1/manifest.json").write_text("{}")
+    (tmp_path / "r1/perf.json").write_text(json.dumps(_perf(50.0)))
+    assert set(releases.read_perf("r1")) == {"sglang"}
+    releases.record_perf(protocol.PerfRecord(perf={**_perf(70.0), "service": "small"}, stamp="r1"))
+    releases.record_perf(protocol.PerfRecord(perf=_perf(60.0), stamp="r1"))
+    got = releases.read_perf("r1")
+    assert {k: v["spec"][0]["figures"]["output_tok_s"] for k, v in got.items()} == {"sglang": 60.0, "small": 70.0}
+
+
+def test_the_baseline_runs_without_speculation_or_is_refused():
+    from types import SimpleNamespace
+    from sandbox.provision import sandbox_service
+    from specops.errors import SpecopsError
+    from specops.specbench import plain_argv
+    run = SimpleNamespace(host={})
+    argv = plain_argv(run, sandbox_service(extra_args=["--mem-fraction-static", "0.8"]))
+    assert "--model-path" in argv and "--mem-fraction-static" in argv
+    assert not [a for a in argv if a.startswith("--speculative")]
+    with pytest.raises(SpecopsError, match="--speculative-num-steps in extra_args"):
+        plain_argv(run, sandbox_service(extra_args=["--speculative-num-steps", "2"]))

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import MANAGED, ROOT, load_json, sha256_on
 from sandbox.provision import sandbox_service
+from specops.layout import LOCK_DIR
 
 pytestmark = pytest.mark.fleet
 GOOD = {"SGLANG_SIM_TOK_S": "400", "SGLANG_SIM_ACCEPT_LENGTH": "3.2", "SGLANG_SIM_DRAFT_COST": "0.15"}
@@ -63,7 +64,8 @@ def test_a_good_draft_pays_off_and_the_service_is_untouched_by_the_baseline(sand
     assert "sglang verified" in rep["notes"]
     assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
     # Kept with the release, and shown by `inv releases`.
-    perf = json.loads(h.run("sh", "-c", "cat /var/lib/specops/releases/current/perf.json").stdout)
+    perf = json.loads(h.run("sh", "-c", "cat /var/lib/specops/releases/current/perf.json").stdout)["sglang"]
+    assert perf["baseline_argv"] and not any(a.startswith("--speculative") for a in perf["baseline_argv"])
     assert perf["speedup"] == gain and perf["spec"][0]["raw"] and perf["baseline"][0]["figures"]["output_tok_s"] > 0
     listing = sandbox.inv("releases", "--host", "t1", inventory=inv)
     assert f"speedup {gain['1']:.2f}x @1" in listing.stdout, listing.stdout
@@ -92,10 +94,15 @@ def test_a_baseline_that_fails_to_start_still_restores_the_service(sandbox):
     assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
 
 
-def test_ctrl_c_during_the_baseline_restores_the_service(sandbox):
-    h = sandbox.reset("t3")
-    inv = setup(sandbox, "t3", GOOD)
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--host", "t3", "--baseline",
+def test_ctrl_c_during_the_baseline_restores_the_service_on_every_host(sandbox):
+    """Two hosts in parallel: Ctrl-C lands in the controller's main thread; each host's run gets
+    it too and restores its service (a lone host's run is the main thread itself)."""
+    hosts = {n: sandbox.reset(n) for n in ("t3", "t5")}
+    svc = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "1", **GOOD})
+    inv = sandbox.inventory({n: {"services": [svc]} for n in hosts})
+    res = sandbox.inv("deploy", "--group", "fleet", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--group", "fleet", "--baseline",
                              "--concurrency", "1,4", "--requests", "400", "--max-new-tokens", "32"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={**__import__("os").environ, "SPECOPS_INVENTORY": str(inv)})
     seen = []
@@ -106,11 +113,18 @@ def test_ctrl_c_during_the_baseline_restores_the_service(sandbox):
             proc.send_signal(signal.SIGINT)
             break
     out = "".join(seen) + proc.communicate(timeout=300)[0]
-    assert proc.returncode == 130 and "restarting sglang" in out, out[-3000:]
-    after = out[out.index("restarting sglang"):]
-    assert "/generate " in after and "FAILED" not in after, out[-3000:]
-    assert h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
-    assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
+    assert proc.returncode == 130, out[-3000:]
+    stopped = 0
+    for name, h in hosts.items():
+        mine = "".join(line for line in out.splitlines(True) if line.startswith(name + " "))
+        if "sglang: stopped in" in mine:  # its GPU window had begun: it must have been closed
+            stopped += 1
+            after = mine[mine.index("restarting sglang"):]
+            assert "/generate " in after and "FAILED" not in after, mine[-3000:]
+        assert h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
+        assert h.run("systemctl", "is-active", "specops-baseline-sglang", check=False).stdout.strip() != "active"
+        assert h.run("test", "-e", LOCK_DIR, check=False).returncode == 1  # the lock was given back
+    assert stopped >= 1, out[-3000:]
 
 
 GATE_LOAD = {"concurrency": [1], "requests": 12, "max_new_tokens": 48}
@@ -164,7 +178,7 @@ def test_the_report_page_shows_the_records_and_renders_offline(sandbox, tmp_path
     inv = setup(sandbox, "t1", GOOD)
     res, _ = bench(sandbox, "t1", inv, "--baseline")
     assert res.returncode == 0, res.stdout[-3000:]
-    perf = json.loads(h.run("sh", "-c", "cat /var/lib/specops/releases/current/perf.json").stdout)
+    perf = json.loads(h.run("sh", "-c", "cat /var/lib/specops/releases/current/perf.json").stdout)["sglang"]
     page = tmp_path / "report.html"
     res = sandbox.inv("report", "--host", "t1", "--out", str(page), inventory=inv)
     assert res.returncode == 0, res.stdout + res.stderr

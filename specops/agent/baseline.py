@@ -33,8 +33,10 @@ def start(req):
             "--property=KillMode=control-group", "--property=EnvironmentFile=" + env_file(req.service)]
     if req.user:
         argv.append("--uid=" + req.user)
+    argv += ["--property=%s=%s" % kv for kv in sorted(req.properties.items())]
     argv += ["--setenv=%s=%s" % (k, v) for k, v in sorted(req.env.items())]
-    rc, out = run_quiet(argv + ["--"] + req.argv)
+    # systemd expands $VAR in a transient unit's command as in ExecStart=; $$ is a plain $.
+    rc, out = run_quiet(argv + ["--"] + [a.replace("$", "$$") for a in req.argv])
     if rc != 0:
         raise ActionError("the baseline server did not start: %s" % _redacted(req.service, out.strip()[-300:]))
     # If this agent is stopped (Ctrl-C on the controller closes its session), the baseline goes too.

@@ -110,27 +110,34 @@ def releases(req):
     now = current()
     return protocol.ReleasesResult(current=now, releases=[
         {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
-         "files": len(m.get("files", {})), "current": m["stamp"] == now,
-         "summary": m.get("summary", ""), "verify": m.get("verify", []), "perf": read_perf(m["stamp"]),
+         "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
+         "summary": m.get("summary", ""), "verify": m.get("verify", []),
+         "verified": m.get("verified", []), "perf": read_perf(m["stamp"]),
          "spec": m.get("spec", {}), "packages": m.get("packages", {})} for m in manifests()])
 
 
 def read_perf(stamp):
+    """A release's perf.json: service name → that service's latest spec-bench result."""
     try:
         with open(os.path.join(RELEASES, stamp, "perf.json")) as f:
-            return json.load(f)
+            perf = json.load(f)
     except (OSError, ValueError):
         return None
+    if isinstance(perf, dict) and "service" in perf:  # written before perf.json held several services
+        perf = {perf["service"]: perf}
+    return perf if isinstance(perf, dict) else None
 
 
 def record_perf(req):
-    """Answer a protocol.PerfRecord: perf.json in the release (written whole, then renamed)."""
+    """Answer a protocol.PerfRecord: the service's result in the release's perf.json, beside the
+    other services' (the file written whole, then renamed; the host lock is held)."""
     stamp = req.stamp or current()
     if not stamp or not os.path.isfile(os.path.join(RELEASES, stamp, "manifest.json")):
         raise ActionError("no release %s to keep the result in (deploy first)" % (stamp or "yet"))
     path = os.path.join(RELEASES, stamp, "perf.json")
+    perf = dict(read_perf(stamp) or {}, **{req.perf["service"]: req.perf})
     with open(path + ".tmp", "w") as f:
-        json.dump(req.perf, f, indent=1, sort_keys=True)
+        json.dump(perf, f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
     return protocol.RecordResult(stamp=stamp, files=1)
 

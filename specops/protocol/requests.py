@@ -192,7 +192,9 @@ class ReleaseRecord:
 
 @message
 class ReleasesResult:
-    """current stamp, and every release [{stamp, status, services, files, current, summary, verify}]."""
+    """current stamp, and every release [{stamp, status, services, current, summary, spec,
+    verify (the checks), verified (what verify found: name, checks, generate, notes),
+    packages, files: {path: sha256}, perf: {service: spec-bench result} or None}]."""
     current: Optional[str]
     releases: List[Dict[str, Any]]
 
@@ -332,7 +334,8 @@ class BaselineResult:
 class BaselineStart:
     """Inside a GPU window: run `argv` (the service's command minus its speculative flags) as the
     transient unit specops-baseline-<service>, with the service's env file, `env` and `user`,
-    and wait until `ready` answers 200 on `host`:`port` (at most `timeout` s)."""
+    and wait until `ready` answers 200 on `host`:`port` (at most `timeout` s).  `properties`:
+    the managed unit's settings the server needs too (TimeoutStopSec, LimitNOFILE)."""
     service: str
     argv: List[str]
     port: int
@@ -342,13 +345,14 @@ class BaselineStart:
     user: Optional[str] = None
     gpus: Optional[List[int]] = None
     timeout: float = 3600
+    properties: Dict[str, str] = DICT
     Result = BaselineResult
 
 
 @request("perf_record")
 class PerfRecord:
-    """Keep a spec-bench result (`perf`: figures, speedups, arguments, versions) as perf.json in
-    the release `stamp` (the current one when None)."""
+    """Keep a spec-bench result (`perf`: its service, figures, speedups, arguments, versions) in
+    the perf.json of release `stamp` (the current one when None), beside other services' results."""
     perf: Dict[str, Any]
     stamp: Optional[str] = None
     Result = RecordResult
