@@ -70,7 +70,7 @@ def bar_chart(title: str, bars: list[tuple[str, float]], ylabel: str, line: floa
                    f'fill="#0b5394" stroke="#000"/>')
         out.append(f'<text x="{x + step * 0.3:.1f}" y="{py(v) - 4:.1f}" text-anchor="middle" font-size="11">{v:.2f}</text>')
         out.append(f'<text x="{x + step * 0.3:.1f}" y="{H - PAD + 14}" text-anchor="middle" font-size="9">'
-                   f'{_e(label[-6:])}</text>')
+                   f'{_e(label[4:13])}</text>')  # a stamp's month, day and hour:minute
     if line is not None:
         out.append(f'<line x1="{PAD}" y1="{py(line):.1f}" x2="{W - PAD}" y2="{py(line):.1f}" stroke="#000" '
                    f'stroke-dasharray="5 4"/><text x="{W - PAD}" y="{py(line) - 4:.1f}" text-anchor="end" '
@@ -113,11 +113,11 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
         if latest.get("baseline"):
             series["baseline"] = [(lv["concurrency"], lv["figures"]["output_tok_s"]) for lv in latest["baseline"]]
         out.append(line_chart("output tok/s against concurrency", series, "concurrency", "tok/s"))
-        accepts = [(r["stamp"], v) for r in measured for v in [_lowest(r["perf"]).get("accept_length")] if v]
-        if accepts:
-            out.append(bar_chart("accept length per release", accepts, "accept length",
-                                 (gate or {}).get("min_accept_length")))
         at = str((gate or {}).get("at_concurrency") or min(lv["concurrency"] for lv in latest["spec"]))
+        accepts = [(r["stamp"], v) for r in measured for v in [(r["perf"].get("accept_length") or {}).get(at)] if v]
+        if accepts:
+            out.append(bar_chart(f"accept length at concurrency {at} per release", accepts, "accept length",
+                                 (gate or {}).get("min_accept_length")))
         gains = [(r["stamp"], g) for r in measured for g in [(r["perf"].get("speedup") or {}).get(at)] if g]
         if gains:
             out.append(bar_chart(f"speedup at concurrency {at} per release", gains, "speedup (x)",
@@ -145,12 +145,6 @@ def _verified(name: str, release: dict) -> list[str]:
                 f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in sorted((check.get("intended") or {}).items()))
                 + "</table>")
     return out
-
-
-def _lowest(perf: dict) -> dict:
-    """The figures at the lowest concurrency measured."""
-    levels = sorted(perf.get("spec") or [], key=lambda lv: lv["concurrency"])
-    return levels[0]["figures"] if levels else {}
 
 
 def page(sections: list[str]) -> str:

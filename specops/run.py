@@ -319,7 +319,8 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
         for ident in list(busy.values()):
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
         if busy:
-            out.line("-", f"interrupted: {len(busy)} host(s) finishing what they must restore (Ctrl-C again to leave now)")
+            out.line("-", f"interrupted: {len(busy)} host(s) finishing what they must restore (Ctrl-C again "
+                          "gives their locks back without waiting)")
         try:
             pool.shutdown(wait=True, cancel_futures=True)
         finally:

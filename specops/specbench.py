@@ -7,6 +7,7 @@ plain verdict, and keeps the result with the current release (perf.json).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import time
@@ -30,6 +31,12 @@ class Load:
     max_new_tokens: int = 128
     seed: int = 0
     prompts: str | None = None  # a JSON list of strings (default: files/prompts.json)
+
+    def identity(self) -> dict:
+        """What two results must share to be compared: the load and the prompts' hash."""
+        text = json.dumps(self.prompt_list(), sort_keys=True).encode()
+        return {**{k: v for k, v in vars(self).items() if k != "prompts"},
+                "prompts": self.prompts or "files/prompts.json", "prompts_sha256": hashlib.sha256(text).hexdigest()}
 
     def prompt_list(self) -> list[str]:
         path = Path(self.prompts).expanduser() if self.prompts else PROMPTS
@@ -88,7 +95,8 @@ def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[p
         finally:  # however the baseline went (it may not have started, or been cut off): stopped
             res = run.call(protocol.Stop(services=[protocol.UnitRef(name=transient, gpus=ref.gpus,
                                                                     titles=ref.titles, grace=ref.grace)],
-                                         others=[name]), on_stderr=lambda line: run.say(line.strip()))
+                                         others=list(services.unit_refs(run.host))),
+                           on_stderr=lambda line: run.say(line.strip()))
             for s in res.services:
                 freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
                 run.say(f"baseline stopped; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
@@ -123,8 +131,14 @@ def verdict(gain: dict[int, float]) -> str:
         return "speculative decoding: no baseline to compare with (run with --baseline)"
     parts = ", ".join(f"{g:.2f}x at {'concurrency ' if i == 0 else ''}{c}" for i, (c, g) in enumerate(sorted(gain.items())))
     slower = [c for c, g in sorted(gain.items()) if g < 1.0]
-    tail = ("slower at every level" if len(slower) == len(gain) else f"slower from {slower[0]} on") if slower \
-        else "faster at every level"
+    if not slower:
+        tail = "faster at every level"
+    elif len(slower) == len(gain):
+        tail = "slower at every level"
+    elif all(g < 1.0 for c, g in gain.items() if c >= slower[0]):
+        tail = f"slower from {slower[0]} on"
+    else:
+        tail = f"slower at {', '.join(map(str, slower))}"
     return f"speculative decoding: {parts}: {tail}"
 
 
@@ -133,7 +147,7 @@ def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
     gain = speedups(spec, base) if base else {}
     pkgs = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
     return {"service": svc["name"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "args": services.kind_of(svc).args(svc), "load": {k: v for k, v in vars(load).items() if k != "prompts"},
+            "args": services.kind_of(svc).args(svc), "load": load.identity(),
             "versions": {"sglang": pkgs.get("sglang"), "torch": pkgs.get("torch"), "agent": shipping.artifact()[1][:12],
                          "controller": platform.node()},
             "baseline_argv": plain_argv(run, svc) if base else None,
@@ -146,6 +160,8 @@ def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
     """The body of `inv spec-bench`: measure, maybe the baseline, say the verdict, record it."""
     run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
     svc = service_of(run, name)
+    if not run.call(protocol.Releases()).current:
+        raise SpecopsError(f"{run.host.name}: no release to keep the result in: deploy first")
     spec = measure(run, svc, load)
     base = baseline(run, svc, load) if with_baseline else None
     out = result(run, svc, load, spec, base)
@@ -165,7 +181,7 @@ def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
 def perf_line(perf: dict) -> str:
     """One service's result in a release's perf.json in one line, for `inv releases`."""
     levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))
-    accept = [v for v in (perf.get("accept_length") or {}).values() if v]
+    accept = [v for _, v in sorted((perf.get("accept_length") or {}).items(), key=lambda kv: int(kv[0])) if v]
     speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
     return "; ".join(p for p in (levels, f"accept length {accept[0]:.2f}" if accept else "",
                                  f"speedup {speed}" if speed else "") if p)
@@ -175,6 +191,8 @@ def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
     """What of a service's gate a spec-bench result fails, one line each (empty: it passes).
     gate: {min_speedup, at_concurrency, min_accept_length, max_regression_pct}, each optional."""
     levels = {lv["concurrency"]: lv["figures"] for lv in perf["spec"]}
+    if not levels:
+        return ["the bench measured no level"]
     c = gate.get("at_concurrency") or min(levels)
     if c not in levels:
         return [f"the gate is at concurrency {c}, which the bench did not measure"]
@@ -205,38 +223,31 @@ def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
 def gated(run) -> list[dict]:
     """`inv deploy --bench`, after verify: each service with a `gate` is measured (with its baseline
     when the gate asks for a speedup) and held to it; a failure is raised like a failed verify."""
-    releases = run.call(protocol.Releases()).releases
-    # This result goes into the deploy's new release, or (a no-op deploy) into the current one,
-    # which is then not its own "previous release".
-    into = None if run.applied else next((r["stamp"] for r in releases if r["current"]), None)
+    # The release this deploy replaces (or, a no-op, the one it keeps): its record is "previous".
+    current = next((r for r in run.call(protocol.Releases()).releases if r["current"]), None)
     results, failures = [], []
     for _, svc in services.of_host(run.host):
         gate = svc.get("gate")
         if not gate:
             continue
-        load = Load(**(gate.get("load") or {}))
-        spec = measure(run, svc, load)
         if not svc.get("speculative"):
             raise SpecopsError(f"{svc['name']}: a gate measures speculative decoding, and the service runs none")
+        load = Load(**(gate.get("load") or {}))
+        spec = measure(run, svc, load)
         base = baseline(run, svc, load, verify_mod.checks(run) if run.applied else None) \
             if gate.get("min_speedup") is not None else None
         perf = result(run, svc, load, spec, base)
         run.say(perf["verdict"])
-        fails = evaluate(gate, perf, previous_perf(releases, svc["name"], into))
+        previous = ((current or {}).get("perf") or {}).get(svc["name"])
+        if previous and previous.get("load") != perf["load"] and gate.get("max_regression_pct") is not None:
+            run.say(f"{svc['name']}: max_regression_pct not checked: the previous record ran another load")
+            previous = None
+        fails = evaluate(gate, perf, previous)
         failures += [f"{svc['name']}: gate: {f}" for f in fails]
         results.append(perf)
     if failures:
         raise SpecopsError("; ".join(failures))
     return results
-
-
-def previous_perf(releases: list[dict], name: str, into: str | None) -> dict | None:
-    """The service's result in the newest measured release other than `into` (the release a new
-    result is kept in), and not newer than it."""
-    for r in reversed(releases):
-        if r["stamp"] != into and (into is None or r["stamp"] < into) and (r.get("perf") or {}).get(name):
-            return r["perf"][name]
-    return None
 
 
 def compare(old: dict, new: dict) -> list[str]:

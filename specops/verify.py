@@ -28,7 +28,10 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
         return
     res = run.call(protocol.Verify(services=wanted), last=last,
                    on_stderr=lambda line: run.say(f"{'verify':<15}{line}"))
-    run.report.extra["verify"] = [protocol.to_dict(s) for s in res.services]
+    # Merged by service: a later verify of one service (after a baseline) keeps the others'.
+    found = {s["name"]: s for s in run.report.extra.get("verify") or []}
+    found.update({s.name: protocol.to_dict(s) for s in res.services})
+    run.report.extra["verify"] = list(found.values())
     failed = []
     for s in res.services:
         def say(text, s=s):

@@ -3,9 +3,11 @@ as a transient unit (systemd-run), never as a change to the managed unit, and on
 window (the managed service stopped, its GPUs proven free).
 
 The transient unit is named specops-baseline-<service>: only root can make system units, so a
-unit of that name is ours (one a killed run left is stopped and collected first).  It reads the
+unit of that name is ours (one a killed run left is stopped and collected first).  If the
+agent's session ends while the baseline runs, the baseline is stopped and the service started
+again (the controller, when it is still there, also verifies it).  It reads the
 service's own env file (the API key goes to the server through the launcher, as for the managed
-unit) and runs as the same user.  Stopping it goes through units.stop_unit, so its leftovers are
+unit) and, like it, runs as root.  Stopping it goes through units.stop_unit, so its leftovers are
 accounted for and its GPU memory proven free like any service's.
 """
 import time
@@ -21,6 +23,12 @@ from specops.layout import BASELINE_PREFIX, env_file
 
 def unit_name(service):
     return BASELINE_PREFIX + service
+
+
+def _restore(name, service):
+    run_quiet(["systemctl", "stop", name])
+    if not Unit(service).active:
+        run_quiet(["systemctl", "start", "--no-block", service])
 
 
 def start(req):
@@ -39,8 +47,9 @@ def start(req):
     rc, out = run_quiet(argv + ["--"] + [a.replace("$", "$$") for a in req.argv])
     if rc != 0:
         raise ActionError("the baseline server did not start: %s" % _redacted(req.service, out.strip()[-300:]))
-    # If this agent is stopped (Ctrl-C on the controller closes its session), the baseline goes too.
-    on_interrupt(lambda: run_quiet(["systemctl", "stop", name]))
+    # If this agent's session ends before the controller restored the service (Ctrl-C, a lost
+    # link, a killed controller), the baseline goes and the service comes back without it.
+    on_interrupt(lambda: _restore(name, req.service))
     remember_invocation(name)
     say("  baseline: %s started (the target without speculation)" % name)
     deadline = time.time() + req.timeout

@@ -112,8 +112,16 @@ def releases(req):
         {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
          "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
          "summary": m.get("summary", ""), "verify": m.get("verify", []),
-         "verified": m.get("verified", []), "perf": read_perf(m["stamp"]),
+         "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
          "spec": m.get("spec", {}), "packages": m.get("packages", {})} for m in manifests()])
+
+
+def _figures(perf):
+    """perf.json without the raw per-request timings (they stay in the file): what listings need."""
+    if not perf:
+        return perf
+    return {name: dict(r, **{side: [{k: v for k, v in lv.items() if k != "raw"} for lv in r.get(side) or []]
+                             for side in ("spec", "baseline")}) for name, r in perf.items()}
 
 
 def read_perf(stamp):

@@ -60,20 +60,30 @@ def one(svc, key, prompt, max_new_tokens, timeout=300):
     return out
 
 
-def level(svc, key, prompts, concurrency, requests, max_new_tokens, seed):
-    """`requests` requests from `concurrency` closed-loop clients; the level's raw results and wall time."""
+def level(svc, key, prompts, concurrency, requests, max_new_tokens, seed, guard=None, stopped=None):
+    """`requests` requests from `concurrency` closed-loop clients; the level's raw results and wall
+    time.  `guard()`, asked before every connection, says why the port must get nothing (else
+    None); then, or when the server stops taking connections, the level stops and the reason is
+    added to `stopped`."""
     order = random.Random(seed).sample(range(len(prompts)), len(prompts))
     todo, results, lock = list(range(requests)), [], threading.Lock()
+    stopped = [] if stopped is None else stopped
 
     def client():
         while True:
             with lock:
-                if not todo:
+                if not todo or stopped:
                     return
                 i = todo.pop(0)
+                problem = guard() if guard else None  # under the lock: the listener's cache is shared
+                if problem:
+                    stopped.append(problem)
+                    return
             r = one(svc, key, prompts[order[i % len(order)]], max_new_tokens)
             with lock:
                 results.append(r)
+                if r["error"] and r["error"].startswith(("ConnectionRefusedError", "ConnectionResetError")):
+                    stopped.append("the server stopped taking connections (%s)" % r["error"])
     t0 = time.monotonic()
     workers = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
     for w in workers:
@@ -123,15 +133,20 @@ def run(req):
     if not req.prompts:
         raise ActionError("spec-bench needs at least one prompt")
     levels = []
+    # As verify does: whatever answers on the port gets the API key only if it is the unit's,
+    # asked before every connection (a server that dies mid-level frees the port for anyone).
+    guard = listeners.Listener(req.unit or svc.name, svc.port).problem
     for concurrency in req.concurrency:
-        # As verify does: whatever answers on the port gets the API key only if it is the unit's.
-        problem = listeners.Listener(req.unit or svc.name, svc.port).problem()
-        if problem:
-            raise ActionError("%s:%d: %s; spec-bench sends it nothing" % (svc.host, svc.port, problem))
+        stopped = []
         level(svc, key, req.prompts, concurrency, min(req.warmup, req.requests) if req.warmup else 0,
-              req.max_new_tokens, req.seed)
+              req.max_new_tokens, req.seed, guard, stopped)
         cpu = sum(os.times()[:2])
-        results, wall = level(svc, key, req.prompts, concurrency, req.requests, req.max_new_tokens, req.seed)
+        if not stopped:
+            results, wall = level(svc, key, req.prompts, concurrency, req.requests, req.max_new_tokens, req.seed,
+                                  guard, stopped)
+        if stopped:
+            raise ActionError("%s:%d: %s; spec-bench stopped at concurrency %d" % (svc.host, svc.port, stopped[0],
+                                                                                  concurrency))
         figures = summary(results, wall)
         figures["client_cpu_s"] = round(sum(os.times()[:2]) - cpu, 4)  # the load client's own cost
         if figures["failed"] == figures["requests"]:
