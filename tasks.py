@@ -5,25 +5,29 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import draft_config, gpu_stack, model_patches, models, sglang_service, system_packages
-from specops import cli, perfpage, pipeline, specbench
+from roles import (draft_config, gpu_stack, model_patches, models, router, router_stack, sglang_service,
+                   system_packages)
+from specops import cli, perfpage, pipeline, rolling, specbench
 from specops import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.facts import facts_probe
 from specops.report import Redactor
 from specops.verify import verify as verify_host
 
-DEPLOY = [models, gpu_stack, model_patches, draft_config, sglang_service]
+DEPLOY = [models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router]
 BOOTSTRAP = [system_packages] + DEPLOY
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",
-            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy)")
-def deploy(c, sel, bench=False):
+            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy)",
+            no_drain="Do not take workers out of their routers while they change (requests will fail)")
+def deploy(c, sel, bench=False, no_drain=False):
     """Converge hosts: lock, probe, plan, apply, handlers, verify, record the release.
     If verify (or, with --bench, a service's gate) fails, this deploy's changes are undone and the
-    previous release verified."""
-    cli.play(lambda run: pipeline.deploy(run, specbench.gated if bench else None), DEPLOY, sel, task="deploy")
+    previous release verified.  A worker behind a router is taken out of it and drained before
+    it changes, and put back once it verifies (with --serial N: a rolling deploy)."""
+    body = lambda run: pipeline.deploy(run, specbench.gated if bench else None)  # noqa: E731
+    cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy")
 
 
 @fleet_task(*FLEET, "verify_weights")

@@ -7,7 +7,7 @@ from specops import handlers, protocol
 from specops.errors import UsageError
 from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
 from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, render, unit_file
-from specops.services import of_kind, kind_of, venv_of
+from specops.services import kind_of, of_host, of_kind, venv_of
 from specops.spec import expectations, launch_args, venv_python
 from specops.unitfmt import envfile_line, exec_line, unit_environment
 
@@ -24,7 +24,7 @@ def unit_text(svc, venv):
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = svc["cuda_visible_devices"]
-    return render("sglang.service.j2", name=svc["name"], model_path=svc["model_path"].replace("%", "%%"),
+    return render("sglang.service.j2", description=f"SGLang {svc['name']} ({svc['model_path']})".replace("%", "%%"),
                   env_file=env_file(svc["name"]), exec_start=exec_line(argv),
                   environment=[unit_environment(k, v) for k, v in sorted(env.items())],
                   timeout_stop_sec=props["TimeoutStopSec"], limit_nofile=props["LimitNOFILE"])
@@ -93,7 +93,7 @@ def ops(host):
     services = of_kind(host, "sglang")
     check(host, services)
     out = [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
-           File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for s in services])]
+           File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for _, s in of_host(host)])]
     for svc in services:
         out += ops_for_service(svc, venv)
     return out

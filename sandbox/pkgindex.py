@@ -3,8 +3,8 @@
 Layout as the real world has it: /whl/<variant>/ per torch variant (like
 download.pytorch.org/whl/cu128) and /simple/ for everything else (like PyPI).  It holds
 the stand-in CUDA torch wheels, the SGLang simulator, the real CPU torch from
-PIP_FIND_LINKS, the real flash-linear-attention with its dependencies, and the real
-huggingface_hub the hosts fetch weights with.
+PIP_FIND_LINKS, the real flash-linear-attention with its dependencies, the real
+huggingface_hub the hosts fetch weights with, and the real sglang-router.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from specops.layout import HF_PIN
 STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
 REAL = ["torch==2.13.0", "flash-linear-attention==0.6.0"]
 HUB = [f"huggingface-hub=={HF_PIN}"]
+ROUTER = ["sglang-router==0.3.2"]  # the real router (a Rust binary in a wheel; runs on CPU)
 PORT = 8631
 
 
@@ -67,7 +68,8 @@ def build(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     (root / "files").mkdir(parents=True)
     by_index: dict[str, dict[str, list[Path]]] = {}
-    wheels = [*standin_wheels().glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl")]
+    wheels = [*standin_wheels().glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl"),
+              *real_wheels(ROUTER, "router").glob("*.whl")]
     for wheel in sorted(set(wheels), key=lambda w: (w.name, str(w))):
         if (root / "files" / wheel.name).exists():
             continue  # the same wheel from two sets

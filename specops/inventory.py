@@ -18,7 +18,7 @@ import yaml
 
 from . import ansible_compat
 from .errors import UsageError
-from .schema import HOST_VARS, check
+from .schema import HOST_VARS, check, check_kinds
 
 NODE_KEYS = {"vars", "children", "hosts"}
 YAML_SUFFIXES = (".yml", ".yaml")
@@ -175,6 +175,7 @@ def load(path: str | Path) -> Inventory:
             merged = merge(merged, gvars)
         merged = merge(merged, inline_host.get(hname, {}))
         merged = merge(merged, _vars_file(root_dir / "host_vars", hname))
+        check_kinds(hname, merged.get("services"), str(files[0]))
         hosts[hname] = Host(hname, merged, sorted({g for _, g, _ in layers}))
     inventory = Inventory(files[0], hosts, groups)
     for host in hosts.values():

@@ -61,6 +61,7 @@ class HostRun:
         self.lock_token: str | None = None  # set while this run holds the host's lock
         self.last_call = time.monotonic()
         self.applied: list = []             # writes and removals done, for undo
+        self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
 
     def connect(self) -> Remote:
         if self.remote is None:
@@ -136,6 +137,9 @@ class HostRun:
     def apply(self, actions: list) -> None:
         if not actions:
             return
+        if self.before_change:  # e.g. take this worker out of its router and let it drain
+            hook, self.before_change = self.before_change, None
+            hook()
         res = self.call(protocol.Apply(actions=actions, allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
         done = {r["index"] for r in res.results}

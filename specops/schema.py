@@ -65,8 +65,8 @@ WEIGHTS = {  # where a service's weights come from (roles/models.py)
 
 SERVICE = {
     "name": Req(UNIT_NAME),
-    "kind": Enum(("sglang",)),  # the kind of service (specops/services/)
-    "model_path": Req(str),
+    "kind": Enum(("sglang", "router")),  # the kind of service (specops/services/)
+    "model_path": str,  # required for kind sglang (REQUIRED_BY_KIND)
     "weights": WEIGHTS,
     "draft_weights": WEIGHTS,
     "served_model_name": str,
@@ -89,6 +89,12 @@ SERVICE = {
     "api_key": Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an "
                                            "HTTP header)"),
     "extra_args": [str],
+    # kind router (specops/services/router.py): SGLang's router in front of a group's workers
+    "workers": {"group": Req(str), "service": str},
+    "policy": Enum(("random", "round_robin", "cache_aware", "power_of_two")),
+    "retries": bool,                # false: --disable-retries
+    "venv": str,                    # the router's own venv (default /opt/sglang-router/venv)
+    "version": str,                 # the sglang-router release to install there
     "timeout_stop_sec": int,
     "stop_grace": NUMBER,  # seconds between SIGTERM and SIGKILL for leftovers of its runs
     "limit_nofile": int,
@@ -129,8 +135,22 @@ HOST_VARS = {
     "wheelhouse": str,
     "patch_dir": str,
     "allow_shared_dirs": [str],  # directories other users can write to, where specops may write anyway
+    "router_address": str,       # how routers reach this host's services (default: address)
     "services": [SERVICE],
 }
+
+# Keys a kind of service cannot do without (the schema above is one for every kind).
+REQUIRED_BY_KIND = {"sglang": ("model_path",), "router": ("workers",)}
+
+
+def check_kinds(host: str, services: list, file: str) -> None:
+    """Each service has the keys its kind requires (after the inventory's layers are merged)."""
+    for i, svc in enumerate(services or []):
+        for key in REQUIRED_BY_KIND.get(svc.get("kind", "sglang"), ()):
+            if key not in svc:
+                raise UsageError(f"{file}: {host}: services[{i}].{key}: required key is missing "
+                                 f"(kind {svc.get('kind', 'sglang')})")
+
 
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number",
                NUMBER: "a number", list: "a list", dict: "a mapping"}

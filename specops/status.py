@@ -8,6 +8,7 @@ from . import protocol, services
 from . import verify as verify_mod
 from .facts import base_wants
 from .run import HostRun
+from .services import router as router_kind
 
 
 def _gpu(facts, active: set[str]) -> tuple[list[str], list[str]]:
@@ -58,10 +59,17 @@ def collect(run: HostRun) -> dict:
     active = {r["service"] for r in rows if r["state"].startswith("active")}
     peeked = {p.name: p for p in run.call(protocol.Peek(services=[
         c for c in verify_mod.checks(run) if c.name in active])).services}
+    kinds = {s["name"]: (k, s) for k, s in services.of_host(run.host)}
     for r in rows:
         p = peeked.get(r["service"])
         r["effective"] = p.effective if p else None
         r["spec_mismatch"] = (p.failures + p.notes) if p else []
+        kind, svc = kinds[r["service"]]
+        if kind.name == "router":
+            have = (p.members if p else None) or {}
+            r["workers"] = [{"worker": f"{w.host}/{w.service}", "url": w.url, "in_router": w.url in have,
+                             "healthy": (have.get(w.url) or {}).get("is_healthy"), "load": (have.get(w.url) or {}).get("load")}
+                            for w in router_kind.workers_of(run.host, svc)]
     gpu, warnings = _gpu(facts, active)
     summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified]}
     run.report.extra["status"] = summary
@@ -82,5 +90,9 @@ def table(results: dict[str, dict]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(6)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
     for host, res in results.items():
+        for s in res["services"]:
+            lines += [f"{host}: router {s['service']}: {w['worker']} ({w['url']}): "
+                      + ("in the router, " + ("healthy" if w["healthy"] else "NOT healthy") + f", load {w['load']}"
+                         if w["in_router"] else "NOT in the router") for w in s.get("workers") or []]
         lines += [f"{host}: WARNING: {w}" for w in res.get("gpu_warnings", [])]
     return "\n".join(lines)

@@ -29,6 +29,10 @@ HANDLERS = {
     "spec_bench": ("specbench", "run"),
     "baseline_start": ("baseline", "start"),
     "perf_record": ("releases", "record_perf"),
+    "router_members": ("routing", "members"),
+    "router_remove": ("routing", "remove"),
+    "router_add": ("routing", "add"),
+    "worker_idle": ("routing", "idle"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
 

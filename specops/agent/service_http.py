@@ -156,6 +156,46 @@ def _generate(svc, report, key):
     return True
 
 
+MEMBERS_WAIT = 30  # seconds a router may take to register and health-check its workers
+
+
+def members(svc, key):
+    """url → {"is_healthy", "load", "id"} for what endpoints.members lists."""
+    status, raw = _http(svc, "GET", svc.endpoints.members, timeout=10, key=key)
+    if status != 200:
+        raise ValueError("%s answered %s" % (svc.endpoints.members, status))
+    return {w.get("url"): {"is_healthy": w.get("is_healthy"), "load": w.get("load"), "id": w.get("id")}
+            for w in json.loads(raw).get("workers", [])}
+
+
+def _members_check(svc, report, key):
+    """Every intended member listed and healthy (a router registers and health-checks its workers
+    after it starts: this waits for that, up to MEMBERS_WAIT)."""
+    deadline = time.time() + MEMBERS_WAIT
+    while True:
+        try:
+            have = members(svc, key)
+            missing = [u for u in svc.members if u not in have]
+            sick = [u for u in svc.members if u in have and not have[u]["is_healthy"]]
+        except (OSError, ValueError) as e:
+            have, missing, sick = {}, list(svc.members), []
+            error = str(e)
+        else:
+            error = None
+        if not missing and not sick:
+            report.checks.append("%s: %d worker(s), all healthy" % (svc.endpoints.members, len(svc.members)))
+            extra = sorted(set(have) - set(svc.members))
+            if extra:
+                report.notes.append("%s also lists %s" % (svc.endpoints.members, ", ".join(extra)))
+            return True
+        if time.time() > deadline:
+            report.failures.append("%s: %s" % (svc.endpoints.members, error or "; ".join(
+                (["not listed: " + ", ".join(missing)] if missing else []) +
+                (["not healthy: " + ", ".join(sick)] if sick else []))))
+            return False
+        time.sleep(0.5)
+
+
 def _stale_check(svc, report, unit):
     """The process must have started after every managed file changed (else it runs old code)."""
     started = unit.get("ExecMainStartTimestamp")
@@ -205,6 +245,8 @@ def verify_service(svc):
         report.failures.append("%s answered %s" % (svc.endpoints.info, status))
         return report
     _compare(svc, info, report)
+    if svc.members and not _members_check(svc, report, key):
+        return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
         return report
     _stale_check(svc, report, unit)
@@ -230,5 +272,10 @@ def peek(req):
             report.failures.append("%s: %s" % (svc.endpoints.info, status))
         else:
             _compare(svc, info, report)
+            if svc.endpoints.members:
+                try:
+                    report.members = members(svc, api_key(svc.name))
+                except (OSError, ValueError) as e:
+                    report.failures.append(str(e))
         out.append(report)
     return protocol.VerifyResult(services=out)

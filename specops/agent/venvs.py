@@ -14,7 +14,7 @@ out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
        "tag": sys.implementation.cache_tag, "packages": {}, "dirs": {}}
 # Versions from the *.dist-info names on sys.path (what importlib.metadata reads, without its import cost).
 wanted = {"torch": "torch", "flash_linear_attention": "flash-linear-attention", "fla_core": "fla-core",
-          "sglang": "sglang"}
+          "sglang": "sglang", "sglang_router": "sglang-router"}
 out["packages"] = dict.fromkeys(wanted.values())
 for entry in sys.path:
     try:

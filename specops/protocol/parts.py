@@ -44,6 +44,8 @@ class Endpoints:
     models: Optional[str] = "/v1/models"
     generate: Optional[str] = "/generate"
     public: List[str] = Factory(lambda: ["/health"])  # paths that need no API key
+    # A router's: lists its workers as {"workers": [{"url", "is_healthy", "load", ...}]}
+    members: Optional[str] = None
 
 
 @message
@@ -66,6 +68,7 @@ class ServiceCheck:
     managed: List[str] = LIST
     endpoints: Endpoints = Factory(Endpoints)
     generate_body: Dict[str, Any] = DICT  # {"text"/"sampling_params"}; prompt filled in
+    members: List[str] = LIST  # URLs endpoints.members must list, healthy (a router's workers)
 
 
 @message
@@ -81,6 +84,7 @@ class ServiceReport:
     ready_after: Optional[float] = None
     health_statuses: List[Any] = LIST
     stale: bool = False
+    members: Optional[Dict[str, Any]] = None  # a router's: url → {is_healthy, load, id}
 
 
 @message

@@ -356,3 +356,4 @@ class PerfRecord:
     perf: Dict[str, Any]
     stamp: Optional[str] = None
     Result = RecordResult
+

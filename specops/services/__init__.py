@@ -113,4 +113,4 @@ def secrets(hosts) -> set[str]:
     return {v for h in hosts for k, s in of_host(h) for v in k.secrets(s)}
 
 
-from . import sglang  # noqa: E402,F401  (registers the first kind)
+from . import router, sglang  # noqa: E402,F401  (registers the kinds)

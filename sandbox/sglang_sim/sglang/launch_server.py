@@ -158,6 +158,14 @@ def make_handler(args, model_module, model_config, capture):
                     state["avg_spec_accept_length"] = State.perf.accept
                 body = {**args.resolved_dict(), "api_key": None, "internal_states": [state], **info_extra}
                 return self._send(200, body)
+            if path == "/v1/loads":  # srt/entrypoints/v1_loads.py: one LoadSnapshot per DP rank
+                now = time.time()
+                core = {"timestamp": now, "dp_rank": 0, "num_running_reqs": State.perf.running,
+                        "num_waiting_reqs": 0, "num_used_tokens": 0, "num_total_tokens": 0, "token_usage": 0.0,
+                        "gen_throughput": State.perf.tok_s, "max_running_requests": 0, "utilization": 0.0}
+                return self._send(200, {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now)),
+                                        "version": __version__, "accelerator": "NVIDIA H100 80GB HBM3",
+                                        "num_accelerators": args.tp_size, "loads": [core]})
             if path in ("/model_info", "/get_model_info"):
                 return self._send(200, {"model_path": args.model_path, "served_model_name": args.served_model_name,
                                         "tokenizer_path": args.tokenizer_path, "is_generation": True,

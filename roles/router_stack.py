@@ -1,0 +1,46 @@
+"""The router's own venv with sglang-router at its pin (one pip call when it differs, none when
+right).  Applied before the router's unit is checked: systemd-analyze wants its interpreter."""
+from roles.gpu_stack import Venv, pip_sources
+from specops import handlers, protocol
+from specops.ops import Op
+from specops.services import kind_of, of_kind
+from specops.spec import venv_python
+
+NAME = "router_stack"
+REPROBE = True  # the unit that follows names the interpreter this installs
+DEFAULT_VERSION = "0.3.2"
+IMPORT_CHECK = ("import json, importlib.metadata as md, sglang_router; "
+                "print(json.dumps({'sglang-router': md.version('sglang-router')}))")
+
+
+class RouterPackage(Op):
+    """sglang-router at its pin in the router's venv (one pip call when it differs, none when right)."""
+
+    def __init__(self, host, svc, venv):
+        self.host, self.svc, self.venv = host, svc, venv
+        self.version = svc.get("version", DEFAULT_VERSION)
+
+    def wants(self):
+        return protocol.Probe(venvs=[self.venv])
+
+    def plan(self, facts, ctx):
+        have = (facts.venv(self.venv).get("packages") or {}).get("sglang-router")
+        target = f"sglang-router in {self.venv}"
+        if have == self.version:
+            return self._change(target, "ok")
+        python = venv_python(self.venv)
+        spec = f"sglang-router=={self.version}"
+        return self._change(target, f"{have or 'missing'} → {self.version}", [
+            protocol.Run(cmd=[python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+                              *pip_sources(self.host), spec], desc=f"pip install {spec}"),
+            protocol.Expect(python=python, code=IMPORT_CHECK, expect={"sglang-router": self.version},
+                            what=f"after installing, the venv {self.venv} imports", desc="import sglang_router"),
+        ], notify=[handlers.restart(self.svc["name"])])
+
+
+def ops(host):
+    out = []
+    for svc in of_kind(host, "router"):
+        venv = kind_of(svc).venv(svc)
+        out += [Venv(venv, host.get("python")), RouterPackage(host, svc, venv)]
+    return out

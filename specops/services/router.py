@@ -1,0 +1,120 @@
+"""SGLang's router (`python -m sglang_router.launch_router`, the sglang-router wheel: a Rust
+binary that runs on CPU), the second kind of service.
+
+Its workers are the SGLang services of an inventory group (`workers: {group: G}`), reached at
+`http://<router_address or address>:<port>` of their hosts.  Interface facts, from
+sglang-router 0.3.2 as it runs (docs/ARCHITECTURE.md, "The router"): `GET /health` is 200 with
+or without workers; `GET /workers` lists `{"workers": [{"id", "url", "is_healthy", "load",
+...}], "total"}`; `POST /workers {"url"}` answers 202 and registers the worker after its own
+health check; `DELETE /workers/<id>` answers 202 and removes it soon after; `/generate` and
+`/v1/models` are forwarded to a worker (503 with none).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import protocol
+from ..errors import UsageError
+from ..layout import DEFAULT_PORT, env_file, unit_path
+from ..spec import bind_address
+from . import ServiceKind, kind_of, register
+
+ROUTER_VENV = "/opt/sglang-router/venv"
+ROUTER_KEY_ENV = "SPECOPS_ROUTER_API_KEY"
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One SGLang service behind a router: its host, its service, and the URL the router uses."""
+    host: str
+    service: str
+    url: str
+
+
+def workers_of(host, svc: dict) -> list[Worker]:
+    """The router's workers: each SGLang service of its `workers.group` (or only `workers.service`)."""
+    spec = svc.get("workers") or {}
+    inv, group = host.inventory, spec.get("group")
+    where = f"{host.name}: router {svc['name']!r}"
+    if inv is None or group not in inv.groups:
+        raise UsageError(f"{where}: workers.group {group!r} is not a group of the inventory")
+    out = []
+    for name in inv.groups[group]:
+        other = inv.hosts[name]
+        for s in other.get("services") or []:
+            if kind_of(s).name != "sglang" or (spec.get("service") and s["name"] != spec["service"]):
+                continue
+            bind = s.get("bind", "127.0.0.1")
+            if name != host.name and bind.startswith("127."):
+                raise UsageError(f"{where}: worker {name}/{s['name']} listens on {bind} only; give it "
+                                 f"`bind: 0.0.0.0` (or its address) so the router can reach it")
+            address = "127.0.0.1" if name == host.name else other.get("router_address") or other.get("address") or name
+            out.append(Worker(name, s["name"], f"http://{address}:{s.get('port', DEFAULT_PORT)}"))
+    if not out:
+        raise UsageError(f"{where}: group {group!r} has no SGLang service to route to")
+    return out
+
+
+def routers_of(inventory, worker_host: str) -> list[tuple[object, dict, list[Worker]]]:
+    """Every router of the inventory that has a service of `worker_host` among its workers:
+    (router host, router service, that host's workers in it)."""
+    out = []
+    for h in inventory.hosts.values():
+        for s in h.get("services") or []:
+            if kind_of(s).name == "router":
+                mine = [w for w in workers_of(h, s) if w.host == worker_host]
+                if mine:
+                    out.append((h, s, mine))
+    return out
+
+
+class Router(ServiceKind):
+    name = "router"
+    titles = ()
+    module = "sglang_router.launch_router"
+    endpoints = protocol.Endpoints(ready="/health", info="/workers", info_fallback=None, models=None,
+                                   generate="/generate", public=["/health"], members="/workers")
+
+    def venv(self, svc: dict) -> str:
+        return svc.get("venv", ROUTER_VENV)
+
+    def unit(self, svc):
+        return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=[], gpus=[], settle=0)
+
+    def args(self, svc):
+        """`worker_urls` is filled in by the router role from the inventory (workers_of)."""
+        out = ["--host", svc.get("bind", "0.0.0.0"), "--port", str(self.port(svc)),
+               "--policy", svc.get("policy", "cache_aware")]
+        if svc.get("retries") is False:
+            out.append("--disable-retries")
+        out += [str(a) for a in svc.get("extra_args") or []]
+        urls = svc.get("worker_urls") or []
+        return out + (["--worker-urls", *urls] if urls else [])
+
+    def argv(self, svc, venv):
+        return super().argv(svc, self.venv(svc))
+
+    def secret_flags(self, svc):
+        return [(ROUTER_KEY_ENV, "--api-key")] if svc.get("api_key") else []
+
+    def intended(self, svc):
+        return {}  # its info endpoint lists workers, not arguments: verify checks `members`
+
+    def check(self, host, svc):
+        urls = [w.url for w in workers_of(host, svc)]
+        v = svc.get("verify") or {}
+        return protocol.ServiceCheck(
+            name=svc["name"], port=self.port(svc), host=bind_address(svc), timeout=v.get("timeout", 120),
+            stall_timeout=v.get("stall_timeout", 120), endpoints=self.endpoints, members=urls,
+            managed=self.managed(svc, self.venv(svc)),
+            generate_body={"text": None, "sampling_params": {"temperature": 0}})
+
+    def managed(self, svc, venv):
+        return [unit_path(svc["name"]), env_file(svc["name"])]
+
+    def secrets(self, svc):
+        return super().secrets(svc) + ([svc["api_key"]] if svc.get("api_key") else [])
+
+
+register(Router())

@@ -1,0 +1,52 @@
+"""The router kind without a fleet: its workers from the inventory, its command line, its unit."""
+import pytest
+import yaml
+
+from specops import inventory
+from specops.errors import UsageError
+from specops.services import kind_of
+from specops.services.router import routers_of, workers_of
+
+
+def load(tmp_path, worker_bind="0.0.0.0", router_extra=None):
+    svc = {"name": "sglang", "model_path": "/m", "bind": worker_bind, "port": 30001}
+    doc = {"all": {"children": {
+        "workers": {"hosts": {"w1": {"address": "10.0.0.1", "services": [svc]},
+                              "w2": {"address": "10.0.0.2", "router_address": "10.9.0.2", "services": [svc]}}},
+        "edge": {"hosts": {"r": {"address": "10.0.0.9", "services": [
+            {"name": "router", "kind": "router", "workers": {"group": "workers"}, **(router_extra or {})}]}}}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    return inventory.load(tmp_path)
+
+
+def test_workers_come_from_the_group_at_the_address_the_router_uses(tmp_path):
+    inv = load(tmp_path)
+    r = inv.hosts["r"]
+    svc = r["services"][0]
+    assert [w.url for w in workers_of(r, svc)] == ["http://10.0.0.1:30001", "http://10.9.0.2:30001"]
+    assert [(h.name, [w.host for w in ws]) for h, _, ws in routers_of(inv, "w2")] == [("r", ["w2"])]
+    argv = kind_of(svc).argv({**svc, "worker_urls": ["http://a:1"]}, "/opt/sglang/venv")
+    assert argv[0] == "/opt/sglang-router/venv/bin/python" and "sglang_router.launch_router" in argv
+    assert argv[-2:] == ["--worker-urls", "http://a:1"] and "--disable-retries" not in argv
+    assert "--disable-retries" in kind_of(svc).args({**svc, "retries": False})
+
+
+def test_a_worker_the_router_cannot_reach_is_refused_in_one_line(tmp_path):
+    inv = load(tmp_path, worker_bind="127.0.0.1")
+    with pytest.raises(UsageError, match=r"worker w1/sglang listens on 127.0.0.1 only; give it `bind: 0.0.0.0`"):
+        workers_of(inv.hosts["r"], inv.hosts["r"]["services"][0])
+
+
+def test_an_unknown_group_is_refused(tmp_path):
+    inv = load(tmp_path, router_extra={"workers": {"group": "nope"}})
+    with pytest.raises(UsageError, match="workers.group 'nope' is not a group"):
+        workers_of(inv.hosts["r"], inv.hosts["r"]["services"][0])
+
+
+def test_the_router_unit_names_every_worker(tmp_path):
+    from roles import router
+    inv = load(tmp_path)
+    text = router.unit_text(inv.hosts["r"], inv.hosts["r"]["services"][0])
+    assert '"--worker-urls" "http://10.0.0.1:30001" "http://10.9.0.2:30001"' in text or \
+        "--worker-urls http://10.0.0.1:30001 http://10.9.0.2:30001" in text
+    assert "Description=SGLang router router" in text

@@ -1,0 +1,221 @@
+"""The real sglang-router (0.3.2 from PyPI, a Rust binary that runs on CPU) in front of three
+SGLang workers (the simulator), each on its own sandbox host.  The router's host reaches each
+worker over a link straight between their namespaces (sandbox/peerlink.py), as boxes on one
+rack network do; the controller reaches the router over its own link."""
+import json
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from conftest import load_json
+from sandbox import peerlink, provision
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+WORKERS, ROUTER, PORT = ["t1", "t2", "t3"], "t4", 30010
+
+
+@pytest.fixture
+def routed(sandbox, pkg_index):
+    hosts = {n: sandbox.reset(n) for n in WORKERS + [ROUTER]}
+    links = {w: peerlink.up(hosts[ROUTER], hosts[w])[1] for w in WORKERS}
+    yield hosts, links, pkg_index
+    for w in WORKERS:
+        peerlink.down(hosts[ROUTER], hosts[w])
+
+
+def write_inventory(sandbox, hosts, links, index, knobs=None, router=None):
+    svc = sandbox_service(bind="0.0.0.0", env={"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_TOK_S": "2000",
+                                               **(knobs or {})})
+    workers = {w: {**provision.host_vars(hosts[w]), "services": [svc], "router_address": links[w]} for w in WORKERS}
+    routers = {ROUTER: {**provision.host_vars(hosts[ROUTER]), "package_index": f"{index.url}/simple",
+                        "services": [{"name": "router", "kind": "router", "port": PORT, "policy": "round_robin",
+                                      "workers": {"group": "workers"}, **(router or {})}]}}
+    doc = {"all": {"vars": {"venv": provision.VENV},
+                   "children": {"workers": {"hosts": workers}, "routers": {"hosts": routers}}}}
+    path = sandbox.tmp / "inventory"
+    path.mkdir(exist_ok=True)
+    (path / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def deploy(sandbox, inv, *args):
+    report = sandbox.tmp / f"d{time.monotonic_ns()}.json"
+    res = sandbox.inv("deploy", "--json", str(report), *args, inventory=inv, timeout=600)
+    return res, (load_json(report)["hosts"] if report.exists() else {})
+
+
+def through_router(h, path, body=None):
+    req = urllib.request.Request(f"http://{h.address}:{PORT}{path}", method="POST" if body else "GET",
+                                 data=json.dumps(body).encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, json.loads(r.read())
+
+
+def started(h, unit):
+    return h.run("systemctl", "show", unit, "-p", "ExecMainStartTimestampMonotonic").stdout
+
+
+def test_a_router_and_three_workers_deploy_verify_and_show_in_status(sandbox, routed):
+    hosts, links, index = routed
+    inv = write_inventory(sandbox, hosts, links, index)
+    res, rep = deploy(sandbox, inv, "--all")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    out = res.stdout
+    assert "/workers: 3 worker(s), all healthy" in out and "router verified" in rep[ROUTER]["notes"], out[-3000:]
+    r = hosts[ROUTER]
+    unit = r.run("systemctl", "cat", "router").stdout
+    assert all(f"http://{links[w]}:30000" in unit for w in WORKERS) and "\"--policy\" \"round_robin\"" in unit
+    assert "sglang_router.launch_router" in unit
+    # What the real router says of its workers, and a generation through it from outside.
+    status, listing = through_router(r, "/workers")
+    print("\nGET /workers:", json.dumps(listing)[:600])
+    assert status == 200 and {w["url"] for w in listing["workers"]} == {f"http://{links[w]}:30000" for w in WORKERS}
+    status, gen = through_router(r, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 8}})
+    assert status == 200 and gen["meta_info"]["completion_tokens"] == 8
+    # status: per router, each worker in it, healthy, its load.
+    st = sandbox.inv("status", "--all", inventory=inv)
+    assert st.returncode == 0, st.stdout + st.stderr
+    for w in WORKERS:
+        assert f"{ROUTER}: router router: {w}/sglang (http://{links[w]}:30000): in the router, healthy, load" \
+            in st.stdout, st.stdout
+    # A second deploy changes nothing and restarts nothing.
+    before = {n: started(h, "router" if n == ROUTER else "sglang") for n, h in hosts.items()}
+    res, rep = deploy(sandbox, inv, "--all")
+    assert res.returncode == 0, res.stdout[-3000:]
+    changed = {n: [c for c in h["changes"] if c["changed"]] for n, h in rep.items()}
+    assert changed == {n: [] for n in hosts}, changed
+    assert {n: started(h, "router" if n == ROUTER else "sglang") for n, h in hosts.items()} == before
+
+
+def test_status_names_a_worker_the_router_lost(sandbox, routed):
+    hosts, links, index = routed
+    inv = write_inventory(sandbox, hosts, links, index)
+    res, _ = deploy(sandbox, inv, "--all")
+    assert res.returncode == 0, res.stdout[-3000:]
+    r = hosts[ROUTER]
+    _, listing = through_router(r, "/workers")
+    gone = next(w for w in listing["workers"] if w["url"] == f"http://{links['t2']}:30000")
+    req = urllib.request.Request(f"http://{r.address}:{PORT}/workers/{gone['id']}", method="DELETE")
+    with urllib.request.urlopen(req, timeout=10) as answer:
+        assert answer.status == 202
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(through_router(r, "/workers")[1]["workers"]) != 2:
+        time.sleep(0.5)
+    st = sandbox.inv("status", "--host", ROUTER, inventory=inv)
+    assert f"t2/sglang (http://{links['t2']}:30000): NOT in the router" in st.stdout, st.stdout
+    res = sandbox.inv("verify", "--host", ROUTER, inventory=inv)
+    assert res.returncode != 0 and "not listed: http://" in res.stdout + res.stderr, res.stdout[-2000:]
+
+
+class Load:
+    """Closed-loop clients sending /generate through the router until stopped: what they saw."""
+
+    def __init__(self, h, clients=16, max_new_tokens=16):
+        import threading
+        self.h, self.max_new_tokens, self.stop = h, max_new_tokens, threading.Event()
+        self.ok, self.failed, self.lock = [], [], threading.Lock()
+        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
+
+    def client(self):
+        import http.client
+        body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": self.max_new_tokens}})
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                conn = http.client.HTTPConnection(self.h.address, PORT, timeout=30)
+                conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read()
+                conn.close()
+                good = r.status == 200 and json.loads(data)["meta_info"]["completion_tokens"] == self.max_new_tokens
+                error = None if good else f"HTTP {r.status}: {data[:120]!r}"
+            except Exception as e:  # noqa: BLE001 (any failure is a failed request)
+                error = f"{type(e).__name__}: {e}"
+            with self.lock:
+                (self.failed if error else self.ok).append(error or time.monotonic() - t0)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        time.sleep(1)  # the load is running before the roll starts
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(1)
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+    def summary(self):
+        lat = sorted(self.ok)
+        pct = lambda p: lat[max(int(-(-p * len(lat) // 100)), 1) - 1] if lat else None  # noqa: E731
+        return {"served": len(self.ok), "failed": len(self.failed), "p50_s": pct(50), "p99_s": pct(99),
+                "errors": sorted(set(str(e)[:80] for e in self.failed))[:5]}
+
+
+def roll(sandbox, hosts, links, index, knobs, *args, workers_extra=None):
+    inv = write_inventory(sandbox, hosts, links, index, knobs=knobs, router={"retries": False})
+    if workers_extra:
+        import yaml as y
+        doc = y.safe_load((inv / "hosts.yml").read_text())
+        for name, extra in workers_extra.items():
+            doc["all"]["children"]["workers"]["hosts"][name]["services"][0].update(extra)
+        (inv / "hosts.yml").write_text(y.safe_dump(doc, sort_keys=False))
+    with Load(hosts[ROUTER]) as load:
+        res, rep = deploy(sandbox, inv, "--group", "workers", "--serial", "1", *args)
+    return res, rep, load.summary()
+
+
+@pytest.fixture
+def serving(sandbox, routed):
+    """Three workers behind the router (retries off: a lost request is not hidden), serving."""
+    hosts, links, index = routed
+    inv = write_inventory(sandbox, hosts, links, index, router={"retries": False})
+    res, _ = deploy(sandbox, inv, "--all")
+    assert res.returncode == 0, res.stdout[-3000:]
+    return hosts, links, index
+
+
+def test_a_rolling_deploy_behind_the_router_drops_no_request(sandbox, serving):
+    hosts, links, index = serving
+    before = {w: started(hosts[w], "sglang") for w in WORKERS}
+    res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "2100"})
+    print(f"\nrolling deploy of 3 workers, --serial 1, 16 clients through the router: {load}")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert all(started(hosts[w], "sglang") != before[w] for w in WORKERS)  # each changed and restarted
+    out = res.stdout
+    for w in WORKERS:
+        mine = "".join(line for line in out.splitlines(True) if line.startswith(w + " "))
+        assert mine.index("is out of router") < mine.index("no request in flight") < mine.index("is back in router")
+    assert load["failed"] == 0 and load["served"] > 50, load
+
+
+def test_without_draining_the_same_roll_drops_requests(sandbox, serving):
+    """The load test can fail: the same roll with --no-drain loses requests."""
+    hosts, links, index = serving
+    res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "2200"}, "--no-drain")
+    print(f"\nthe same roll with --no-drain: {load}")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "is out of router" not in res.stdout
+    assert load["failed"] > 0, load
+
+
+def test_a_worker_that_fails_verify_is_rolled_back_put_back_and_stops_the_roll(sandbox, serving):
+    hosts, links, index = serving
+    before = {w: started(hosts[w], "sglang") for w in WORKERS}
+    res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "2300"}, "--max-fail", "0",
+                          workers_extra={"t2": {"verify": {"min_accept_length": 50}}})
+    print(f"\na roll whose second worker fails verify: {load}")
+    assert res.returncode != 0
+    assert "rolled back" in rep["t2"]["notes"] and ", verified" in rep["t2"]["error"], rep["t2"]
+    t2 = "".join(line for line in res.stdout.splitlines(True) if line.startswith("t2 "))
+    assert "is back in router" in t2, t2[-2000:]
+    assert rep["t3"]["error"].startswith("skipped") and started(hosts["t3"], "sglang") == before["t3"]
+    assert started(hosts["t1"], "sglang") != before["t1"]
+    assert load["failed"] == 0, load
+    _, listing = through_router(hosts[ROUTER], "/workers")
+    assert {w["url"] for w in listing["workers"] if w["is_healthy"]} == {f"http://{links[w]}:30000" for w in WORKERS}
