@@ -2,6 +2,7 @@
 SGLang workers (the simulator), each on its own sandbox host.  The router's host reaches each
 worker over a link straight between their namespaces (sandbox/peerlink.py), as boxes on one
 rack network do; the controller reaches the router over its own link."""
+import copy
 import json
 import time
 import urllib.request
@@ -29,7 +30,8 @@ def routed(sandbox, pkg_index):
 def write_inventory(sandbox, hosts, links, index, knobs=None, router=None):
     svc = sandbox_service(bind="0.0.0.0", env={"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_TOK_S": "2000",
                                                **(knobs or {})})
-    workers = {w: {**provision.host_vars(hosts[w]), "services": [svc], "router_address": links[w]} for w in WORKERS}
+    workers = {w: {**provision.host_vars(hosts[w]), "services": [copy.deepcopy(svc)], "router_address": links[w]}
+               for w in WORKERS}  # copies: no YAML anchors, one worker's service can be changed alone
     routers = {ROUTER: {**provision.host_vars(hosts[ROUTER]), "package_index": f"{index.url}/simple",
                         "services": [{"name": "router", "kind": "router", "port": PORT, "policy": "round_robin",
                                       "workers": {"group": "workers"}, **(router or {})}]}}
@@ -88,6 +90,7 @@ def test_a_router_and_three_workers_deploy_verify_and_show_in_status(sandbox, ro
     assert res.returncode == 0, res.stdout[-3000:]
     changed = {n: [c for c in h["changes"] if c["changed"]] for n, h in rep.items()}
     assert changed == {n: [] for n in hosts}, changed
+    assert "out of router" not in res.stdout  # a worker that needs no change is never taken out
     assert {n: started(h, "router" if n == ROUTER else "sglang") for n, h in hosts.items()} == before
 
 
@@ -210,7 +213,7 @@ def test_a_worker_that_fails_verify_is_rolled_back_put_back_and_stops_the_roll(s
     res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "2300"}, "--max-fail", "0",
                           workers_extra={"t2": {"verify": {"min_accept_length": 50}}})
     print(f"\na roll whose second worker fails verify: {load}")
-    assert res.returncode != 0
+    assert res.returncode != 0 and not rep["t1"].get("error"), (rep["t1"], res.stdout[-3000:])
     assert "rolled back" in rep["t2"]["notes"] and ", verified" in rep["t2"]["error"], rep["t2"]
     t2 = "".join(line for line in res.stdout.splitlines(True) if line.startswith("t2 "))
     assert "is back in router" in t2, t2[-2000:]
