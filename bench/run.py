@@ -282,7 +282,7 @@ def markdown(results: dict, runs: dict) -> str:
         target(f"first deploy: overhead beyond the server's startup ≤ 1 s per host ({n} host(s))",
                (r["specops"]["first"] - STARTUP_S) / n, 1.0, unit=" s")
     analysis = HERE / "analysis.md"
-    for part in (analysis, HERE / "loadclient.md"):  # loadclient.md: bench/loadclient.py's section
+    for part in (analysis, HERE / "loadclient.md", HERE / "rolling.md"):  # sections of bench/loadclient.py, rolling.py
         if part.exists():
             lines += ["", part.read_text().rstrip()]
     lines += ["", f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "

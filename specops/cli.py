@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from invoke import Exit, task
 
-from . import become, inventory as inv
+from . import become, inventory as inv, multinode
 from .errors import SpecopsError, UsageError
 from .report import HostReport, Redactor, Reporter, recap
 from .run import HostRun, Options, run_hosts
@@ -90,6 +90,18 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
     if sel.all and (sel.host or sel.group):
         raise UsageError("give --all, or --host/--group, not both")
     hosts = inventory.select(sel.host, sel.group)
+    # A service across hosts is started, stopped and rolled back on all its nodes together.
+    chosen = {h.name for h in hosts}
+    for h in list(hosts):
+        for svc in h.get("services") or []:
+            if services and svc["name"] not in services:
+                continue
+            extra = [n for n in multinode.spans(svc) if n not in chosen]
+            if extra:
+                print(f"{svc['name']} spans {', '.join(multinode.spans(svc))}: {', '.join(extra)} included",
+                      file=sys.stderr)
+                hosts += [inventory.hosts[n] for n in extra]
+                chosen.update(extra)
     for h in hosts:
         names = [s["name"] for s in h.get("services") or []]
         missing = [s for s in services or [] if s not in names]

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from . import ansible_compat
+from . import ansible_compat, multinode
 from .errors import UsageError
 from .schema import HOST_VARS, check, check_kinds
 
@@ -180,4 +180,7 @@ def load(path: str | Path) -> Inventory:
     inventory = Inventory(files[0], hosts, groups)
     for host in hosts.values():
         host.inventory = inventory
+    for host in hosts.values():  # a service across hosts: each node's rank and rank 0's address
+        if host.get("services"):
+            host.vars["services"] = [multinode.place(inventory, host, s, str(files[0])) for s in host["services"]]
     return inventory

@@ -73,6 +73,8 @@ SERVICE = {
     "port": int,
     "bind": str,
     "tp": int,
+    "nodes": [str],                 # hosts it spans, rank 0 first (specops/multinode.py)
+    "dist_init_port": int,          # rank 0's port for --dist-init-addr (default 50000)
     "dp": int,
     "cuda_visible_devices": str,
     "mem_fraction_static": NUMBER,
@@ -136,6 +138,7 @@ HOST_VARS = {
     "patch_dir": str,
     "allow_shared_dirs": [str],  # directories other users can write to, where specops may write anyway
     "router_address": str,       # how routers reach this host's services (default: address)
+    "node_address": str,         # how the other nodes of a multi-node service reach this one (rank 0)
     "services": [SERVICE],
 }
 

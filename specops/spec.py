@@ -17,6 +17,10 @@ SERVER_FLAGS = [
     ("page_size", "--page-size", "page_size"),
     ("max_running_requests", "--max-running-requests", "max_running_requests"),
     ("device", "--device", "device"),
+    # across nodes (derived by specops/multinode.py from `nodes`)
+    ("nnodes", "--nnodes", "nnodes"),
+    ("node_rank", "--node-rank", "node_rank"),
+    ("dist_init_addr", "--dist-init-addr", "dist_init_addr"),
 ]
 SPEC_FLAGS = [
     ("algorithm", "--speculative-algorithm", "speculative_algorithm"),

@@ -52,13 +52,14 @@ def collect(run: HostRun) -> dict:
         mine = [c for c in drift if name in c["services"]]
         rows.append({
             "service": name, "state": f"{u.get('ActiveState', '?')}/{u.get('SubState', '?')}",
+            "node": f"rank {svc['node_rank']} of {svc['nnodes']}" if svc.get("nnodes") else None,
             "uptime_s": round(facts.data["time"] - started) if started and u.get("ActiveState") == "active" else None,
             "drift": [f"{c['target']}: {c['summary']}" for c in mine if not c["stale"]],
             "stale": [c["summary"] for c in mine if c["stale"]],
         })
     active = {r["service"] for r in rows if r["state"].startswith("active")}
     peeked = {p.name: p for p in run.call(protocol.Peek(services=[
-        c for c in verify_mod.checks(run) if c.name in active])).services}
+        c for c in verify_mod.checks(run) if c.name in active and c.http])).services}
     kinds = {s["name"]: (k, s) for k, s in services.of_host(run.host)}
     for r in rows:
         p = peeked.get(r["service"])
@@ -86,7 +87,8 @@ def table(results: dict[str, dict]) -> str:
             drift = "; ".join(s["drift"] + [f"STALE: {x}" for x in s["stale"]]
                               + [f"SPEC: {x}" for x in s.get("spec_mismatch", [])]) or "none"
             up = time.strftime("%Hh%Mm", time.gmtime(s["uptime_s"])) if s["uptime_s"] is not None else "-"
-            rows.append((host, s["service"], s["state"], up, spec, drift, " ".join(res["gpu"])))
+            name = f"{s['service']} ({s['node']})" if s.get("node") else s["service"]
+            rows.append((host, name, s["state"], up, spec, drift, " ".join(res["gpu"])))
     widths = [max(len(str(r[i])) for r in rows) for i in range(6)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
     for host, res in results.items():

@@ -50,3 +50,25 @@ def test_the_router_unit_names_every_worker(tmp_path):
     assert '"--worker-urls" "http://10.0.0.1:30001" "http://10.9.0.2:30001"' in text or \
         "--worker-urls http://10.0.0.1:30001 http://10.9.0.2:30001" in text
     assert "Description=SGLang router router" in text
+
+
+def test_a_service_across_nodes_gets_each_node_its_rank_and_rank_0s_address(tmp_path):
+    from specops.spec import launch_args
+    svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"], "dist_init_port": 40000}
+    doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "10.0.0.1", "node_address": "10.1.0.1"},
+                                                          "b": {"address": "10.0.0.2"}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    inv = inventory.load(tmp_path)
+    for rank, name in enumerate(("a", "b")):
+        args = launch_args(inv.hosts[name]["services"][0])
+        assert args[args.index("--nnodes"):args.index("--nnodes") + 6] == \
+            ["--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "10.1.0.1:40000"]
+    check = kind_of(inv.hosts["b"]["services"][0]).check(inv.hosts["b"], inv.hosts["b"]["services"][0])
+    assert check.http is False and kind_of(svc).check(inv.hosts["a"], inv.hosts["a"]["services"][0]).http
+
+
+def test_a_node_that_is_not_a_host_is_refused(tmp_path):
+    doc = {"all": {"hosts": {"a": {"services": [{"name": "big", "model_path": "/m", "nodes": ["a", "zz"]}]}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UsageError, match="nodes: 'zz' is not a host of the inventory"):
+        inventory.load(tmp_path)

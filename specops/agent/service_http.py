@@ -221,10 +221,33 @@ def _ours(svc, report, listener):
     return problem is None
 
 
+RANK_WAIT = 30  # seconds a rank > 0 may take to be running again
+
+
+def _rank_running(svc, report):
+    """A multi-node service's rank > 0 serves no HTTP: its unit runs (rank 0's verify, which
+    needs every rank joined, says the rest)."""
+    deadline = time.time() + RANK_WAIT
+    u = unit_fact(svc.name)
+    while (u.get("ActiveState"), u.get("SubState")) != ("active", "running") and time.time() < deadline:
+        time.sleep(0.5)  # a rank whose peer restarted is restarted by systemd and joins again
+        u = unit_fact(svc.name)
+    if (u.get("ActiveState"), u.get("SubState")) != ("active", "running"):
+        report.failures.append("unit %s is %s/%s: this node's rank is not running" % (
+            svc.name, u.get("ActiveState"), u.get("SubState")))
+        report.journal = _redacted(svc.name, journal(svc.name))
+        return report
+    report.checks.append("unit %s running (a rank > 0 serves no HTTP: verified through rank 0)" % svc.name)
+    _stale_check(svc, report, u)
+    return report
+
+
 def verify_service(svc):
     """One service: ready, really the service on its port, serving its model, running the intended
     arguments, generating (with its speculative stats), and not running older code than its files."""
     report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
+    if not svc.http:
+        return _rank_running(svc, report)
     unit = _wait_ready(svc, report, key)
     if unit is None:
         return report
@@ -263,6 +286,9 @@ def peek(req):
     out = []
     for svc in req.services:
         report = protocol.ServiceReport(name=svc.name)
+        if not svc.http:
+            out.append(report)
+            continue
         problem = listeners.Listener(svc.name, svc.port).problem()
         try:
             status, info = ("not ours: %s" % problem, {}) if problem else _info(svc, api_key(svc.name), timeout=5)

@@ -69,6 +69,7 @@ class ServiceCheck:
     endpoints: Endpoints = Factory(Endpoints)
     generate_body: Dict[str, Any] = DICT  # {"text"/"sampling_params"}; prompt filled in
     members: List[str] = LIST  # URLs endpoints.members must list, healthy (a router's workers)
+    http: bool = True  # False: a multi-node service's rank > 0 (no HTTP; verified through rank 0)
 
 
 @message

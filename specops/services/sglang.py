@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import protocol
 from ..layout import API_KEY_ENV, DEFAULT_VENV, LAUNCHER, env_file, pkg_key, unit_path
+from ..multinode import serves_http
 from ..spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
@@ -66,7 +67,7 @@ class SGLang(ServiceKind):
             prompt=v.get("prompt", "The capital of France is"),
             min_accept_length=v.get("min_accept_length"), baseline_tok_s=v.get("baseline_tok_s"),
             managed=self.managed(svc, host.get("venv", DEFAULT_VENV)),
-            endpoints=self.endpoints,
+            endpoints=self.endpoints, http=serves_http(svc),
             generate_body={"text": None, "sampling_params": {"temperature": 0}})
 
     def managed(self, svc, venv):

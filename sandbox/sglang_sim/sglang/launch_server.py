@@ -260,6 +260,50 @@ def load(seconds, shards):
     log.info("Capture cuda graph end. Time elapsed: %.2f s. mem usage=0.09 GB. avail mem=29.96 GB.", seconds * 0.2)
 
 
+def join(args):
+    """Across nodes, as torch.distributed's rendezvous does at --dist-init-addr: rank 0 waits until
+    every other rank has joined; afterwards, any rank that goes takes the others down with it (a
+    NCCL communicator does not survive a lost peer)."""
+    import socket
+    host, port = args.dist_init_addr.rsplit(":", 1)
+
+    def watch(conn, who):
+        try:
+            conn.recv(1)  # nothing is ever sent: returns when the peer is gone
+        except OSError:
+            pass
+        log.error("RuntimeError: NCCL error: %s left the communicator (connection to %s closed)", who,
+                  args.dist_init_addr)
+        os._exit(1)
+    if args.node_rank == 0:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("0.0.0.0", int(port)))
+        listener.listen(args.nnodes)
+        log.info("Waiting for %d other node(s) to join at %s", args.nnodes - 1, args.dist_init_addr)
+        for _ in range(args.nnodes - 1):
+            conn, peer = listener.accept()
+            rank = conn.recv(8).decode().strip()
+            log.info("Node rank %s joined from %s", rank, peer[0])
+            threading.Thread(target=watch, args=(conn, "node rank " + rank), daemon=True).start()
+        listener.close()  # the group is complete: a rank that comes later finds no rendezvous here
+        return
+    deadline = time.time() + float(os.environ.get("SGLANG_SIM_JOIN_TIMEOUT", "600"))
+    while True:
+        try:
+            conn = socket.create_connection((host, int(port)), timeout=5)
+            break
+        except OSError:
+            if time.time() > deadline:
+                log.error("RuntimeError: could not reach rank 0 at %s", args.dist_init_addr)
+                sys.exit(1)
+            time.sleep(0.5)
+    conn.settimeout(None)
+    conn.sendall(b"%-8d" % args.node_rank)
+    log.info("Joined rank 0 at %s as node rank %d", args.dist_init_addr, args.node_rank)
+    threading.Thread(target=watch, args=(conn, "node rank 0"), daemon=True).start()
+
+
 def main(argv=None):
     args = prepare_server_args(sys.argv[1:] if argv is None else argv)
     args.resolve_once()
@@ -286,6 +330,12 @@ def main(argv=None):
         for rank in range(args.tp_size):
             log.info("Started scheduler pid %d", spawn_scheduler(orphan, rank, args.tp_size))
     load(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")), int(os.environ.get("SGLANG_SIM_SHARDS", "0")))
+    if args.nnodes > 1:
+        join(args)
+        if args.node_rank > 0:  # SGLang starts no HTTP server on the other ranks: they run schedulers
+            signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+            while True:
+                time.sleep(3600)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():

@@ -1,0 +1,42 @@
+"""A service that spans hosts: `nodes: [rank-0 host, rank-1 host, ...]` with `tp` across them.
+
+Each node runs the same SGLang arguments plus the three SGLang derives a multi-node launch from:
+`--nnodes`, `--node-rank` (the host's place in `nodes`) and `--dist-init-addr` (rank 0's
+`node_address`, else its `address`, and `dist_init_port`).  Rank 0 serves HTTP; the other ranks
+serve none (SGLang starts no HTTP server on them), so verify asks rank 0 and checks that the
+others' units run.  Placed once when the inventory is loaded, so every role, the spec rules and
+the host's preflight see the whole argument list.
+"""
+from __future__ import annotations
+
+from .errors import UsageError
+
+DIST_INIT_PORT = 50000
+
+
+def place(inventory, host, svc: dict, file: str) -> dict:
+    """The service as this host runs it: with nnodes, node_rank and dist_init_addr when it spans nodes."""
+    nodes = svc.get("nodes")
+    if not nodes:
+        return svc
+    where = f"{file}: {host.name}: service {svc.get('name')!r}"
+    if len(set(nodes)) != len(nodes) or len(nodes) < 2:
+        raise UsageError(f"{where}: nodes must name two or more different hosts")
+    unknown = [n for n in nodes if n not in inventory.hosts]
+    if unknown:
+        raise UsageError(f"{where}: nodes: {unknown[0]!r} is not a host of the inventory")
+    if host.name not in nodes:
+        raise UsageError(f"{where}: this host is not one of its nodes ({', '.join(nodes)})")
+    rank0 = inventory.hosts[nodes[0]]
+    address = rank0.get("node_address") or rank0.get("address") or rank0.name
+    return {**svc, "nnodes": len(nodes), "node_rank": nodes.index(host.name),
+            "dist_init_addr": f"{address}:{svc.get('dist_init_port', DIST_INIT_PORT)}"}
+
+
+def spans(svc: dict) -> list[str]:
+    """The hosts a service runs on together (empty: one host)."""
+    return list(svc.get("nodes") or [])
+
+
+def serves_http(svc: dict) -> bool:
+    return not svc.get("node_rank")

@@ -1,0 +1,77 @@
+"""A service across two sandbox hosts: rank 0 on t1, rank 1 on t2, joined over a link straight
+between their namespaces (sandbox/peerlink.py).  The simulator does what matters of SGLang's
+multi-node start: rank 0 is not ready until every rank has joined at --dist-init-addr, only
+rank 0 serves HTTP, and a rank that goes takes the others down (a NCCL failure)."""
+import time
+
+import pytest
+
+from conftest import load_json
+from sandbox import peerlink
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+
+
+@pytest.fixture
+def two_nodes(sandbox):
+    t1, t2 = sandbox.reset("t1"), sandbox.reset("t2")
+    rank0_address, _ = peerlink.up(t1, t2)
+    svc = sandbox_service(nodes=["t1", "t2"], tp=2, env={"SGLANG_SIM_STARTUP_DELAY": "1"})
+    inv = sandbox.inventory({"t1": {"services": [svc], "node_address": rank0_address}, "t2": {"services": [svc]}})
+    yield t1, t2, inv, rank0_address
+    peerlink.down(t1, t2)
+
+
+def deploy(sandbox, inv, *args):
+    report = sandbox.tmp / f"d{time.monotonic_ns()}.json"
+    res = sandbox.inv("deploy", "--json", str(report), *args, inventory=inv, timeout=600)
+    return res, (load_json(report)["hosts"] if report.exists() else {})
+
+
+def started(h):
+    return h.run("systemctl", "show", "sglang", "-p", "ExecMainStartTimestampMonotonic").stdout
+
+
+def test_a_two_node_service_comes_up_verifies_through_rank_0_and_stops_on_both(sandbox, two_nodes):
+    t1, t2, inv, addr = two_nodes
+    res, rep = deploy(sandbox, inv, "--host", "t1")  # its other node comes along
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-1000:]
+    assert "sglang spans t1, t2: t2 included" in res.stderr
+    assert "sglang verified" in rep["t1"]["notes"] and "sglang verified" in rep["t2"]["notes"]
+    assert "/generate " in res.stdout and "verified through rank 0" in res.stdout
+    units = {h.name: h.run("systemctl", "cat", "sglang").stdout for h in (t1, t2)}
+    for rank, h in enumerate((t1, t2)):
+        assert f'"--nnodes" "2" "--node-rank" "{rank}" "--dist-init-addr" "{addr}:50000"' in units[h.name]
+    log = t1.run("journalctl", "-u", "sglang", "-o", "cat", "--no-pager").stdout
+    assert "Node rank 1 joined" in log
+    st = sandbox.inv("status", "--host", "t1", inventory=inv)
+    assert st.returncode == 0 and "sglang (rank 0 of 2)" in st.stdout and "sglang (rank 1 of 2)" in st.stdout, \
+        st.stdout + st.stderr
+    # Idempotent: nothing changes, nothing restarts.
+    before = (started(t1), started(t2))
+    res, rep = deploy(sandbox, inv, "--host", "t2")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert {n: [c for c in h["changes"] if c["changed"]] for n, h in rep.items()} == {"t1": [], "t2": []}
+    assert (started(t1), started(t2)) == before
+    # Stop acts on every node and proves each node's GPUs free.
+    res = sandbox.inv("stop", "--host", "t2", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    for h in ("t1", "t2"):
+        line = next(l for l in res.stdout.splitlines() if l.startswith(h + " ") and "sglang: stopped in" in l)
+        assert "freed GPU 0:" in line and "0 compute app(s) left on the GPUs" in line, line
+    assert [h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() for h in (t1, t2)] == \
+        ["inactive", "inactive"]
+
+
+def test_a_lost_rank_fails_rank_0_with_a_clear_message(sandbox, two_nodes):
+    t1, t2, inv, addr = two_nodes
+    res, _ = deploy(sandbox, inv, "--host", "t1")
+    assert res.returncode == 0, res.stdout[-3000:]
+    pid = t2.run("systemctl", "show", "sglang", "-p", "MainPID", "--value").stdout.strip()
+    t2.run("kill", "-9", pid)
+    time.sleep(1)
+    res = sandbox.inv("verify", "--host", "t1", inventory=inv)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-3000:]
+    assert "node rank 1 left the communicator" in out, out[-3000:]
