@@ -3,10 +3,10 @@
 the whole fleet back), running.  It needs no GPU and no model."""
 from specops import handlers
 from specops.errors import UsageError
-from specops.layout import env_file
+from specops.layout import API_KEY_ENV, env_file
 from specops.ops import File, RunningCode, Service, render, unit_file
 from specops.services import kind_of, of_host, of_kind
-from specops.services.router import ROUTER_KEY_ENV, workers_of
+from specops.services.router import workers_of
 from specops.unitfmt import envfile_line, exec_line
 
 NAME = "router"
@@ -22,7 +22,7 @@ def unit_text(host, svc):
 
 
 def env_text(svc):
-    secrets = {ROUTER_KEY_ENV: svc["api_key"]} if svc.get("api_key") else {}
+    secrets = {API_KEY_ENV: svc["api_key"]} if svc.get("api_key") else {}
     return render("sglang.env.j2", name=svc["name"], secrets=[envfile_line(k, v) for k, v in sorted(secrets.items())])
 
 

@@ -17,7 +17,7 @@ from .run import HostRun
 from .services.router import Worker, routers_of
 from .ssh import Remote
 
-IDLE_TIMEOUT = 120  # seconds a worker may take to finish what it was serving
+DRAIN_TIMEOUT = 120  # seconds a worker may take to finish what it was serving (a service's drain_timeout)
 
 
 class Membership:
@@ -41,16 +41,20 @@ class Membership:
         for router_host, svc, workers in self.routes:
             check = services.kind_of(svc).check(router_host, svc)
             for w in workers:
+                # Counted as out before asking: a removal the router took but we did not hear the end
+                # of (a timeout, a lost link, Ctrl-C) is still put back.
+                self.out.append((router_host, check, w))
                 res = self._call(router_host, protocol.RouterRemove(router=check, url=w.url))
                 if res.absent:
+                    self.out.pop()
                     self.run.say(f"router {router_host.name}/{svc['name']} is not running: nothing to take "
                                  f"{w.service} out of")
                     continue
                 self.run.say(f"{w.service} is out of router {router_host.name}/{svc['name']}")
-                self.out.append((router_host, check, w))
         checks = {c.name: c for c in services.checks(self.run.host)}
+        timeouts = {s["name"]: s.get("drain_timeout", DRAIN_TIMEOUT) for _, s in services.of_host(self.run.host)}
         for name in dict.fromkeys(w.service for _, _, w in self.out):
-            res = self.run.call(protocol.WorkerIdle(service=checks[name], timeout=IDLE_TIMEOUT),
+            res = self.run.call(protocol.WorkerIdle(service=checks[name], timeout=timeouts[name]),
                                 on_stderr=lambda line: self.run.say(line.strip()))
             if not res.idle:
                 raise SpecopsError(f"{name} still has {res.running} running and {res.waiting} waiting request(s) "
@@ -74,16 +78,16 @@ def deploy(run: HostRun, body, drain: bool = True) -> None:
     if not member or not member.routes:
         return body(run)
     run.before_change = member.take_out
+    run.keep_lock = True  # until the worker is back: another run must not drain it meanwhile
     ok = False
     try:
         body(run)
         ok = True
     finally:
-        run.before_change = None
+        run.before_change, run.keep_lock = None, False
         try:
             if member.out:
-                back = ok or _verifies(run)
-                if back:
+                if ok or _verifies(run):
                     member.put_back()
                 else:
                     run.say("left out of the router: the host does not verify")
@@ -101,6 +105,6 @@ def _verifies(run: HostRun) -> bool:
             if current else None
         verify_mod.verify(run, wanted)
         return True
-    except SpecopsError as e:
+    except Exception as e:  # noqa: BLE001 (whatever it was, the host is not known to serve)
         run.say(f"not verified: {e}")
         return False

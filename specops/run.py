@@ -62,6 +62,7 @@ class HostRun:
         self.last_call = time.monotonic()
         self.applied: list = []             # writes and removals done, for undo
         self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
+        self.keep_lock = False  # a "last" call keeps the lock: the body gives it back later (rolling)
 
     def connect(self) -> Remote:
         if self.remote is None:
@@ -72,6 +73,7 @@ class HostRun:
         """One request to the agent, run only while this run holds the host lock (if it took it);
         with last=True the same round trip gives the lock back."""
         held = self.lock_token
+        last = last and not self.keep_lock
         self.last_call = time.monotonic()
         try:  # the lease keeper renews until the last call has returned, however long it takes
             return self.connect().agent(request, unlock=held if last else None, lock=held, on_stderr=on_stderr)
@@ -114,7 +116,7 @@ class HostRun:
         return self.facts
 
     def unlock(self) -> None:
-        if self.lock_token:
+        if self.lock_token and not self.keep_lock:
             self.call(protocol.Unlock(token=self.lock_token), last=True)
 
     def push(self, uploads: list[tuple]) -> None:

@@ -97,6 +97,7 @@ SERVICE = {
     "retries": bool,                # false: --disable-retries
     "venv": str,                    # the router's own venv (default /opt/sglang-router/venv)
     "version": str,                 # the sglang-router release to install there
+    "drain_timeout": NUMBER,        # behind a router: seconds to finish what it serves (default 120)
     "timeout_stop_sec": int,
     "stop_grace": NUMBER,  # seconds between SIGTERM and SIGKILL for leftovers of its runs
     "limit_nofile": int,

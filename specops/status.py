@@ -67,6 +67,10 @@ def collect(run: HostRun) -> dict:
         r["spec_mismatch"] = (p.failures + p.notes) if p else []
         kind, svc = kinds[r["service"]]
         if kind.name == "router":
+            if p and p.members is None:  # the router did not say: not a statement about its workers
+                r["workers"] = [{"worker": "?", "url": "-", "in_router": None, "healthy": None, "load": None,
+                                 "problem": "; ".join(p.failures) or "no answer"}]
+                continue
             have = (p.members if p else None) or {}
             r["workers"] = [{"worker": f"{w.host}/{w.service}", "url": w.url, "in_router": w.url in have,
                              "healthy": (have.get(w.url) or {}).get("is_healthy"), "load": (have.get(w.url) or {}).get("load")}
@@ -93,8 +97,10 @@ def table(results: dict[str, dict]) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
     for host, res in results.items():
         for s in res["services"]:
-            lines += [f"{host}: router {s['service']}: {w['worker']} ({w['url']}): "
-                      + ("in the router, " + ("healthy" if w["healthy"] else "NOT healthy") + f", load {w['load']}"
-                         if w["in_router"] else "NOT in the router") for w in s.get("workers") or []]
+            lines += [f"{host}: router {s['service']}: " + (
+                f"its workers are unknown: {w['problem']}" if w.get("problem") else
+                f"{w['worker']} ({w['url']}): " + ("in the router, " + ("healthy" if w["healthy"] else "NOT healthy")
+                                                  + f", load {w['load']}" if w["in_router"] else "NOT in the router"))
+                for w in s.get("workers") or []]
         lines += [f"{host}: WARNING: {w}" for w in res.get("gpu_warnings", [])]
     return "\n".join(lines)

@@ -14,7 +14,8 @@ def load(tmp_path, worker_bind="0.0.0.0", router_extra=None):
         "workers": {"hosts": {"w1": {"address": "10.0.0.1", "services": [svc]},
                               "w2": {"address": "10.0.0.2", "router_address": "10.9.0.2", "services": [svc]}}},
         "edge": {"hosts": {"r": {"address": "10.0.0.9", "services": [
-            {"name": "router", "kind": "router", "workers": {"group": "workers"}, **(router_extra or {})}]}}}}}}
+            {"name": "router", "kind": "router", "workers": {"group": "workers"}, "api_key": "rk-1",
+             **(router_extra or {})}]}}}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     return inventory.load(tmp_path)
 
@@ -72,3 +73,15 @@ def test_a_node_that_is_not_a_host_is_refused(tmp_path):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UsageError, match="nodes: 'zz' is not a host of the inventory"):
         inventory.load(tmp_path)
+
+
+def test_an_open_router_or_a_key_it_does_not_send_is_refused(tmp_path):
+    inv = load(tmp_path)
+    r = inv.hosts["r"]
+    svc = {k: v for k, v in r["services"][0].items() if k != "api_key"}
+    with pytest.raises(UsageError, match="listening on 0.0.0.0, it needs an api_key"):
+        workers_of(r, svc)
+    assert workers_of(r, {**svc, "bind": "127.0.0.1"})  # on loopback only: no key needed
+    inv.hosts["w1"]["services"][0]["api_key"] = "other"
+    with pytest.raises(UsageError, match="worker w1/sglang has an api_key the router does not send"):
+        workers_of(r, {**svc, "api_key": "rk-1"})

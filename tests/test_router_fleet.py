@@ -16,6 +16,8 @@ from sandbox.provision import sandbox_service
 
 pytestmark = pytest.mark.fleet
 WORKERS, ROUTER, PORT = ["t1", "t2", "t3"], "t4", 30010
+KEY = "rk-7f3a9c"  # the router's API key (it listens beyond loopback)
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def write_inventory(sandbox, hosts, links, index, knobs=None, router=None):
                for w in WORKERS}  # copies: no YAML anchors, one worker's service can be changed alone
     routers = {ROUTER: {**provision.host_vars(hosts[ROUTER]), "package_index": f"{index.url}/simple",
                         "services": [{"name": "router", "kind": "router", "port": PORT, "policy": "round_robin",
-                                      "workers": {"group": "workers"}, **(router or {})}]}}
+                                      "api_key": KEY, "workers": {"group": "workers"}, **(router or {})}]}}
     doc = {"all": {"vars": {"venv": provision.VENV},
                    "children": {"workers": {"hosts": workers}, "routers": {"hosts": routers}}}}
     path = sandbox.tmp / "inventory"
@@ -52,7 +54,7 @@ def deploy(sandbox, inv, *args):
 def through_router(h, path, body=None):
     req = urllib.request.Request(f"http://{h.address}:{PORT}{path}", method="POST" if body else "GET",
                                  data=json.dumps(body).encode() if body else None,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **AUTH})
     with urllib.request.urlopen(req, timeout=30) as r:
         return r.status, json.loads(r.read())
 
@@ -102,7 +104,7 @@ def test_status_names_a_worker_the_router_lost(sandbox, routed):
     r = hosts[ROUTER]
     _, listing = through_router(r, "/workers")
     gone = next(w for w in listing["workers"] if w["url"] == f"http://{links['t2']}:30000")
-    req = urllib.request.Request(f"http://{r.address}:{PORT}/workers/{gone['id']}", method="DELETE")
+    req = urllib.request.Request(f"http://{r.address}:{PORT}/workers/{gone['id']}", method="DELETE", headers=AUTH)
     with urllib.request.urlopen(req, timeout=10) as answer:
         assert answer.status == 202
     deadline = time.monotonic() + 20
@@ -130,7 +132,7 @@ class Load:
             t0 = time.monotonic()
             try:
                 conn = http.client.HTTPConnection(self.h.address, PORT, timeout=30)
-                conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+                conn.request("POST", "/generate", body, {"Content-Type": "application/json", **AUTH})
                 r = conn.getresponse()
                 data = r.read()
                 conn.close()

@@ -9,6 +9,7 @@ entry per DP rank with num_running_reqs and num_waiting_reqs).
 Keyed requests go only to the unit that holds the port, as verify's do.
 """
 import json
+import re
 import time
 
 from specops import protocol
@@ -18,17 +19,24 @@ from specops.agent.procs import Unit
 from specops.agent.service_http import _http, api_key, members as listed
 
 
-def _guarded(svc):
-    problem = listeners.Listener(svc.name, svc.port).problem()
-    if problem:
-        raise ActionError("%s:%d: %s; specops sends it nothing" % (svc.host, svc.port, problem))
-    return api_key(svc.name)
+class Guarded:
+    """The service's API key, given out only while the service's unit holds its port: asked before
+    every keyed request (a service that dies mid-wait frees its port for anyone)."""
+
+    def __init__(self, svc):
+        self.svc, self.listener, self._key = svc, listeners.Listener(svc.name, svc.port), api_key(svc.name)
+
+    def key(self):
+        problem = self.listener.problem()
+        if problem:
+            raise ActionError("%s:%d: %s; specops sends it nothing" % (self.svc.host, self.svc.port, problem))
+        return self._key
 
 
-def _wait(svc, key, done, timeout, what):
+def _wait(svc, guard, done, timeout, what):
     t0 = time.time()
     while True:
-        have = listed(svc, key)
+        have = listed(svc, guard.key())
         if done(have):
             return protocol.MembersResult(members=have, waited=round(time.time() - t0, 2))
         if time.time() - t0 > timeout:
@@ -38,7 +46,7 @@ def _wait(svc, key, done, timeout, what):
 
 def members(req):
     """Answer a protocol.RouterMembers."""
-    return protocol.MembersResult(members=listed(req.router, _guarded(req.router)))
+    return protocol.MembersResult(members=listed(req.router, Guarded(req.router).key()))
 
 
 def remove(req):
@@ -46,13 +54,15 @@ def remove(req):
     svc = req.router
     if not Unit(svc.name).active:
         return protocol.MembersResult(absent=True)
-    key = _guarded(svc)
-    entry = listed(svc, key).get(req.url)
+    guard = Guarded(svc)
+    entry = listed(svc, guard.key()).get(req.url)
     if entry is not None:
-        status, raw = _http(svc, "DELETE", "/workers/%s" % entry["id"], key=key)
+        if not re.match(r"^[A-Za-z0-9_.-]+$", str(entry.get("id"))):
+            raise ActionError("router %s: a worker id that is not a plain name: %r" % (svc.name, entry.get("id")))
+        status, raw = _http(svc, "DELETE", "/workers/%s" % entry["id"], key=guard.key())
         if status not in (200, 202, 204):
             raise ActionError("router %s: DELETE /workers/%s answered %s" % (svc.name, entry["id"], status))
-    res = _wait(svc, key, lambda have: req.url not in have, req.timeout, "taking out " + req.url)
+    res = _wait(svc, guard, lambda have: req.url not in have, req.timeout, "taking out " + req.url)
     say("  router %s: %s taken out (%.1f s)" % (svc.name, req.url, res.waited))
     return res
 
@@ -62,12 +72,12 @@ def add(req):
     svc = req.router
     if not Unit(svc.name).active:
         return protocol.MembersResult(absent=True)
-    key = _guarded(svc)
-    if req.url not in listed(svc, key):
-        status, raw = _http(svc, "POST", "/workers", {"url": req.url}, key=key)
+    guard = Guarded(svc)
+    if req.url not in listed(svc, guard.key()):
+        status, raw = _http(svc, "POST", "/workers", {"url": req.url}, key=guard.key())
         if status not in (200, 201, 202):
             raise ActionError("router %s: POST /workers answered %s: %s" % (svc.name, status, raw[:200]))
-    res = _wait(svc, key, lambda have: (have.get(req.url) or {}).get("is_healthy"), req.timeout,
+    res = _wait(svc, guard, lambda have: (have.get(req.url) or {}).get("is_healthy"), req.timeout,
                 "putting back " + req.url)
     say("  router %s: %s back and healthy (%.1f s)" % (svc.name, req.url, res.waited))
     return res
@@ -88,14 +98,19 @@ def idle(req):
     svc, t0, quiet = req.service, time.time(), 0
     if not Unit(svc.name).active:  # not serving: nothing in flight
         return protocol.IdleResult(idle=True, waited=0.0)
-    key = _guarded(svc)
+    guard = Guarded(svc)
+    running = waiting = None
     while True:
-        running, waiting = _load(svc, key, req.loads)
-        quiet = quiet + 1 if running + waiting == 0 else 0
+        try:
+            running, waiting = _load(svc, guard.key(), req.loads)
+        except OSError:  # not answering this moment: not known to be idle
+            quiet = 0
+        else:
+            quiet = quiet + 1 if running + waiting == 0 else 0
         if quiet >= 2:
             say("  %s: no request in flight (%.1f s)" % (svc.name, time.time() - t0))
             return protocol.IdleResult(idle=True, waited=round(time.time() - t0, 2))
         if time.time() - t0 > req.timeout:
-            return protocol.IdleResult(idle=False, waited=round(time.time() - t0, 2), running=running,
-                                       waiting=waiting)
+            return protocol.IdleResult(idle=False, waited=round(time.time() - t0, 2), running=running or 0,
+                                       waiting=waiting or 0)
         time.sleep(req.settle)

@@ -156,9 +156,6 @@ def _generate(svc, report, key):
     return True
 
 
-MEMBERS_WAIT = 30  # seconds a router may take to register and health-check its workers
-
-
 def members(svc, key):
     """url → {"is_healthy", "load", "id"} for what endpoints.members lists."""
     status, raw = _http(svc, "GET", svc.endpoints.members, timeout=10, key=key)
@@ -168,12 +165,15 @@ def members(svc, key):
             for w in json.loads(raw).get("workers", [])}
 
 
-def _members_check(svc, report, key):
-    """Every intended member listed and healthy (a router registers and health-checks its workers
-    after it starts: this waits for that, up to MEMBERS_WAIT)."""
-    deadline = time.time() + MEMBERS_WAIT
+def _members_check(svc, report, key, listener):
+    """Every intended member listed and healthy, and no other (a router registers and health-checks
+    its workers after it starts: this waits for that, up to the check's timeout)."""
+    deadline = time.time() + svc.timeout
     while True:
         try:
+            problem = listener.problem()
+            if problem:
+                raise ValueError(problem)
             have = members(svc, key)
             missing = [u for u in svc.members if u not in have]
             sick = [u for u in svc.members if u in have and not have[u]["is_healthy"]]
@@ -183,10 +183,12 @@ def _members_check(svc, report, key):
         else:
             error = None
         if not missing and not sick:
-            report.checks.append("%s: %d worker(s), all healthy" % (svc.endpoints.members, len(svc.members)))
             extra = sorted(set(have) - set(svc.members))
-            if extra:
-                report.notes.append("%s also lists %s" % (svc.endpoints.members, ", ".join(extra)))
+            if extra:  # a worker nobody intended receives what is sent through the router
+                report.failures.append("%s also lists %s, which is not one of its workers" % (
+                    svc.endpoints.members, ", ".join(extra)))
+                return False
+            report.checks.append("%s: %d worker(s), all healthy" % (svc.endpoints.members, len(svc.members)))
             return True
         if time.time() > deadline:
             report.failures.append("%s: %s" % (svc.endpoints.members, error or "; ".join(
@@ -268,7 +270,7 @@ def verify_service(svc):
         report.failures.append("%s answered %s" % (svc.endpoints.info, status))
         return report
     _compare(svc, info, report)
-    if svc.members and not _members_check(svc, report, key):
+    if svc.members and not _members_check(svc, report, key, listener):
         return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
         return report

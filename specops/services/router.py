@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 from .. import protocol
 from ..errors import UsageError
-from ..layout import DEFAULT_PORT, env_file, unit_path
+from ..layout import API_KEY_ENV, DEFAULT_PORT, env_file, unit_path
 from ..spec import bind_address
 from . import ServiceKind, kind_of, register
 
 ROUTER_VENV = "/opt/sglang-router/venv"
-ROUTER_KEY_ENV = "SPECOPS_ROUTER_API_KEY"
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 
 
@@ -37,6 +36,10 @@ def workers_of(host, svc: dict) -> list[Worker]:
     spec = svc.get("workers") or {}
     inv, group = host.inventory, spec.get("group")
     where = f"{host.name}: router {svc['name']!r}"
+    bind = svc.get("bind", "0.0.0.0")
+    if not svc.get("api_key") and not _loopback(bind):
+        raise UsageError(f"{where}: listening on {bind}, it needs an api_key (whoever reaches it could add or "
+                         f"remove workers and read what is sent to them)")
     if inv is None or group not in inv.groups:
         raise UsageError(f"{where}: workers.group {group!r} is not a group of the inventory")
     out = []
@@ -46,14 +49,23 @@ def workers_of(host, svc: dict) -> list[Worker]:
             if kind_of(s).name != "sglang" or (spec.get("service") and s["name"] != spec["service"]):
                 continue
             bind = s.get("bind", "127.0.0.1")
-            if name != host.name and bind.startswith("127."):
+            if name != host.name and _loopback(bind):
                 raise UsageError(f"{where}: worker {name}/{s['name']} listens on {bind} only; give it "
                                  f"`bind: 0.0.0.0` (or its address) so the router can reach it")
-            address = "127.0.0.1" if name == host.name else other.get("router_address") or other.get("address") or name
+            if s.get("api_key") and s["api_key"] != svc.get("api_key"):
+                raise UsageError(f"{where}: worker {name}/{s['name']} has an api_key the router does not send "
+                                 f"(the router passes its own api_key to its workers: give them the same)")
+            address = ("127.0.0.1" if _loopback(bind) or bind in ("0.0.0.0", "::") else bind) if name == host.name \
+                else other.get("router_address") or other.get("address") or name
+            address = f"[{address}]" if ":" in address else address  # an IPv6 address in a URL
             out.append(Worker(name, s["name"], f"http://{address}:{s.get('port', DEFAULT_PORT)}"))
     if not out:
         raise UsageError(f"{where}: group {group!r} has no SGLang service to route to")
     return out
+
+
+def _loopback(bind: str) -> bool:
+    return bind.startswith("127.") or bind in ("localhost", "::1")
 
 
 def routers_of(inventory, worker_host: str) -> list[tuple[object, dict, list[Worker]]]:
@@ -96,7 +108,7 @@ class Router(ServiceKind):
         return super().argv(svc, self.venv(svc))
 
     def secret_flags(self, svc):
-        return [(ROUTER_KEY_ENV, "--api-key")] if svc.get("api_key") else []
+        return [(API_KEY_ENV, "--api-key")] if svc.get("api_key") else []
 
     def intended(self, svc):
         return {}  # its info endpoint lists workers, not arguments: verify checks `members`
