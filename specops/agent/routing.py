@@ -16,7 +16,49 @@ from specops import protocol
 from specops.agent import listeners
 from specops.agent.host import ActionError, say
 from specops.agent.procs import Unit
-from specops.agent.service_http import _http, api_key, members as listed
+from specops.agent.service_http import _http, api_key
+
+
+def listed(svc, key):
+    """url → {"is_healthy", "load", "id"} for what endpoints.members lists."""
+    status, raw = _http(svc, "GET", svc.endpoints.members, timeout=10, key=key)
+    if status != 200:
+        raise ValueError("%s answered %s" % (svc.endpoints.members, status))
+    return {w.get("url"): {"is_healthy": w.get("is_healthy"), "load": w.get("load"), "id": w.get("id")}
+            for w in json.loads(raw).get("workers", [])}
+
+
+def members_check(svc, report, key, listener):
+    """Every intended member listed and healthy, and no other (a router registers and health-checks
+    its workers after it starts: this waits for that, up to the check's timeout)."""
+    deadline = time.time() + svc.timeout
+    while True:
+        try:
+            problem = listener.problem()
+            if problem:
+                raise ValueError(problem)
+            have = listed(svc, key)
+            missing = [u for u in svc.members if u not in have]
+            sick = [u for u in svc.members if u in have and not have[u]["is_healthy"]]
+        except (OSError, ValueError) as e:
+            have, missing, sick = {}, list(svc.members), []
+            error = str(e)
+        else:
+            error = None
+        if not missing and not sick:
+            extra = sorted(set(have) - set(svc.members))
+            if extra:  # a worker nobody intended receives what is sent through the router
+                report.failures.append("%s also lists %s, which is not one of its workers" % (
+                    svc.endpoints.members, ", ".join(extra)))
+                return False
+            report.checks.append("%s: %d worker(s), all healthy" % (svc.endpoints.members, len(svc.members)))
+            return True
+        if time.time() > deadline:
+            report.failures.append("%s: %s" % (svc.endpoints.members, error or "; ".join(
+                (["not listed: " + ", ".join(missing)] if missing else []) +
+                (["not healthy: " + ", ".join(sick)] if sick else []))))
+            return False
+        time.sleep(0.5)
 
 
 class Guarded:

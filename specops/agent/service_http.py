@@ -156,48 +156,6 @@ def _generate(svc, report, key):
     return True
 
 
-def members(svc, key):
-    """url → {"is_healthy", "load", "id"} for what endpoints.members lists."""
-    status, raw = _http(svc, "GET", svc.endpoints.members, timeout=10, key=key)
-    if status != 200:
-        raise ValueError("%s answered %s" % (svc.endpoints.members, status))
-    return {w.get("url"): {"is_healthy": w.get("is_healthy"), "load": w.get("load"), "id": w.get("id")}
-            for w in json.loads(raw).get("workers", [])}
-
-
-def _members_check(svc, report, key, listener):
-    """Every intended member listed and healthy, and no other (a router registers and health-checks
-    its workers after it starts: this waits for that, up to the check's timeout)."""
-    deadline = time.time() + svc.timeout
-    while True:
-        try:
-            problem = listener.problem()
-            if problem:
-                raise ValueError(problem)
-            have = members(svc, key)
-            missing = [u for u in svc.members if u not in have]
-            sick = [u for u in svc.members if u in have and not have[u]["is_healthy"]]
-        except (OSError, ValueError) as e:
-            have, missing, sick = {}, list(svc.members), []
-            error = str(e)
-        else:
-            error = None
-        if not missing and not sick:
-            extra = sorted(set(have) - set(svc.members))
-            if extra:  # a worker nobody intended receives what is sent through the router
-                report.failures.append("%s also lists %s, which is not one of its workers" % (
-                    svc.endpoints.members, ", ".join(extra)))
-                return False
-            report.checks.append("%s: %d worker(s), all healthy" % (svc.endpoints.members, len(svc.members)))
-            return True
-        if time.time() > deadline:
-            report.failures.append("%s: %s" % (svc.endpoints.members, error or "; ".join(
-                (["not listed: " + ", ".join(missing)] if missing else []) +
-                (["not healthy: " + ", ".join(sick)] if sick else []))))
-            return False
-        time.sleep(0.5)
-
-
 def _stale_check(svc, report, unit):
     """The process must have started after every managed file changed (else it runs old code)."""
     started = unit.get("ExecMainStartTimestamp")
@@ -221,6 +179,7 @@ def _ours(svc, report, listener):
     if problem:
         report.failures.append("%s:%d: %s; verify sends it nothing more" % (svc.host, svc.port, problem))
     return problem is None
+
 
 
 RANK_WAIT = 30  # seconds a rank > 0 may take to be running again
@@ -270,8 +229,10 @@ def verify_service(svc):
         report.failures.append("%s answered %s" % (svc.endpoints.info, status))
         return report
     _compare(svc, info, report)
-    if svc.members and not _members_check(svc, report, key, listener):
-        return report
+    if svc.members:
+        from specops.agent.routing import members_check  # routing builds on this module
+        if not members_check(svc, report, key, listener):
+            return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
         return report
     _stale_check(svc, report, unit)
@@ -301,8 +262,9 @@ def peek(req):
         else:
             _compare(svc, info, report)
             if svc.endpoints.members:
+                from specops.agent.routing import listed
                 try:
-                    report.members = members(svc, api_key(svc.name))
+                    report.members = listed(svc, api_key(svc.name))
                 except (OSError, ValueError) as e:
                     report.failures.append(str(e))
         out.append(report)
