@@ -81,6 +81,19 @@ def fleet_task(*shared: str, name: str | None = None, **own_help: str):
     return wrap
 
 
+def _same_batch(hosts: list[inv.Host], serial: int) -> None:
+    """The nodes of a service across hosts start together: never in different rolling batches."""
+    if not serial:
+        return
+    where = {h.name: i // serial for i, h in enumerate(hosts)}
+    for h in hosts:
+        for svc in h.get("services") or []:
+            nodes = multinode.spans(svc)
+            if len({where.get(n) for n in nodes}) > 1:
+                raise UsageError(f"{svc['name']} runs on {', '.join(nodes)}, which --serial {serial} would put in "
+                                 f"different batches: its nodes start together")
+
+
 def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
     """The selected hosts: a task reaches every host of an inventory only with --all (as Kamal and
     Capistrano ask for a destination).  `services`: names every selected host must define."""
@@ -91,8 +104,9 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
         raise UsageError("give --all, or --host/--group, not both")
     hosts = inventory.select(sel.host, sel.group)
     # A service across hosts is started, stopped and rolled back on all its nodes together.
-    chosen = {h.name for h in hosts}
-    for h in list(hosts):
+    chosen, ordered = {h.name for h in hosts}, []
+    for h in hosts:  # a node brought in goes right after the host that brought it (same batch)
+        ordered.append(h)
         for svc in h.get("services") or []:
             if services and svc["name"] not in services:
                 continue
@@ -100,8 +114,9 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
             if extra:
                 print(f"{svc['name']} spans {', '.join(multinode.spans(svc))}: {', '.join(extra)} included",
                       file=sys.stderr)
-                hosts += [inventory.hosts[n] for n in extra]
+                ordered += [inventory.hosts[n] for n in extra]
                 chosen.update(extra)
+    hosts = ordered
     for h in hosts:
         names = [s["name"] for s in h.get("services") or []]
         missing = [s for s in services or [] if s not in names]
@@ -121,6 +136,7 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
             raise UsageError("no hosts selected")
         if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
             raise UsageError("--serial must be >= 0 and --max-fail between 0 and 100")
+        _same_batch(hosts, sel.serial)
         if sel.ask_become_pass:
             become.ask_password()
         quiet = sel.quiet if quiet is None else quiet

@@ -85,3 +85,15 @@ def test_an_open_router_or_a_key_it_does_not_send_is_refused(tmp_path):
     inv.hosts["w1"]["services"][0]["api_key"] = "other"
     with pytest.raises(UsageError, match="worker w1/sglang has an api_key the router does not send"):
         workers_of(r, {**svc, "api_key": "rk-1"})
+
+
+def test_rolling_batches_never_split_the_nodes_of_a_service(tmp_path):
+    from specops import cli
+    svc = {"name": "big", "model_path": "/m", "nodes": ["a", "b"]}
+    doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {}, "b": {}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    hosts = list(inventory.load(tmp_path).hosts.values())
+    with pytest.raises(UsageError, match="which --serial 1 would put in different batches"):
+        cli._same_batch(hosts, 1)
+    cli._same_batch(hosts, 2)
+    cli._same_batch(hosts, 0)
