@@ -57,9 +57,12 @@ def test_a_two_node_service_comes_up_verifies_through_rank_0_and_stops_on_both(s
     # Stop acts on every node and proves each node's GPUs free.
     res = sandbox.inv("stop", "--host", "t2", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
-    for h in ("t1", "t2"):
-        line = next(l for l in res.stdout.splitlines() if l.startswith(h + " ") and "sglang: stopped in" in l)
-        assert "freed GPU 0:" in line and "0 compute app(s) left on the GPUs" in line, line
+    lines = [next(l for l in res.stdout.splitlines() if l.startswith(h + " ") and "sglang: stopped in" in l)
+             for h in ("t1", "t2")]
+    # Each node's GPUs proven free.  The node stopped second may have nothing left to free: a rank
+    # that loses its peer exits at once (as a NCCL failure takes it down).
+    assert all("0 compute app(s) left on the GPUs" in line for line in lines), lines
+    assert any("freed GPU 0:" in line for line in lines), lines
     assert [h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() for h in (t1, t2)] == \
         ["inactive", "inactive"]
 
