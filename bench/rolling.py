@@ -34,6 +34,7 @@ from sandbox.provision import sandbox_service  # noqa: E402
 SITE = fleet.Site("sor", "192.168.239", Path("/var/lib/specops-bench-rolling"))
 MARK, END = "<!-- rolling -->", "<!-- /rolling -->"
 WORKERS, PORT, CLIENTS = 10, 30010, 16
+KEY = "bench-router-key"  # a router beyond loopback needs one
 
 
 def inventory(work: Path, f, links, index, tok_s: str) -> Path:
@@ -43,7 +44,7 @@ def inventory(work: Path, f, links, index, tok_s: str) -> Path:
                for h in hosts[:WORKERS]}
     r = hosts[WORKERS]
     routers = {r.name: {**provision.host_vars(r), "package_index": f"{index.url}/simple", "services": [
-        {"name": "router", "kind": "router", "port": PORT, "policy": "round_robin", "retries": False,
+        {"name": "router", "kind": "router", "port": PORT, "policy": "round_robin", "retries": False, "api_key": KEY,
          "workers": {"group": "workers"}}]}}
     doc = {"all": {"vars": {"venv": provision.VENV},
                    "children": {"workers": {"hosts": workers}, "routers": {"hosts": routers}}}}
@@ -66,7 +67,8 @@ def load(address: str, stop: threading.Event, seen: list) -> None:
         t0 = time.monotonic()
         try:
             conn = http.client.HTTPConnection(address, PORT, timeout=30)
-            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            conn.request("POST", "/generate", body, {"Content-Type": "application/json",
+                                                     "Authorization": f"Bearer {KEY}"})
             r = conn.getresponse()
             r.read()
             conn.close()
