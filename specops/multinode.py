@@ -27,6 +27,10 @@ def place(inventory, host, svc: dict, file: str) -> dict:
         raise UsageError(f"{where}: nodes: {unknown[0]!r} is not a host of the inventory")
     if host.name not in nodes:
         raise UsageError(f"{where}: this host is not one of its nodes ({', '.join(nodes)})")
+    for n in nodes:  # every node runs its rank of the same service, with the same nodes
+        theirs = [x for x in inventory.hosts[n].get("services") or [] if x.get("name") == svc.get("name")]
+        if not theirs or list(theirs[0].get("nodes") or []) != list(nodes):
+            raise UsageError(f"{where}: node {n!r} must have service {svc.get('name')!r} with the same nodes")
     rank0 = inventory.hosts[nodes[0]]
     address = rank0.get("node_address") or rank0.get("address") or rank0.name
     return {**svc, "nnodes": len(nodes), "node_rank": nodes.index(host.name),

@@ -53,28 +53,6 @@ def test_the_router_unit_names_every_worker(tmp_path):
     assert "Description=SGLang router router" in text
 
 
-def test_a_service_across_nodes_gets_each_node_its_rank_and_rank_0s_address(tmp_path):
-    from specops.spec import launch_args
-    svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"], "dist_init_port": 40000}
-    doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "10.0.0.1", "node_address": "10.1.0.1"},
-                                                          "b": {"address": "10.0.0.2"}}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    inv = inventory.load(tmp_path)
-    for rank, name in enumerate(("a", "b")):
-        args = launch_args(inv.hosts[name]["services"][0])
-        assert args[args.index("--nnodes"):args.index("--nnodes") + 6] == \
-            ["--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", "10.1.0.1:40000"]
-    check = kind_of(inv.hosts["b"]["services"][0]).check(inv.hosts["b"], inv.hosts["b"]["services"][0])
-    assert check.http is False and kind_of(svc).check(inv.hosts["a"], inv.hosts["a"]["services"][0]).http
-
-
-def test_a_node_that_is_not_a_host_is_refused(tmp_path):
-    doc = {"all": {"hosts": {"a": {"services": [{"name": "big", "model_path": "/m", "nodes": ["a", "zz"]}]}}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(UsageError, match="nodes: 'zz' is not a host of the inventory"):
-        inventory.load(tmp_path)
-
-
 def test_an_open_router_or_a_key_it_does_not_send_is_refused(tmp_path):
     inv = load(tmp_path)
     r = inv.hosts["r"]
@@ -85,15 +63,3 @@ def test_an_open_router_or_a_key_it_does_not_send_is_refused(tmp_path):
     inv.hosts["w1"]["services"][0]["api_key"] = "other"
     with pytest.raises(UsageError, match="worker w1/sglang has an api_key the router does not send"):
         workers_of(r, {**svc, "api_key": "rk-1"})
-
-
-def test_rolling_batches_never_split_the_nodes_of_a_service(tmp_path):
-    from specops import cli
-    svc = {"name": "big", "model_path": "/m", "nodes": ["a", "b"]}
-    doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {}, "b": {}}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    hosts = list(inventory.load(tmp_path).hosts.values())
-    with pytest.raises(UsageError, match="which --serial 1 would put in different batches"):
-        cli._same_batch(hosts, 1)
-    cli._same_batch(hosts, 2)
-    cli._same_batch(hosts, 0)
