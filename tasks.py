@@ -118,11 +118,13 @@ def gpu_window(c, sel, service=None, become=False):
     words = sys.argv[sys.argv.index("--") + 1:]
     # One argument is a shell command line (quoted as a whole); several are words that stay words.
     job = words[0] if len(words) == 1 else shlex.join(words)
-    (report,) = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
-                         task="gpu-window", services=[service] if service else None, exit_on_failure=False)
-    status = report.result if report.result is not None else report.extra.get("job_status", 1)
-    # The job's status; a window whose service did not come back healthy never reports success.
-    raise Exit(code=status if status or not report.error else 1)
+    # A service across nodes opens its window on every node (the job runs on each).
+    reports = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
+                       task="gpu-window", services=[service] if service else None, exit_on_failure=False)
+    statuses = [r.result if r.result is not None else r.extra.get("job_status", 1) for r in reports]
+    # The job's status (the first non-zero); a window whose service did not come back healthy never succeeds.
+    worst = next((s for s in statuses if s), 0)
+    raise Exit(code=worst or (1 if any(r.error for r in reports) else 0))
 
 
 @fleet_task(*SELECT, "json")

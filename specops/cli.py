@@ -81,17 +81,19 @@ def fleet_task(*shared: str, name: str | None = None, **own_help: str):
     return wrap
 
 
-def _same_batch(hosts: list[inv.Host], serial: int) -> None:
-    """The nodes of a service across hosts start together: never in different rolling batches."""
-    if not serial:
-        return
-    where = {h.name: i // serial for i, h in enumerate(hosts)}
+def _same_batch(hosts: list[inv.Host], serial: int, forks: int) -> None:
+    """The nodes of a service across hosts start together: never in different rolling batches,
+    and never more of them than run at once."""
+    where = {h.name: i // serial for i, h in enumerate(hosts)} if serial else {}
     for h in hosts:
         for svc in h.get("services") or []:
             nodes = multinode.spans(svc)
-            if len({where.get(n) for n in nodes}) > 1:
+            if serial and len({where.get(n) for n in nodes}) > 1:
                 raise UsageError(f"{svc['name']} runs on {', '.join(nodes)}, which --serial {serial} would put in "
                                  f"different batches: its nodes start together")
+            if len(nodes) > forks:
+                raise UsageError(f"{svc['name']} runs on {len(nodes)} nodes, more than --forks {forks} run at once: "
+                                 f"its nodes start together")
 
 
 def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
@@ -104,8 +106,9 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
         raise UsageError("give --all, or --host/--group, not both")
     hosts = inventory.select(sel.host, sel.group)
     # A service across hosts is started, stopped and rolled back on all its nodes together.
-    chosen, ordered = {h.name for h in hosts}, []
-    for h in hosts:  # a node brought in goes right after the host that brought it (same batch)
+    chosen, ordered, todo = {h.name for h in hosts}, [], list(hosts)
+    while todo:  # a node brought in goes right after the host that brought it, and brings its own
+        h = todo.pop(0)
         ordered.append(h)
         for svc in h.get("services") or []:
             if services and svc["name"] not in services:
@@ -114,7 +117,7 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
             if extra:
                 print(f"{svc['name']} spans {', '.join(multinode.spans(svc))}: {', '.join(extra)} included",
                       file=sys.stderr)
-                ordered += [inventory.hosts[n] for n in extra]
+                todo[:0] = [inventory.hosts[n] for n in extra]
                 chosen.update(extra)
     hosts = ordered
     for h in hosts:
@@ -136,7 +139,7 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
             raise UsageError("no hosts selected")
         if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
             raise UsageError("--serial must be >= 0 and --max-fail between 0 and 100")
-        _same_batch(hosts, sel.serial)
+        _same_batch(hosts, sel.serial, sel.forks)
         if sel.ask_become_pass:
             become.ask_password()
         quiet = sel.quiet if quiet is None else quiet

@@ -38,14 +38,24 @@ def test_rolling_batches_never_split_the_nodes_of_a_service(tmp_path):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     hosts = list(inventory.load(tmp_path).hosts.values())
     with pytest.raises(UsageError, match="which --serial 1 would put in different batches"):
-        cli._same_batch(hosts, 1)
-    cli._same_batch(hosts, 2)
-    cli._same_batch(hosts, 0)
+        cli._same_batch(hosts, 1, 10)
+    cli._same_batch(hosts, 2, 10)
+    cli._same_batch(hosts, 0, 10)
+    with pytest.raises(UsageError, match="more than --forks 1 run at once"):
+        cli._same_batch(hosts, 0, 1)
 
 
 def test_a_node_without_the_service_is_refused(tmp_path):
     doc = {"all": {"hosts": {"a": {"services": [{"name": "big", "model_path": "/m", "nodes": ["a", "b"]}]},
                              "b": {}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(UsageError, match="node 'b' must have service 'big' with the same nodes"):
+    with pytest.raises(UsageError, match="node 'b' must define service 'big' exactly as the others do"):
+        inventory.load(tmp_path)
+
+
+def test_nodes_that_differ_in_anything_but_their_rank_are_refused(tmp_path):
+    svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"]}
+    doc = {"all": {"hosts": {"a": {"services": [svc]}, "b": {"services": [{**svc, "tp": 3}]}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UsageError, match="exactly as the others do"):
         inventory.load(tmp_path)

@@ -182,24 +182,30 @@ def _ours(svc, report, listener):
 
 
 
-RANK_WAIT = 30  # seconds a rank > 0 may take to be running again
-
-
 def _rank_running(svc, report):
-    """A multi-node service's rank > 0 serves no HTTP: its unit runs (rank 0's verify, which
-    needs every rank joined, says the rest)."""
-    deadline = time.time() + RANK_WAIT
-    u = unit_fact(svc.name)
-    while (u.get("ActiveState"), u.get("SubState")) != ("active", "running") and time.time() < deadline:
+    """A multi-node service's rank > 0 serves only a health check (SGLang's dummy health server):
+    its unit runs, its port is the unit's, and /health answers 200.  Rank 0's verify, which
+    needs every rank joined, says the rest."""
+    t0, u, status = time.time(), unit_fact(svc.name), None
+    while time.time() - t0 < svc.timeout:
+        running = (u.get("ActiveState"), u.get("SubState")) == ("active", "running")
+        if running and listeners.Listener(svc.name, svc.port, u).problem() is None:
+            try:
+                status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5)
+            except OSError:
+                status = "no answer"
+            if status == 200:
+                report.checks.append("rank > 0: unit %s running, %s 200 (the API is rank 0's)"
+                                     % (svc.name, svc.endpoints.ready))
+                _stale_check(svc, report, u)
+                return report
+        elif u.get("ActiveState") == "failed":
+            break
         time.sleep(0.5)  # a rank whose peer restarted is restarted by systemd and joins again
         u = unit_fact(svc.name)
-    if (u.get("ActiveState"), u.get("SubState")) != ("active", "running"):
-        report.failures.append("unit %s is %s/%s: this node's rank is not running" % (
-            svc.name, u.get("ActiveState"), u.get("SubState")))
-        report.journal = _redacted(svc.name, journal(svc.name))
-        return report
-    report.checks.append("unit %s running (a rank > 0 serves no HTTP: verified through rank 0)" % svc.name)
-    _stale_check(svc, report, u)
+    report.failures.append("unit %s is %s/%s, %s: %s: this node's rank is not serving" % (
+        svc.name, u.get("ActiveState"), u.get("SubState"), svc.endpoints.ready, status))
+    report.journal = _redacted(svc.name, journal(svc.name))
     return report
 
 

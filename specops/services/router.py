@@ -46,7 +46,8 @@ def workers_of(host, svc: dict) -> list[Worker]:
     for name in inv.groups[group]:
         other = inv.hosts[name]
         for s in other.get("services") or []:
-            if kind_of(s).name != "sglang" or (spec.get("service") and s["name"] != spec["service"]):
+            if kind_of(s).name != "sglang" or (spec.get("service") and s["name"] != spec["service"]) \
+                    or s.get("node_rank"):  # a service across nodes is served by its rank 0 only
                 continue
             bind = s.get("bind", "127.0.0.1")
             if name != host.name and _loopback(bind):

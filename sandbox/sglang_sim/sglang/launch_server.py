@@ -260,6 +260,21 @@ def load(seconds, shards):
     log.info("Capture cuda graph end. Time elapsed: %.2f s. mem usage=0.09 GB. avail mem=29.96 GB.", seconds * 0.2)
 
 
+def dummy_health_server(host, port):
+    """SGLang 0.5.23's launch_dummy_health_check_server (srt/utils/common.py), run on ranks > 0:
+    /ping, /health and /health_generate answer 200; nothing else is served."""
+    class Health(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            code = 200 if self.path.split("?")[0] in ("/ping", "/health", "/health_generate") else 404
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+    ThreadingHTTPServer((host, port), Health).serve_forever()
+
+
 def join(args):
     """Across nodes, as torch.distributed's rendezvous does at --dist-init-addr: rank 0 waits until
     every other rank has joined; afterwards, any rank that goes takes the others down with it (a
@@ -332,10 +347,9 @@ def main(argv=None):
     load(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")), int(os.environ.get("SGLANG_SIM_SHARDS", "0")))
     if args.nnodes > 1:
         join(args)
-        if args.node_rank > 0:  # SGLang starts no HTTP server on the other ranks: they run schedulers
+        if args.node_rank > 0:  # the other ranks run schedulers and a health check only
             signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-            while True:
-                time.sleep(3600)
+            dummy_health_server(args.host, args.port)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():
