@@ -53,6 +53,8 @@ def collect(run: HostRun) -> dict:
         rows.append({
             "service": name, "state": f"{u.get('ActiveState', '?')}/{u.get('SubState', '?')}",
             "node": f"rank {svc['node_rank']} of {svc['nnodes']}" if svc.get("nnodes") else None,
+            # systemd's count since the last start asked for: each one is an exit nobody asked for
+            "restarts": int(u.get("NRestarts") or 0),
             "uptime_s": round(facts.data["time"] - started) if started and u.get("ActiveState") == "active" else None,
             "drift": [f"{c['target']}: {c['summary']}" for c in mine if not c["stale"]],
             "stale": [c["summary"] for c in mine if c["stale"]],
@@ -88,7 +90,9 @@ def table(results: dict[str, dict]) -> str:
             eff = s.get("effective") or {}
             spec = "/".join(str(eff.get(f"speculative_{k}", "-")) for k in ("num_steps", "eagle_topk",
                                                                             "num_draft_tokens"))
-            drift = "; ".join(s["drift"] + [f"STALE: {x}" for x in s["stale"]]
+            crashed = [f"CRASHED: systemd restarted it {s['restarts']} time(s) since its start (journalctl -u "
+                       f"{s['service']})"] if s.get("restarts") else []
+            drift = "; ".join(crashed + s["drift"] + [f"STALE: {x}" for x in s["stale"]]
                               + [f"SPEC: {x}" for x in s.get("spec_mismatch", [])]) or "none"
             up = time.strftime("%Hh%Mm", time.gmtime(s["uptime_s"])) if s["uptime_s"] is not None else "-"
             name = f"{s['service']} ({s['node']})" if s.get("node") else s["service"]

@@ -78,3 +78,7 @@ def test_a_lost_rank_fails_rank_0_with_a_clear_message(sandbox, two_nodes):
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-3000:]
     assert "node rank 1 left the communicator" in out, out[-3000:]
+    # Status says so too, also once systemd has brought both ranks back.
+    st = sandbox.inv("status", "--host", "t1", inventory=inv)
+    print("\nstatus after the lost rank:\n" + st.stdout)
+    assert "CRASHED: systemd restarted it 1 time(s) since its start" in st.stdout, st.stdout
