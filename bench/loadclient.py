@@ -25,10 +25,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import sections  # noqa: E402
 from sandbox import fleet, provision  # noqa: E402
 
 SITE = fleet.Site("soc", "192.168.238", Path("/var/lib/specops-bench-client"))
-MARK, END = "<!-- loadclient -->", "<!-- /loadclient -->"
+MARK, END = sections.markers("loadclient")
 KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_TOK_S": "20000", "SGLANG_SIM_ACCEPT_LENGTH": "3.0"}
 
 
@@ -89,17 +90,7 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8,32")
     args = ap.parse_args()
     result = measure(args.requests, args.max_new_tokens, args.concurrency)
-    print(json.dumps(result, indent=1))
-    (HERE / "loadclient.json").write_text(json.dumps(result, indent=1) + "\n")
-    section = markdown(result)
-    (HERE / "loadclient.md").write_text(section + "\n")
-    bench = ROOT / "BENCHMARKS.md"
-    text = bench.read_text()
-    if MARK in text:
-        text = text[:text.index(MARK)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    bench.write_text(text)
+    sections.publish("loadclient", result, markdown(result))
 
 
 if __name__ == "__main__":

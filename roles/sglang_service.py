@@ -17,14 +17,15 @@ LAUNCHER_SOURCE = (Path(__file__).resolve().parent.parent / "specops" / "hostfil
 
 
 def unit_text(svc, venv):
-    # The launcher hands the API key (from the 0600 env file) to SGLang in-process: no secret is
-    # in the world-readable unit, nor in the process's command line.
+    """The unit of a service of any kind (the router's role uses it too).  The launcher hands the
+    API key (from the 0600 env file) to the server in-process: no secret is in the world-readable
+    unit, nor in the process's command line."""
     kind = kind_of(svc)
     argv, props = kind.argv(svc, venv), kind.properties(svc)
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = svc["cuda_visible_devices"]
-    return render("sglang.service.j2", description=f"SGLang {svc['name']} ({svc['model_path']})".replace("%", "%%"),
+    return render("sglang.service.j2", description=kind.description(svc).replace("%", "%%"),
                   env_file=env_file(svc["name"]), exec_start=exec_line(argv),
                   environment=[unit_environment(k, v) for k, v in sorted(env.items())],
                   timeout_stop_sec=props["TimeoutStopSec"], limit_nofile=props["LimitNOFILE"])

@@ -47,7 +47,7 @@ def test_an_unknown_group_is_refused(tmp_path):
 def test_the_router_unit_names_every_worker(tmp_path):
     from roles import router
     inv = load(tmp_path)
-    text = router.unit_text(inv.hosts["r"], inv.hosts["r"]["services"][0])
+    text = router.router_unit_text(inv.hosts["r"], inv.hosts["r"]["services"][0])
     assert '"--worker-urls" "http://10.0.0.1:30001" "http://10.9.0.2:30001"' in text or \
         "--worker-urls http://10.0.0.1:30001 http://10.9.0.2:30001" in text
     assert "Description=SGLang router router" in text

@@ -2,7 +2,6 @@
 SGLang workers (the simulator), each on its own sandbox host.  The router's host reaches each
 worker over a link straight between their namespaces (sandbox/peerlink.py), as boxes on one
 rack network do; the controller reaches the router over its own link."""
-import copy
 import json
 import time
 import urllib.request
@@ -11,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import load_json
-from sandbox import peerlink, provision
-from sandbox.provision import sandbox_service
+from sandbox import peerlink
+from sandbox.routed import Load, inventory as routed_inventory
 
 pytestmark = pytest.mark.fleet
 WORKERS, ROUTER, PORT = ["t1", "t2", "t3"], "t4", 30010
@@ -30,15 +29,7 @@ def routed(sandbox, pkg_index):
 
 
 def write_inventory(sandbox, hosts, links, index, knobs=None, router=None):
-    svc = sandbox_service(bind="0.0.0.0", env={"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_TOK_S": "2000",
-                                               **(knobs or {})})
-    workers = {w: {**provision.host_vars(hosts[w]), "services": [copy.deepcopy(svc)], "router_address": links[w]}
-               for w in WORKERS}  # copies: no YAML anchors, one worker's service can be changed alone
-    routers = {ROUTER: {**provision.host_vars(hosts[ROUTER]), "package_index": f"{index.url}/simple",
-                        "services": [{"name": "router", "kind": "router", "port": PORT, "policy": "round_robin",
-                                      "api_key": KEY, "workers": {"group": "workers"}, **(router or {})}]}}
-    doc = {"all": {"vars": {"venv": provision.VENV},
-                   "children": {"workers": {"hosts": workers}, "routers": {"hosts": routers}}}}
+    doc = routed_inventory([hosts[w] for w in WORKERS], hosts[ROUTER], links, index, PORT, KEY, knobs, router)
     path = sandbox.tmp / "inventory"
     path.mkdir(exist_ok=True)
     (path / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -116,53 +107,7 @@ def test_status_names_a_worker_the_router_lost(sandbox, routed):
     assert res.returncode != 0 and "not listed: http://" in res.stdout + res.stderr, res.stdout[-2000:]
 
 
-class Load:
-    """Closed-loop clients sending /generate through the router until stopped: what they saw."""
-
-    def __init__(self, h, clients=16, max_new_tokens=16):
-        import threading
-        self.h, self.max_new_tokens, self.stop = h, max_new_tokens, threading.Event()
-        self.ok, self.failed, self.lock = [], [], threading.Lock()
-        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
-
-    def client(self):
-        import http.client
-        body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": self.max_new_tokens}})
-        while not self.stop.is_set():
-            t0 = time.monotonic()
-            try:
-                conn = http.client.HTTPConnection(self.h.address, PORT, timeout=30)
-                conn.request("POST", "/generate", body, {"Content-Type": "application/json", **AUTH})
-                r = conn.getresponse()
-                data = r.read()
-                conn.close()
-                good = r.status == 200 and json.loads(data)["meta_info"]["completion_tokens"] == self.max_new_tokens
-                error = None if good else f"HTTP {r.status}: {data[:120]!r}"
-            except Exception as e:  # noqa: BLE001 (any failure is a failed request)
-                error = f"{type(e).__name__}: {e}"
-            with self.lock:
-                (self.failed if error else self.ok).append(error or time.monotonic() - t0)
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        time.sleep(1)  # the load is running before the roll starts
-        return self
-
-    def __exit__(self, *exc):
-        time.sleep(1)
-        self.stop.set()
-        for t in self.threads:
-            t.join(60)
-
-    def summary(self):
-        lat = sorted(self.ok)
-        pct = lambda p: lat[max(int(-(-p * len(lat) // 100)), 1) - 1] if lat else None  # noqa: E731
-        return {"served": len(self.ok), "failed": len(self.failed), "p50_s": pct(50), "p99_s": pct(99),
-                "errors": sorted(set(str(e)[:80] for e in self.failed))[:5]}
-
-
-def roll(sandbox, hosts, links, index, knobs, *args, workers_extra=None):
+def roll(sandbox, hosts, links, index, knobs, *args, workers_extra=None, max_new_tokens=16):
     inv = write_inventory(sandbox, hosts, links, index, knobs=knobs, router={"retries": False})
     if workers_extra:
         import yaml as y
@@ -170,7 +115,7 @@ def roll(sandbox, hosts, links, index, knobs, *args, workers_extra=None):
         for name, extra in workers_extra.items():
             doc["all"]["children"]["workers"]["hosts"][name]["services"][0].update(extra)
         (inv / "hosts.yml").write_text(y.safe_dump(doc, sort_keys=False))
-    with Load(hosts[ROUTER]) as load:
+    with Load(hosts[ROUTER].address, PORT, KEY, max_new_tokens=max_new_tokens) as load:
         res, rep = deploy(sandbox, inv, "--group", "workers", "--serial", "1", *args)
     return res, rep, load.summary()
 
@@ -187,8 +132,12 @@ def serving(sandbox, routed):
 
 def test_a_rolling_deploy_behind_the_router_drops_no_request(sandbox, serving):
     hosts, links, index = serving
+    # Requests of about a second (48 tokens at 40 tok/s): longer than taking a worker out takes, so
+    # only waiting until it is idle keeps them whole.
+    slow = write_inventory(sandbox, hosts, links, index, knobs={"SGLANG_SIM_TOK_S": "40"}, router={"retries": False})
+    assert deploy(sandbox, slow, "--group", "workers")[0].returncode == 0
     before = {w: started(hosts[w], "sglang") for w in WORKERS}
-    res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "2100"})
+    res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "41"}, max_new_tokens=48)
     print(f"\nrolling deploy of 3 workers, --serial 1, 16 clients through the router: {load}")
     assert res.returncode == 0, res.stdout[-4000:]
     assert all(started(hosts[w], "sglang") != before[w] for w in WORKERS)  # each changed and restarted

@@ -32,6 +32,10 @@ class ServiceKind:
         gpus = [int(g) for g in str(visible).split(",") if g.strip().isdigit()] if visible else None
         return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=list(self.titles), gpus=gpus)
 
+    def description(self, svc: dict) -> str:
+        """Its unit's Description= line."""
+        return f"{self.name} {svc['name']}"
+
     def properties(self, svc: dict) -> dict[str, str]:
         """Unit settings its server needs wherever it runs (the managed unit, spec-bench's baseline)."""
         return {"TimeoutStopSec": str(svc.get("timeout_stop_sec", 120)),

@@ -89,6 +89,9 @@ class Router(ServiceKind):
     endpoints = protocol.Endpoints(ready="/health", info="/workers", info_fallback=None, models=None,
                                    generate="/generate", public=["/health"], members="/workers")
 
+    def description(self, svc):
+        return f"SGLang router {svc['name']}"
+
     def venv(self, svc: dict) -> str:
         return svc.get("venv", ROUTER_VENV)
 

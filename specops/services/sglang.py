@@ -48,6 +48,9 @@ class SGLang(ServiceKind):
 
     module = "sglang.launch_server"
 
+    def description(self, svc):
+        return f"SGLang {svc['name']} ({svc['model_path']})"
+
     def args(self, svc):
         return launch_args(svc)
 
