@@ -163,10 +163,10 @@ def test_deploy_bench_undoes_a_release_below_its_gate(sandbox):
 
 def test_a_release_slower_than_the_last_is_undone_and_a_little_slower_one_kept(sandbox):
     h = sandbox.reset("t5")
-    gate = {"max_regression_pct": 10}
+    gate = {"max_regression_pct": 15}  # wide of both cases: a loaded CI machine measured a 5% drop as 12%
     res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "400"}, gate)
     assert res.returncode == 0, res.stdout[-3000:]
-    res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "320"}, gate)  # 20% slower
+    res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "280"}, gate)  # 30% slower
     assert res.returncode == 1 and "rolled back" in rep["notes"] and "% below the previous release's" in rep["error"]
     assert "SGLANG_SIM_TOK_S=400" in serving_knobs(h)
     res, rep = deploy_bench(sandbox, "t5", {**GOOD, "SGLANG_SIM_TOK_S": "380"}, gate)  # 5% slower
