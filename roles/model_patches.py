@@ -14,16 +14,26 @@ NAME = "model_patches"
 PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"
 # A patch that makes the model capture the embedding output (EAGLE-3 layer id -1) says so.
 EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
-# Compile without writing bytecode (py_compile would leave a .pyc named after the staged
-# file), say what is wrong in one line, and take many files: "{}..." in a validator means every
-# staged
-# file, and one interpreter checks every patched file of a batch.
-COMPILE = ("import sys\n"
+# Compile each staged file, say what is wrong in one line, and take many files ("{}..." in a
+# validator means every staged file: one interpreter checks every patched file of a batch).
+# What it compiled is left beside the staged file as a checked-hash .pyc (PEP 552), which the
+# agent installs once the source is in place (specops.agent.bytecode): the interpreter checks
+# it against the source on every import, and the service need not compile the module again.
+COMPILE = ("import marshal, os, sys\n"
+           "from importlib.util import MAGIC_NUMBER, cache_from_source, source_hash\n"
            "for path in sys.argv[1:]:\n"
+           "    source = open(path, 'rb').read()\n"
            "    try:\n"
-           "        compile(open(path, 'rb').read(), path, 'exec')\n"
+           "        code = compile(source, path, 'exec', dont_inherit=True)\n"
            "    except SyntaxError as e:\n"
-           "        sys.exit('%s: %s: %s (line %s)' % (path, type(e).__name__, e.msg, e.lineno))\n")
+           "        sys.exit('%s: %s: %s (line %s)' % (path, type(e).__name__, e.msg, e.lineno))\n"
+           "    try:\n"
+           "        pyc = cache_from_source(path)\n"
+           "    except NotImplementedError:\n"
+           "        continue\n"
+           "    os.makedirs(os.path.dirname(pyc), exist_ok=True)\n"
+           "    with open(pyc, 'xb') as f:\n"
+           "        f.write(MAGIC_NUMBER + (3).to_bytes(4, 'little') + source_hash(source) + marshal.dumps(code))\n")
 
 
 def patch_root(host) -> Path:

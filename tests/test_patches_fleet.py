@@ -15,6 +15,7 @@ from sandbox.provision import VENV, sandbox_service
 
 pytestmark = pytest.mark.fleet
 LLAMA = "srt/models/llama.py"
+DEEPSEEK = "srt/models/deepseek_v2.py"
 SITE = f"{VENV}/lib/python3.11/site-packages/sglang"
 PATCHED, UPSTREAM = "patched: embedding capture", "upstream"
 IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
@@ -89,6 +90,52 @@ def test_stale_bytecode_trap_both_ways(sandbox, trap):
     assert host_snapshot(h, f"{SITE}/srt/models/llama.py") == before
 
 
+def pyc_stat(h, path):
+    """(inode, PEP 552 flags) of a .pyc: a service that compiles a module writes a new file."""
+    inode = h.run("stat", "-c", "%i", path).stdout.strip()
+    flags = int.from_bytes(h.path(path).read_bytes()[4:8], "little")
+    return inode, flags
+
+
+@pytest.mark.reliability("second-run", "idempotence")
+def test_the_compile_that_validated_a_patch_is_its_bytecode(sandbox):
+    h = sandbox.reset("t1")
+    target, pyc = f"{SITE}/{LLAMA}", f"{SITE}/srt/models/__pycache__/llama.cpython-311.pyc"
+    res, _ = deploy(sandbox, "t1", sandbox_service(patches=[LLAMA]))
+    assert res.returncode == 0, res.stdout
+    assert model_info(h)["model_code"] == PATCHED
+    state = json.loads(h.path("/var/lib/specops/state.json").read_text())
+    assert state["purges"][target]["compiled"] == ["llama.cpython-311.pyc"]
+    installed = pyc_stat(h, pyc)
+    assert installed[1] == 3  # checked-hash: the interpreter compares it with the source on every import
+
+    # The service used it: restarted, it did not compile the module (it would write a new file).
+    h.run("systemctl", "restart", "sglang")
+    wait_ready(h)
+    assert model_info(h)["model_code"] == PATCHED and pyc_stat(h, pyc) == installed
+    res, report = deploy(sandbox, "t1", sandbox_service(patches=[LLAMA]))
+    assert res.returncode == 0 and report["changed"] == 0, res.stdout
+
+    # Control: bytecode whose hash is not the source's is compiled again (a new file): the
+    # inode check above can see a compile.
+    data = bytearray(h.path(pyc).read_bytes())
+    data[8] ^= 0xFF
+    h.path(pyc).write_bytes(bytes(data))
+    broken = pyc_stat(h, pyc)
+    h.run("systemctl", "restart", "sglang")
+    wait_ready(h)
+    assert pyc_stat(h, pyc)[0] != broken[0], "the service did not recompile: the inode proves nothing"
+
+    # The source edited behind specops's back, same size and mtime: checked bytecode is not run.
+    h.run("sh", "-c", f"cp -p {target} /root/llama.py && "
+                      f"sed -i 's/patched: embedding capture/patched: embedding CAPTURE/' {target} && "
+                      f"touch -r /root/llama.py {target}")
+    assert h.path(target).stat().st_size == h.path("/root/llama.py").stat().st_size
+    h.run("systemctl", "restart", "sglang")
+    wait_ready(h)
+    assert model_info(h)["model_code"] == "patched: embedding CAPTURE"
+
+
 @pytest.mark.reliability("syntax-error", "bad-input")
 def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path):
     h = sandbox.reset("t2")
@@ -101,8 +148,10 @@ def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path):
     broken = tmp_path / "patches" / LLAMA
     broken.parent.mkdir(parents=True)
     broken.write_text((PATCH_DIR / LLAMA).read_text() + "\ndef oops(:\n")
+    # A good patch compiled before the bad one leaves its bytecode in its stage: gone with it.
+    (tmp_path / "patches" / DEEPSEEK).write_bytes((PATCH_DIR / DEEPSEEK).read_bytes())
     # The same deploy also changes the unit (tp) and the env file: all of it must be refused.
-    res, report = deploy(sandbox, "t2", sandbox_service(patches=[LLAMA], tp=1, env_secret={"K": "v"}),
+    res, report = deploy(sandbox, "t2", sandbox_service(patches=[DEEPSEEK, LLAMA], tp=1, env_secret={"K": "v"}),
                          patch_dir=str(tmp_path / "patches"))
     assert res.returncode == 1
     assert "refused sglang/srt/models/llama.py" in report["error"] and "SyntaxError" in report["error"]

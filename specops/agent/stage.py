@@ -7,13 +7,12 @@ it was.  Check mode runs the checks alone.
 import base64
 import json
 import os
-import time
 
 from specops import protocol
-from specops.agent import safefs, units, weights
-from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, update_state
+from specops.agent import bytecode, safefs, units, weights
+from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
 from specops.agent.safefs import StageDir, UnsafePath
-from specops.layout import APPLY_JOURNAL, is_bytecode_of
+from specops.layout import APPLY_JOURNAL
 
 
 class Staged:
@@ -26,12 +25,14 @@ class Staged:
         except UnsafePath as e:
             raise refusal(action, str(e))
         self.path = self.stage.path  # what a validator is given
+        self.bytecode = None  # (sha256 of the content, [(name, .pyc)]) its validator compiled
         self.forget = on_interrupt(self.discard)
 
     def write(self, validate=True):
         a = self.action
         try:
-            self.stage.write(base64.b64decode(a.data), int(a.mode or "0644", 8), *ids(a.owner, a.group))
+            self.data = base64.b64decode(a.data)
+            self.stage.write(self.data, int(a.mode or "0644", 8), *ids(a.owner, a.group))
         except OSError as e:
             self.discard()
             raise refusal(a, "cannot write %s: %s" % (a.path, e.strerror))
@@ -53,8 +54,14 @@ class Staged:
         self.forget()
 
     def discard(self):
+        bytecode.take(self.stage)
         self.stage.remove()
         self.forget()
+
+    def take_bytecode(self):
+        name = os.path.basename(self.action.path)
+        if name.endswith(".py"):
+            self.bytecode = (sha256(self.data).hexdigest(), bytecode.take(self.stage, name[:-3]))
 
 
 def validate_together(staged):
@@ -65,6 +72,8 @@ def validate_together(staged):
     argv = a.validate[:-1] + [s.path for s in staged] if many else [w.replace("{}", staged[0].path) for w in a.validate]
     rc, out, err = run_owned(argv)
     if rc == 0:
+        for s in staged:
+            s.take_bytecode()
         return
     out = out + err
     named = [s for s in staged if s.path in out]
@@ -83,34 +92,6 @@ def refusal(action, message):
     error = ActionError(message)
     error.action = action
     return error
-
-
-def purge(a, allowed=()):
-    """Remove every cached bytecode of a module, check none is left, record when."""
-    d, base = os.path.split(a.path)
-    mod, removed = base[:-3], []
-    try:
-        cache, _ = safefs.open_dir(os.path.join(d, "__pycache__"), allowed)
-    except safefs.UnsafePath as e:
-        if "No such file" not in str(e):
-            raise
-        cache = None
-    if cache is not None:
-        try:
-            for n in os.listdir(cache):
-                if is_bytecode_of(n, mod):
-                    os.unlink(n, dir_fd=cache)
-                    removed.append(n)
-            left = [n for n in os.listdir(cache) if is_bytecode_of(n, mod)]
-        finally:
-            os.close(cache)
-        if left:
-            raise ActionError("bytecode for %s still present after purge: %s" % (a.path, left))
-
-    def note(state):
-        state.setdefault("purges", {})[a.path] = {"sha256": a.sha256, "purged_at": time.time(), "removed": removed}
-    update_state(note)
-    return removed
 
 
 def _compare_expect(got, expect, what):
@@ -151,7 +132,6 @@ DO = {
     protocol.Attrs: lambda a, allowed: safefs.set_attrs(a.path, int(a.mode, 8) if a.mode else None,
                                                         *ids(a.owner, a.group), allowed=allowed),
     protocol.Remove: lambda a, allowed: safefs.remove(a.path, a.backup, allowed),
-    protocol.Purge: purge,
     protocol.Run: lambda a, allowed: run_streamed(a.cmd, a.desc or "command"),
     protocol.DaemonReload: lambda a, allowed: run_streamed(["systemctl", "daemon-reload"], "daemon-reload"),
     protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),
@@ -166,6 +146,7 @@ DO = {
 def apply(req):
     """Answer a protocol.Apply with a protocol.ApplyResult."""
     actions, staged, results = req.actions, {}, []
+    prepared = {}  # path → the bytecode its validator compiled, for the purge that follows its write
     try:  # stage and validate everything before touching anything
         for i, a in enumerate(actions):
             if isinstance(a, protocol.Write) and os.path.isdir(os.path.dirname(a.path)):
@@ -193,8 +174,11 @@ def apply(req):
             if i == (changes or [None])[0]:
                 journal.begin()
             if isinstance(a, protocol.Write):
-                (staged.pop(i) if i in staged else Staged(a, req.allow_shared_dirs).write()).commit()
-                out = None
+                s = staged.pop(i) if i in staged else Staged(a, req.allow_shared_dirs).write()
+                s.commit()
+                prepared[a.path], out = s.bytecode, None
+            elif isinstance(a, protocol.Purge):
+                out = bytecode.purge(a, req.allow_shared_dirs, prepared.pop(a.path, None))
             else:
                 out = DO[type(a)](a, req.allow_shared_dirs)
             results.append({"index": i, "out": out})

@@ -30,8 +30,9 @@ class PurgeBytecode(Op):
     edit that keeps the mtime runs the old code), and never checks an unchecked-hash
     .pyc at all.  So every <module>.*.pyc is removed whenever the source is replaced,
     when specops has no purge on record for the current content, or when a .pyc is
-    older than the last purge.  Bytecode written by the restarted service is newer
-    than the purge, so a second run does nothing.
+    older than the last purge.  The purge then installs the bytecode its validator compiled
+    from the new source, as a checked-hash .pyc (specops.agent.bytecode).  That, and bytecode
+    the restarted service writes, is not older than the purge, so a second run does nothing.
     """
 
     def __init__(self, source: str, label: str | None = None, notify=()):
