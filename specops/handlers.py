@@ -20,12 +20,17 @@ class Handler:
         return self.verb if self.service is None else f"{self.verb} {self.service}"
 
 
-DAEMON_RELOAD = Handler("daemon-reload")
+DAEMON_RELOAD = Handler("daemon-reload")  # whatever systemd has loaded
 ORDER = {"daemon-reload": 0, "restart": 1}
 
 
 def restart(service: str) -> Handler:
     return Handler("restart", service)
+
+
+def daemon_reload(unit: str) -> Handler:
+    """A daemon-reload for a changed unit file: skipped when systemd already has it as written."""
+    return Handler("daemon-reload", unit)
 
 
 def restarts(handlers) -> list[str]:
@@ -40,11 +45,14 @@ def ordered(notified: list[Handler]) -> list[Handler]:
 
 def actions(notified: list[Handler], units: dict[str, protocol.UnitRef] | None = None) -> list:
     """The handlers as the batch's last actions; `units` describes the services to restart."""
-    out = []
-    for h in ordered(notified):
-        if h.verb == "daemon-reload":
-            out.append(protocol.DaemonReload(desc=f"handler: {h}"))
-        else:
+    out, notified = [], ordered(notified)
+    reloads = [h.service for h in notified if h.verb == "daemon-reload"]
+    if reloads:  # one reload for every unit; whatever systemd has loaded if one is not named
+        named = [] if None in reloads else reloads
+        out.append(protocol.DaemonReload(units=named, desc="handler: daemon-reload" +
+                                         (f" ({', '.join(named)})" if named else "")))
+    for h in notified:
+        if h.verb == "restart":
             ref = (units or {}).get(h.service) or protocol.UnitRef(name=h.service)
             others = sorted(n for n in (units or {}) if n != h.service)
             out.append(protocol.Restart(unit=ref, others=others, desc=f"handler: {h}"))

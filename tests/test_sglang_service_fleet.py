@@ -163,3 +163,28 @@ def test_missing_weights_are_named_before_the_unit_is_touched(sandbox):
     assert "model_path /models/not-here has no config.json on the host" in error, error
     assert not h.path("/etc/systemd/system/sglang.service").exists()
     assert not h.path("/etc/specops/sglang.env").exists()
+
+
+def reloads(h) -> int:
+    """How many times systemd (PID 1) reloaded: it logs "Reloading." for each."""
+    out = h.run("journalctl", "_PID=1", "-o", "cat", "--no-pager", check=False).stdout
+    return sum(1 for line in out.splitlines() if line.strip() == "Reloading.")
+
+
+def test_a_new_unit_needs_no_daemon_reload_a_changed_one_gets_it(sandbox):
+    """systemd loads a unit file it has not seen when asked for it; a changed one needs a reload.
+    (Seen red with the reload always skipped: no reload counted.  The server still ran tp 2 then,
+    as systemd unloads a stopped unit and reads it again on start: the count is the oracle.)"""
+    h = sandbox.reset("t1")
+    before = reloads(h)
+    res, _ = deploy(sandbox, "t1", [sandbox_service()])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "daemon-reload: not needed, systemd has sglang as written" in res.stdout
+    assert reloads(h) == before
+    assert unit_prop(h, "sglang", "NeedDaemonReload") == "no"
+
+    res, report = deploy(sandbox, "t1", [sandbox_service(tp=2)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    (verified,) = report["hosts"]["t1"]["verify"]
+    assert verified["effective"]["tp_size"] == 2  # the server runs the changed unit's arguments
+    assert reloads(h) == before + 1 and "not needed" not in res.stdout

@@ -13,7 +13,7 @@ import time
 
 from specops import protocol
 from specops.agent import units
-from specops.agent.host import ActionError, group_name, run_streamed, sha256, sha256_file, user_name
+from specops.agent.host import ActionError, group_name, sha256, sha256_file, user_name
 from specops.agent.venvs import resolve_key
 from specops.agent.bytecode import purge
 from specops.agent.safefs import UnsafePath, copy_out, read_file, remove
@@ -199,7 +199,7 @@ def _restore(want, allowed=()):
 
 def _restart(refs, daemon_reload, known=()):
     if daemon_reload:
-        run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
+        units.daemon_reload()
     names = {r.name for r in refs} | {r.name for r in known}
     for ref in refs:
         units.restart(ref, sorted(names - {ref.name}))

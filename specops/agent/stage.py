@@ -133,7 +133,7 @@ DO = {
                                                         *ids(a.owner, a.group), allowed=allowed),
     protocol.Remove: lambda a, allowed: safefs.remove(a.path, a.backup, allowed),
     protocol.Run: lambda a, allowed: run_streamed(a.cmd, a.desc or "command"),
-    protocol.DaemonReload: lambda a, allowed: run_streamed(["systemctl", "daemon-reload"], "daemon-reload"),
+    protocol.DaemonReload: lambda a, allowed: units.daemon_reload(a.units),
     protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),
     protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),
     protocol.Preflight: lambda a, allowed: preflight(a),

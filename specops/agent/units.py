@@ -21,6 +21,20 @@ def _used(gpu):
     return {str(g["index"]): g["memory.used"] for g in gpu.get("gpus", [])} if gpu.get("present") else {}
 
 
+def daemon_reload(names=()):
+    """systemctl daemon-reload, unless systemd already has each unit of `names` as written: it
+    loads a unit file it found missing when asked for it again (systemd 246 and later), and
+    NeedDaemonReload says whether a loaded unit's file changed since.  A reload reruns every
+    generator and rereads every unit: the costliest thing a first deploy asks of PID 1."""
+    if names:
+        _, out = run_quiet(["systemctl", "show", "-p", "LoadState,NeedDaemonReload", "--", *names])
+        loaded = [line for line in out.splitlines() if line in ("LoadState=loaded", "NeedDaemonReload=no")]
+        if len(loaded) == 2 * len(names):
+            say("  daemon-reload: not needed, systemd has %s as written" % ", ".join(names))
+            return
+    run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
+
+
 def stop_unit(ref, others=(), measure=True):
     """Stop the unit, kill what of its runs survives, and say what is left on the GPUs (asking
     nvidia-smi, which is slow on real boxes, only when `measure` or something was running)."""

@@ -12,7 +12,7 @@ from .files import File
 
 def unit_file(name: str, content: str, notify_restart: bool = True) -> File:
     """A systemd unit, verified by systemd-analyze on the host before it is renamed into place."""
-    notify = [handlers.DAEMON_RELOAD] + ([handlers.restart(name)] if notify_restart else [])
+    notify = [handlers.daemon_reload(name)] + ([handlers.restart(name)] if notify_restart else [])
     return File(unit_path(name), content, mode="0644", validate=["systemd-analyze", "verify", "{}"], notify=notify)
 
 

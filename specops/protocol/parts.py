@@ -167,7 +167,10 @@ class Run:
 
 @action("daemon-reload")
 class DaemonReload:
-    """systemctl daemon-reload: a handler, run once, before any restart."""
+    """systemctl daemon-reload: a handler, run once, before any restart.  With `units` (the
+    unit files whose change asked for it), only when systemd does not already have each of
+    them as written (agent.units.daemon_reload)."""
+    units: List[str] = LIST
     desc: str = "daemon-reload"
 
 
