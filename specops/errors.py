@@ -13,5 +13,10 @@ class UsageError(SpecopsError):
     exit_code = 2
 
 
+class NotStarted(SpecopsError):
+    """The host's agent never started (sudo refused, or the agent could not run): no request
+    reached the host, so no lock was taken there.  Asking again would be a second sudo attempt."""
+
+
 class HostKeyError(SpecopsError):
     """The host's SSH key is unknown or has changed."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import handlers, peercopy, protocol, services
-from .errors import SpecopsError
+from .errors import NotStarted, SpecopsError
 from .inventory import Host
 from .layout import LOCK_LEASE
 from .ops import Context, Facts, Op, merge_wants
@@ -92,7 +92,11 @@ class HostRun:
             wants.lock_acquire, wants.break_lock = holder(self.opts.task), self.opts.break_lock
             # Known before the probe answers, so a probe that fails after taking the lock gives it back.
             self.lock_token = wants.lock_acquire.token
-        self.facts = Facts.of(self.connect().agent(wants) if lock else self.call(wants))
+        try:
+            self.facts = Facts.of(self.connect().agent(wants) if lock else self.call(wants))
+        except NotStarted:
+            self.lock_token = None  # the request never reached the host: no lock to give back
+            raise
         if lock:
             got = self.facts.data["lock"]
             if not got["acquired"]:

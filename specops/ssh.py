@@ -26,7 +26,7 @@ import paramiko
 from fabric import Config, Connection
 
 from . import become as become_mod, protocol, shipping
-from .errors import HostKeyError, SpecopsError
+from .errors import HostKeyError, NotStarted, SpecopsError
 from .session import OUTPUT_LIMIT, AgentSession
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
@@ -92,6 +92,7 @@ class Remote:
         self.name = name
         self.round_trips = 0
         self.session: AgentSession | None = None  # the run's agent on this host, once started
+        self.not_started: NotStarted | None = None  # why the agent could not start: never asked twice
         self.interrupted = False  # set when Ctrl-C was passed to a streamed job
         port = vars.get("ssh_port")
         # Without an address the name is an ssh_config alias (HostName, User, Port, IdentityFile).
@@ -272,8 +273,14 @@ class Remote:
         give the lock back when the request ends."""
         if not self.conn.is_connected:
             self.open()
+        if self.not_started:
+            raise self.not_started
         if self.session is None:
-            self.session = AgentSession(self.name, self.conn.client.get_transport(), self.become, self.conn.user)
+            try:
+                self.session = AgentSession(self.name, self.conn.client.get_transport(), self.become, self.conn.user)
+            except SpecopsError as e:  # a refused sudo must not be asked again (by the lock's give-back)
+                self.not_started = NotStarted(str(e))
+                raise self.not_started from None
         self.round_trips += 1
         wire = json.dumps(protocol.encode(request, unlock=unlock, lock=lock)).encode()
         try:
