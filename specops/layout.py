@@ -21,6 +21,10 @@ VENV_CACHE = HOME + "/venvs.json"          # what each venv's interpreter said, 
 # Where a batch writes before it renames: a new directory specops creates beside the target
 # (same filesystem, so the rename is atomic), named with this prefix and a random suffix.
 STAGE_PREFIX = ".specops-stage-"
+# systemd-analyze verify of the unit alone, not of everything it pulls in (a third of the CPU),
+# failing on its warnings too.  systemd older than 250 does not know it: the agent then
+# verifies without it.
+UNIT_ONLY = "--recursive-errors=no"
 WEIGHTS_DIR = HOME + "/weights"            # a manifest per weights directory specops fetched
 TOOLS_DIR = HOME + "/tools"                # venvs of the tools specops runs on the host (hf-<pin>)
 PEER_DIR = HOME + "/peer"                  # <id>/: the key of a copy from a peer, while it runs

@@ -202,6 +202,37 @@ def test_validator_failure_refuses_whole_batch(sandbox):
     assert not h.path("/etc/systemd/system/broken.service").exists()
 
 
+def test_a_warning_in_the_unit_refuses_it(sandbox):
+    """systemd-analyze verify of the unit alone fails on its warnings: a misspelt key, which
+    systemd would ignore at run time, is refused (plain verify exits 0 on it)."""
+    h = sandbox.reset("t4")
+    inv = sandbox.inventory({"t4": {}})
+    typo = UNIT.format(tag="typo").replace("Type=simple", "Typ=simple")
+    reports, out = sandbox.apply(inv, [role("w", lambda host: [unit_file("typo", typo)])])
+    assert reports[0].error and "Unknown key 'Typ' in section [Service]" in reports[0].error, out
+    assert not h.path("/etc/systemd/system/typo.service").exists()
+
+
+def test_an_older_systemd_analyze_still_verifies(sandbox):
+    """systemd before 250 has no --recursive-errors: verify runs without it, and still refuses."""
+    h = sandbox.reset("t4")
+    real = h.run("sh", "-c", "command -v systemd-analyze").stdout.strip()
+    # As systemd 249's getopt answers an option it does not know.
+    h.path("/usr/local/bin/systemd-analyze").write_text(
+        "#!/bin/sh\nfor a; do case $a in --recursive-errors=*) echo \"systemd-analyze: unrecognized option "
+        f"'$a'\" >&2; exit 1;; esac; done\nexec {real} \"$@\"\n")
+    h.run("chmod", "755", "/usr/local/bin/systemd-analyze")
+    inv = sandbox.inventory({"t4": {}})
+    ok = lambda host: [unit_file("demo-sleep", UNIT.format(tag="old"))]
+    reports, out = sandbox.apply(inv, [role("w", ok)])
+    assert reports[0].error is None, out
+    assert h.path("/etc/systemd/system/demo-sleep.service").exists()
+    broken = lambda host: [unit_file("broken", "[Service]\nExecStart=relative/path\n")]
+    reports, out = sandbox.apply(inv, [role("w", broken)])
+    assert reports[0].error and "systemd-analyze verify refused" in reports[0].error, out
+    h.run("rm", "/usr/local/bin/systemd-analyze")
+
+
 @pytest.mark.reliability("host-key", "bad-input")
 def test_host_keys_unknown_accept_new_changed(sandbox, tmp_path):
     h = sandbox.reset("t5")

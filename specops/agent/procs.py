@@ -61,7 +61,8 @@ class Unit:
         except KeyError:
             self.uid = None
         self.cgroup = props.get("ControlGroup") or None
-        self.active = props.get("ActiveState") in ("active", "activating", "reloading", "deactivating")
+        self.state = props.get("ActiveState")
+        self.active = self.state in ("active", "activating", "reloading", "deactivating")
         self.current = props.get("InvocationID")
         self.main = int(props["MainPID"]) if props.get("MainPID", "").isdigit() else 0
         self._runs = self._current_streams = None
@@ -172,6 +173,8 @@ def _proc(pid):
 def attribute(pids, unit_names, runs=None):
     """pid → the unit (among unit_names) whose run it belongs to, for the pids that have one;
     `runs`, if given, gets pid → "current" or "earlier"."""
+    if not pids:
+        return {}
     known = [Unit(n) for n in unit_names]
     out = {}
     for pid in pids:

@@ -12,7 +12,7 @@ from specops import protocol
 from specops.agent import bytecode, safefs, units, weights
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
 from specops.agent.safefs import StageDir, UnsafePath
-from specops.layout import APPLY_JOURNAL
+from specops.layout import APPLY_JOURNAL, UNIT_ONLY
 
 
 class Staged:
@@ -71,6 +71,9 @@ def validate_together(staged):
     many = a.validate[-1] == "{}..."
     argv = a.validate[:-1] + [s.path for s in staged] if many else [w.replace("{}", staged[0].path) for w in a.validate]
     rc, out, err = run_owned(argv)
+    if rc != 0 and UNIT_ONLY in argv and UNIT_ONLY.split("=")[0] in err and "option" in err:
+        argv = [w for w in argv if w != UNIT_ONLY]  # an older systemd-analyze (layout.UNIT_ONLY)
+        rc, out, err = run_owned(argv)
     if rc == 0:
         for s in staged:
             s.take_bytecode()

@@ -33,7 +33,9 @@ class Startup:
         self.lines = 0
         self.memory = 0
         self.moved = time.monotonic()
-        self.read_at = 0.0
+        # The journal first after JOURNAL_EVERY too: it is read from this run's start, so a
+        # start that is ready sooner loses nothing by not asking.
+        self.read_at = time.monotonic()
         # The first GPU reading only after GPU_EVERY: a start that is ready sooner asks nvidia-smi
         # nothing (memory appearing later is progress all the same).
         self.gpu, self.gpu_at = 0, time.monotonic()

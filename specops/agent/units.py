@@ -39,11 +39,13 @@ def stop_unit(ref, others=(), measure=True):
     """Stop the unit, kill what of its runs survives, and say what is left on the GPUs (asking
     nvidia-smi, which is slow on real boxes, only when `measure` or something was running)."""
     t0 = time.time()
-    was_active = Unit(ref.name).active
-    before = _used(_gpu()) if measure else {}
-    say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
-    run_quiet(["systemctl", "stop", ref.name])
     unit = Unit(ref.name)
+    was_active = unit.active
+    before = _used(_gpu()) if measure else {}
+    if unit.state != "inactive":  # an inactive unit has nothing to stop: its leftovers are below
+        say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
+        run_quiet(["systemctl", "stop", ref.name])
+        unit = Unit(ref.name)
     report = protocol.StopReport(name=ref.name, seconds=0)
     deadline = time.time() + ref.settle
     left = leftovers(unit)

@@ -5,7 +5,7 @@ import hashlib
 import json
 
 from .. import handlers, protocol
-from ..layout import unit_path
+from ..layout import UNIT_ONLY, unit_path
 from .base import Op
 from .files import File
 
@@ -13,7 +13,8 @@ from .files import File
 def unit_file(name: str, content: str, notify_restart: bool = True) -> File:
     """A systemd unit, verified by systemd-analyze on the host before it is renamed into place."""
     notify = [handlers.daemon_reload(name)] + ([handlers.restart(name)] if notify_restart else [])
-    return File(unit_path(name), content, mode="0644", validate=["systemd-analyze", "verify", "{}"], notify=notify)
+    return File(unit_path(name), content, mode="0644", validate=["systemd-analyze", "verify", UNIT_ONLY, "{}"],
+                notify=notify)
 
 
 class Service(Op):
