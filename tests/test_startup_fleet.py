@@ -4,6 +4,7 @@ its memory), fails a start that stalls after the stall timeout, and keeps a ceil
 Minutes become seconds, keeping the ratios of the real case: a 12-minute start that keeps
 logging, a stall timeout of a few minutes, the old fixed 10-minute timeout."""
 import re
+import threading
 import time
 
 import pytest
@@ -58,3 +59,23 @@ def test_a_start_that_stalls_fails_after_the_stall_timeout_with_the_journal(sand
     assert took < 60  # the ceiling is 300 s
     assert not h.path("/etc/systemd/system/sglang.service").exists()  # a first deploy: undone
     assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() != "active"
+
+
+def test_a_server_killed_while_starting_fails_verify(sandbox):
+    """While it waits, the ready-wait asks systemd again only when the unit's main process is
+    gone.  A server killed mid-start fails verify ("the server exited"), before systemd's restart
+    (RestartSec=5) starts another that would be ready in time and hide the death."""
+    h = sandbox.reset("t5")
+    done = {}
+    job = threading.Thread(target=lambda: done.update(
+        zip(("res", "rep", "took"), deploy(sandbox, sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "12"}), "t5"))))
+    job.start()
+    deadline, pid = time.monotonic() + 60, "0"
+    while pid == "0" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        pid = h.run("systemctl", "show", "-p", "MainPID", "--value", "sglang", check=False).stdout.strip() or "0"
+    time.sleep(3)  # well into the ready-wait
+    h.run("kill", "-KILL", pid)
+    job.join(180)
+    assert done["res"].returncode == 1, done["res"].stdout[-3000:]
+    assert "the server exited" in done["rep"]["error"], done["rep"]["error"]

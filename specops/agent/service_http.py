@@ -18,6 +18,7 @@ from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
 
 
 GENERATE_TIMEOUT = 600  # seconds one verification generation may take
+READY_POLL = 0.25  # seconds between asks while a service starts: its readiness is seen this late at most
 
 
 def _http(svc, method, path, body=None, timeout=30, key=None):
@@ -72,7 +73,7 @@ def _wait_ready(svc, report, key):
     t0 = time.time()
     u = unit_fact(svc.name)
     watch = Startup(svc.name, u.get("InvocationID"), svc.progress, svc.stall_timeout)
-    last_note, phase = 0.0, None
+    last_note, phase, fresh = 0.0, None, True
     while True:
         if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
@@ -89,7 +90,7 @@ def _wait_ready(svc, report, key):
         if status == 200:
             report.ready_after = round(now - t0, 2)
             say("  %s: ready after %.1fs" % (svc.name, now - t0))
-            return u
+            return u if fresh else unit_fact(svc.name)  # the unit as it is now that it serves
         watch.poll(u.get("ControlGroup"))
         failure = None
         if watch.stalled():
@@ -106,8 +107,15 @@ def _wait_ready(svc, report, key):
             say("  %s: starting (%s: %s) %.0fs elapsed; %s" % (
                 svc.name, svc.endpoints.ready, status, now - t0, watch.phase or "no progress line yet"))
             last_note, phase = now, watch.phase
-        time.sleep(0.5)
-        u = unit_fact(svc.name)
+        time.sleep(READY_POLL)
+        fresh = not _main_alive(u)  # systemd (PID 1) is asked again only when its main process is gone
+        if fresh:
+            u = unit_fact(svc.name)
+
+
+def _main_alive(u):
+    pid = int(u.get("MainPID") or 0)
+    return pid > 0 and os.path.exists("/proc/%d" % pid)
 
 
 def _info(svc, key, timeout=30):
