@@ -5,6 +5,7 @@ from pathlib import Path
 
 from specops import handlers
 from specops.errors import UsageError
+from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PurgeBytecode
 from specops.services import of_kind, venv_of
 from specops.services.sglang import patch_key
@@ -16,10 +17,11 @@ PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"
 EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
 # Compile each staged file, say what is wrong in one line, and take many files ("{}..." in a
 # validator means every staged file: one interpreter checks every patched file of a batch).
-# What it compiled is left beside the staged file as a checked-hash .pyc (PEP 552), which the
-# agent installs once the source is in place (specops.agent.bytecode): the interpreter checks
-# it against the source on every import, and the service need not compile the module again.
-COMPILE = ("import marshal, os, sys\n"
+# What it compiled goes to stdout as a checked-hash .pyc (PEP 552; layout.BYTECODE_LINE), with
+# the hash of what it read: the agent, not this root process, writes it once the source is in
+# place (specops.agent.bytecode).  The interpreter checks it against the source on every import,
+# and the service need not compile the module again.
+COMPILE = ("import base64, hashlib, json, marshal, os, sys\n"
            "from importlib.util import MAGIC_NUMBER, cache_from_source, source_hash\n"
            "for path in sys.argv[1:]:\n"
            "    source = open(path, 'rb').read()\n"
@@ -28,12 +30,12 @@ COMPILE = ("import marshal, os, sys\n"
            "    except SyntaxError as e:\n"
            "        sys.exit('%s: %s: %s (line %s)' % (path, type(e).__name__, e.msg, e.lineno))\n"
            "    try:\n"
-           "        pyc = cache_from_source(path)\n"
+           "        name = os.path.basename(cache_from_source(path))\n"
            "    except NotImplementedError:\n"
            "        continue\n"
-           "    os.makedirs(os.path.dirname(pyc), exist_ok=True)\n"
-           "    with open(pyc, 'xb') as f:\n"
-           "        f.write(MAGIC_NUMBER + (3).to_bytes(4, 'little') + source_hash(source) + marshal.dumps(code))\n")
+           f"    pyc = MAGIC_NUMBER + {CHECKED_HASH!r} + source_hash(source) + marshal.dumps(code)\n"
+           f"    print({BYTECODE_LINE!r} + json.dumps([path, hashlib.sha256(source).hexdigest(), name,\n"
+           "                                   base64.b64encode(pyc).decode()]))\n")
 
 
 def patch_root(host) -> Path:

@@ -14,8 +14,8 @@ class UsageError(SpecopsError):
 
 
 class NotStarted(SpecopsError):
-    """The host's agent never started (sudo refused, or the agent could not run): no request
-    reached the host, so no lock was taken there.  Asking again would be a second sudo attempt."""
+    """The host's agent never started (sudo refused or failed): no request reached the host, so
+    no lock was taken there.  Asking again would be a second sudo attempt."""
 
 
 class HostKeyError(SpecopsError):

@@ -64,6 +64,13 @@ def split_pkg_key(key: str):
     return venv, package, inner
 
 
+PYCACHE = "__pycache__"
+CHECKED_HASH = (3).to_bytes(4, "little")  # PEP 552 .pyc flags: hash-based, checked on every import
+# A validator that compiled a module says so on its stdout, one line per file:
+# BYTECODE_LINE + JSON [staged path, sha256 of the source it read, .pyc name, base64 .pyc].
+BYTECODE_LINE = "specops-pyc "
+
+
 def is_bytecode_of(filename: str, module: str) -> bool:
     """<module>.<tag>[.opt-N].pyc: every interpreter tag and optimisation level."""
     return filename.startswith(module + ".") and filename.endswith(".pyc") \

@@ -95,7 +95,8 @@ class HostRun:
         try:
             self.facts = Facts.of(self.connect().agent(wants) if lock else self.call(wants))
         except NotStarted:
-            self.lock_token = None  # the request never reached the host: no lock to give back
+            if lock:  # this request, which would have taken the lock, never reached the host
+                self.lock_token = None
             raise
         if lock:
             got = self.facts.data["lock"]

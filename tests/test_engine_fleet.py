@@ -219,14 +219,16 @@ def test_an_older_systemd_analyze_still_verifies(sandbox):
     real = h.run("sh", "-c", "command -v systemd-analyze").stdout.strip()
     # As systemd 249's getopt answers an option it does not know.
     h.path("/usr/local/bin/systemd-analyze").write_text(
-        "#!/bin/sh\nfor a; do case $a in --recursive-errors=*) echo \"systemd-analyze: unrecognized option "
-        f"'$a'\" >&2; exit 1;; esac; done\nexec {real} \"$@\"\n")
+        "#!/bin/sh\necho \"$*\" >> /run/analyze.log\nfor a; do case $a in --recursive-errors=*) echo "
+        f"\"systemd-analyze: unrecognized option '$a'\" >&2; exit 1;; esac; done\nexec {real} \"$@\"\n")
     h.run("chmod", "755", "/usr/local/bin/systemd-analyze")
     inv = sandbox.inventory({"t4": {}})
     ok = lambda host: [unit_file("demo-sleep", UNIT.format(tag="old"))]
     reports, out = sandbox.apply(inv, [role("w", ok)])
     assert reports[0].error is None, out
     assert h.path("/etc/systemd/system/demo-sleep.service").exists()
+    asked = h.run("cat", "/run/analyze.log").stdout.splitlines()  # refused the option, then verified without
+    assert len(asked) == 2 and "--recursive-errors=no" in asked[0] and "--recursive" not in asked[1], asked
     broken = lambda host: [unit_file("broken", "[Service]\nExecStart=relative/path\n")]
     reports, out = sandbox.apply(inv, [role("w", broken)])
     assert reports[0].error and "systemd-analyze verify refused" in reports[0].error, out

@@ -148,7 +148,7 @@ def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path):
     broken = tmp_path / "patches" / LLAMA
     broken.parent.mkdir(parents=True)
     broken.write_text((PATCH_DIR / LLAMA).read_text() + "\ndef oops(:\n")
-    # A good patch compiled before the bad one leaves its bytecode in its stage: gone with it.
+    # A good patch compiled before the bad one: its stage goes too.
     (tmp_path / "patches" / DEEPSEEK).write_bytes((PATCH_DIR / DEEPSEEK).read_bytes())
     # The same deploy also changes the unit (tp) and the env file: all of it must be refused.
     res, report = deploy(sandbox, "t2", sandbox_service(patches=[DEEPSEEK, LLAMA], tp=1, env_secret={"K": "v"}),

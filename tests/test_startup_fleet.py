@@ -74,8 +74,10 @@ def test_a_server_killed_while_starting_fails_verify(sandbox):
     while pid == "0" and time.monotonic() < deadline:
         time.sleep(0.2)
         pid = h.run("systemctl", "show", "-p", "MainPID", "--value", "sglang", check=False).stdout.strip() or "0"
+    assert pid != "0", "the server never started"
     time.sleep(3)  # well into the ready-wait
     h.run("kill", "-KILL", pid)
     job.join(180)
     assert done["res"].returncode == 1, done["res"].stdout[-3000:]
     assert "the server exited" in done["rep"]["error"], done["rep"]["error"]
+    assert done["rep"]["verify"][0]["health_statuses"], done["rep"]["verify"]  # it died while being waited for

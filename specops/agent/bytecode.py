@@ -2,59 +2,42 @@
 the one compiled while validating the new source put in its place.
 
 The validator of a patched module (roles.model_patches.COMPILE, run by the service's own
-interpreter) leaves what it compiled in the stage directory's __pycache__, as a checked-hash
-.pyc (PEP 552): the interpreter compares it with the hash of the source on every import, so it
-can never run for other source, whatever the file's size and mtime.  Installing it spares the
-service compiling the module again on start (for a service whose user cannot write
-__pycache__, every process of every start compiled it).  `take` collects it before the source
-is committed; `purge` removes every .pyc of the module, then installs it.
+interpreter) prints what it compiled (layout.BYTECODE_LINE), a checked-hash .pyc (PEP 552):
+the interpreter compares it with the hash of the source on every import, so it can never run
+for other source, whatever the file's size and mtime.  The validator writes nothing: it runs
+as root on a path, and only the agent writes, through descriptors it opened without following
+links.  Installing it spares the service compiling the module again on start (for a service
+whose user cannot write __pycache__, every process of every start compiled it).  `purge`
+removes every .pyc of the module, then installs it, into a __pycache__ only root can write in.
 """
+import base64
+import json
 import os
-import stat
 import time
 
 from specops.agent import safefs
 from specops.agent.host import ActionError, update_state
-from specops.layout import is_bytecode_of
-
-CACHE = "__pycache__"
-CHECKED_HASH = 3  # PEP 552's flags: hash-based, checked against the source
+from specops.layout import BYTECODE_LINE, CHECKED_HASH, PYCACHE, is_bytecode_of
 
 
-def take(stage, module=None):
-    """[(name, bytes)] of the checked-hash bytecode of `module` a validator left in a stage
-    directory (safefs.StageDir); everything in its __pycache__ is removed, so the stage can go."""
-    found = []
-    try:
-        fd = os.open(CACHE, safefs.O_DIR, dir_fd=stage.fd)
-    except OSError:
-        return found
-    try:
-        for name in os.listdir(fd):
-            data = _read(fd, name)
-            os.unlink(name, dir_fd=fd)
-            if module and data and is_bytecode_of(name, module) and _checked(data):
-                found.append((name, data))
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(CACHE, dir_fd=stage.fd)
-    except OSError:
-        pass
+def compiled(stdout):
+    """staged path → (sha256 of the source the validator read, .pyc name, .pyc bytes), from its
+    stdout; lines that do not parse are not bytecode."""
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith(BYTECODE_LINE):
+            try:
+                path, digest, name, data = json.loads(line[len(BYTECODE_LINE):])
+                found[path] = (digest, name, base64.b64decode(data))
+            except (ValueError, TypeError):
+                continue
     return found
 
 
-def _read(dfd, name):
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read() if stat.S_ISREG(os.fstat(fd).st_mode) else None
-
-
-def _checked(data):
-    return len(data) > 16 and int.from_bytes(data[4:8], "little") == CHECKED_HASH
+def usable(name, module, data):
+    """Checked-hash bytecode of `module`, under a name the interpreter looks for."""
+    return (is_bytecode_of(name, module) and "/" not in name and len(data) > 16
+            and data[4:8] == CHECKED_HASH)
 
 
 def purge(a, allowed=(), prepared=None):
@@ -73,38 +56,47 @@ def purge(a, allowed=(), prepared=None):
             left = [n for n in os.listdir(cache) if is_bytecode_of(n, mod)]
             if left:
                 raise ActionError("bytecode for %s still present after purge: %s" % (a.path, left))
-        purged_at, compiled = time.time(), []
-        if prepared and prepared[0] == a.sha256:
-            cache = _make_cache(d, allowed) if cache is None else cache
-            for name, data in prepared[1] if cache is not None else []:
-                # The purge is recorded no later than the bytecode it installs (the filesystem's
-                # clock is coarser than time.time()): that .pyc is not older than the purge.
-                purged_at = min(purged_at, _install(cache, name, data))
-                compiled.append(name)
+        purged_at, installed = time.time(), []
+        if prepared and prepared[0] == a.sha256 and prepared[1]:
+            into = _root_only_cache(d)
+            try:
+                for name, data in prepared[1] if into is not None else []:
+                    # The purge is recorded no later than the bytecode it installs (the filesystem's
+                    # clock is coarser than time.time()): that .pyc is not older than the purge.
+                    purged_at = min(purged_at, _install(into, name, data))
+                    installed.append(name)
+            finally:
+                if into is not None:
+                    os.close(into)
     finally:
         if cache is not None:
             os.close(cache)
 
     def note(state):
         state.setdefault("purges", {})[a.path] = {"sha256": a.sha256, "purged_at": purged_at, "removed": removed,
-                                                  "compiled": compiled}
+                                                  "compiled": installed}
     update_state(note)
     return removed
 
 
 def _open_cache(directory, allowed):
     try:
-        return safefs.open_dir(os.path.join(directory, CACHE), allowed)[0]
+        return safefs.open_dir(os.path.join(directory, PYCACHE), allowed)[0]
     except safefs.Missing:
         return None
 
 
-def _make_cache(directory, allowed):
-    """The module directory's __pycache__, created root-only-writable; None when it cannot be
-    (a directory someone else could write in gets no bytecode: the service compiles)."""
+def _root_only_cache(directory):
+    """The module directory's __pycache__ when only root can write in it (created if missing,
+    only in a module directory only root can write in).  allow_shared_dirs does not reach here:
+    where someone else could write, no bytecode is installed, and the service compiles."""
+    path = os.path.join(directory, PYCACHE)
     try:
-        safefs.make_dir(os.path.join(directory, CACHE), 0o755, 0, 0, allowed)
-        return safefs.open_dir(os.path.join(directory, CACHE), allowed)[0]
+        try:
+            return safefs.open_dir(path)[0]
+        except safefs.Missing:
+            safefs.make_dir(path, 0o755, 0, 0)
+            return safefs.open_dir(path)[0]
     except safefs.UnsafePath:
         return None
 
@@ -126,5 +118,9 @@ def _install(cache, name, data):
         os.unlink(tmp, dir_fd=cache)
         raise
     os.close(fd)
-    os.rename(tmp, name, src_dir_fd=cache, dst_dir_fd=cache)
+    try:
+        os.rename(tmp, name, src_dir_fd=cache, dst_dir_fd=cache)
+    except OSError:
+        os.unlink(tmp, dir_fd=cache)
+        raise
     return mtime

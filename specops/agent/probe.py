@@ -13,7 +13,7 @@ from specops.agent import lock, safefs, weights
 from specops.agent.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name
 from specops.agent.venvs import resolve_key, venv_fact
-from specops.layout import APPLY_JOURNAL, LOCK_DIR, is_bytecode_of
+from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 
 CONTENT_LIMIT = 2 * 1024 * 1024
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
@@ -75,7 +75,7 @@ def _fact_in(dfd, path, name, want_content, allowed):
         fact["content_b64"] = base64.b64encode(data).decode()
     if name.endswith(".py"):
         try:
-            cache = os.open("__pycache__", safefs.O_DIR, dir_fd=dfd)
+            cache = os.open(PYCACHE, safefs.O_DIR, dir_fd=dfd)
             try:
                 fact["pycache"] = sorted(({"name": n, "mtime": os.stat(n, dir_fd=cache, follow_symlinks=False).st_mtime}
                                           for n in os.listdir(cache) if is_bytecode_of(n, name[:-3])),

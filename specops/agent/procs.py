@@ -54,7 +54,7 @@ class Unit:
 
     def __init__(self, name, props=None):
         """`props`: systemctl show's properties if the caller has them already (probe.unit_fact)."""
-        props = props or show(name, "User", "ControlGroup", "InvocationID", "ActiveState", "MainPID")
+        props = props or show(name, "User", "ControlGroup", "InvocationID", "ActiveState", "MainPID", "Job")
         self.name = name
         try:
             self.uid = pwd.getpwnam(props.get("User") or "root").pw_uid
@@ -63,6 +63,7 @@ class Unit:
         self.cgroup = props.get("ControlGroup") or None
         self.state = props.get("ActiveState")
         self.active = self.state in ("active", "activating", "reloading", "deactivating")
+        self.queued = props.get("Job", "0") not in ("", "0")  # a start or stop job waiting to run
         self.current = props.get("InvocationID")
         self.main = int(props["MainPID"]) if props.get("MainPID", "").isdigit() else 0
         self._runs = self._current_streams = None

@@ -73,7 +73,7 @@ def _wait_ready(svc, report, key):
     t0 = time.time()
     u = unit_fact(svc.name)
     watch = Startup(svc.name, u.get("InvocationID"), svc.progress, svc.stall_timeout)
-    last_note, phase, fresh = 0.0, None, True
+    last_note, phase, fresh, seen = 0.0, None, True, {}
     while True:
         if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
@@ -108,14 +108,20 @@ def _wait_ready(svc, report, key):
                 svc.name, svc.endpoints.ready, status, now - t0, watch.phase or "no progress line yet"))
             last_note, phase = now, watch.phase
         time.sleep(READY_POLL)
-        fresh = not _main_alive(u)  # systemd (PID 1) is asked again only when its main process is gone
+        main = _started_at(u)  # systemd (PID 1) is asked again only when its main process is gone
+        fresh = main is None or main != seen.setdefault(u.get("MainPID"), main)
         if fresh:
             u = unit_fact(svc.name)
 
 
-def _main_alive(u):
-    pid = int(u.get("MainPID") or 0)
-    return pid > 0 and os.path.exists("/proc/%d" % pid)
+def _started_at(u):
+    """When the unit's main process started (clock ticks since boot), None if there is none: a
+    reused PID has another start time."""
+    try:
+        with open("/proc/%d/stat" % int(u.get("MainPID") or 0), "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _info(svc, key, timeout=30):

@@ -12,7 +12,7 @@ from specops import protocol
 from specops.agent import bytecode, safefs, units, weights
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
 from specops.agent.safefs import StageDir, UnsafePath
-from specops.layout import APPLY_JOURNAL, UNIT_ONLY
+from specops.layout import APPLY_JOURNAL, BYTECODE_LINE, UNIT_ONLY
 
 
 class Staged:
@@ -54,14 +54,23 @@ class Staged:
         self.forget()
 
     def discard(self):
-        bytecode.take(self.stage)
-        self.stage.remove()
-        self.forget()
+        try:
+            self.stage.remove()
+        finally:
+            self.forget()
 
-    def take_bytecode(self):
-        name = os.path.basename(self.action.path)
-        if name.endswith(".py"):
-            self.bytecode = (sha256(self.data).hexdigest(), bytecode.take(self.stage, name[:-3]))
+    def take_bytecode(self, compiled):
+        """Keep what the validator compiled from this file (bytecode.compiled), if it compiled
+        what was staged: other content means the path it read was not ours, and is refused."""
+        if compiled is None:
+            return
+        digest, name, pyc = compiled
+        if digest != sha256(self.data).hexdigest():
+            raise refusal(self.action, "the validator of %s read other content than was staged "
+                                       "(a path swapped under it?)" % self.action.path)
+        module = os.path.basename(self.action.path)[:-3]
+        if bytecode.usable(name, module, pyc):
+            self.bytecode = (digest, [(name, pyc)])
 
 
 def validate_together(staged):
@@ -75,10 +84,16 @@ def validate_together(staged):
         argv = [w for w in argv if w != UNIT_ONLY]  # an older systemd-analyze (layout.UNIT_ONLY)
         rc, out, err = run_owned(argv)
     if rc == 0:
-        for s in staged:
-            s.take_bytecode()
+        compiled = bytecode.compiled(out)
+        try:
+            for s in staged:
+                s.take_bytecode(compiled.get(s.path))
+        except ActionError:
+            for s in staged:
+                s.discard()
+            raise
         return
-    out = out + err
+    out = "".join(line for line in out.splitlines(True) if not line.startswith(BYTECODE_LINE)) + err
     named = [s for s in staged if s.path in out]
     refused = min(named, key=lambda s: out.index(s.path)) if named else staged[0]
     for s in staged:

@@ -33,8 +33,8 @@ class Startup:
         self.lines = 0
         self.memory = 0
         self.moved = time.monotonic()
-        # The journal first after JOURNAL_EVERY too: it is read from this run's start, so a
-        # start that is ready sooner loses nothing by not asking.
+        # The journal first after JOURNAL_EVERY too: the first read takes this run's last 200
+        # lines, so a start that is ready sooner loses nothing by not asking.
         self.read_at = time.monotonic()
         # The first GPU reading only after GPU_EVERY: a start that is ready sooner asks nvidia-smi
         # nothing (memory appearing later is progress all the same).

@@ -42,7 +42,7 @@ def stop_unit(ref, others=(), measure=True):
     unit = Unit(ref.name)
     was_active = unit.active
     before = _used(_gpu()) if measure else {}
-    if unit.state != "inactive":  # an inactive unit has nothing to stop: its leftovers are below
+    if unit.state != "inactive" or unit.queued:  # nothing to stop, nothing about to start: leftovers below
         say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
         run_quiet(["systemctl", "stop", ref.name])
         unit = Unit(ref.name)

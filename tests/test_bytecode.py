@@ -1,0 +1,52 @@
+"""The validating compile of a patched module hands its bytecode to the agent on stdout: it
+writes nothing itself (it runs as root, on a path), and what it compiled is kept only if it is
+what was staged.  No fleet: the agent's stage code on a local directory."""
+import base64
+import hashlib
+import os
+import sys
+
+import pytest
+
+from roles.model_patches import COMPILE
+from specops import protocol
+from specops.agent import bytecode, stage
+from specops.agent.host import ActionError
+from specops.layout import CHECKED_HASH, PYCACHE
+
+SOURCE = b"VALUE = 1\n"
+
+
+def staged(tmp_path, validate):
+    write = protocol.Write(path=str(tmp_path / "mod.py"), data=base64.b64encode(SOURCE).decode(),
+                           owner=None, group=None, validate=validate, validator="compile")
+    return stage.Staged(write).write()
+
+
+def test_the_compile_prints_checked_bytecode_and_writes_nothing(tmp_path):
+    tmp_path.chmod(0o755)
+    s = staged(tmp_path, [sys.executable, "-I", "-S", "-c", COMPILE, "{}..."])
+    digest, [(name, pyc)] = s.bytecode
+    assert digest == hashlib.sha256(SOURCE).hexdigest()
+    assert name == f"mod.{sys.implementation.cache_tag}.pyc" and pyc[4:8] == CHECKED_HASH
+    assert not [d for d, _, _ in os.walk(tmp_path) if d.endswith(PYCACHE)]  # nothing written by the validator
+    s.discard()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_validator_that_read_other_content_is_refused(tmp_path):
+    """As if the staged path had been swapped under the validator: it compiled something else."""
+    tmp_path.chmod(0o755)
+    swap = "import sys\nopen(sys.argv[1], 'w').write('OTHER = 2\\n')\n"
+    with pytest.raises(ActionError, match="read other content than was staged"):
+        staged(tmp_path, [sys.executable, "-I", "-S", "-c", swap + COMPILE, "{}..."])
+    assert os.listdir(tmp_path) == []  # its stage is gone
+
+
+def test_only_checked_bytecode_of_the_module_is_usable():
+    good = b"\0" * 4 + CHECKED_HASH + b"\0" * 16
+    assert bytecode.usable("mod.cpython-311.pyc", "mod", good)
+    assert not bytecode.usable("mod.cpython-311.pyc", "mod", good[:4] + b"\0" * 4 + good[8:])  # timestamp-based
+    assert not bytecode.usable("other.cpython-311.pyc", "mod", good)
+    assert not bytecode.usable("mod.x/../../elsewhere.pyc", "mod", good)
+    assert bytecode.compiled("noise\nspecops-pyc [1, 2\n") == {}
