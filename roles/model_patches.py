@@ -18,22 +18,31 @@ EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
 # Compile each staged file, say what is wrong in one line, and take many files ("{}..." in a
 # validator means every staged file: one interpreter checks every patched file of a batch).
 # What it compiled goes to stdout as a checked-hash .pyc (PEP 552; layout.BYTECODE_LINE), with
-# the hash of what it read: the agent, not this root process, writes it once the source is in
-# place (specops.agent.bytecode).  The interpreter checks it against the source on every import,
-# and the service need not compile the module again.
-COMPILE = ("import base64, hashlib, json, marshal, os, sys\n"
+# the hash of what it read (the agent refuses other content than it staged): the agent, not
+# this root process, writes it once the source is in place (specops.agent.bytecode).  The
+# interpreter checks it against the source on every import, and the service need not compile
+# the module again.
+COMPILE = ("import base64, hashlib, json, marshal, os, stat, sys, warnings\n"
            "from importlib.util import MAGIC_NUMBER, cache_from_source, source_hash\n"
+           "warnings.simplefilter('ignore')  # a warning would print a line of what it read\n"
            "for path in sys.argv[1:]:\n"
-           "    source = open(path, 'rb').read()\n"
+           "    try:  # the staged file itself: never a link's target, a FIFO or a device\n"
+           "        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)\n"
+           "    except OSError as e:\n"
+           "        sys.exit('%s: %s' % (path, e.strerror))\n"
+           "    with os.fdopen(fd, 'rb') as f:\n"
+           "        if not stat.S_ISREG(os.fstat(fd).st_mode):\n"
+           "            sys.exit('%s: not a regular file' % path)\n"
+           "        source = f.read()\n"
            "    try:\n"
            "        code = compile(source, path, 'exec', dont_inherit=True)\n"
            "    except SyntaxError as e:\n"
            "        sys.exit('%s: %s: %s (line %s)' % (path, type(e).__name__, e.msg, e.lineno))\n"
            "    try:\n"
            "        name = os.path.basename(cache_from_source(path))\n"
-           "    except NotImplementedError:\n"
-           "        continue\n"
-           f"    pyc = MAGIC_NUMBER + {CHECKED_HASH!r} + source_hash(source) + marshal.dumps(code)\n"
+           f"        pyc = MAGIC_NUMBER + {CHECKED_HASH!r} + source_hash(source) + marshal.dumps(code)\n"
+           "    except NotImplementedError:  # no bytecode cache here: what was read is still said\n"
+           "        name, pyc = '', b''\n"
            f"    print({BYTECODE_LINE!r} + json.dumps([path, hashlib.sha256(source).hexdigest(), name,\n"
            "                                   base64.b64encode(pyc).decode()]))\n")
 

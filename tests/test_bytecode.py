@@ -50,3 +50,22 @@ def test_only_checked_bytecode_of_the_module_is_usable():
     assert not bytecode.usable("other.cpython-311.pyc", "mod", good)
     assert not bytecode.usable("mod.x/../../elsewhere.pyc", "mod", good)
     assert bytecode.compiled("noise\nspecops-pyc [1, 2\n") == {}
+
+
+def test_the_compile_opens_only_the_staged_file_and_prints_none_of_another(tmp_path):
+    """Shown a link where its file was, the compile refuses it; shown another file that compiles
+    with a warning, in a batch that fails, the refusal carries no line of that file."""
+    tmp_path.chmod(0o755)
+    secret = tmp_path.parent / f"{tmp_path.name}-secret.env"
+    secret.write_text('KEY="hunter2" is 1\n')  # parses as Python, with a warning
+    secret.chmod(0o600)
+    link = f"import os, sys\nos.unlink(sys.argv[1]); os.symlink({str(secret)!r}, sys.argv[1])\n"
+    with pytest.raises(ActionError, match="Too many levels of symbolic links") as refused:
+        staged(tmp_path, [sys.executable, "-I", "-S", "-c", link + COMPILE, "{}..."])
+    assert "hunter2" not in str(refused.value)
+    swap = f"import shutil, sys\nshutil.copyfile({str(secret)!r}, sys.argv[1])\n"
+    later = "sys.exit('the next file of the batch: SyntaxError')\n"  # so the validator's stderr is shown
+    with pytest.raises(ActionError, match="the next file of the batch") as refused:
+        staged(tmp_path, [sys.executable, "-I", "-S", "-c", swap + COMPILE + later, "{}..."])
+    assert "hunter2" not in str(refused.value)
+    assert os.listdir(tmp_path) == []

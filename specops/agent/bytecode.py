@@ -89,7 +89,7 @@ def _open_cache(directory, allowed):
 def _root_only_cache(directory):
     """The module directory's __pycache__ when only root can write in it (created if missing,
     only in a module directory only root can write in).  allow_shared_dirs does not reach here:
-    where someone else could write, no bytecode is installed, and the service compiles."""
+    a __pycache__ someone else could write in gets no bytecode, and the service compiles."""
     path = os.path.join(directory, PYCACHE)
     try:
         try:

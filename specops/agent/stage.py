@@ -69,7 +69,7 @@ class Staged:
             raise refusal(self.action, "the validator of %s read other content than was staged "
                                        "(a path swapped under it?)" % self.action.path)
         module = os.path.basename(self.action.path)[:-3]
-        if bytecode.usable(name, module, pyc):
+        if name and bytecode.usable(name, module, pyc):
             self.bytecode = (digest, [(name, pyc)])
 
 
