@@ -271,10 +271,10 @@ class Remote:
         """One protocol request to this host's agent (started with the first): one round trip.
         `lock`: the run's lock token (the request runs only while it holds the lock); `unlock`:
         give the lock back when the request ends."""
-        if not self.conn.is_connected:
-            self.open()
         if self.not_started:
             raise self.not_started
+        if not self.conn.is_connected:
+            self.open()
         if self.session is None:
             try:
                 self.session = AgentSession(self.name, self.conn.client.get_transport(), self.become, self.conn.user)

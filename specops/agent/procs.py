@@ -209,7 +209,9 @@ def describe(pid, mib=None, unit=None):
     return {"pid": pid, "title": title(pid), "user": user, "mib": mib, "unit": unit}
 
 
-def _starttime(pid):
+def starttime(pid):
+    """When a live process started (clock ticks since boot); None when it is gone or a zombie.
+    A reused PID has another start time."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -219,7 +221,7 @@ def _starttime(pid):
 
 
 def alive(pid):
-    return _starttime(pid) is not None
+    return starttime(pid) is not None
 
 
 def send(pid, sig, unit):
@@ -244,9 +246,9 @@ def send(pid, sig, unit):
             return False
         finally:
             os.close(fd)
-    born = _starttime(pid)
+    born = starttime(pid)
     info = _proc(pid)
-    if born is None or not info or not unit.owns(pid, *info) or _starttime(pid) != born:
+    if born is None or not info or not unit.owns(pid, *info) or starttime(pid) != born:
         return False
     try:
         os.kill(pid, sig)

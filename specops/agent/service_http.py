@@ -9,7 +9,7 @@ import os
 import time
 
 from specops import protocol
-from specops.agent import http, listeners
+from specops.agent import http, listeners, procs
 from specops.agent.host import clean, journal, read_state, say
 from specops.agent.probe import unit_fact
 from specops.agent.startup import Startup
@@ -108,20 +108,10 @@ def _wait_ready(svc, report, key):
                 svc.name, svc.endpoints.ready, status, now - t0, watch.phase or "no progress line yet"))
             last_note, phase = now, watch.phase
         time.sleep(READY_POLL)
-        main = _started_at(u)  # systemd (PID 1) is asked again only when its main process is gone
+        main = procs.starttime(int(u.get("MainPID") or 0))  # PID 1 is asked again only when that is gone
         fresh = main is None or main != seen.setdefault(u.get("MainPID"), main)
         if fresh:
             u = unit_fact(svc.name)
-
-
-def _started_at(u):
-    """When the unit's main process started (clock ticks since boot), None if there is none: a
-    reused PID has another start time."""
-    try:
-        with open("/proc/%d/stat" % int(u.get("MainPID") or 0), "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19]
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _info(svc, key, timeout=30):
