@@ -2,6 +2,7 @@
 between their namespaces (sandbox/peerlink.py).  The simulator does what matters of SGLang's
 multi-node start: rank 0 is not ready until every rank has joined at --dist-init-addr, only
 rank 0 serves HTTP, and a rank that goes takes the others down (a NCCL failure)."""
+import re
 import time
 
 import pytest
@@ -17,7 +18,10 @@ pytestmark = pytest.mark.fleet
 def two_nodes(sandbox):
     t1, t2 = sandbox.reset("t1"), sandbox.reset("t2")
     rank0_address, _ = peerlink.up(t1, t2)
-    svc = sandbox_service(nodes=["t1", "t2"], tp=2, env={"SGLANG_SIM_STARTUP_DELAY": "1"})
+    # Rank 0 takes 1 s to stop and rank 1 3 s, so rank 1 is being stopped when rank 0 goes, and
+    # exits with a failure (the NCCL failure of a lost peer takes it down).
+    svc = sandbox_service(nodes=["t1", "t2"], tp=2,
+                          env={"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "1,3"})
     inv = sandbox.inventory({"t1": {"services": [svc], "node_address": rank0_address}, "t2": {"services": [svc]}})
     yield t1, t2, inv, rank0_address
     peerlink.down(t1, t2)
@@ -59,6 +63,8 @@ def test_a_two_node_service_comes_up_verifies_through_rank_0_and_stops_on_both(s
     assert res.returncode == 0, res.stdout[-3000:]
     lines = [next(l for l in res.stdout.splitlines() if l.startswith(h + " ") and "sglang: stopped in" in l)
              for h in ("t1", "t2")]
+    # The rank that lost its peer while being stopped ended "failed"; stop says so and leaves it stopped.
+    assert re.search(r"^t2 .*its run ended with exit-code while being stopped", res.stdout, re.M), res.stdout[-3000:]
     # Each node's GPUs proven free.  The node stopped second may have nothing left to free: a rank
     # that loses its peer exits at once (as a NCCL failure takes it down).
     assert all("0 compute app(s) left on the GPUs" in line for line in lines), lines

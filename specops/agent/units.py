@@ -9,7 +9,8 @@ import time
 
 from specops import protocol
 from specops.agent.host import ActionError, run_quiet, run_streamed, say
-from specops.agent.procs import Unit, alive, attribute, describe, leftovers, remember_invocation, send, title
+from specops.agent.procs import (Unit, alive, attribute, describe, leftovers, remember_invocation, send, show,
+                                 title)
 
 
 def _gpu():
@@ -35,6 +36,16 @@ def daemon_reload(names=()):
     run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
 
 
+def _clear_failure(name):
+    """A run that fails while being stopped failed because of the stop: a rank whose peer was
+    stopped first exits at once (its NCCL communicator is gone), often before its own SIGTERM is
+    handled.  Leaving the unit "failed" would report a crash that stop itself caused."""
+    result = show(name, "Result").get("Result") or "a failure"
+    run_quiet(["systemctl", "reset-failed", name])
+    say("  %s: its run ended with %s while being stopped (as a rank does whose peer went first); "
+        "failed state cleared" % (name, result))
+
+
 def stop_unit(ref, others=(), measure=True):
     """Stop the unit, kill what of its runs survives, and say what is left on the GPUs (asking
     nvidia-smi, which is slow on real boxes, only when `measure` or something was running)."""
@@ -45,7 +56,9 @@ def stop_unit(ref, others=(), measure=True):
     if unit.state != "inactive" or unit.queued:  # nothing to stop, nothing about to start: leftovers below
         say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
         run_quiet(["systemctl", "stop", ref.name])
-        unit = Unit(ref.name)
+        failed_before, unit = unit.state == "failed", Unit(ref.name)
+        if unit.state == "failed" and not failed_before:
+            _clear_failure(ref.name)
     report = protocol.StopReport(name=ref.name, seconds=0)
     deadline = time.time() + ref.settle
     left = leftovers(unit)

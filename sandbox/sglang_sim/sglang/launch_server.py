@@ -19,6 +19,10 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
                             that ignore SIGTERM; "escape": they also leave the cgroup
   SGLANG_SIM_GPU_MEM_MB     memory each process holds per GPU (default 1000)
   SGLANG_SIM_FAIL_WITHOUT_SPEC  exit at start when run without speculation (a baseline that fails)
+  SGLANG_SIM_STOP_SECONDS   seconds a server takes to shut down on SIGTERM (default 0), as a real
+                            one drains requests and frees its CUDA contexts; a peer rank lost
+                            meanwhile still takes it down with a failure.  A comma-separated
+                            list gives node rank i its i-th entry
 """
 import importlib
 import json
@@ -275,6 +279,16 @@ def dummy_health_server(host, port):
     ThreadingHTTPServer((host, port), Health).serve_forever()
 
 
+def shut_down_after(node_rank):
+    """SIGTERM's handler: exit 0 after SGLANG_SIM_STOP_SECONDS; the join's watch threads keep running."""
+    seconds = os.environ.get("SGLANG_SIM_STOP_SECONDS", "0").split(",")
+
+    def shut_down(*_):
+        time.sleep(float(seconds[min(node_rank, len(seconds) - 1)]))
+        os._exit(0)
+    return shut_down
+
+
 def join(args):
     """Across nodes, as torch.distributed's rendezvous does at --dist-init-addr: rank 0 waits until
     every other rank has joined; afterwards, any rank that goes takes the others down with it (a
@@ -348,7 +362,7 @@ def main(argv=None):
     if args.nnodes > 1:
         join(args)
         if args.node_rank > 0:  # the other ranks run schedulers and a health check only
-            signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+            signal.signal(signal.SIGTERM, shut_down_after(args.node_rank))
             dummy_health_server(args.host, args.port)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
@@ -358,7 +372,7 @@ def main(argv=None):
         log.info("The server is fired up and ready to roll!")
 
     threading.Thread(target=ready_later, daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGTERM, shut_down_after(args.node_rank))
     server.serve_forever()
 
 
