@@ -1,6 +1,7 @@
 """Shared fixtures: one sandbox fleet per session, inventories written per test."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -39,11 +40,20 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def fleet():
-    """Five booted sandbox hosts with SGLang (simulator) preinstalled, reused by every test."""
+    """Five booted sandbox hosts with SGLang (simulator) preinstalled, reused by every test.
+    One test run at a time: a second would reset and restart the first one's hosts under it."""
+    TEST_SITE.state.mkdir(parents=True, exist_ok=True)
+    lock = open(TEST_SITE.state / "run.lock", "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"[sandbox] another test run holds {TEST_SITE.state}; waiting for it", file=sys.stderr, flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
     f = fleet_mod.Fleet(FLEET_HOSTS, layers=[provision.layer("gpubox")], site=TEST_SITE).up()
     provision.write_known_hosts(f)
     yield f
     f.down()
+    lock.close()
 
 
 @pytest.fixture(scope="session")

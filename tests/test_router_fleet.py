@@ -126,7 +126,7 @@ def serving(sandbox, routed):
     hosts, links, index = routed
     inv = write_inventory(sandbox, hosts, links, index, router={"retries": False})
     res, _ = deploy(sandbox, inv, "--all")
-    assert res.returncode == 0, res.stdout[-3000:]
+    assert res.returncode == 0, res.stdout[-6000:]
     return hosts, links, index
 
 
@@ -135,7 +135,8 @@ def test_a_rolling_deploy_behind_the_router_drops_no_request(sandbox, serving):
     # Requests of about a second (48 tokens at 40 tok/s): longer than taking a worker out takes, so
     # only waiting until it is idle keeps them whole.
     slow = write_inventory(sandbox, hosts, links, index, knobs={"SGLANG_SIM_TOK_S": "40"}, router={"retries": False})
-    assert deploy(sandbox, slow, "--group", "workers")[0].returncode == 0
+    res = deploy(sandbox, slow, "--group", "workers")[0]
+    assert res.returncode == 0, res.stdout[-4000:]
     before = {w: started(hosts[w], "sglang") for w in WORKERS}
     res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "41"}, max_new_tokens=48)
     print(f"\nrolling deploy of 3 workers, --serial 1, 16 clients through the router: {load}")

@@ -36,23 +36,30 @@ def daemon_reload(names=()):
     run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
 
 
+# How a run ends that stopped by itself: a rank whose peer was stopped first exits at once (its
+# NCCL communicator is gone), often before its own SIGTERM is handled.  Not "timeout": a server
+# that outlived TimeoutStopSec and was killed hung, and stays "failed" for status to show.
+ENDED_BY_ITSELF = ("exit-code", "signal", "core-dump")
+
+
 def _clear_failure(name):
-    """A run that fails while being stopped failed because of the stop: a rank whose peer was
-    stopped first exits at once (its NCCL communicator is gone), often before its own SIGTERM is
-    handled.  Leaving the unit "failed" would report a crash that stop itself caused."""
-    result = show(name, "Result").get("Result") or "a failure"
-    run_quiet(["systemctl", "reset-failed", name])
-    say("  %s: its run ended with %s while being stopped (as a rank does whose peer went first); "
-        "failed state cleared" % (name, result))
+    """The unit failed while being stopped: a failure the stop itself caused, unless it hung."""
+    result = show(name, "Result").get("Result")
+    if result not in ENDED_BY_ITSELF:
+        say("  %s: failed while being stopped (%s); left \"failed\"" % (name, result))
+    else:
+        rc, out = run_quiet(["systemctl", "reset-failed", name])
+        say("  %s: its run ended with %s while being stopped (as a rank does whose peer went first); %s"
+            % (name, result, "failed state cleared" if rc == 0 else "reset-failed: " + out.strip()))
 
 
 def stop_unit(ref, others=(), measure=True):
     """Stop the unit, kill what of its runs survives, and say what is left on the GPUs (asking
     nvidia-smi, which is slow on real boxes, only when `measure` or something was running)."""
     t0 = time.time()
-    unit = Unit(ref.name)
-    was_active = unit.active
     before = _used(_gpu()) if measure else {}
+    unit = Unit(ref.name)  # read just before the stop: a failure after it is one the stop caused
+    was_active = unit.active
     if unit.state != "inactive" or unit.queued:  # nothing to stop, nothing about to start: leftovers below
         say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
         run_quiet(["systemctl", "stop", ref.name])
