@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import logins
+from sandbox import cgroups, logins
 
 SUITE = "bookworm"
 PACKAGES = ["systemd", "systemd-sysv", "openssh-server", "python3", "python3-venv",
@@ -214,10 +214,10 @@ def _filesystem_up(h: Host, lowers: list[Path]) -> None:
 
 def _boot(h: Host) -> None:
     logf = open(h.dir / "console.log", "wb")
-    proc = subprocess.Popen(
-        ["systemd-nspawn", "-q", "-D", str(h.merged), "--boot", "--register=no", "--keep-unit",
-         f"--network-namespace-path=/run/netns/{h.netns}", f"--machine={h.name}",
-         "--capability=all", "--resolv-conf=off"],
+    proc = subprocess.Popen(cgroups.argv(h.netns, [
+        "systemd-nspawn", "-q", "-D", str(h.merged), "--boot", "--register=no", "--keep-unit",
+        f"--network-namespace-path=/run/netns/{h.netns}", f"--machine={h.name}",
+        "--capability=all", "--resolv-conf=off"]),
         stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     (h.dir / "nspawn.pid").write_text(str(proc.pid))
 
@@ -393,6 +393,7 @@ def _teardown_one(h: Host) -> None:
         sh("umount", "-l", str(h.merged), check=False)
     sh("ip", "link", "del", h.veth, check=False)
     sh("ip", "netns", "del", h.netns, check=False)
+    cgroups.remove(lambda name: name == h.netns)
     shutil.rmtree(h.dir, ignore_errors=True)
 
 
@@ -443,6 +444,7 @@ def sweep(site: Site = DEFAULT_SITE) -> None:
         if name.startswith(f"{site.prefix}v"):
             sh("ip", "link", "del", name, check=False)
     service_address_down(site)
+    cgroups.remove(lambda name: name.startswith(f"{site.prefix}-"))
     for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0]
         if name.startswith(f"{site.prefix}-"):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import fleet
+from sandbox import cgroups, fleet
 
 pytestmark = pytest.mark.fleet
 
@@ -24,7 +24,9 @@ def traces(site: fleet.Site) -> dict:
         except OSError:
             pass
     addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
-    return {"netns": [n for n in netns if n.startswith(site.prefix + "-")],
+    groups = [g for top in cgroups._tops() if top.is_dir() for g in top.iterdir()
+              if g.is_dir() and g.name.startswith(site.prefix + "-")]
+    return {"cgroups": groups,"netns": [n for n in netns if n.startswith(site.prefix + "-")],
             "addresses": [a for a in addresses.splitlines() if f" {site.subnet}." in a],
             "veth": [l for l in links.splitlines() if f": {site.prefix}v" in l],
             "mounts": [m for m in mounts.splitlines() if str(site.state) in m],
@@ -45,4 +47,23 @@ def test_killed_run_leftovers_are_swept_and_teardown_is_clean(tmp_path):
         assert len(traces(site)["netns"]) == 2
     finally:
         fleet.sweep(site)
-    assert traces(site) == {"netns": [], "addresses": [], "veth": [], "mounts": [], "procs": []}
+    assert traces(site) == {"cgroups": [], "netns": [], "addresses": [], "veth": [], "mounts": [], "procs": []}
+
+
+def test_each_host_has_its_own_cgroup_tree(sandbox):
+    """A unit of one name on two hosts is two cgroups, as on two real boxes: one host's systemd
+    never sees, kills or removes the other's processes (shared, a stop on t1 failed to kill
+    "control group ... Input/output error" and a start there died with 219/CGROUP)."""
+    hosts = [sandbox.host("t1"), sandbox.host("t2")]
+    try:
+        for h in hosts:
+            h.run("systemd-run", "--unit=cgprobe", "sleep", "300")
+        for h in hosts:
+            group = h.run("systemctl", "show", "-p", "ControlGroup", "--value", "cgprobe").stdout.strip()
+            main = h.run("systemctl", "show", "-p", "MainPID", "--value", "cgprobe").stdout.strip()
+            # cgroup2, as systemd reads it: a process of another PID namespace is listed as 0.
+            procs = h.run("cat", f"/sys/fs/cgroup/unified{group}/cgroup.procs").stdout.split()
+            assert procs == [main], (h.name, group, procs)
+    finally:
+        for h in hosts:
+            h.run("systemctl", "stop", "cgprobe", check=False)
