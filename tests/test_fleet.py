@@ -62,7 +62,9 @@ def test_each_host_has_its_own_cgroup_tree(sandbox):
             group = h.run("systemctl", "show", "-p", "ControlGroup", "--value", "cgprobe").stdout.strip()
             main = h.run("systemctl", "show", "-p", "MainPID", "--value", "cgprobe").stdout.strip()
             # cgroup2, as systemd reads it: a process of another PID namespace is listed as 0.
-            procs = h.run("cat", f"/sys/fs/cgroup/unified{group}/cgroup.procs").stdout.split()
+            hybrid = h.run("test", "-d", "/sys/fs/cgroup/unified", check=False).returncode == 0
+            unified = "/sys/fs/cgroup/unified" if hybrid else "/sys/fs/cgroup"
+            procs = h.run("cat", f"{unified}{group}/cgroup.procs").stdout.split()
             assert procs == [main], (h.name, group, procs)
     finally:
         for h in hosts:

@@ -43,7 +43,8 @@ ENDED_BY_ITSELF = ("exit-code", "signal", "core-dump")
 
 
 def _clear_failure(name):
-    """The unit failed while being stopped: a failure the stop itself caused, unless it hung."""
+    """A rank of a multi-node service failed while being stopped: a failure the stop itself
+    caused (a peer went first), unless it hung.  A single-node unit's failure is left as it is."""
     result = show(name, "Result").get("Result")
     if result not in ENDED_BY_ITSELF:
         say("  %s: failed while being stopped (%s); left \"failed\"" % (name, result))
@@ -64,7 +65,7 @@ def stop_unit(ref, others=(), measure=True):
         say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
         run_quiet(["systemctl", "stop", ref.name])
         failed_before, unit = unit.state == "failed", Unit(ref.name)
-        if unit.state == "failed" and not failed_before:
+        if unit.state == "failed" and not failed_before and ref.ranks > 1:
             _clear_failure(ref.name)
     report = protocol.StopReport(name=ref.name, seconds=0)
     deadline = time.time() + ref.settle

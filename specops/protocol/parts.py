@@ -32,6 +32,7 @@ class UnitRef:
     settle: float = 3
     titles: List[str] = LIST
     gpus: Optional[List[int]] = None  # the GPU indices it uses (None: every GPU)
+    ranks: int = 1  # the nodes it spans: a rank's run ends by itself when a peer stops first
 
 
 @message

@@ -30,7 +30,8 @@ class ServiceKind:
         else all of them), how long leftovers get between SIGTERM and SIGKILL."""
         visible = svc.get("cuda_visible_devices")
         gpus = [int(g) for g in str(visible).split(",") if g.strip().isdigit()] if visible else None
-        return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=list(self.titles), gpus=gpus)
+        return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=list(self.titles), gpus=gpus,
+                                ranks=len(svc.get("nodes") or ()) or 1)
 
     def description(self, svc: dict) -> str:
         """Its unit's Description= line."""
