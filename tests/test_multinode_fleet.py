@@ -71,6 +71,28 @@ def test_a_two_node_service_comes_up_verifies_through_rank_0_and_stops_on_both(s
         ["inactive", "inactive"]
 
 
+def test_a_rank_that_hangs_past_its_stop_timeout_stays_failed(sandbox):
+    """Stop clears only a failure the stop caused by itself: a rank that hung (its peer gone, it
+    waits in a collective; it ignores SIGTERM for 30 s) and was killed at TimeoutStopSec stays
+    "failed", and stop says so, for status to show."""
+    t1, t2 = sandbox.reset("t1"), sandbox.reset("t2")
+    rank0_address, _ = peerlink.up(t1, t2)
+    try:
+        svc = sandbox_service(nodes=["t1", "t2"], tp=2, timeout_stop_sec=3, env={
+            "SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "0,30", "SGLANG_SIM_PEER_LOSS": "hang"})
+        inv = sandbox.inventory({"t1": {"services": [svc], "node_address": rank0_address}, "t2": {"services": [svc]}})
+        res, _ = deploy(sandbox, inv, "--host", "t1")
+        assert res.returncode == 0, res.stdout[-4000:]
+        res = sandbox.inv("stop", "--host", "t1", inventory=inv)
+        assert re.search(r'^t2 .*sglang: failed while being stopped \(timeout\); left "failed"$', res.stdout, re.M), \
+            res.stdout[-3000:]
+        assert "failed state cleared" not in res.stdout, res.stdout[-3000:]
+        assert [h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() for h in (t1, t2)] == \
+            ["inactive", "failed"]
+    finally:
+        peerlink.down(t1, t2)
+
+
 def test_a_lost_rank_fails_rank_0_with_a_clear_message(sandbox, two_nodes):
     t1, t2, inv, addr = two_nodes
     res, _ = deploy(sandbox, inv, "--host", "t1")

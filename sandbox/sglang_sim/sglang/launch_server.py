@@ -23,6 +23,8 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
                             one drains requests and frees its CUDA contexts; a peer rank lost
                             meanwhile still takes it down with a failure.  A comma-separated
                             list gives node rank i its i-th entry
+  SGLANG_SIM_PEER_LOSS      "hang": a rank whose peer is gone hangs in its collective (until
+                            NCCL's watchdog, minutes later) instead of exiting at once
 """
 import importlib
 import json
@@ -301,6 +303,9 @@ def join(args):
             conn.recv(1)  # nothing is ever sent: returns when the peer is gone
         except OSError:
             pass
+        if os.environ.get("SGLANG_SIM_PEER_LOSS") == "hang":
+            log.warning("%s left the communicator; waiting in a collective", who)
+            return
         log.error("RuntimeError: NCCL error: %s left the communicator (connection to %s closed)", who,
                   args.dist_init_addr)
         os._exit(1)
