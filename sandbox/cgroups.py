@@ -40,7 +40,7 @@ def _hierarchies(mountinfo: str) -> list[Path]:
     return found
 
 
-def _tops() -> list[Path]:
+def tops() -> list[Path]:
     # At the top of each hierarchy, not under the caller's cgroup: run through sudo from a
     # desktop session, that one is the user's, and so would the containers' be.
     return [h / TOP for h in _hierarchies(Path("/proc/self/mountinfo").read_text())]
@@ -49,11 +49,11 @@ def _tops() -> list[Path]:
 def argv(name: str, command: list[str]) -> list[str]:
     """`command` run from a cgroup of the host's own (`name`: unique on this machine), in every
     tracked hierarchy: a shell moves itself there, then execs it (its pid stays the command's)."""
-    tops = _tops()
-    if not tops:
+    found = tops()
+    if not found:
         raise RuntimeError("no cgroup2 or name=systemd hierarchy is mounted: sandbox hosts need one")
     moves = []
-    for top in tops:
+    for top in found:
         group = top / name
         try:
             group.mkdir(parents=True, exist_ok=True)
@@ -71,7 +71,7 @@ def remove(match: Callable[[str], bool]) -> None:
     Only directories are removed, deepest first; one still holding a process stays."""
     deadline = time.monotonic() + 5  # a container just killed takes a moment to leave its group
     while True:
-        groups = [g for top in _tops() if top.is_dir() for g in top.iterdir() if g.is_dir() and match(g.name)]
+        groups = [g for top in tops() if top.is_dir() for g in top.iterdir() if g.is_dir() and match(g.name)]
         for group in groups:
             for path, _, _ in os.walk(group, topdown=False):
                 try:

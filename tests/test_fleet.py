@@ -24,9 +24,9 @@ def traces(site: fleet.Site) -> dict:
         except OSError:
             pass
     addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
-    groups = [g for top in cgroups._tops() if top.is_dir() for g in top.iterdir()
+    groups = [g for top in cgroups.tops() if top.is_dir() for g in top.iterdir()
               if g.is_dir() and g.name.startswith(site.prefix + "-")]
-    return {"cgroups": groups,"netns": [n for n in netns if n.startswith(site.prefix + "-")],
+    return {"cgroups": groups, "netns": [n for n in netns if n.startswith(site.prefix + "-")],
             "addresses": [a for a in addresses.splitlines() if f" {site.subnet}." in a],
             "veth": [l for l in links.splitlines() if f": {site.prefix}v" in l],
             "mounts": [m for m in mounts.splitlines() if str(site.state) in m],

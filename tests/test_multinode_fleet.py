@@ -2,6 +2,7 @@
 between their namespaces (sandbox/peerlink.py).  The simulator does what matters of SGLang's
 multi-node start: rank 0 is not ready until every rank has joined at --dist-init-addr, only
 rank 0 serves HTTP, and a rank that goes takes the others down (a NCCL failure)."""
+import contextlib
 import re
 import time
 
@@ -14,17 +15,25 @@ from sandbox.provision import sandbox_service
 pytestmark = pytest.mark.fleet
 
 
-@pytest.fixture
-def two_nodes(sandbox):
+@contextlib.contextmanager
+def spanning(sandbox, over):
+    """t1 (rank 0) and t2 (rank 1), freshly booted and linked, with a service across both."""
     t1, t2 = sandbox.reset("t1"), sandbox.reset("t2")
     rank0_address, _ = peerlink.up(t1, t2)
+    try:
+        svc = sandbox_service(nodes=["t1", "t2"], tp=2, **over)
+        inv = sandbox.inventory({"t1": {"services": [svc], "node_address": rank0_address}, "t2": {"services": [svc]}})
+        yield t1, t2, inv, rank0_address
+    finally:
+        peerlink.down(t1, t2)
+
+
+@pytest.fixture
+def two_nodes(sandbox):
     # Rank 0 takes 3 s to stop and rank 1 up to 30 s, so rank 1 is being stopped when rank 0 goes
     # (unless its stop comes 3 s later), and exits with a failure, as a lost peer's NCCL error does.
-    svc = sandbox_service(nodes=["t1", "t2"], tp=2,
-                          env={"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "3,30"})
-    inv = sandbox.inventory({"t1": {"services": [svc], "node_address": rank0_address}, "t2": {"services": [svc]}})
-    yield t1, t2, inv, rank0_address
-    peerlink.down(t1, t2)
+    with spanning(sandbox, {"env": {"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "3,30"}}) as nodes:
+        yield nodes
 
 
 def deploy(sandbox, inv, *args):
@@ -75,12 +84,8 @@ def test_a_rank_that_hangs_past_its_stop_timeout_stays_failed(sandbox):
     """Stop clears only a failure the stop caused by itself: a rank that hung (its peer gone, it
     waits in a collective; it ignores SIGTERM for 30 s) and was killed at TimeoutStopSec stays
     "failed", and stop says so, for status to show."""
-    t1, t2 = sandbox.reset("t1"), sandbox.reset("t2")
-    rank0_address, _ = peerlink.up(t1, t2)
-    try:
-        svc = sandbox_service(nodes=["t1", "t2"], tp=2, timeout_stop_sec=3, env={
-            "SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "0,30", "SGLANG_SIM_PEER_LOSS": "hang"})
-        inv = sandbox.inventory({"t1": {"services": [svc], "node_address": rank0_address}, "t2": {"services": [svc]}})
+    knobs = {"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "0,30", "SGLANG_SIM_PEER_LOSS": "hang"}
+    with spanning(sandbox, {"timeout_stop_sec": 3, "env": knobs}) as (t1, t2, inv, _):
         res, _ = deploy(sandbox, inv, "--host", "t1")
         assert res.returncode == 0, res.stdout[-4000:]
         res = sandbox.inv("stop", "--host", "t1", inventory=inv)
@@ -89,8 +94,6 @@ def test_a_rank_that_hangs_past_its_stop_timeout_stays_failed(sandbox):
         assert "failed state cleared" not in res.stdout, res.stdout[-3000:]
         assert [h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() for h in (t1, t2)] == \
             ["inactive", "failed"]
-    finally:
-        peerlink.down(t1, t2)
 
 
 def test_a_lost_rank_fails_rank_0_with_a_clear_message(sandbox, two_nodes):
