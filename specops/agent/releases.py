@@ -121,8 +121,11 @@ def _figures(perf):
     """perf.json without the raw per-request timings (they stay in the file): what listings need."""
     if not perf:
         return perf
-    return {name: dict(r, **{side: [{k: v for k, v in lv.items() if k != "raw"} for lv in r.get(side) or []]
-                             for side in ("spec", "baseline")}) for name, r in perf.items()}
+    # A record of another shape is left to the controller to refuse: the listing must not fail on it.
+    levels = lambda side: [{k: v for k, v in lv.items() if k != "raw"} if isinstance(lv, dict) else lv  # noqa: E731
+                           for lv in side] if isinstance(side, list) else side
+    return {name: dict(r, **{side: levels(r.get(side) or []) for side in ("spec", "baseline")})
+            if isinstance(r, dict) else r for name, r in perf.items()}
 
 
 def read_perf(stamp):
