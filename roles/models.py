@@ -187,6 +187,12 @@ def _source_op(host, svc, setting, path, source):
     return Fetched(host, svc, path, source) if source["source"] == "hf" else Pushed(svc, path, source)
 
 
+def peers(host) -> set[str]:
+    """The inventory hosts this host copies weights from (rsync runs on both ends)."""
+    return {source["host"] for svc in of_kind(host, "sglang") for _, _, source in _where(svc)
+            if source and source.get("source") == "peer" and source.get("host")}
+
+
 def ops(host):
     out = []
     for svc in of_kind(host, "sglang"):

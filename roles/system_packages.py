@@ -1,9 +1,16 @@
-"""Debian/Ubuntu packages a GPU box needs before anything else (bootstrap only)."""
+"""Debian/Ubuntu packages a GPU box needs before anything else (bootstrap only): always Python
+with venv and CA certificates; rsync (with its rrsync) on a box that copies weights from a peer,
+or is the peer another box copies from."""
 from specops import protocol
 from specops.ops import Op
 
+from roles.models import peers
+
 NAME = "system_packages"
+# Installed before the next role plans: the models role's peer copy runs rsync while it plans.
+REPROBE = True
 PACKAGES = ["python3", "python3-venv", "ca-certificates"]
+PEER_COPY = ["rsync", "openssh-client"]  # rsync runs over ssh (the peer has it: it runs sshd)
 
 
 class AptPackages(Op):
@@ -23,5 +30,11 @@ class AptPackages(Op):
                             [protocol.Run(cmd=cmd, desc=f"apt-get install {' '.join(missing)}")])
 
 
+def packages(host) -> list[str]:
+    others = (host.inventory.hosts if host.inventory else {}).values()
+    copies = peers(host) or any(host.name in peers(h) for h in others if h.name != host.name)
+    return PACKAGES + (PEER_COPY if copies else [])
+
+
 def ops(host):
-    return [AptPackages(PACKAGES)]
+    return [AptPackages(packages(host))]
