@@ -13,7 +13,7 @@ from invoke import Exit, task
 
 from . import become, inventory as inv, multinode
 from .errors import SpecopsError, UsageError
-from .report import HostReport, Redactor, Reporter, recap
+from .report import HostReport, Interrupted, Redactor, Reporter, recap
 from .run import HostRun, Options, run_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,8 +151,10 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
     except SpecopsError as e:
         print(f"error: {e}", file=sys.stderr)
         raise Exit(code=e.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
+        if isinstance(e, Interrupted):  # the hosts' state as far as known, --json too
+            recap(e.reports, out, sel.json, cut=True)
         raise Exit(code=130)
     code = recap(reports, out, sel.json)
     if code and exit_on_failure:

@@ -72,8 +72,8 @@ class Reporter:
         self.line(host, f"{c.role:<15} {c.target}: {state}" + (f" ({detail})" if detail else "")
                   + (f" WARNING: {c.warning}" if c.warning else ""))
         if c.changed and c.diff and self.show_diff:
-            with self.lock:
-                self.stream.write(self.redact(c.diff if c.diff.endswith("\n") else c.diff + "\n"))
+            with self.lock:  # a diff shows host files: their escape sequences must not reach a terminal
+                self.stream.write(self.redact(_CONTROL.sub("", c.diff if c.diff.endswith("\n") else c.diff + "\n")))
 
 
 @dataclass
@@ -87,6 +87,26 @@ class HostReport:
     notes: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
     result: Any = None
+    started: bool = False
+    doing: str = ""              # the request in flight (its kind), for an interrupted run
+    last_line: str = ""          # the last thing said about this host
+    cut: str | None = None       # "interrupted" | "not started": what Ctrl-C left of this host's run
+    at_cut: dict = field(default_factory=dict)
+
+    def said(self, text: str) -> None:
+        if self.cut:  # after Ctrl-C: what the run did about it (a lock given back, a service restored)
+            then = self.at_cut.setdefault("then", [])
+            if len(then) < 20:
+                then.append(text)
+        else:
+            self.last_line = text
+
+    def cut_short(self, applied: list[str]) -> None:
+        """Ctrl-C reached this host's run while it was under way: keep where it was.  `applied`:
+        the paths the host confirmed written or removed (the changes list what was planned)."""
+        if not self.cut:
+            self.cut, self.at_cut = "interrupted", {"during": self.doing or "connecting",
+                                                    "last_line": self.last_line, "applied": applied}
 
     @property
     def changed(self) -> int:
@@ -98,27 +118,49 @@ class HostReport:
 
     @property
     def status(self) -> str:
-        return "failed" if self.error else ("changed" if self.changed else "ok")
+        return self.cut or ("failed" if self.error else ("changed" if self.changed else "ok"))
 
 
-def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None) -> int:
-    """Print the recap (and write --json); the exit code: 1 if any host failed."""
-    out.stream.write("\nRECAP\n")
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended a run: every host's report as far as it got, for the recap and --json."""
+
+    def __init__(self, reports: list[HostReport]):
+        super().__init__()
+        self.reports = reports
+
+
+def interrupted(reports: list[HostReport]) -> Interrupted:
+    """After Ctrl-C: a host whose run never began is "not started" (one under way was cut short
+    when the Ctrl-C came; one that had finished keeps its outcome)."""
+    for r in reports:
+        if not r.started and not r.error:
+            r.cut = "not started"
+    return Interrupted(reports)
+
+
+def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None, cut: bool = False) -> int:
+    """Print the recap (and write --json); the exit code: 1 if any host failed.  `cut`: Ctrl-C
+    ended the run, and each report says how far its host got."""
+    out.stream.write("\nRECAP" + (" (interrupted)" if cut else "") + "\n")
     for r in reports:
         line = f"{r.name:<12} ok={r.ok:<3} changed={r.changed:<3} failed={1 if r.error else 0}"
         line += f"  {r.elapsed:.1f}s"
+        if r.cut:
+            line += f"  {r.cut}" + (f" during {r.at_cut['during']}" if r.at_cut else "")
         if r.notes:
             line += "  " + "; ".join(r.notes)
-        out.stream.write(out.redact(line) + "\n")
+        out.stream.write(out.redact(_CONTROL.sub("", line)) + "\n")  # notes carry what hosts said
     failed = [r.name for r in reports if r.error]
     if failed:
         out.stream.write(f"failed hosts: {', '.join(failed)}\n")
     out.stream.flush()
     if json_path:
-        doc = {"hosts": {r.name: {"status": r.status, "ok": r.ok, "changed": r.changed,
+        doc = {"interrupted": cut,
+               "hosts": {r.name: {"status": r.status, "ok": r.ok, "changed": r.changed,
                                   "error": r.error, "round_trips": r.round_trips,
                                   "elapsed": round(r.elapsed, 3), "notes": r.notes,
-                                  "changes": r.changes, **r.extra} for r in reports}}
+                                  "changes": r.changes, **r.extra,
+                                  **({"interrupted": r.at_cut} if r.at_cut else {})} for r in reports}}
         with open(json_path, "w") as f:
             f.write(json.dumps(out.redact.data(doc), indent=2, default=str) + "\n")
     return 1 if failed else 0

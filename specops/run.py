@@ -25,7 +25,7 @@ from .inventory import Host
 from .layout import LOCK_LEASE
 from .ops import Context, Facts, Op, merge_wants
 from .releases import new_stamp, release_dir
-from .report import HostReport, Redactor, Reporter, recap  # noqa: F401  (the engine's public face)
+from .report import HostReport, Redactor, Reporter, interrupted, recap  # noqa: F401  (the engine's public face)
 from .ssh import Remote
 
 
@@ -74,6 +74,8 @@ class HostRun:
         with last=True the same round trip gives the lock back."""
         held = self.lock_token
         last = last and not self.keep_lock
+        if not isinstance(request, protocol.Unlock):  # what an interrupted run was doing
+            self.report.doing = type(request).__name__
         self.last_call = time.monotonic()
         try:  # the lease keeper renews until the last call has returned, however long it takes
             return self.connect().agent(request, unlock=held if last else None, lock=held, on_stderr=on_stderr)
@@ -82,6 +84,7 @@ class HostRun:
                 self.lock_token = None
 
     def say(self, text: str) -> None:
+        self.report.said(text)
         self.out.line(self.host.name, text)
 
     def probe(self, ops: list[Op], extra: protocol.Probe | None = None, lock: bool = False) -> Facts:
@@ -90,6 +93,7 @@ class HostRun:
         wants.allow_shared_dirs = self.host.get("allow_shared_dirs") or []
         if lock:
             wants.lock_acquire, wants.break_lock = holder(self.opts.task), self.opts.break_lock
+            self.report.doing = "Probe"
             # Known before the probe answers, so a probe that fails after taking the lock gives it back.
             self.lock_token = wants.lock_acquire.token
         try:
@@ -255,10 +259,12 @@ def lease() -> float:
 
 def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
     t0 = time.monotonic()
+    run.report.started = True
     try:
         try:
             run.report.result = body(run)
         except KeyboardInterrupt:
+            run.report.cut_short(_applied(run))
             if run.remote:  # closing the session ends the agent on the host first
                 run.remote.close()
             raise
@@ -277,6 +283,10 @@ def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
             run.remote.close()
         run.report.elapsed = time.monotonic() - t0
     return run.report
+
+
+def _applied(run: HostRun) -> list[str]:
+    return [a.path for a in run.applied]
 
 
 def _interrupted(runs: list[HostRun]) -> None:
@@ -324,6 +334,9 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
                     run.report.notes.append("skipped")
                 break
     except KeyboardInterrupt:
+        for run in runs:  # where each host was when the Ctrl-C came, before it reacts
+            if run.report.started and run in busy:
+                run.report.cut_short(_applied(run))
         # Each host's body gets the Ctrl-C too, as a lone host's does: what it was in the middle of
         # ends, its own `finally` restores what it took down (a baseline, a GPU window) and gives
         # the lock back.  A second Ctrl-C stops waiting for that.
@@ -333,9 +346,11 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
             out.line("-", f"interrupted: {len(busy)} host(s) finishing what they must restore (Ctrl-C again "
                           "gives their locks back without waiting)")
         try:
-            pool.shutdown(wait=True, cancel_futures=True)
-        finally:
-            _interrupted(runs)
-        raise
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                _interrupted(runs)
+        finally:  # even a second Ctrl-C ends with every host's report, for the recap and --json
+            raise interrupted([r.report for r in runs])  # noqa: B012
     pool.shutdown()
     return [r.report for r in runs]

@@ -117,9 +117,10 @@ class Sandbox:
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env=full_env, stdin=subprocess.DEVNULL)
 
-    def interrupt(self, *args: str, inventory: Path, when: str, before=None) -> tuple[int, str]:
-        """Run the CLI, send it SIGINT (Ctrl-C) when a line contains `when` (after calling
-        `before`, if given, while it still runs); returns (exit status, output)."""
+    def interrupt(self, *args: str, inventory: Path, when, before=None) -> tuple[int, str]:
+        """Run the CLI, send it SIGINT (Ctrl-C) when a line contains `when` (or, a function, when
+        `when(lines so far)` is true), after calling `before`, if given, while it still runs;
+        returns (exit status, output)."""
         import signal
         proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=ROOT, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -127,7 +128,7 @@ class Sandbox:
         seen = []
         for line in proc.stdout:
             seen.append(line)
-            if when in line:
+            if (when(seen) if callable(when) else when in line):
                 if before:
                     before()
                 proc.send_signal(signal.SIGINT)
