@@ -15,7 +15,11 @@ repositories.  The gate adds exactly what the Hub does there and nothing else:
   - `sandbox/escape-listing` lists the target's files plus `../../etc/specops-escape.json`, as a
     hostile mirror could;
   - tests can cut the next download of a weight file at half (`cut()`), as a lost connection does,
-    after which downloads fail until `uncut()` (so the run ends there instead of resuming at once).
+    after which downloads fail until `uncut()` (so the run ends there instead of resuming at once);
+  - tests can hold a repository's listing (`hold(repo)`) until `release()`: a point in the middle of
+    a fetch, after the host's checks, where a test acts as a local user would;
+  - tests can slow every weight download (`slow(bytes_per_s)`), so a transfer is still running when
+    the test interrupts it.
 Everything else is passed to olah unchanged.
 """
 from __future__ import annotations
@@ -56,6 +60,9 @@ REPOS = {
                                   "model.safetensors": safetensors("draft", 1 << 19)},
 }
 REPOS["sandbox/gated-llama"] = dict(REPOS["sandbox/tiny-llama"])
+# Names and bytes a hostile mirror chooses: a file named like root's SSH keys, with a key of its own.
+PLANTED_KEY = b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPlantedByTheMirror0000000000000000000000 mirror\n"
+REPOS["sandbox/planted"] = {"config.json": REPOS["sandbox/tiny-llama"]["config.json"], "authorized_keys": PLANTED_KEY}
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -113,7 +120,7 @@ class Hub:
 
     def start(self) -> "Hub":
         self.dir.mkdir(parents=True, exist_ok=True)
-        for name in ("served", "cut", "cut-done"):  # a new gate counts from 0, with the link up
+        for name in ("served", "cut", "cut-done", "hold", "held", "slow"):  # a new gate counts from 0, with the link up
             (self.dir / name).unlink(missing_ok=True)
         self.shas = build_repos(self.dir / "mirrors")
         netloc = f"{fleet.service_address(self.site)}:{GATE_PORT}"
@@ -151,6 +158,28 @@ class Hub:
         """The next weight download stops at half its bytes, as a lost connection would; the hub
         then stays unreachable for downloads until uncut()."""
         (self.dir / "cut").write_text("")
+
+    def hold(self, repo: str) -> None:
+        """The next listing of `repo` waits (the host has made its checks) until release()."""
+        (self.dir / "held").unlink(missing_ok=True)
+        (self.dir / "hold").write_text(repo)
+
+    def wait_held(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.dir / "held").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no listing was held within {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def release(self) -> None:
+        (self.dir / "hold").unlink(missing_ok=True)
+
+    def slow(self, rate: int | None) -> None:
+        """Weight downloads at about `rate` bytes a second (None: at full speed)."""
+        if rate:
+            (self.dir / "slow").write_text(str(rate))
+        else:
+            (self.dir / "slow").unlink(missing_ok=True)
 
     def uncut(self) -> None:
         for name in ("cut", "cut-done"):

@@ -8,6 +8,7 @@ import http.client
 import json
 import re
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def main(address: str, port: int, olah_port: int, hub: Path) -> None:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            _hold(hub, self.path)
             evil = self.path.startswith(f"/api/models/{ESCAPE}/")
             if evil:  # a hostile listing: the target's, plus a name that climbs out of the directory
                 self.path = self.path.replace(ESCAPE, "sandbox/tiny-llama", 1)
@@ -85,12 +87,38 @@ def main(address: str, port: int, olah_port: int, hub: Path) -> None:
                 cut.rename(hub / "cut-done")
                 payload = payload[:len(payload) // 2]  # then the connection drops mid-file
                 self.close_connection = True
-            self.wfile.write(payload)
+            rate = _rate(hub) if "/resolve/" in self.path else 0
+            step = max(rate // 10, 1) if rate else max(len(payload), 1)
+            for at in range(0, len(payload), step):  # slowed: a tenth of the rate every 0.1 s
+                self.wfile.write(payload[at:at + step])
+                if rate:
+                    time.sleep(0.1)
             if "/resolve/" in self.path:
                 served[0] += len(payload)
                 (hub / "served").write_text(str(served[0]))
 
     ThreadingHTTPServer((address, port), Gate).serve_forever()
+
+
+def _hold(hub: Path, path: str) -> None:
+    """A listing of the held repository waits until the test releases it (at most 5 minutes)."""
+    try:
+        repo = (hub / "hold").read_text()
+    except OSError:
+        return
+    if not path.startswith(f"/api/models/{repo}/revision/"):
+        return
+    (hub / "held").write_text(path)
+    deadline = time.monotonic() + 300
+    while (hub / "hold").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _rate(hub: Path) -> int:
+    try:
+        return int((hub / "slow").read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def _range_start(header: str | None) -> int:

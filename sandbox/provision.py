@@ -5,7 +5,9 @@ nvidia-smi stand-in, tiny model directories (config.json only: the simulator
 loads no weights), and a venv with the SGLang simulator, installed inside the
 container by the container's own python3 and pip.  Hosts mount it as an extra
 overlay layer, so booting a provisioned host costs nothing.  A "bare" host
-(for bootstrap) gets the stand-in and models but no venv.
+(for bootstrap) is a rented box with a GPU: the stand-in, and no venv, no
+/models (its services bring their weights: bare_service pushes them from the
+controller).
 """
 from __future__ import annotations
 
@@ -99,16 +101,28 @@ def _in_container(root: Path, script: str, network: bool = False) -> None:
         raise RuntimeError(f"provisioning failed: {res.stdout[-800:]}{res.stderr[-800:]}")
 
 
-def _write_common(upper: Path) -> None:
+def _write_common(upper: Path, models: bool = True) -> None:
     smi = upper / "usr/local/bin/nvidia-smi"
     smi.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(HERE / "nvidia_smi.py", smi)
     smi.chmod(0o755)
     (upper / "etc/specops-sim").mkdir(parents=True, exist_ok=True)
     (upper / "etc/specops-sim/gpus.json").write_text(json.dumps(GPUS, indent=2))
+    if models:
+        _write_models(upper / "models")
+
+
+def controller_models() -> Path:
+    """The tiny models as a user keeps them on the controller, to push to a bare host."""
+    root = fleet.CACHE / "controller-models"
+    _write_models(root)
+    return root
+
+
+def _write_models(root: Path) -> None:
     for name, cfg in MODELS.items():
-        (upper / "models" / name).mkdir(parents=True, exist_ok=True)
-        (upper / "models" / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 # How each kind of layer gets its SGLang venv, run inside the container: (script, needs network).
@@ -138,7 +152,7 @@ def layer(kind: str = "gpubox") -> Path:
         d.mkdir(parents=True)
     fleet.log(f"building sandbox layer {path.name}")
     t0 = time.monotonic()
-    _write_common(tmp)
+    _write_common(tmp, models=kind != "bare")
     if kind in LAYER_SCRIPTS:
         wheel = sim_wheel(tmp / "opt/specops-sim")
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
@@ -172,6 +186,14 @@ def sandbox_service(name: str = "sglang", port: int = 30000, **over) -> dict:
            "env": {"SGLANG_SIM_STARTUP_DELAY": "1"}}
     svc.update(over)
     return svc
+
+
+def bare_service(**over) -> dict:
+    """The example service for a bare host: its weights pushed from the controller's copy."""
+    root = controller_models()
+    return sandbox_service(**{"weights": {"source": "controller", "path": str(root / "tiny-llama")},
+                              "draft_weights": {"source": "controller", "path": str(root / "tiny-llama-eagle3")},
+                              **over})
 
 
 def known_hosts_path(site: fleet.Site) -> Path:

@@ -9,6 +9,10 @@ LOCK_DIR = "/run/specops.lock"
 LOCK_HOLDER = LOCK_DIR + "/holder.json"
 LOCK_GUARD = "/run/specops.lock.guard"  # flock'd around every read-modify-write of the lock
 LOCK_LEASE = 120.0  # seconds a lock stays held without a request of its run (the run renews it)
+# Every command the agent starts holds a shared flock on this file (an fd it inherits) for as long
+# as it lives: the lock is given back, or taken over, only once none is left.
+CHILDREN_LOCK = "/run/specops.children"
+CHILD_GRACE = 5.0   # seconds a stopped command has between SIGTERM and SIGKILL
 
 # specops's own records on the host.
 HOME = "/var/lib/specops"

@@ -107,6 +107,9 @@ class HostRun:
             if not got["acquired"]:
                 self.lock_token = None
                 h = got["holder"]
+                if got.get("running"):
+                    raise SpecopsError(f"{self.host.name}: commands an earlier run started are still running there "
+                                       f"({pids(got['running'])}); the host lock waits for them to end")
                 raise SpecopsError(f"{self.host.name}: locked by {h.get('who', '?')} (pid {h.get('pid', '?')}, "
                                    f"task {h.get('task', '?')}, since {h.get('since', '?')}); "
                                    f"wait for it, or use --break-lock if it is gone")
@@ -126,7 +129,10 @@ class HostRun:
 
     def unlock(self) -> None:
         if self.lock_token and not self.keep_lock:
-            self.call(protocol.Unlock(token=self.lock_token), last=True)
+            res = self.call(protocol.Unlock(token=self.lock_token), last=True)
+            if res.running:
+                self.say(f"lock kept: commands of this run still run there ({pids(res.running)}); the next run "
+                         f"waits for them")
 
     def push(self, uploads: list[tuple]) -> None:
         """Send files the batch needs, with progress (bytes, rate, ETA); an upload is (local, remote)
@@ -252,6 +258,10 @@ def holder(task: str) -> protocol.Holder:
                            lease=lease())
 
 
+def pids(running: list[int]) -> str:
+    return ", ".join(f"pid {p}" if p else "pid not shown" for p in running)
+
+
 def lease() -> float:
     """How long a host lock stays held without a request of its run (SPECOPS_LOCK_LEASE seconds)."""
     return float(os.environ.get("SPECOPS_LOCK_LEASE") or LOCK_LEASE)
@@ -299,9 +309,11 @@ def _interrupted(runs: list[HostRun]) -> None:
             token, run.lock_token = run.lock_token, None
             try:
                 fresh = Remote(run.host.name, run.host.vars, run.opts.accept_new)
-                fresh.agent(protocol.Unlock(token=token))
+                res = fresh.agent(protocol.Unlock(token=token))
                 fresh.close()
-                run.say("interrupted: lock released")
+                run.say("interrupted: lock released" if res.released else
+                        f"interrupted: lock kept: commands of this run still run there ({pids(res.running)})"
+                        if res.running else "interrupted: the lock was no longer this run's")
             except Exception as e:  # the host may be what hung; say so and go on
                 run.say(f"interrupted: could not release the lock: {e}")
 

@@ -96,10 +96,14 @@ def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
 
 @pytest.mark.logins
 @pytest.mark.reliability("second-run", "idempotence")
+@pytest.mark.security("bare-box", "a rented box with no /models: its weights pushed, /models made (not left to "
+                      "whoever makes it first)")
 def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
+    """Issue 23, item 5 (reproduced before the fix: '/models: No such file or directory')."""
     h = sandbox.reset("t3", layers=[provision.layer("bare")])
-    assert not h.path(provision.VENV).exists()
-    svc = sandbox_service(patches=[LLAMA], draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
+    assert not h.path(provision.VENV).exists() and not h.path("/models").exists()
+    svc = provision.bare_service(patches=[LLAMA],
+                                 draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
     inv = sandbox.inventory({"t3": {
         "services": [svc], "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
         "sglang": {"version": "0.5.23"}, "package_index": f"{pkg_index.url}/simple"}})
@@ -110,6 +114,7 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     assert info["model_code"] == "patched: embedding capture"
     torch_cuda = h.run(f"{provision.VENV}/bin/python", "-c", "import torch; print(torch.version.cuda)").stdout
     assert torch_cuda.strip() == "12.8"
+    assert h.run("stat", "-c", "%U:%G %a", "/models").stdout.strip() == "root:root 755"
     before = host_snapshot(h, DRAFT)
     res, rep = run_inv(sandbox, inv, "bootstrap", "--host", "t3")
     assert res.returncode == 0 and rep["t3"]["changed"] == 0, res.stdout

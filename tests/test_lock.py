@@ -14,6 +14,7 @@ def lock_here(tmp_path, monkeypatch):
     monkeypatch.setattr(lock, "LOCK_DIR", str(tmp_path / "specops.lock"))
     monkeypatch.setattr(lock, "LOCK_HOLDER", str(tmp_path / "specops.lock" / "holder.json"))
     monkeypatch.setattr(lock, "LOCK_GUARD", str(tmp_path / "specops.lock.guard"))
+    monkeypatch.setattr(lock, "CHILDREN_LOCK", str(tmp_path / "specops.children"))
 
 
 def holder(token, lease=120.0):
@@ -30,7 +31,7 @@ def test_one_holder_then_refusal_naming_it():
     refused = lock.acquire(holder("b"))
     assert refused["acquired"] is False and refused["holder"]["who"] == "a@here"
     assert "token" not in refused["holder"]  # the token is never shown
-    assert lock.release("b") is False and lock.release("a") is True
+    assert lock.release("b") == (False, []) and lock.release("a") == (True, [])
     assert lock.acquire(holder("b"))["acquired"]
 
 

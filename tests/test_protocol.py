@@ -135,7 +135,7 @@ def test_the_agent_runs_from_its_zip_with_the_standard_library_alone(tmp_path):
     res = subprocess.run(["python3", "-I", "-S", str(pyz)], input=requests, capture_output=True)
     first, second = _frames(res.stdout)
     assert first["ok"] is False and "unknown request kind 'nope'" in first["error"]
-    assert second == {"ok": True, "result": {"released": False}}  # one agent, requests answered in order
+    assert second == {"ok": True, "result": {"released": False, "running": []}}  # one agent, requests answered in order
 
 
 def _frames(data: bytes) -> list:
@@ -154,11 +154,11 @@ def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
     stdin = shipping.payload(b'{"kind": "unlock", "token": "x"}')
     for _ in range(2):
         res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
-        assert _frames(res.stdout) == [{"ok": True, "result": {"released": False}}], res.stderr
+        assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
     (pyz,) = (tmp_path / "agent").iterdir()
     assert all(n.endswith(".pyc") for n in zipfile.ZipFile(pyz).namelist())
     pyz.write_bytes(b"not what was built")
     res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
-    assert _frames(res.stdout) == [{"ok": True, "result": {"released": False}}], res.stderr
+    assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
     (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
     assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)

@@ -53,7 +53,7 @@ def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_ind
     h = sandbox.reset("t2", layers=[provision.layer("bare")])
 
     def host_vars(index):
-        return {"services": [sandbox_service()], "sglang": {"version": "0.5.23"},
+        return {"services": [provision.bare_service()], "sglang": {"version": "0.5.23"},
                 "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{index}/whl/{{variant}}"},
                 "package_index": f"{index}/simple"}
     inv = sandbox.inventory({"t2": host_vars(f"{pkg_index.url}/slow")})

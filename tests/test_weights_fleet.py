@@ -12,6 +12,7 @@ import pytest
 from conftest import load_json
 from sandbox import hub as hub_mod, provision
 from sandbox.provision import sandbox_service
+from specops.layout import HF_PIN
 
 pytestmark = pytest.mark.fleet
 TARGET, DRAFT = "/models/hub-llama", "/models/hub-llama-eagle3"
@@ -31,12 +32,12 @@ def hub(fleet, pkg_index):
 
 
 def hub_service(hub, repo="sandbox/tiny-llama", **over):
-    return sandbox_service(
-        model_path=TARGET, speculative={"algorithm": "EAGLE3", "draft_model_path": DRAFT, "num_steps": 3,
-                                        "eagle_topk": 1, "num_draft_tokens": 4},
-        weights={"source": "hf", "repo": repo, "revision": "main", "endpoint": hub.url},
-        draft_weights={"source": "hf", "repo": "sandbox/tiny-llama-eagle3", "revision": "main", "endpoint": hub.url},
-        **over)
+    return sandbox_service(**{
+        "model_path": TARGET, "speculative": {"algorithm": "EAGLE3", "draft_model_path": DRAFT, "num_steps": 3,
+                                              "eagle_topk": 1, "num_draft_tokens": 4},
+        "weights": {"source": "hf", "repo": repo, "revision": "main", "endpoint": hub.url},
+        "draft_weights": {"source": "hf", "repo": "sandbox/tiny-llama-eagle3", "revision": "main",
+                          "endpoint": hub.url}, **over})
 
 
 def run(sandbox, name, svc, *args, host_vars=None, **kw):
@@ -221,3 +222,67 @@ def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbo
     assert f"{TARGET} is owned by uid 65534, mode 700; specops puts weights only in a directory" in rep["error"], \
         rep["error"]
     assert h.run("stat", "-c", "%U %a", TARGET).stdout.strip() == "nobody 700"
+
+
+@pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and puts a "
+                      "link to /root/.ssh in its place; the mirror serves a file named authorized_keys")
+def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sandbox, hub):
+    """Issue 23, item 1 (reproduced before the fix: root's authorized_keys became the mirror's).
+    The directory is root's 0755, as `sudo mkdir` in a user's home makes it; its parent is alice's.
+    The hub holds the listing (the host has made its checks), alice swaps, the hub goes on."""
+    h = sandbox.reset("t5")
+    h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
+    from test_security_fleet import alice
+    alice(h, "mkdir", "/home/alice/w")
+    h.run("mkdir", "/home/alice/w/planted")  # root's, in alice's directory
+    keys = h.run("sha256sum", "/root/.ssh/authorized_keys").stdout.split()[0]
+    listing = h.run("ls", "-A", "/root/.ssh").stdout
+    svc = hub_service(hub, repo="sandbox/planted", model_path="/home/alice/w/planted")
+    hub.hold("sandbox/planted")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            done = pool.submit(run, sandbox, "t5", svc)
+            hub.wait_held()
+            alice(h, "mv", "/home/alice/w/planted", "/home/alice/w/moved")
+            alice(h, "ln", "-s", "/root/.ssh", "/home/alice/w/planted")
+            hub.release()
+            res, rep = done.result()
+    finally:
+        hub.release()
+    assert h.run("sha256sum", "/root/.ssh/authorized_keys").stdout.split()[0] == keys, res.stdout[-2000:]
+    assert h.run("ls", "-A", "/root/.ssh").stdout == listing, res.stdout[-2000:]
+    # The fetch went on into the directory it had checked and opened, wherever alice moved it.
+    assert h.path("/home/alice/w/moved/authorized_keys").read_bytes() == hub_mod.PLANTED_KEY, res.stdout[-2000:]
+    assert h.run("stat", "-c", "%U %a", "/home/alice/w/moved/authorized_keys").stdout.split() == ["root", "644"]
+    assert res.returncode == 1 and "/home/alice/w/planted" in rep["error"], res.stdout[-2000:]
+
+
+@pytest.mark.security("transfer-after-ctrl-c", "Ctrl-C during a slow hub download (a transfer that writes nothing to "
+                      "its agent while it runs), then a look at the host the moment the controller exits")
+def test_ctrl_c_ends_the_download_before_the_lock_is_given_back(sandbox, hub):
+    """Issue 23, item 4 (reproduced before the fix: the download, re-parented to PID 1, wrote on for
+    18 s after the lock was given back).  Seen red with the agent's channel watcher removed: the
+    hub client was still running, and its .part files growing, after the controller had exited.
+    Logged in through sudo: there the agent's parent is sudo's shell, which the end of the SSH
+    connection does not end, so no parent-death signal reaches the agent either."""
+    h = sandbox.reset("t4", flavour="ubuntu-sudo")
+    inv = sandbox.inventory({"t4": {"services": [hub_service(hub)], **INDEX}})
+    client, seen = f"tools/hf-{HF_PIN}/bin/python", []
+    hub.slow(512 << 10)
+    try:
+        status, out = sandbox.interrupt("deploy", "--host", "t4", inventory=inv, when="MiB/s, ETA",
+                                        before=lambda: seen.extend(h.run("pgrep", "-f", client).stdout.split()))
+    finally:
+        hub.slow(None)
+    assert status == 130 and "interrupted" in out, out[-3000:]
+    assert seen, out[-3000:]  # the client was running when Ctrl-C came ...
+    assert h.run("pgrep", "-f", client, check=False).stdout.split() == [], out[-3000:]  # ... and is gone
+    assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0  # and the lock is back
+    parts = f"stat -c '%n %s' {TARGET}/*.part"
+    cut = h.run("sh", "-c", parts, check=False).stdout
+    assert ".part" in cut, out[-3000:]  # it was cut mid-file ...
+    time.sleep(2)
+    assert h.run("sh", "-c", parts, check=False).stdout == cut  # ... and nothing writes there any more
+    res, rep = run(sandbox, "t4", hub_service(hub))  # the next run resumes, and ends with every sha256
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert host_sha256(h, TARGET, hub_mod.REPOS["sandbox/tiny-llama"]) == hub_sha256("sandbox/tiny-llama")

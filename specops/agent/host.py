@@ -5,6 +5,7 @@ import json
 import os
 import pwd
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ except ImportError:
     except ImportError:
         from hashlib import sha256
 
-from specops.layout import STATE_FILE
+from specops.layout import CHILD_GRACE, CHILDREN_LOCK, STATE_FILE
 
 STREAM_TAIL = 30
 _children = []  # commands we run, to stop with us
@@ -47,11 +48,19 @@ def clean(text):
 
 def sha256_file(path):
     """The hex sha256 of a file specops itself keeps (releases, backups): it follows no user's link."""
-    h = sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return sha256_fd(f.fileno())
+
+
+def sha256_fd(fd):
+    """The hex sha256 of what an open file holds, read from its start (the fd stays open)."""
+    h, offset = sha256(), 0
+    while True:
+        block = os.pread(fd, 1 << 20, offset)
+        if not block:
+            return h.hexdigest()
+        h.update(block)
+        offset += len(block)
 
 
 def user_name(uid):
@@ -79,31 +88,29 @@ def ids(owner, group):
 
 
 def run_streamed(argv_or_cmd, desc, env=None):
-    """Run a command in its own session, streaming its output as progress; raise on failure
-    with the lines that say why (pip's ERROR lines, else the last few)."""
-    shell = isinstance(argv_or_cmd, str)
-    proc = subprocess.Popen(argv_or_cmd, shell=shell, stdout=subprocess.PIPE, start_new_session=True,
-                            stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1, env=env)
-    _children.append(proc)
+    """Run a command (see _spawn), streaming its output as progress; raise on failure with the
+    lines that say why (pip's ERROR lines, else the last few)."""
+    proc = _spawn(argv_or_cmd, shell=isinstance(argv_or_cmd, str), stdout=subprocess.PIPE,
+                  stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1, env=env)
     tail, t0 = [], time.time()
-    for line in proc.stdout:
-        tail = (tail + [line.rstrip()])[-STREAM_TAIL:]
-        say("  | %5.1fs %s" % (time.time() - t0, line.rstrip()))
-    rc = proc.wait()
-    _children.remove(proc)
+    try:
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-STREAM_TAIL:]
+            say("  | %5.1fs %s" % (time.time() - t0, line.rstrip()))
+        rc = proc.wait()
+    finally:
+        end_children([proc])
     if rc != 0:
         why = [l.strip() for l in tail if l.strip().startswith("ERROR")] or [l.strip() for l in tail if l.strip()][-3:]
         raise ActionError("%s failed (exit %d): %s" % (desc, rc, clean(" | ".join(why))[-1500:]))
 
 
-def run_owned(argv, input=None, env=None, progress=None):
-    """(exit status, stdout, stderr) of a command that stops with us: in its own session, killed
-    with its children if we are interrupted (validators, the preflight, a download can run for
-    long).  `progress` is called about once a second while it runs."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                            start_new_session=True, env=env)
-    _children.append(proc)
+def run_owned(argv, input=None, env=None, progress=None, pass_fds=()):
+    """(exit status, stdout, stderr) of a command (see _spawn); validators, the preflight, a
+    download can run for long.  `progress` is called about once a second while it runs."""
+    proc = _spawn(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env,
+                  pass_fds=pass_fds)
     try:
         if progress is None:
             out, err = proc.communicate(input)
@@ -117,8 +124,68 @@ def run_owned(argv, input=None, env=None, progress=None):
                 worker.join(1)
             out, err = box.get("res") or ("", "its output was lost")
     finally:
-        _children.remove(proc)
+        end_children([proc])
     return proc.returncode, out, err
+
+
+def _spawn(argv, pass_fds=(), **popen):
+    """A command that ends with the request that started it, however the request ends: in a
+    session of its own (so it is stopped with everything it started there), and holding a
+    shared flock on CHILDREN_LOCK through an fd that only it keeps, so the host lock is given
+    back (or taken over) only once it, and whatever inherited that fd, is gone."""
+    import fcntl
+    fd = os.open(CHILDREN_LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        proc = subprocess.Popen(argv, start_new_session=True, pass_fds=(fd,) + tuple(pass_fds), **popen)
+    finally:
+        os.close(fd)
+    _children.append(proc)
+    return proc
+
+
+def _signal_session(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)  # its session's group: the pgid stays its own while a member is left
+    except OSError:
+        pass
+
+
+def _reaped(proc):
+    """Whether a command has exited (reaped here without Popen's lock: a signal handler that
+    interrupted Popen.wait must not wait on that lock)."""
+    if proc.returncode is not None:
+        return True
+    try:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
+    except ChildProcessError:
+        pid, status = proc.pid, 0
+    if pid:
+        proc.returncode = -(status & 0x7f) if status & 0x7f else status >> 8
+    return bool(pid)
+
+
+def end_children(procs):
+    """Stop commands we started, and what they started in their sessions: SIGTERM, SIGKILL after
+    CHILD_GRACE, and each reaped before this returns (the host lock waits for them anyway)."""
+    live = [p for p in procs if not _reaped(p)]
+    for p in live:
+        _signal_session(p, signal.SIGTERM)
+    deadline = time.monotonic() + CHILD_GRACE
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        live = [p for p in live if not _reaped(p)]
+    for p in procs:
+        _signal_session(p, signal.SIGKILL)  # what it left in its session, and itself if still there
+    for p in live:
+        try:
+            os.waitpid(p.pid, 0)
+        except ChildProcessError:
+            pass
+        p.returncode = -signal.SIGKILL if p.returncode is None else p.returncode
+    for p in procs:
+        if p in _children:
+            _children.remove(p)
 
 
 def run_quiet(argv, timeout=None):
@@ -155,18 +222,16 @@ def run_cleanups():
 
 
 def _interrupted(*_):
+    end_children(list(_children))  # first: a cleanup may remove what one of them still uses
     run_cleanups()
-    for proc in _children:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except OSError:
-            pass
     os._exit(130)
 
 
-def die_with_connection():
-    """If the SSH session dies (or Ctrl-C reaches us), undo half-done work and stop what we started:
-    the kernel sends SIGTERM when sshd's session process goes."""
+def die_with_connection(out=None):
+    """If the SSH session dies (or Ctrl-C reaches us), stop what we started and undo half-done work.
+    The kernel sends SIGTERM when sshd's session process goes (PR_SET_PDEATHSIG); when the
+    channel is closed under a running request, sshd signals nothing and only closes its ends of
+    our pipes, so a thread waits for the controller's end of `out` to go and signals us then."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _interrupted)
     try:
@@ -174,6 +239,25 @@ def die_with_connection():
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
+    try:
+        fd = out.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):  # not a real channel (a test's buffer)
+        return
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        import threading
+        threading.Thread(target=_watch, args=(fd,), daemon=True).start()
+
+
+def _watch(fd):
+    """Block until no one reads `fd` any more (POLLERR on a pipe, POLLHUP on a socket), then
+    interrupt the main thread as a signal would: its request stops where it is."""
+    import select
+    poller = select.poll()
+    poller.register(fd, 0)  # no events asked: only the error and hang-up ones, always reported
+    while not poller.poll():
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 # ---- specops's record on the host: bytecode purges, units' past invocations ----

@@ -4,13 +4,15 @@ of files into NAME.part files beside their place.
 
 The client's own snapshot_download deletes its partial files when it fails, so a cut run could
 not resume from them: the transfer is its http_get (its headers, its retries with Range within
-a run) writing into .part files that outlive the run.  The token, when there is one, is put in
-the client's environment only; no stored token of root's is used (HF_HOME is the venv's own).
+a run) writing into .part files that outlive the run, each an fd the agent opened
+(agent/weights.py).  The token, when there is one, is put in the client's environment only; no
+stored token of root's is used (HF_HOME is the venv's own).
 """
 import json
 import os
+import stat
 
-from specops.agent import safefs
+from specops.agent import safefs, weightsdir
 from specops.agent.host import ActionError, clean, run_owned, run_streamed
 from specops.layout import HF_PIN, TOOLS_DIR
 
@@ -48,19 +50,14 @@ try:
     else:
         # huggingface_hub's own transfer (http_get: its headers, retries, Range within a run), into
         # NAME.part files that outlive the run: the client deletes its partial files on failure,
-        # so a cut run could not resume from them.
+        # so a cut run could not resume from them.  The agent opened each .part below the weights
+        # directory and hands it over as an fd: this process writes nowhere by path.
         def one(f):
-            path = os.path.join(spec["dest"], f["name"])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path + ".part", "ab") as out:
-                have = out.tell()
-                if have > f["size"]:
-                    out.truncate(0)
-                    have = 0
+            with os.fdopen(f["fd"], "ab") as out:
+                have = os.fstat(out.fileno()).st_size
                 if have < f["size"]:
                     http_get(hf_hub_url(spec["repo"], f["name"], revision=spec["commit"]), out, resume_size=have,
                              headers=build_hf_headers(), expected_size=f["size"])
-            os.replace(path + ".part", path)
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(one, spec["files"]))
 except GatedRepoError:
@@ -77,7 +74,7 @@ def tool_python(req):
     venv = os.path.join(TOOLS_DIR, "hf-" + HF_PIN)
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(os.path.join(venv, ".complete")):
-        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0)
+        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
         run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
         run_streamed([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *req.pip_args,
                       "huggingface_hub==" + HF_PIN], "install huggingface_hub " + HF_PIN)
@@ -85,7 +82,7 @@ def tool_python(req):
     return python
 
 
-def ask(python, req, mode, spec, progress=None):
+def ask(python, req, mode, spec, progress=None, pass_fds=()):
     """Run the hub script (stopped with us if we are interrupted); poll `progress` meanwhile."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     # No token but the one given: not root's stored one (HF_HOME is the tool venv's own).
@@ -95,7 +92,7 @@ def ask(python, req, mode, spec, progress=None):
         env["HF_ENDPOINT"] = req.endpoint
     if req.token:
         env["HF_TOKEN"] = req.token
-    rc, out, err = run_owned([python, "-I", "-c", HF_SCRIPT, mode], json.dumps(spec), env, progress)
+    rc, out, err = run_owned([python, "-I", "-c", HF_SCRIPT, mode], json.dumps(spec), env, progress, pass_fds)
     if rc != 0:
         last = clean(err.strip().splitlines()[-1] if err.strip() else "exit %d" % rc)
         if last == "gated":
@@ -103,3 +100,35 @@ def ask(python, req, mode, spec, progress=None):
                               "set the service's env_secret %s to a token with access" % req.token_env))
         raise ActionError("hub %s@%s: %s" % (req.repo, req.revision, last))
     return out
+
+
+def download(req, python, dfd, commit, stale, progress):
+    """The hub client writes each file into its NAME.part, opened here (below dfd, never through a
+    link) and handed to it as an fd; each one that is whole is renamed into place here, also when
+    others failed (the next run resumes those)."""
+    parts = []  # (directory fd, base name, .part fd, size)
+    try:
+        for f in stale:
+            pfd, base = weightsdir.parent_at(dfd, f["name"], create=True)
+            parts.append((pfd, base, None, f["size"]))
+            fd = os.open(base + ".part", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o644, dir_fd=pfd)
+            parts[-1] = (pfd, base, fd, f["size"])
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                raise ActionError("%s.part is not a file of its own" % os.path.join(req.dest, f["name"]))
+            if st.st_size > f["size"]:
+                os.ftruncate(fd, 0)
+        todo = [dict(f, fd=fd) for f, (_, _, fd, _) in zip(stale, parts)]
+        try:
+            ask(python, req, "download", {"repo": req.repo, "commit": commit, "files": todo}, progress,
+                [p[2] for p in parts])
+        finally:
+            for pfd, base, fd, size in parts:
+                if os.fstat(fd).st_size == size:
+                    os.rename(base + ".part", base, src_dir_fd=pfd, dst_dir_fd=pfd)
+    finally:
+        for pfd, _, fd, _ in parts:
+            for each in (fd, pfd):
+                if each is not None:
+                    os.close(each)

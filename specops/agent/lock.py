@@ -7,6 +7,11 @@ over by the next run.  Every change to the lock happens under an flock on LOCK_G
 on the holder's token: the lock directory is renamed aside, and kept only if it is still
 the one whose holder was judged, so two breakers never both hold it.  A run whose lock was
 taken over is refused at its next request.
+
+A command the agent started (a download, rsync, pip) holds a shared flock on CHILDREN_LOCK for as
+long as it lives (agent/host.py).  The lock is given back only once none is left (an
+interrupted run's agent is still stopping them when the controller asks), and is neither taken
+nor taken over while one of an earlier run still runs: two runs never write the same files.
 """
 import fcntl
 import json
@@ -15,7 +20,9 @@ import time
 
 from specops import protocol
 from specops.agent.host import clean
-from specops.layout import LOCK_DIR, LOCK_GUARD, LOCK_HOLDER, LOCK_LEASE
+from specops.layout import CHILD_GRACE, CHILDREN_LOCK, LOCK_DIR, LOCK_GUARD, LOCK_HOLDER, LOCK_LEASE
+
+RELEASE_WAIT = 2 * CHILD_GRACE  # how long a give-back waits for the run's commands to be gone
 
 
 def guarded(work):
@@ -89,10 +96,45 @@ def _take(holder):
     return True
 
 
+def running(wait=0.0):
+    """The pids of the commands an agent started that are still running (waiting up to `wait`
+    seconds for there to be none): the holders of CHILDREN_LOCK's flock."""
+    fd = os.open(CHILDREN_LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return []
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return _holders(CHILDREN_LOCK) or [0]  # 0: a holder /proc did not show
+                time.sleep(0.1)
+    finally:
+        os.close(fd)
+
+
+def _holders(path):
+    """Pids of the processes that have `path` open (/proc/locks names the process that took a
+    flock, the agent, not the command that inherited it)."""
+    pids = set()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+        try:
+            if any(os.readlink("/proc/%s/fd/%s" % (pid, fd)) == path for fd in os.listdir("/proc/%s/fd" % pid)):
+                pids.add(int(pid))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
 @guarded
 def acquire(holder, take_over=False):
-    """{acquired: True, token, took_over?} or {acquired: False, holder}.  `take_over` (--break-lock)
-    takes the lock from a live holder; an expired one is taken over anyway."""
+    """{acquired: True, token, took_over?} or {acquired: False, holder, running?}.  `take_over`
+    (--break-lock) takes the lock from a live holder; an expired one is taken over anyway; never
+    while a command an earlier run started still runs."""
+    left = running()
+    if left:
+        return {"acquired": False, "holder": shown(_read()), "running": left}
     if _take(holder):
         return {"acquired": True, "token": holder.token}
     seen = _read()
@@ -137,9 +179,15 @@ def refusal(holder):
         holder.get("who", "?"), holder.get("pid", "?"), holder.get("task", "?"))
 
 
-@guarded
 def release(token):
-    """Give the lock back if `token` holds it."""
+    """Give the lock back if `token` holds it, once the commands its run started are gone.
+    (released, pids still running)."""
+    left = running(RELEASE_WAIT)  # outside the guard: the holder's own renewals may go on meanwhile
+    return (_release(token) if not left else False), left
+
+
+@guarded
+def _release(token):
     holder = _read()
     mine = token is not None and holder is not None and holder.get("token") == token
     if mine:
@@ -157,7 +205,8 @@ def peek():
 
 def unlock(req):
     """Answer a protocol.Unlock."""
-    return protocol.UnlockResult(released=release(req.token))
+    released, left = release(req.token)
+    return protocol.UnlockResult(released=released, running=left)
 
 
 def renew(req):

@@ -70,7 +70,7 @@ def answer(raw):
 def serve(inp, out):
     """Answer framed requests (length line, JSON) from `inp` with framed answers on `out`, in
     order, until the controller closes the session."""
-    die_with_connection()
+    die_with_connection(out)
     try:
         while True:
             head = inp.readline()

@@ -20,7 +20,7 @@ import stat
 import time
 
 from specops import protocol
-from specops.agent import safefs, weights
+from specops.agent import safefs, weights, weightsdir
 from specops.agent.host import ActionError, clean, on_interrupt, run_owned, say, sha256_file
 from specops.layout import PEER_DIR
 
@@ -88,10 +88,17 @@ def copy(req):
 def _copy(req, where):
     if not os.path.isfile(where + "/id"):
         raise ActionError("no copy key %r on this host (made by an earlier request of this run)" % req.id)
-    weights.own_dir(req.dest, ())
+    dfd = weightsdir.open_dest(req.dest, ())
+    try:
+        return _copy_into(req, where, dfd)
+    finally:
+        os.close(dfd)
+
+
+def _copy_into(req, where, dfd):
     _settled(req.dest)
     for name, (size, _) in req.files.items():
-        weights.safe_name(name)
+        weightsdir.safe_name(name)
         if not isinstance(size, int) or size < 0:
             raise ActionError("the peer listed %r with the size %r" % (name, size))
     old = (weights.read_manifest(req.dest) or {}).get("files") or {}
@@ -115,7 +122,7 @@ def _copy(req, where):
         (["--checksum"] if req.verify else []) + \
         ["%s@%s:./" % (req.user, _bracketed(req.address)), req.dest + "/"]
     say("  copying %s (%.1f MiB to move) from %s" % (label, need / 2**20, req.address))
-    rc, out, err = run_owned(argv, env=_env(), progress=weights.meter(label, req.dest, need))
+    rc, out, err = run_owned(argv, env=_env(), progress=weights.meter(label, dfd, need))
     if rc != 0:
         lines = [clean(l) for l in err.strip().splitlines() if l.strip()]
         why = ([l for l in lines if not l.startswith("rsync error")] or lines or ["exit %d" % rc])[0]

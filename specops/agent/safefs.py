@@ -90,8 +90,7 @@ def open_dir(path, allowed=(), for_writing=True):
 
 
 def close(opened):
-    """Close what open_dir returned."""
-    os.close(opened[0])
+    os.close(opened[0])  # what open_dir returned
 
 
 def lstat_in(dfd, name):
@@ -211,9 +210,12 @@ class StageDir:
         return _copy_out(self.parent_fd, self.name, to, self.target)
 
 
-def make_dir(path, mode, uid, gid, allowed=()):
-    """A directory at `path` (created if missing) with this mode and owner, set through its fd."""
+def make_dir(path, mode, uid, gid, allowed=(), parents=False):
+    """A directory at `path` (created if missing) with this mode and owner, set through its fd.
+    With `parents`, missing directories above it are made too, root's 0755 (a bare box has no /models)."""
     parent, name = os.path.split(path.rstrip("/"))
+    if parents and parent != "/" and not os.path.isdir(parent):  # only a hint: what follows walks safely
+        make_dir(parent, 0o755, 0, 0, allowed, parents=True)
     pfd, _ = open_dir(parent, allowed)
     try:
         try:

@@ -9,8 +9,11 @@ the files that differ.  A change made behind the manifest's back without touchin
 goes unnoticed until then: that is the price of not hashing 1 TB on every run.
 
 The hub is asked through agent/hub.py; a run cut mid-file resumes from its NAME.part.  Weights go
-only into a directory root owns and no one else can write, and a file name from a listing that
-would leave it is refused.
+only into a directory root owns and no one else can write, reached from / through root's links
+only (open_dest), and a file name from a listing that would leave it is refused.  Every read,
+write, rename and unlink in it goes through that directory's descriptor (the hub client writes
+into .part files the agent opened and hands it), never through its path: a user who can rename
+a directory above it cannot point a write of root's elsewhere.
 """
 import hashlib
 import json
@@ -18,9 +21,9 @@ import os
 import stat
 import time
 
-from specops.agent import safefs
-from specops.agent.hub import ask, tool_python
-from specops.agent.host import ActionError, say, sha256_file
+from specops.agent import safefs, weightsdir
+from specops.agent.hub import ask, download, tool_python
+from specops.agent.host import ActionError, say
 from specops.layout import WEIGHTS_DIR
 
 MARGIN = 0.02          # free space kept beyond what the fetch needs, as a fraction of it ...
@@ -42,25 +45,28 @@ def fact(dest):
     """For the probe: the manifest, the files that differ from it (size or mtime, or gone), and
     the free bytes where the weights go."""
     m = read_manifest(dest)
-    differ = []
-    for name, f in ((m or {}).get("files") or {}).items():
-        try:
-            st = os.lstat(os.path.join(dest, name))
-            if st.st_size != f["size"] or st.st_mtime_ns != f["mtime_ns"]:
-                differ.append(name)
-        except OSError:
-            differ.append(name)
-    partial, present = {}, {}  # a cut transfer's NAME.part files (where to resume), and the whole ones
-    walk = os.walk(dest) if os.path.isdir(dest) and not os.path.islink(dest) else ()
-    for root, _, files in walk:
-        for f in files:
-            rel = os.path.relpath(os.path.join(root, f), dest)
-            if f.endswith(".part"):
-                partial[rel[:-len(".part")]] = _size(os.path.join(root, f))
-            elif regular(os.path.join(root, f)):
-                present[rel] = _size(os.path.join(root, f))
+    try:
+        dfd = safefs.open_dir(dest, for_writing=False)[0]
+    except safefs.UnsafePath:  # missing, or not safe to look in: fetch says which
+        dfd = None
+    try:
+        differ = [name for name, f in ((m or {}).get("files") or {}).items()
+                  if dfd is None or not _same(weightsdir.lstat_at(dfd, name), f)]
+        partial, present = {}, {}  # a cut transfer's NAME.part files (where to resume), and the whole ones
+        for rel, st in (weightsdir.files(dfd) if dfd is not None else ()):
+            if rel.endswith(".part"):
+                partial[rel[:-len(".part")]] = st.st_size
+            else:
+                present[rel] = st.st_size
+    finally:
+        if dfd is not None:
+            os.close(dfd)
     return {"manifest": m, "differ": differ, "free": _free(dest), "device": os.stat(_existing(dest)).st_dev,
             "partial": partial, "present": present}
+
+
+def _same(st, known):
+    return st is not None and st.st_size == known.get("size") and st.st_mtime_ns == known.get("mtime_ns")
 
 
 def _existing(path):
@@ -96,44 +102,20 @@ def check_disk(what, dest, need):
                           % (what, dest, need / 2**20, margin / 2**20, free / 2**20))
 
 
-def meter(what, dest, need):
-    """A progress callback: every 2 s, the bytes that arrived in dest, the rate and the ETA."""
-    before, t0, last = _on_disk(dest), time.time(), [0.0]
+def meter(what, dfd, need):
+    """A progress callback: every 2 s, the bytes that arrived in the directory `dfd`, the rate and the ETA."""
+    before, t0, last = weightsdir.on_disk(dfd), time.time(), [0.0]
 
     def progress():
         now = time.time()
         if now - last[0] >= 2:
             last[0] = now
-            got = _on_disk(dest) - before
+            got = weightsdir.on_disk(dfd) - before
             rate = got / max(now - t0, 1e-3)
             eta = (need - got) / rate if rate > 0 else 0
             say("  weights %s: %.1f/%.1f MiB, %.1f MiB/s, ETA %.0fs" % (what, got / 2**20, need / 2**20,
                                                                        rate / 2**20, max(eta, 0)))
     return progress
-
-
-def _size(path):
-    try:
-        return os.lstat(path).st_size
-    except OSError:
-        return 0
-
-
-def _on_disk(dest):
-    """Bytes under dest, the partial downloads included."""
-    total = 0
-    for root, dirs, files in os.walk(dest):
-        for f in files:
-            total += _size(os.path.join(root, f))
-    return total
-
-
-def safe_name(name):
-    """A file name from a listing, refused unless it stays inside the directory."""
-    parts = name.split("/")
-    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
-        raise ActionError("refusing the file name %r from the source: it would leave the weights directory" % name)
-    return name
 
 
 def regular(path):
@@ -145,92 +127,95 @@ def regular(path):
     return st if stat.S_ISREG(st.st_mode) else None
 
 
-def own_dir(dest, allowed):
-    """The weights go only into a directory root owns and no one else can write (made if missing):
-    nothing can be planted in it while root writes there."""
-    if not os.path.lexists(dest):
-        safefs.make_dir(dest, 0o755, 0, 0, allowed=allowed)
-    st = os.lstat(dest)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        raise ActionError("%s is %s; specops puts weights only in a directory that root owns and only root "
-                          "can write (move it away to have it made)" % (dest, "not a directory" if not
-                          stat.S_ISDIR(st.st_mode) else "owned by uid %d, mode %o" % (st.st_uid, st.st_mode & 0o777)))
-
-
 def record(req, allowed):
     """Answer a protocol.RecordWeights: after a push from the controller, the manifest of `dest`
     (the pushed files hashed now and compared with the controller's, the others' hashes kept)."""
     old = (read_manifest(req.dest) or {}).get("files") or {}
     files = {}
-    for name, size in sorted(req.files.items()):
-        path = os.path.join(req.dest, safe_name(name))
-        st = regular(path)
-        if st is None or st.st_size != size:
-            raise ActionError("%s: not the %d bytes of the controller's copy" % (path, size))
-        known = old.get(name) or {}
-        same = known.get("size") == st.st_size and known.get("mtime_ns") == st.st_mtime_ns and name not in req.pushed
-        digest = known["sha256"] if same else sha256_file(path)
-        if name in req.expect and digest != req.expect[name]:
-            os.unlink(path)  # a stale .part resumed into it: gone, so the next run sends it whole
-            raise ActionError("%s differs from the controller's copy (sha256 %s, not %s); removed, run again"
-                              % (path, digest[:12], req.expect[name][:12]))
-        files[name] = {"size": size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    dfd = weightsdir.open_dest(req.dest, allowed)
+    try:
+        for name, size in sorted(req.files.items()):
+            st = weightsdir.lstat_at(dfd, name)
+            path = os.path.join(req.dest, name)
+            if st is None or st.st_size != size:
+                raise ActionError("%s: not the %d bytes of the controller's copy" % (path, size))
+            known = old.get(name) or {}
+            same = _same(st, known) and name not in req.pushed
+            digest = known["sha256"] if same else weightsdir.hash_at(dfd, name)
+            if name in req.expect and digest != req.expect[name]:
+                weightsdir.unlink_at(dfd, name)  # a stale .part resumed into it: gone, so the next run sends it whole
+                raise ActionError("%s differs from the controller's copy (sha256 %s, not %s); removed, run again"
+                                  % (path, digest[:12], req.expect[name][:12]))
+            files[name] = {"size": size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    finally:
+        os.close(dfd)
     write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": None, "files": files,
                                "fetched": time.time()})
     return {"files": len(files), "hashed": len(req.pushed)}
 
 
-def _stale(f, path, known, verify, moved_on):
+def _stale(dfd, f, known, verify, moved_on):
     """Whether a file on the host must be fetched again: gone or the wrong size; a new commit
     (a file the hub gives no sha256 for); or, when it differs from the manifest or with verify,
     a hash that is not the hub's (or the manifest's)."""
-    st = regular(path)
+    st = weightsdir.lstat_at(dfd, f["name"])
     if st is None or st.st_size != f["size"]:
         return True
     if moved_on and not f["sha256"]:
         return True
-    unchanged = known and known["size"] == st.st_size and known["mtime_ns"] == st.st_mtime_ns
+    unchanged = known and _same(st, known)
     want = f["sha256"] or (known or {}).get("sha256")
     if unchanged and not verify and (not f["sha256"] or known.get("sha256") == f["sha256"]):
         return False
-    return not want or sha256_file(path) != want
+    return not want or weightsdir.hash_at(dfd, f["name"]) != want
+
+
+def _part_size(dfd, name):
+    st = weightsdir.lstat_at(dfd, name + ".part")
+    return st.st_size if st else 0
 
 
 def fetch(req, allowed):
     """Answer a protocol.FetchWeights: the files the source lists, at the commit it resolves to."""
-    own_dir(req.dest, allowed)
+    dfd = weightsdir.open_dest(req.dest, allowed)
+    try:
+        return _fetch(req, dfd)
+    finally:
+        os.close(dfd)
+
+
+def _fetch(req, dfd):
     python = tool_python(req)
     info = json.loads(ask(python, req, "info", {"repo": req.repo, "revision": req.revision,
                                                   "allow_patterns": req.allow_patterns}))
     manifest = read_manifest(req.dest) or {}
     old, moved_on = manifest.get("files") or {}, manifest.get("commit") not in (None, info["commit"])
     for f in info["files"]:
-        safe_name(f["name"])
+        weightsdir.safe_name(f["name"])
         if f["size"] is None:
             raise ActionError("the hub gives no size for %s: cannot check the disk or the download" % f["name"])
-    stale = [f for f in info["files"] if _stale(f, os.path.join(req.dest, f["name"]), old.get(f["name"]),
-                                                 req.verify, moved_on)]
-    need = sum(f["size"] - _size(os.path.join(req.dest, f["name"] + ".part")) for f in stale)
+    stale = [f for f in info["files"] if _stale(dfd, f, old.get(f["name"]), req.verify, moved_on)]
+    need = sum(f["size"] - _part_size(dfd, f["name"]) for f in stale)
     check_disk("%s@%s" % (req.repo, req.revision), req.dest, need)  # before any byte moves or is removed
     for f in stale:
-        if os.path.lexists(os.path.join(req.dest, f["name"])):
+        if weightsdir.lstat_at(dfd, f["name"]) is not None:
             say("  %s differs: fetched again" % f["name"])
-            os.unlink(os.path.join(req.dest, f["name"]))
-    before = _on_disk(req.dest)
-    progress = meter(req.repo, req.dest, need)
+            weightsdir.unlink_at(dfd, f["name"])
+    before = weightsdir.on_disk(dfd)
     if stale:
-        ask(python, req, "download", {"repo": req.repo, "commit": info["commit"], "dest": req.dest,
-                                       "files": stale}, progress)
-    moved = max(_on_disk(req.dest) - before, 0)
+        download(req, python, dfd, info["commit"], stale, meter(req.repo, dfd, sum(f["size"] for f in stale)))
+    moved = max(weightsdir.on_disk(dfd) - before, 0)
     files = {}
     for f in info["files"]:
-        path = os.path.join(req.dest, f["name"])
-        st = regular(path)
+        st = weightsdir.lstat_at(dfd, f["name"])
+        if st is None:
+            raise ActionError("%s: the download left no file" % os.path.join(req.dest, f["name"]))
         known = old.get(f["name"]) or {}
         keep = f not in stale and known.get("sha256") and (not f["sha256"] or known["sha256"] == f["sha256"])
-        digest = known["sha256"] if keep else sha256_file(path)
+        digest = known["sha256"] if keep else weightsdir.hash_at(dfd, f["name"])
         if f["sha256"] and digest != f["sha256"]:
-            raise ActionError("%s: sha256 %s, the hub says %s" % (path, digest[:12], f["sha256"][:12]))
+            raise ActionError("%s: sha256 %s, the hub says %s" % (os.path.join(req.dest, f["name"]), digest[:12],
+                                                                  f["sha256"][:12]))
         files[f["name"]] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     write_manifest(req.dest, {"dest": req.dest, "source": req.source, "commit": info["commit"], "files": files,
                                "fetched": time.time()})

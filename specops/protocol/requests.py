@@ -19,7 +19,8 @@ class ProbeResult:
     python, version, tag, packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
     uuid, name, driver_version, memory.total, memory.used (None when unknown)}], apps
     [Process], driver, unknown [fields nvidia-smi could not report], error};
-    lock: {acquired, token, holder} when taken, {held, holder} when peeked; weights: dest →
+    lock: {acquired, token, holder, running [an earlier run's commands]} when taken, {held, holder}
+    when peeked; weights: dest →
     {manifest (or None), differ [files whose size or mtime moved], free (bytes)}."""
     time: float
     hostname: str
@@ -117,8 +118,11 @@ class Renew:
 
 @message
 class UnlockResult:
-    """Whether the token still held the lock (and so gave it back)."""
+    """Whether the token still held the lock and gave it back; `running`: the pids of commands
+    the run started that had not ended after lock.RELEASE_WAIT (the lock is kept then; 0 is a
+    pid /proc did not show)."""
     released: bool
+    running: List[int] = LIST
 
 
 @request("unlock")
