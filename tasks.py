@@ -20,7 +20,8 @@ BOOTSTRAP = [system_packages] + DEPLOY
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",
             bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy)",
-            no_drain="Do not take workers out of their routers while they change (requests will fail)")
+            no_drain="Do not take workers out of their routers while they change, and stop their servers without "
+                     "draining (requests will fail)")
 def deploy(c, sel, bench=False, no_drain=False):
     """Converge hosts: lock, probe, plan, apply, handlers, verify, record the release.
     If verify (or, with --bench, a service's gate) fails, this deploy's changes are undone and the
@@ -76,7 +77,8 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
                           max_new_tokens=cli.positive_ints(str(max_new_tokens), "--max-new-tokens")[0], prompts=prompts)
     load.prompt_list()  # a bad prompts file is said before any connection
     cli.play(lambda run: specbench.bench(run, service, load, baseline), [], sel, task="spec-bench",
-             services=[service] if service else None)
+             services=[service] if service else None,
+             refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
 
 @fleet_task(*SELECT, out="Where to write the page (default: report.html)")
@@ -97,12 +99,10 @@ def report(c, sel, out="report.html"):
 @fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)")
 def stop(c, sel, service=None):
     """Stop SGLang and prove its GPU memory is free: leftovers of its runs are killed; anything
-    else still holding GPU memory is named, and stop fails."""
-    def body(run):
-        run.probe([], lock=True)
-        pipeline.stop(run, [service] if service else None)
-
-    cli.play(body, [], sel, task="stop", services=[service] if service else None)
+    else still holding GPU memory is named, and stop fails.  A worker behind a router is taken
+    out of it first (and idle) and stays out until a deploy puts it back."""
+    cli.play(lambda run: pipeline.stop_task(run, [service] if service else None), [], sel, task="stop",
+             services=[service] if service else None)
 
 
 @fleet_task("host", "inventory", "accept_new_host_key", "ask_become_pass", "break_lock", "json",

@@ -130,13 +130,16 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
 
 def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: str = "run",
          services: list[str] | None = None, run_checks: bool = True, stream=None, quiet: bool | None = None,
-         exit_on_failure: bool = True) -> list[HostReport]:
+         exit_on_failure: bool = True, refuse: Callable[[list[inv.Host]], None] | None = None) -> list[HostReport]:
     """Select hosts, run `body` on each, print the recap, exit non-zero on any failure.
-    Each report's `result` is what `body` returned for that host."""
+    Each report's `result` is what `body` returned for that host.  `refuse(hosts)` raises
+    UsageError for what the task must not do to them, before any connection."""
     try:
         hosts = select(sel, services)
         if not hosts:
             raise UsageError("no hosts selected")
+        if refuse:
+            refuse(hosts)
         if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
             raise UsageError("--serial must be >= 0 and --max-fail between 0 and 100")
         _same_batch(hosts, sel.serial, sel.forks)

@@ -2,9 +2,12 @@
 returns what the task shows; failures raise SpecopsError."""
 from __future__ import annotations
 
-from . import protocol, services
+import os
+
+from . import protocol, rolling, services
 from . import verify as verify_mod
 from .errors import SpecopsError, UsageError
+from .layout import WINDOW_PREFIX
 from .run import HostRun
 
 
@@ -37,7 +40,8 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     """Put back what this deploy replaced, restart, verify the previous release, then fail."""
     stamp, previous = directory.rsplit("/", 1)[1], run.previous()
     run.say(f"ROLLING BACK: {failure}")
-    res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=list(services.unit_refs(run.host).values()),
+    refs = list(services.unit_refs(run.host, run.quick).values())
+    res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=refs,
                                  allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status="rolled-back",
@@ -69,9 +73,14 @@ def record(run: HostRun, directory: str, last: bool = True) -> None:
 
 
 def rollback(run: HostRun, to: str | None = None) -> None:
-    """Restore the release before current (or --to), purge bytecode, reload, restart, verify."""
+    """Restore the release before current (or --to), purge bytecode, reload, restart, verify;
+    each worker out of its routers meanwhile."""
     run.probe([], lock=True)
-    res = run.call(protocol.Rollback(to=to, services=list(services.unit_refs(run.host).values()),
+    rolling.out_of_routers(run, lambda: _rollback(run, to))
+
+
+def _rollback(run: HostRun, to: str | None) -> None:
+    res = run.call(protocol.Rollback(to=to, services=list(services.unit_refs(run.host, run.quick).values()),
                                      allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.say(f"rolled back {res.replaced} → {res.to}: restored {len(res.restored)} file(s)")
@@ -86,11 +95,17 @@ def releases(run: HostRun) -> protocol.ReleasesResult:
 
 
 def _selected(run: HostRun, names: list[str] | None) -> list[protocol.UnitRef]:
-    refs = services.unit_refs(run.host)
+    refs = services.unit_refs(run.host, run.quick)
     unknown = [n for n in names or [] if n not in refs]
     if unknown:
         raise UsageError(f"{run.host.name}: no service {unknown[0]!r} (known: {', '.join(refs) or 'none'})")
     return [ref for name, ref in refs.items() if not names or name in names]
+
+
+def stop_task(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
+    """`inv stop`: out of their routers first, and left out (a deploy puts them back)."""
+    run.probe([], lock=True)
+    return rolling.out_of_routers(run, lambda: stop(run, names), names, back=False)
 
 
 def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
@@ -104,6 +119,10 @@ def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
             run.say(f"{s.name}: killed leftover pid {k.pid} ({k.title}) with {k.signal}")
         freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
         run.say(f"{s.name}: stopped in {s.seconds}s; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
+        if s.timed_out is not None:
+            run.say(f"{s.name}: did not exit on SIGTERM: systemd killed it at TimeoutStopSec, after {s.timed_out}s "
+                    f"(result 'timeout')")
+            run.report.notes.append(f"{s.name}: killed at TimeoutStopSec after {s.timed_out}s")
         for p in s.left:
             run.say(f"{s.name}: left on the GPUs: pid {p.pid} ({p.title}, user {p.user}, "
                     f"{p.mib if p.mib is not None else 'unknown'} MiB)")
@@ -124,23 +143,39 @@ def start_and_verify(run: HostRun, names: list[str], deployed: list | None = Non
 
 def gpu_window(run: HostRun, command: str, names: list[str] | None = None, as_root: bool = False) -> int:
     """Stop the services, prove the GPUs free, run the job (as the login user, or as root with
-    as_root), then always restart and verify.  Returns the job's status."""
+    as_root), then always restart and verify.  Returns the job's status.  A worker is out of its
+    routers meanwhile, and back once it verifies."""
     run.probe([], lock=True)
     names = [r.name for r in _selected(run, names)]
-    status = 1
+    return rolling.out_of_routers(run, lambda: _window(run, command, names, as_root), names)
+
+
+def _window(run: HostRun, command: str, names: list[str], as_root: bool) -> int:
+    status, scope = 1, WINDOW_PREFIX + os.urandom(8).hex()
     try:
         stop(run, names)
         run.say(f"GPU free; running: {command}")
         remote = run.connect()
-        status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root)
+        status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root, scope=scope)
         if remote.interrupted:
             run.say("interrupted: Ctrl-C was passed to the job")
         run.say(f"job exited with status {status}")
         run.report.extra["job_status"] = status
     finally:
+        _end_job(run, scope)
         run.say(f"restarting {', '.join(names)}")
         start_and_verify(run, names)
     return status
+
+
+def _end_job(run: HostRun, scope: str) -> None:
+    """What of the job still runs (a child that ignored Ctrl-C and the hang-up) is stopped before
+    the services start again: nothing of it keeps the GPUs or outlives the window's lock."""
+    res = run.call(protocol.EndJob(scope=scope))
+    for p in res.ended:
+        run.say(f"the job's pid {p.pid} ({p.title}, user {p.user}) was still running: stopped")
+    for p in res.left:
+        run.say(f"WARNING: the job's pid {p.pid} ({p.title}) is still running after SIGKILL")
 
 
 def bootstrap(run: HostRun) -> None:

@@ -63,6 +63,7 @@ class HostRun:
         self.applied: list = []             # writes and removals done, for undo
         self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
         self.keep_lock = False  # a "last" call keeps the lock: the body gives it back later (rolling)
+        self.quick: set[str] = set()  # services whose stop need not drain (out of their routers, --no-drain)
 
     def connect(self) -> Remote:
         if self.remote is None:
@@ -219,7 +220,7 @@ class HostRun:
                 self.apply(checks + pending)
                 pending, checks = [], []
                 facts = self.probe(remaining)
-        todo = handlers.actions(ctx.notified, services.unit_refs(self.host))
+        todo = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
         for h in handlers.ordered(ctx.notified):
             self.say(f"{'handler':<15} {h}: " + ("would run" if ctx.check else "run"))
         if ctx.check:

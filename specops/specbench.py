@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import pipeline, protocol, services, shipping
+from . import pipeline, protocol, rolling, services, shipping
 from . import verify as verify_mod
-from .errors import SpecopsError
+from .errors import SpecopsError, UsageError
 from .layout import BASELINE_PREFIX
 
 PROMPTS = Path(__file__).resolve().parent.parent / "files" / "prompts.json"
@@ -49,14 +49,25 @@ class Load:
         return prompts
 
 
-def service_of(run, name: str | None) -> dict:
+def service_of(host, name: str | None) -> dict:
     """The one service to measure: --service, or the host's only one."""
-    svcs = [s for _, s in services.of_host(run.host)]
+    svcs = [s for _, s in services.of_host(host)]
     chosen = [s for s in svcs if s["name"] == name] if name else svcs
     if len(chosen) != 1:
-        raise SpecopsError(f"{run.host.name}: give --service (one of: {', '.join(s['name'] for s in svcs) or 'none'})"
-                           if not name or not chosen else f"{run.host.name}: no service {name!r}")
+        raise SpecopsError(f"{host.name}: give --service (one of: {', '.join(s['name'] for s in svcs) or 'none'})"
+                           if not name or not chosen else f"{host.name}: no service {name!r}")
     return chosen[0]
+
+
+def refuse_router_baseline(hosts, name: str | None) -> None:
+    """Before connecting: a baseline of a router would stop it (every client's outage) and measure
+    its 503; a router has no speculation to compare."""
+    for h in hosts:
+        svcs = [s for _, s in services.of_host(h) if not name or s["name"] == name]
+        routers = [s["name"] for s in svcs if services.kind_of(s).name == "router"]
+        if routers and len(svcs) == 1:
+            raise UsageError(f"{h.name}: {routers[0]} is a router: --baseline measures an SGLang server without "
+                             f"speculation (give --service, or measure its workers' hosts)")
 
 
 def _check(run, svc) -> protocol.ServiceCheck:
@@ -75,7 +86,11 @@ def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[p
     """Inside a GPU window: stop the service (GPUs proven free), serve the target without
     speculation as a transient unit, measure it, stop it (GPUs proven free again), and always
     start the service again and verify it (against `deployed`, a deploy not recorded yet, else
-    the current release)."""
+    the current release).  A worker is out of its routers meanwhile, and back once it verifies."""
+    return rolling.out_of_routers(run, lambda: _baseline(run, svc, load, deployed), [svc["name"]])
+
+
+def _baseline(run, svc: dict, load: Load, deployed: list | None) -> list[protocol.BenchLevel]:
     name, kind = svc["name"], services.kind_of(svc)
     argv = plain_argv(run, svc)
     env = dict(svc.get("env") or {})
@@ -159,7 +174,7 @@ def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
 def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
     """The body of `inv spec-bench`: measure, maybe the baseline, say the verdict, record it."""
     run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
-    svc = service_of(run, name)
+    svc = service_of(run.host, name)
     if not run.call(protocol.Releases()).current:
         raise SpecopsError(f"{run.host.name}: no release to keep the result in: deploy first")
     spec = measure(run, svc, load)

@@ -69,6 +69,7 @@ def collect(run: HostRun) -> dict:
         r["spec_mismatch"] = (p.failures + p.notes) if p else []
         kind, svc = kinds[r["service"]]
         if kind.name == "router":
+            r["not_serving"] = p.not_serving if p else None  # every request it gets fails meanwhile
             if p and p.members is None:  # the router did not say: not a statement about its workers
                 r["workers"] = [{"worker": "?", "url": "-", "in_router": None, "healthy": None, "load": None,
                                  "problem": "; ".join(p.failures) or "no answer"}]
@@ -101,6 +102,8 @@ def table(results: dict[str, dict]) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6] for r in rows]
     for host, res in results.items():
         for s in res["services"]:
+            if s.get("not_serving"):
+                lines.append(f"{host}: router {s['service']}: NOT SERVING: {s['not_serving']}")
             lines += [f"{host}: router {s['service']}: " + (
                 f"its workers are unknown: {w['problem']}" if w.get("problem") else
                 f"{w['worker']} ({w['url']}): " + ("in the router, " + ("healthy" if w["healthy"] else "NOT healthy")

@@ -85,7 +85,7 @@ def test_a_rank_that_hangs_past_its_stop_timeout_stays_failed(sandbox):
     waits in a collective; it ignores SIGTERM for 30 s) and was killed at TimeoutStopSec stays
     "failed", and stop says so, for status to show."""
     knobs = {"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_STOP_SECONDS": "0,30", "SGLANG_SIM_PEER_LOSS": "hang"}
-    with spanning(sandbox, {"timeout_stop_sec": 3, "env": knobs}) as (t1, t2, inv, _):
+    with spanning(sandbox, {"timeout_stop_sec": 8, "env": knobs}) as (t1, t2, inv, _):
         res, _ = deploy(sandbox, inv, "--host", "t1")
         assert res.returncode == 0, res.stdout[-4000:]
         res = sandbox.inv("stop", "--host", "t1", inventory=inv)

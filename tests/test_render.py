@@ -35,8 +35,9 @@ def test_unit_has_required_directives_and_no_secret():
     argv = systemd_split(exec_start)
     # The launcher runs the module in-process and hands it the key from the 0600 env file: the key
     # is neither in the unit nor, expanded by systemd, in the process's command line.
-    assert argv[:6] == ["/opt/sglang/venv/bin/python", "/usr/local/lib/specops/launch.py", "--secret",
-                        "SGLANG_SPECOPS_API_KEY", "--api-key", "sglang.launch_server"]
+    assert argv[:9] == ["/opt/sglang/venv/bin/python", "/usr/local/lib/specops/launch.py", "--secret",
+                        "SGLANG_SPECOPS_API_KEY", "--api-key", "--on-signal", "SIGUSR2", "SGL_FORCE_SHUTDOWN=1",
+                        "sglang.launch_server"]
     assert argv[argv.index("--model-path") + 1] == "/models/Kimi K2.5"
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "16"
     assert argv[argv.index("--tp-size") + 1] == "8"
@@ -119,3 +120,29 @@ def test_redactor_hides_every_secret():
 
 def test_unified_diff_binary():
     assert "binary" in unified_diff(b"\xff\x00", b"\xfe", "f")
+
+
+def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_signal(tmp_path):
+    """Issue 23 item 9: SGLang reads SGL_FORCE_SHUTDOWN from its own environment after SIGTERM, and
+    nothing outside a running process changes its environment: the launcher sets it there."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    (tmp_path / "server.py").write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (print(os.environ.get('SGL_FORCE_SHUTDOWN')), sys.exit(0)))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n    time.sleep(0.1)\n")
+    from pathlib import Path
+    launcher = Path(__file__).resolve().parent.parent / "specops" / "hostfiles" / "launch.py"
+    for quick in (False, True):
+        argv = [sys.executable, str(launcher), "--on-signal", "SIGUSR2", "SGL_FORCE_SHUTDOWN=1", "server"]
+        p = subprocess.Popen(argv, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "ready\n"
+        if quick:
+            p.send_signal(signal.SIGUSR2)
+            time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=10)
+        assert out.strip() == ("1" if quick else "None")

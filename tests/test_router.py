@@ -63,3 +63,25 @@ def test_an_open_router_or_a_key_it_does_not_send_is_refused(tmp_path):
     inv.hosts["w1"]["services"][0]["api_key"] = "other"
     with pytest.raises(UsageError, match="worker w1/sglang has an api_key the router does not send"):
         workers_of(r, {**svc, "api_key": "rk-1"})
+
+
+def test_a_baseline_of_a_router_is_refused_before_connecting(tmp_path):
+    """Issue 23 item 2: spec-bench --baseline on a router's host stopped the router (an outage for
+    every client) and measured its 503."""
+    from test_inventory import run_without_connecting
+    res, attempts = run_without_connecting(tmp_path, """
+        all:
+          children:
+            workers:
+              hosts:
+                w: {{address: 127.0.0.1, ssh_port: {port}, connect_timeout: 2,
+                    services: [{{name: sglang, model_path: /m, bind: 0.0.0.0}}]}}
+            edge:
+              hosts:
+                r: {{address: 127.0.0.1, ssh_port: {port}, connect_timeout: 2,
+                    services: [{{name: router, kind: router, workers: {{group: workers}}, api_key: rk-1}}]}}
+        """, "spec-bench", "--host", "r", "--baseline")
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert "r: router is a router: --baseline measures an SGLang server without speculation" in lines[0]
+    assert attempts == 0

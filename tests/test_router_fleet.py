@@ -3,6 +3,7 @@ SGLang workers (the simulator), each on its own sandbox host.  The router's host
 worker over a link straight between their namespaces (sandbox/peerlink.py), as boxes on one
 rack network do; the controller reaches the router over its own link."""
 import json
+import re
 import time
 import urllib.request
 
@@ -174,3 +175,78 @@ def test_a_worker_that_fails_verify_is_rolled_back_put_back_and_stops_the_roll(s
     assert load["failed"] == 0, load
     _, listing = through_router(hosts[ROUTER], "/workers")
     assert {w["url"] for w in listing["workers"] if w["is_healthy"]} == {f"http://{links[w]}:30000" for w in WORKERS}
+
+
+SQUATTER = """import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open('/home/alice/captured', 'a') as f:
+            f.write('%s %s %s\\n' % (self.command, self.path, self.headers.get('Authorization')))
+        body = json.dumps({'text': 'squatted', 'meta_info': {'completion_tokens': 16}}).encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    do_POST = do_DELETE = do_GET
+http.server.ThreadingHTTPServer(('0.0.0.0', 30000), H).serve_forever()
+"""
+
+
+@pytest.mark.security("router-key-squat", "alice binds a stopped worker's port (0.0.0.0:30000) on its host, answers "
+                                          "everything 200 and logs each request with its Authorization header, "
+                                          "while clients send /generate through the router")
+def test_a_stopped_worker_is_out_of_its_router_so_a_squatter_on_its_port_gets_no_request(sandbox, serving):
+    """Issue 23 item 2: the router kept a stopped worker's URL, so whoever bound the port next got
+    users' prompts and the router's key (also its admin key).  A planned stop takes the worker out
+    of its routers first; gpu-window (like rollback and spec-bench's baseline) puts it back once it
+    verifies."""
+    hosts, links, index = serving
+    inv = write_inventory(sandbox, hosts, links, index, router={"retries": False})
+    res = sandbox.inv("stop", "--host", "t1", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+    stopped = "".join(line for line in res.stdout.splitlines(True) if line.startswith("t1 "))
+    w = hosts["t1"]
+    w.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice; rm -f /home/alice/captured")
+    w.run("systemd-run", "--unit", "squatter", "--uid", "alice", "python3", "-c", SQUATTER)
+    deadline = time.monotonic() + 10
+    while "LISTEN" not in w.run("ss", "-ltn", "sport = :30000", check=False).stdout and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        with Load(hosts[ROUTER].address, PORT, KEY) as load:
+            time.sleep(8)
+        print(f"\nclients through the router while alice squats t1's port: {load.summary()}")
+        captured = w.run("cat", "/home/alice/captured", check=False).stdout
+        assert captured == "" and KEY not in captured, captured[:2000]
+        assert load.summary()["failed"] == 0 and load.summary()["served"] > 20, load.summary()
+    finally:
+        w.run("systemctl", "stop", "squatter", check=False)
+    assert stopped.index("is out of router") < stopped.index("sglang: stopped in") \
+        < stopped.index("left out of the router"), stopped
+    # Started again and verified: back in the router.
+    res = sandbox.inv("gpu-window", "--host", "t1", "--", "true", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+    t1 = "".join(line for line in res.stdout.splitlines(True) if line.startswith("t1 "))
+    assert t1.index("is out of router") < t1.index("job exited") < t1.index("/generate ") \
+        < t1.index("is back in router"), t1
+    _, listing = through_router(hosts[ROUTER], "/workers")
+    assert {x["url"] for x in listing["workers"] if x["is_healthy"]} == {f"http://{links[n]}:30000" for n in WORKERS}
+
+
+def test_a_roll_ends_with_a_generation_through_the_router_and_status_says_when_it_does_not_serve(sandbox, serving):
+    """Issue 23 item 8: after a --no-drain roll the real router's circuit breakers had taken every
+    worker out (503 no_available_workers for about 60 s) while the deploy exited 0 and status showed
+    each worker in the router and healthy: its /workers does not show it, a request through it does."""
+    hosts, links, index = serving
+    res, rep, load = roll(sandbox, hosts, links, index, {"SGLANG_SIM_TOK_S": "2400"}, "--no-drain")
+    print(f"\n--no-drain roll: {load}")
+    assert res.returncode == 0, res.stdout[-4000:]
+    for w in WORKERS:
+        mine = "".join(line for line in res.stdout.splitlines(True) if line.startswith(w + " "))
+        said = re.search(rf"router {ROUTER}/router (serves: a generation through it answered 200|was not serving "
+                         rf"after the roll; it serves again after \d+ s)", mine)
+        assert said, mine[-2000:]
+        print(f"{w}: {said.group(0)}")
+    # Its workers stopped behind specops's back: the router still lists them, and serves nothing.
+    for w in WORKERS:
+        hosts[w].run("systemctl", "stop", "sglang")
+    st = sandbox.inv("status", "--host", ROUTER, inventory=sandbox.tmp / "inventory")
+    print(st.stdout)
+    assert re.search(rf"^{ROUTER}: router router: NOT SERVING: /generate answered 5\d\d", st.stdout, re.M), st.stdout

@@ -224,6 +224,16 @@ def alive(pid):
     return starttime(pid) is not None
 
 
+def catches(pid, sig):
+    """Whether the process has a handler for `sig` (SigCgt in /proc/PID/status: bit sig - 1)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            mask = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+        return bool(int(mask, 16) >> (int(sig) - 1) & 1)
+    except (OSError, StopIteration, IndexError, ValueError):
+        return False
+
+
 def send(pid, sig, unit):
     """Signal a process only while it is still the one attributed (pidfd pins its identity; on
     kernels or Pythons without pidfds, its start time must not change around the check)."""

@@ -14,7 +14,7 @@ import time
 
 from specops import protocol
 from specops.agent import listeners
-from specops.agent.host import ActionError, say
+from specops.agent.host import ActionError, clean, say
 from specops.agent.procs import Unit
 from specops.agent.service_http import _http, api_key
 
@@ -86,9 +86,42 @@ def _wait(svc, guard, done, timeout, what):
         time.sleep(0.25)
 
 
+def not_serving(svc, key):
+    """Why a one-token generation through the router fails (None: it generated).  With every
+    worker's circuit breaker open, sglang-router 0.3.2 answers 503 no_available_workers for about
+    60 s while GET /workers still lists each worker healthy: only a request through it shows it."""
+    body = dict(svc.generate_body or {}, text=svc.prompt)
+    body["sampling_params"] = dict(body.get("sampling_params") or {}, max_new_tokens=1)
+    try:
+        status, raw = _http(svc, "POST", svc.endpoints.generate, body, timeout=30, key=key)
+    except OSError as e:
+        return "%s: %s" % (svc.endpoints.generate, e)
+    return None if status == 200 else "%s answered %s: %s" % (
+        svc.endpoints.generate, status, clean(raw[:200].decode(errors="replace")))
+
+
 def members(req):
-    """Answer a protocol.RouterMembers."""
-    return protocol.MembersResult(members=listed(req.router, Guarded(req.router).key()))
+    """Answer a protocol.RouterMembers (with serving_within: generating through it until it does)."""
+    svc = req.router
+    if not Unit(svc.name).active:
+        return protocol.MembersResult(absent=True)
+    guard, t0 = Guarded(svc), time.time()
+    res = protocol.MembersResult(members=listed(svc, guard.key()))
+    if req.serving_within is None:
+        return res
+    while True:
+        problem = not_serving(svc, guard.key())
+        if problem is None or time.time() - t0 >= req.serving_within:
+            break
+        if problem != res.not_serving:
+            say("  router %s: not serving: %s" % (svc.name, problem))
+        res.not_serving = problem
+        time.sleep(1)
+    res.waited = round(time.time() - t0, 2)
+    if problem is None and res.not_serving:
+        say("  router %s: serving again after %.0f s" % (svc.name, res.waited))
+    res.not_serving = problem
+    return res
 
 
 def remove(req):

@@ -272,10 +272,12 @@ def peek(req):
         else:
             _compare(svc, info, report)
             if svc.endpoints.members:
-                from specops.agent.routing import listed
+                from specops.agent.routing import listed, not_serving
                 try:
                     report.members = listed(svc, api_key(svc.name))
                 except (OSError, ValueError) as e:
                     report.failures.append(str(e))
+                if listeners.Listener(svc.name, svc.port).problem() is None:  # the key goes only to it
+                    report.not_serving = not_serving(svc, api_key(svc.name))
         out.append(report)
     return protocol.VerifyResult(services=out)

@@ -9,8 +9,8 @@ import time
 
 from specops import protocol
 from specops.agent.host import ActionError, run_quiet, run_streamed, say
-from specops.agent.procs import (Unit, alive, attribute, describe, leftovers, remember_invocation, send, show,
-                                 title)
+from specops.agent.procs import (Unit, alive, attribute, catches, describe, leftovers, remember_invocation, send,
+                                 show, title)
 
 
 def _gpu():
@@ -54,6 +54,26 @@ def _clear_failure(name):
             % (name, result, "failed state cleared" if rc == 0 else "reset-failed: " + out.strip()))
 
 
+def _skip_drain(ref, unit):
+    """A stop that need not drain (ref.quick): the signal makes the launcher set the server's own
+    force-shutdown variable in the running process, which the server reads after SIGTERM.  Sent
+    only to a main process that catches it (one from an older launcher would die of it)."""
+    sig = getattr(signal, ref.quick)
+    if unit.main and catches(unit.main, sig) and send(unit.main, sig, unit):
+        say("  %s: need not drain: told to exit at SIGTERM without waiting for its requests" % ref.name)
+    else:
+        say("  %s: its server cannot be told to skip the drain (started by an older launcher?)" % ref.name)
+
+
+def _timed_out(name, waited):
+    """A stop that ended in systemd's kill at TimeoutStopSec, said with the seconds it waited."""
+    if show(name, "Result").get("Result") != "timeout":
+        return None
+    say("  %s: still running after TimeoutStopSec: systemd killed it (result 'timeout') after %.1f s; "
+        "a server that drains keeps serving until no request is left" % (name, waited))
+    return round(waited, 1)
+
+
 def stop_unit(ref, others=(), measure=True):
     """Stop the unit, kill what of its runs survives, and say what is left on the GPUs (asking
     nvidia-smi, which is slow on real boxes, only when `measure` or something was running)."""
@@ -61,13 +81,18 @@ def stop_unit(ref, others=(), measure=True):
     before = _used(_gpu()) if measure else {}
     unit = Unit(ref.name)  # read just before the stop: a failure after it is one the stop caused
     was_active = unit.active
+    report = protocol.StopReport(name=ref.name, seconds=0)
     if unit.state != "inactive" or unit.queued:  # nothing to stop, nothing about to start: leftovers below
+        if ref.quick and was_active:
+            _skip_drain(ref, unit)
         say("  %s: systemctl stop (TimeoutStopSec bounds it)" % ref.name)
+        asked = time.time()
         run_quiet(["systemctl", "stop", ref.name])
         failed_before, unit = unit.state == "failed", Unit(ref.name)
-        if unit.state == "failed" and not failed_before and ref.ranks > 1:
-            _clear_failure(ref.name)
-    report = protocol.StopReport(name=ref.name, seconds=0)
+        if unit.state == "failed" and not failed_before:
+            report.timed_out = _timed_out(ref.name, time.time() - asked)
+            if ref.ranks > 1:
+                _clear_failure(ref.name)
     deadline = time.time() + ref.settle
     left = leftovers(unit)
     while left and time.time() < deadline:  # processes take a moment to release their contexts

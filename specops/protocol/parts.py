@@ -33,6 +33,9 @@ class UnitRef:
     titles: List[str] = LIST
     gpus: Optional[List[int]] = None  # the GPU indices it uses (None: every GPU)
     ranks: int = 1  # the nodes it spans: a rank's run ends by itself when a peer stops first
+    # A stop that need not drain: this signal goes to the main process first (its launcher then
+    # sets the server's own force-shutdown variable), if that process catches it
+    quick: Optional[str] = None
 
 
 @message
@@ -87,6 +90,7 @@ class ServiceReport:
     health_statuses: List[Any] = LIST
     stale: bool = False
     members: Optional[Dict[str, Any]] = None  # a router's: url → {is_healthy, load, id}
+    not_serving: Optional[str] = None  # a router's: why a generation through it failed (peek)
 
 
 @message

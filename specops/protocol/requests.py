@@ -142,6 +142,8 @@ class StopReport:
     freed_mib: Dict[str, Optional[int]] = DICT
     left: List[Process] = LIST
     failures: List[str] = LIST
+    # seconds systemctl stop waited when the server outlived TimeoutStopSec and systemd killed it
+    timed_out: Optional[float] = None
 
 
 @message

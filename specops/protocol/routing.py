@@ -3,7 +3,7 @@ worker waited on until it has no request in flight."""
 from __future__ import annotations
 
 if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
-    from typing import Any, Dict  # noqa: F401
+    from typing import Any, Dict, Optional  # noqa: F401
 
 from .parts import ServiceCheck  # noqa: F401
 from .wire import DICT, message, request
@@ -17,12 +17,16 @@ class MembersResult:
     members: Dict[str, Any] = DICT
     waited: float = 0.0
     absent: bool = False
+    not_serving: Optional[str] = None  # why a generation through it failed at the last try
 
 
 @request("router_members")
 class RouterMembers:
-    """Ask the router on this host (`router`, its ServiceCheck) which workers it has."""
+    """Ask the router on this host (`router`, its ServiceCheck) which workers it has; with
+    `serving_within`, also generate through it until it answers 200, at most that many seconds
+    (its /workers can list every worker healthy while it answers 503 to every request)."""
     router: ServiceCheck
+    serving_within: Optional[float] = None
     Result = MembersResult
 
 

@@ -16,6 +16,11 @@ from ..errors import UsageError
 from ..layout import DEFAULT_PORT, DEFAULT_VENV, LAUNCHER
 
 
+# The launcher's signal for quick_stop_env, sent by the agent before a stop that need not drain
+# (UnitRef.quick); SGLang 0.5.23 handles no SIGUSR2 of its own.
+QUICK_STOP_SIGNAL = "SIGUSR2"
+
+
 class ServiceKind:
     """One kind of service.  Subclasses set `name`, `titles`, `endpoints` and implement the rest."""
     name = ""
@@ -52,10 +57,15 @@ class ServiceKind:
         """(env-file variable, flag) pairs the launcher hands the module in-process."""
         return []
 
+    # VAR=VALUE that makes its server exit at SIGTERM without draining, read by the server from its
+    # own environment when it handles SIGTERM: the launcher sets it on QUICK_STOP_SIGNAL (None: none).
+    quick_stop_env: str | None = None
+
     def argv(self, svc: dict, venv: str) -> list[str]:
         """The command line systemd starts: the launcher, never a secret."""
         secret = [w for env, flag in self.secret_flags(svc) for w in ("--secret", env, flag)]
-        return [f"{venv}/bin/python", LAUNCHER, *secret, self.module, *self.args(svc)]
+        quick = ["--on-signal", QUICK_STOP_SIGNAL, self.quick_stop_env] if self.quick_stop_env else []
+        return [f"{venv}/bin/python", LAUNCHER, *secret, *quick, self.module, *self.args(svc)]
 
     def intended(self, svc: dict) -> dict[str, Any]:
         """The values its info endpoint must report."""
@@ -102,8 +112,11 @@ def venv_of(host) -> str:
     return host.get("venv", DEFAULT_VENV)
 
 
-def unit_refs(host) -> dict[str, protocol.UnitRef]:
-    return {s["name"]: k.unit(s) for k, s in of_host(host)}
+def unit_refs(host, quick=()) -> dict[str, protocol.UnitRef]:
+    """`quick`: names of services whose stop need not drain (out of their routers and idle, or a
+    stop the user asked to be quick), for the kinds that can skip it."""
+    return {s["name"]: protocol.replace(k.unit(s), quick=QUICK_STOP_SIGNAL) if s["name"] in quick and k.quick_stop_env
+            else k.unit(s) for k, s in of_host(host)}
 
 
 def managed_files(host) -> list[str]:

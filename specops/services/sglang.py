@@ -47,6 +47,9 @@ class SGLang(ServiceKind):
                                    public=["/health", "/health_generate", "/ready"])
 
     module = "sglang.launch_server"
+    # tokenizer_manager.sigterm_watchdog reads it (get_bool_env_var, os.getenv) each time it looks,
+    # after SIGTERM: set, it exits without waiting for the requests in flight.
+    quick_stop_env = "SGL_FORCE_SHUTDOWN=1"
 
     def description(self, svc):
         return f"SGLang {svc['name']} ({svc['model_path']})"

@@ -19,10 +19,17 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
                             that ignore SIGTERM; "escape": they also leave the cgroup
   SGLANG_SIM_GPU_MEM_MB     memory each process holds per GPU (default 1000)
   SGLANG_SIM_FAIL_WITHOUT_SPEC  exit at start when run without speculation (a baseline that fails)
-  SGLANG_SIM_STOP_SECONDS   seconds a server takes to shut down on SIGTERM (default 0), as a real
-                            one drains requests and frees its CUDA contexts; a peer rank lost
-                            meanwhile still takes it down with a failure.  A comma-separated
-                            list gives node rank i its i-th entry
+  SGLANG_SIM_STOP_SECONDS   seconds a server takes to shut down once it stops serving (default 0),
+                            as a real one frees its CUDA contexts; a peer rank lost meanwhile
+                            still takes it down with a failure.  A comma-separated list gives
+                            node rank i its i-th entry
+
+SIGTERM is SGLang 0.5.23's (srt/managers/tokenizer_manager.py, SignalHandler and
+sigterm_watchdog): it only marks the server as exiting (/health, /health_generate and /ready
+answer 503 at once, and every other request is still served, new ones too); a watchdog that
+wakes every 5 s then exits once no request is in flight, checking again every 5 s.  With
+SGL_FORCE_SHUTDOWN true in the process's environment when the watchdog looks (os.getenv, at
+that moment), it exits without waiting for the requests.
   SGLANG_SIM_PEER_LOSS      "hang": a rank whose peer is gone hangs in its collective (until
                             NCCL's watchdog, minutes later) instead of exiting at once
 """
@@ -87,6 +94,7 @@ def spawn_scheduler(mode, rank, tp_size):
 
 class State:
     ready = False
+    exiting = False  # SIGTERM seen (SGLang's tokenizer_manager.gracefully_exit)
     started = time.time()
     verify_steps = 0
     perf = None  # sim_perf.Model, made in main()
@@ -148,7 +156,7 @@ def make_handler(args, model_module, model_config, capture):
         def do_GET(self):
             path = self.path.split("?")[0]
             if path in ("/health", "/health_generate", "/ready"):
-                return self._send(200 if State.ready else 503)
+                return self._send(200 if State.ready and not State.exiting else 503)
             if not self._authorized():
                 return
             if not State.ready:
@@ -282,13 +290,40 @@ def dummy_health_server(host, port):
 
 
 def shut_down_after(node_rank):
-    """SIGTERM's handler: exit 0 after SGLANG_SIM_STOP_SECONDS; the join's watch threads keep running."""
+    """Exit 0 after SGLANG_SIM_STOP_SECONDS (a rank > 0's SIGTERM handler, and the end of rank 0's
+    drain); the join's watch threads keep running meanwhile."""
     seconds = os.environ.get("SGLANG_SIM_STOP_SECONDS", "0").split(",")
 
     def shut_down(*_):
         time.sleep(float(seconds[min(node_rank, len(seconds) - 1)]))
         os._exit(0)
     return shut_down
+
+
+WATCHDOG_SECONDS = 5  # tokenizer_manager.sigterm_watchdog's asyncio.sleep(5)
+
+
+def sigterm(*_):
+    """SignalHandler.sigterm_handler: mark the server as exiting; nothing else happens here."""
+    log.warning("SIGTERM received. Draining requests and shutting down...")
+    State.exiting = True
+
+
+def sigterm_watchdog(shut_down):
+    """TokenizerManager.sigterm_watchdog: wait for SIGTERM, then exit once no request is left, or at
+    once when SGL_FORCE_SHUTDOWN is true (get_bool_env_var: "true" or "1", any case)."""
+    while not State.exiting:
+        time.sleep(WATCHDOG_SECONDS)
+    while True:
+        if os.getenv("SGL_FORCE_SHUTDOWN", "false").lower() in ("true", "1"):
+            log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+            break
+        remaining = State.perf.running
+        log.info("Gracefully exiting... Remaining number of requests %d.", remaining)
+        if remaining == 0:
+            break
+        time.sleep(WATCHDOG_SECONDS)
+    shut_down()
 
 
 def join(args):
@@ -377,7 +412,8 @@ def main(argv=None):
         log.info("The server is fired up and ready to roll!")
 
     threading.Thread(target=ready_later, daemon=True).start()
-    signal.signal(signal.SIGTERM, shut_down_after(args.node_rank))
+    signal.signal(signal.SIGTERM, sigterm)
+    threading.Thread(target=sigterm_watchdog, args=(shut_down_after(args.node_rank),), daemon=True).start()
     server.serve_forever()
 
 

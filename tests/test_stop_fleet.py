@@ -1,0 +1,55 @@
+"""Stopping a server that is serving: SGLang 0.5.23 drains on SIGTERM (it keeps serving, new
+requests too, until none is left), so a stop under load runs to systemd's TimeoutStopSec; a stop
+that need not drain sets SGLang's own SGL_FORCE_SHUTDOWN in the running server, which then exits
+at its next look (sandbox/sglang_sim does both as tokenizer_manager.sigterm_watchdog does)."""
+import re
+import time
+
+import pytest
+
+from sandbox.provision import sandbox_service
+from sandbox.routed import Load
+
+pytestmark = pytest.mark.fleet
+PORT = 30000
+
+
+def journal(h):
+    return h.run("journalctl", "-u", "sglang", "-o", "cat", "--no-pager").stdout
+
+
+def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_not_drain_is_quick(sandbox):
+    """Issue 23 item 9."""
+    h = sandbox.reset("t5")
+    knobs = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "20"}  # 400 tokens: 20 s a request
+    svc = sandbox_service(bind="0.0.0.0", timeout_stop_sec=8, env=knobs)
+    inv = sandbox.inventory({"t5": {"services": [svc]}})
+    res = sandbox.inv("deploy", "--host", "t5", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    with Load(h.address, PORT, "no-key", clients=4, max_new_tokens=400):
+        res = sandbox.inv("stop", "--host", "t5", inventory=inv)
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:] + res.stderr[-1000:]
+    killed = re.search(r"sglang: did not exit on SIGTERM: systemd killed it at TimeoutStopSec, "
+                       r"after ([\d.]+)s \(result 'timeout'\)", out)
+    assert killed and 8 <= float(killed.group(1)) < 15, out[-3000:]
+    log = journal(h)
+    assert "SIGTERM received. Draining requests" in log, log[-3000:]
+    assert re.search(r"Remaining number of requests [1-9]", log), log[-3000:]
+
+    # Started again, then changed with --no-drain (the user asked for a quick stop): under the same
+    # load its server exits without waiting for its requests.
+    assert sandbox.inv("deploy", "--host", "t5", inventory=inv).returncode == 0
+    quick = sandbox.inventory({"t5": {"services": [sandbox_service(bind="0.0.0.0", timeout_stop_sec=8,
+                                                                   env={**knobs, "SGLANG_SIM_TOK_S": "21"})]}})
+    with Load(h.address, PORT, "no-key", clients=4, max_new_tokens=400):
+        time.sleep(1)  # every client's request is in flight
+        t0 = time.monotonic()
+        res = sandbox.inv("deploy", "--host", "t5", "--no-drain", inventory=quick)
+        took = time.monotonic() - t0
+    out = res.stdout
+    print(f"\n--no-drain deploy under load: {took:.1f} s")
+    assert res.returncode == 0, out[-3000:]
+    assert "result 'timeout'" not in out, out[-3000:]
+    assert "sglang: need not drain: told to exit at SIGTERM without waiting for its requests" in out, out[-3000:]
+    assert "force shutdown flag set. Force exiting." in journal(h)
