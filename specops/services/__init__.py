@@ -115,8 +115,8 @@ def venv_of(host) -> str:
 def unit_refs(host, quick=()) -> dict[str, protocol.UnitRef]:
     """`quick`: names of services whose stop need not drain (out of their routers and idle, or a
     stop the user asked to be quick), for the kinds that can skip it."""
-    return {s["name"]: protocol.replace(k.unit(s), quick=QUICK_STOP_SIGNAL) if s["name"] in quick and k.quick_stop_env
-            else k.unit(s) for k, s in of_host(host)}
+    return {s["name"]: protocol.replace(k.unit(s), quick=QUICK_STOP_SIGNAL)
+            if s["name"] in quick and k.quick_stop_env else k.unit(s) for k, s in of_host(host)}
 
 
 def managed_files(host) -> list[str]:
