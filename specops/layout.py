@@ -41,6 +41,8 @@ ENV_DIR = "/etc/specops"                   # <service>.env, mode 0600: the secre
 API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"     # the env-file key that holds a service's API key
 LAUNCHER = "/usr/local/lib/specops/launch.py"  # runs a service's module with its secret flags off argv
 BASELINE_PREFIX = "specops-baseline-"      # spec-bench's transient unit: <prefix><service>
+WINDOW_PREFIX = "specops-window-"          # a GPU window's job runs in the scope <prefix><16 hex digits>
+WINDOW_STOP_SEC = 5                        # the job's SIGTERM grace when its window ends
 DEFAULT_VENV = "/opt/sglang/venv"
 DEFAULT_PORT = 30000
 

@@ -27,6 +27,7 @@ from fabric import Config, Connection
 
 from . import become as become_mod, protocol, shipping
 from .errors import HostKeyError, NotStarted, SpecopsError
+from .layout import WINDOW_STOP_SEC
 from .session import OUTPUT_LIMIT, AgentSession
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
@@ -224,14 +225,21 @@ class Remote:
         return sent - offset
 
     @opens
-    def stream(self, command: str, on_line: Callable[[str], None], root: bool = False) -> int:
+    def stream(self, command: str, on_line: Callable[[str], None], root: bool = False,
+               scope: str | None = None) -> int:
         """Run a job on a pty, streaming its output; Ctrl-C here is Ctrl-C there.  Returns its status.
-        It runs as the login user, or as root with root=True."""
+        It runs as the login user, or as root with root=True.  With `scope`, in that transient
+        scope (made as root, so the job, and all it starts, can be ended with it: agent/window.py)."""
         # Killed by a signal, a job has no exit status, only an exit-signal, which paramiko
         # drops.  A wrapper that survives SIGINT (a no-op trap resets to default in the job)
         # reports the job's status as 128+signal, the way a shell does.
         wrapper = 'trap : INT TERM HUP; bash -c "$1"; exit $?'
         job = f"bash -c {shlex.quote(wrapper)} specops-job {shlex.quote(command)}"
+        if scope:
+            as_user = [] if root or not self.become.active else [f"--uid={self.conn.user}"]
+            job = shlex.join(["systemd-run", "--scope", "--quiet", "--collect", f"--unit={scope}",
+                              f"--property=TimeoutStopSec={WINDOW_STOP_SEC}", *as_user, "--"]) + " " + job
+            root = True  # only root makes a system unit; --uid runs the job as the login user
         if root:
             chan, pending = self._root(job, pty=True)
         else:

@@ -1,5 +1,6 @@
 """Releases, automatic rollback, bootstrap, stop, the GPU window, fleets and the lock."""
 import json
+import re
 import time
 
 import pytest
@@ -173,6 +174,28 @@ def test_gpu_window_failing_job_then_ctrl_c(sandbox, record_property):
     assert unit_prop(h, "sglang", "ActiveState") == "active"
     assert not h.run("pgrep", "-f", "sleep 60", check=False).stdout  # the job really ended
     assert not lock_held(h)
+
+
+@pytest.mark.security("window-job-leftover", "a gpu-window job, run as the login user, leaves a child in a "
+                      "session of its own (as `nohup ... &` or a daemon does) and exits")
+def test_what_a_gpu_window_job_leaves_running_is_stopped_before_the_restart(sandbox):
+    """Issue 23, item 4: the job ran in the login's session only, so a child it left ran on beside
+    the restarted server, after the lock was given back.  Now the job runs in a transient scope
+    (systemd-run --scope --uid) that is stopped before the restart.  Seen red without that stop:
+    the child was still running after the window had closed."""
+    h = sandbox.reset("t5", flavour="ubuntu-sudo")
+    inv = sandbox.inventory({"t5": {"services": [sandbox_service()]}})
+    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t5")
+    assert res.returncode == 0, res.stdout
+    res = sandbox.inv("gpu-window", "--host", "t5", "--",
+                      "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo child $!", inventory=inv)
+    assert res.returncode == 0, res.stdout
+    child = int(re.search(r"\| child (\d+)", res.stdout).group(1))
+    stopped = f"the job's pid {child} (sleep 300, user ubuntu) was still running: stopped"
+    assert stopped in res.stdout, res.stdout
+    assert res.stdout.index(stopped) < res.stdout.index("restarting sglang") < res.stdout.index("sglang verified")
+    assert h.run("test", "-d", f"/proc/{child}", check=False).returncode != 0
+    assert not h.run("systemctl", "list-units", "--all", "--no-legend", "specops-window-*", check=False).stdout.strip()
 
 
 @pytest.mark.reliability("unreachable", "fault")

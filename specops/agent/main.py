@@ -33,6 +33,7 @@ HANDLERS = {
     "router_remove": ("routing", "remove"),
     "router_add": ("routing", "add"),
     "worker_idle": ("routing", "idle"),
+    "end_job": ("window", "end"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
 
