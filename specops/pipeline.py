@@ -2,9 +2,12 @@
 returns what the task shows; failures raise SpecopsError."""
 from __future__ import annotations
 
+import os
+
 from . import protocol, rolling, services
 from . import verify as verify_mod
 from .errors import SpecopsError, UsageError
+from .layout import WINDOW_PREFIX
 from .run import HostRun
 
 
@@ -148,20 +151,31 @@ def gpu_window(run: HostRun, command: str, names: list[str] | None = None, as_ro
 
 
 def _window(run: HostRun, command: str, names: list[str], as_root: bool) -> int:
-    status = 1
+    status, scope = 1, WINDOW_PREFIX + os.urandom(8).hex()
     try:
         stop(run, names)
         run.say(f"GPU free; running: {command}")
         remote = run.connect()
-        status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root)
+        status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root, scope=scope)
         if remote.interrupted:
             run.say("interrupted: Ctrl-C was passed to the job")
         run.say(f"job exited with status {status}")
         run.report.extra["job_status"] = status
     finally:
+        _end_job(run, scope)
         run.say(f"restarting {', '.join(names)}")
         start_and_verify(run, names)
     return status
+
+
+def _end_job(run: HostRun, scope: str) -> None:
+    """What of the job still runs (a child that ignored Ctrl-C and the hang-up) is stopped before
+    the services start again: nothing of it keeps the GPUs or outlives the window's lock."""
+    res = run.call(protocol.EndJob(scope=scope))
+    for p in res.ended:
+        run.say(f"the job's pid {p.pid} ({p.title}, user {p.user}) was still running: stopped")
+    for p in res.left:
+        run.say(f"WARNING: the job's pid {p.pid} ({p.title}) is still running after SIGKILL")
 
 
 def bootstrap(run: HostRun) -> None:
