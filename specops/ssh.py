@@ -237,8 +237,10 @@ class Remote:
         job = f"bash -c {shlex.quote(wrapper)} specops-job {shlex.quote(command)}"
         if scope:
             as_user = [] if root or not self.become.active else [f"--uid={self.conn.user}"]
-            job = shlex.join(["systemd-run", "--scope", "--quiet", "--collect", f"--unit={scope}",
-                              f"--property=TimeoutStopSec={WINDOW_STOP_SEC}", *as_user, "--"]) + " " + job
+            # exec: the wrapper takes the place of sudo's shell, which Ctrl-C would kill, and sudo
+            # with it (no exit status then, only a signal)
+            job = "exec " + shlex.join(["systemd-run", "--scope", "--quiet", "--collect", f"--unit={scope}",
+                                        f"--property=TimeoutStopSec={WINDOW_STOP_SEC}", *as_user, "--"]) + " " + job
             root = True  # only root makes a system unit; --uid runs the job as the login user
         if root:
             chan, pending = self._root(job, pty=True)
