@@ -1,5 +1,5 @@
 """Commands the agent starts end with the request that started them, however it ends, and the
-host lock waits for them (agent/host.py, agent/lock.py).  Real processes, no fleet: the agent's
+host lock waits for them (agent/children.py, agent/host.py, agent/lock.py).  Real processes, no fleet: the agent's
 own module in a child python, its stdout a pipe that the test closes as sshd does when the
 controller's channel goes."""
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specops import protocol
-from specops.agent import host, lock
+from specops.agent import children, host, lock
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,8 +31,9 @@ def agent_running(tmp_path, command: str) -> subprocess.Popen:
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from specops.agent import host
-        host.CHILDREN_LOCK, host.CHILD_GRACE = {str(tmp_path / "children")!r}, 0.5
+        from specops.agent import children, host
+        children.CHILDREN_LOCK, children.CHILD_GRACE = {str(tmp_path / "children")!r}, 0.5
+        children.state.update(locked=True, busy=True)  # as main.answer sets them for a locked request
         host.die_with_connection(sys.stdout.buffer)
         host.run_owned(["sh", "-c", {command!r}])
     """)
@@ -70,11 +71,11 @@ def test_what_a_command_started_in_its_session_ends_with_it(tmp_path):
     """A grandchild in the command's session (pip's build, rsync's ssh) goes with it, also when
     the command itself has already exited."""
     pidfile = tmp_path / "pid"
-    proc = host._spawn(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; exit 0"])
+    proc = children.spawn(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; exit 0"])
     grandchild = wait_for(pidfile)
     proc.wait()
     assert alive(grandchild)
-    host.end_children([proc])
+    children.end([proc])
     time.sleep(0.2)
     assert not alive(grandchild)
 
@@ -90,10 +91,11 @@ def test_the_lock_is_neither_given_back_nor_taken_while_a_command_of_the_run_liv
         monkeypatch.setattr(lock, name, str(tmp_path / name))
     monkeypatch.setattr(lock, "LOCK_HOLDER", str(tmp_path / "LOCK_DIR" / "holder.json"))
     monkeypatch.setattr(lock, "CHILDREN_LOCK", str(tmp_path / "children"))
-    monkeypatch.setattr(host, "CHILDREN_LOCK", str(tmp_path / "children"))
+    monkeypatch.setattr(children, "CHILDREN_LOCK", str(tmp_path / "children"))
+    monkeypatch.setitem(children.state, "locked", True)
     monkeypatch.setattr(lock, "RELEASE_WAIT", 0.5)
     assert lock.acquire(holder("a"))["acquired"]
-    proc = host._spawn(["sleep", "60"])
+    proc = children.spawn(["sleep", "60"])
     try:
         assert lock.release("a") == (False, [proc.pid])
         assert os.path.isdir(lock.LOCK_DIR)
@@ -101,7 +103,7 @@ def test_the_lock_is_neither_given_back_nor_taken_while_a_command_of_the_run_liv
         refused = lock.acquire(expired, take_over=True)
         assert refused["acquired"] is False and refused["running"] == [proc.pid]
     finally:
-        host.end_children([proc])
+        children.end([proc])
     assert lock.release("a") == (True, [])
 
 
@@ -114,3 +116,16 @@ def test_a_signal_to_the_agent_ends_its_commands_first(tmp_path, signal_name):
     agent.send_signal(getattr(signal, signal_name))
     assert agent.wait(10) == 130
     assert not alive(pid)
+
+
+def test_a_command_of_a_request_without_the_lock_never_makes_a_run_wait(tmp_path, monkeypatch):
+    """A check-mode preflight holds no host lock: its validator must not make another run's
+    lock wait, or be refused as 'an earlier run's command'."""
+    monkeypatch.setattr(children, "CHILDREN_LOCK", str(tmp_path / "children"))
+    monkeypatch.setattr(lock, "CHILDREN_LOCK", str(tmp_path / "children"))
+    monkeypatch.setitem(children.state, "locked", False)
+    proc = children.spawn(["sleep", "60"])
+    try:
+        assert lock.running() == []
+    finally:
+        children.end([proc])

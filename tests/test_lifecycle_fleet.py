@@ -97,10 +97,8 @@ def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
 
 @pytest.mark.logins
 @pytest.mark.reliability("second-run", "idempotence")
-@pytest.mark.security("bare-box", "a rented box with no /models: its weights pushed, /models made (not left to "
-                      "whoever makes it first)")
 def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
-    """Issue 23, item 5 (reproduced before the fix: '/models: No such file or directory')."""
+    """A rented box has no /models: the weights are pushed from the controller's copy."""
     h = sandbox.reset("t3", layers=[provision.layer("bare")])
     assert not h.path(provision.VENV).exists() and not h.path("/models").exists()
     svc = provision.bare_service(patches=[LLAMA],

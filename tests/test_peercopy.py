@@ -131,16 +131,19 @@ def test_peer_sources_are_checked_before_connecting(tmp_path):
 
 
 def test_the_destination_must_be_roots_alone_all_the_way(tmp_path):
-    """root's rsync writes by path: a directory on the way that a user could swap is refused."""
-    from specops.agent import peercopy
-    from specops.agent.host import ActionError
+    """root's rsync writes by path, and the service reads by path: a directory on the way that a
+    user could swap is named (weightsdir.unsettled), unless allow_shared_dirs lists where it is."""
+    from specops.agent.host import user_name
+    from specops.agent.weightsdir import unsettled
     dest = tmp_path / "shared" / "weights"
     (dest / "sub").mkdir(parents=True)
-    peercopy._settled(str(dest))  # /tmp is sticky: fine above root's own directories
+    assert unsettled(str(dest)) is None  # /tmp is sticky: fine above root's own directories
+    assert unsettled(str(tmp_path / "shared" / "not-yet" / "weights")) is None  # specops makes the rest
     os.chmod(tmp_path / "shared", 0o777)
-    with pytest.raises(ActionError, match="must be a directory of root's that no one else can change"):
-        peercopy._settled(str(dest))
+    assert unsettled(str(dest)).endswith("/shared is writable by others (mode 777)")
+    assert unsettled(str(dest), [str(tmp_path / "shared")]) is None
     os.chmod(tmp_path / "shared", 0o755)
     os.chown(dest / "sub", 1000, 1000)
-    with pytest.raises(ActionError, match="/sub: must be a directory of root's"):
-        peercopy._settled(str(dest))
+    assert unsettled(str(dest)).endswith("/sub is not a directory of root's alone")
+    os.chown(tmp_path / "shared", 1000, 1000)  # a user's directory holding root's: they can swap it
+    assert unsettled(str(dest)).endswith("/shared is owned by %s" % user_name(1000))

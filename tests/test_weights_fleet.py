@@ -56,15 +56,20 @@ def host_sha256(h, path, names):
     return {line.split()[1]: line.split()[0] for line in out if line.strip()}
 
 
+@pytest.mark.security("bare-box", "a rented box with no /models: the directories above the weights made root's 0755, "
+                      "not left to whoever makes them first")
 def test_bare_ubuntu_box_bootstraps_with_weights_from_the_hub_then_moves_nothing(sandbox, hub, pkg_index):
+    """Issue 23, item 5 (reproduced before the fix: '/models: No such file or directory').  Seen
+    red with make_dir's parents removed."""
     h = sandbox.reset("t1", layers=[provision.layer("bare")], flavour="ubuntu-sudo")
-    assert not h.path(TARGET).exists() and not h.path(provision.VENV).exists()
+    assert not h.path("/models").exists() and not h.path(provision.VENV).exists()
     index = {"torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
              "sglang": {"version": "0.5.23"}, "package_index": f"{pkg_index.url}/simple"}
     served = hub.served()
     res, rep = run(sandbox, "t1", hub_service(hub), "bootstrap", host_vars=index, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:]
     assert "sglang verified" in rep["notes"]
+    assert h.run("stat", "-c", "%U:%G %a", "/models").stdout.strip() == "root:root 755"
     assert hub.served() - served == TOTAL  # every byte once
     assert host_sha256(h, TARGET, hub_mod.REPOS["sandbox/tiny-llama"]) == hub_sha256("sandbox/tiny-llama")
     assert host_sha256(h, DRAFT, hub_mod.REPOS["sandbox/tiny-llama-eagle3"]) == hub_sha256("sandbox/tiny-llama-eagle3")
@@ -219,17 +224,20 @@ def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbo
     h.run("chmod", "0700", TARGET)
     res, rep = run(sandbox, "t5", hub_service(hub))
     assert res.returncode == 1
-    assert f"{TARGET} is owned by uid 65534, mode 700; specops puts weights only in a directory" in rep["error"], \
+    assert f"{TARGET}: {TARGET} is owned by nobody; weights go only into directories of root's" in rep["error"], \
         rep["error"]
     assert h.run("stat", "-c", "%U %a", TARGET).stdout.strip() == "nobody 700"
 
 
 @pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and puts a "
-                      "link to /root/.ssh in its place; the mirror serves a file named authorized_keys")
+                      "link to /root/.ssh in its place (the mirror serves a file named authorized_keys); then a "
+                      "directory of her own with same-size, same-mtime files")
 def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sandbox, hub):
     """Issue 23, item 1 (reproduced before the fix: root's authorized_keys became the mirror's).
     The directory is root's 0755, as `sudo mkdir` in a user's home makes it; its parent is alice's.
-    The hub holds the listing (the host has made its checks), alice swaps, the hub goes on."""
+    Refused as it is; with the parent in allow_shared_dirs, the hub holds the listing (the host has
+    made its checks), alice swaps, the hub goes on.  Seen red with the old weights.py and hub.py:
+    'authorized_keys differs: fetched again', and root's keys replaced."""
     h = sandbox.reset("t5")
     h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
     from test_security_fleet import alice
@@ -238,10 +246,17 @@ def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sand
     keys = h.run("sha256sum", "/root/.ssh/authorized_keys").stdout.split()[0]
     listing = h.run("ls", "-A", "/root/.ssh").stdout
     svc = hub_service(hub, repo="sandbox/planted", model_path="/home/alice/w/planted")
+    served = hub.served()
+    res, rep = run(sandbox, "t5", svc)
+    assert res.returncode == 1 and "/home/alice/w/planted: /home/alice is owned by alice" \
+        in rep["error"], res.stdout[-2000:]
+    assert hub.served() == served  # refused before any byte moved
+
+    shared = {**INDEX, "allow_shared_dirs": ["/home/alice"]}
     hub.hold("sandbox/planted")
     try:
         with ThreadPoolExecutor(1) as pool:
-            done = pool.submit(run, sandbox, "t5", svc)
+            done = pool.submit(run, sandbox, "t5", svc, host_vars=shared)
             hub.wait_held()
             alice(h, "mv", "/home/alice/w/planted", "/home/alice/w/moved")
             alice(h, "ln", "-s", "/root/.ssh", "/home/alice/w/planted")
@@ -255,6 +270,13 @@ def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sand
     assert h.path("/home/alice/w/moved/authorized_keys").read_bytes() == hub_mod.PLANTED_KEY, res.stdout[-2000:]
     assert h.run("stat", "-c", "%U %a", "/home/alice/w/moved/authorized_keys").stdout.split() == ["root", "644"]
     assert res.returncode == 1 and "/home/alice/w/planted" in rep["error"], res.stdout[-2000:]
+
+    # A directory of alice's with the manifest's sizes and mtimes is not taken for the fetched one.
+    alice(h, "rm", "/home/alice/w/planted")
+    alice(h, "cp", "-rp", "/home/alice/w/moved", "/home/alice/w/planted")
+    res, rep = run(sandbox, "t5", svc, host_vars=shared)
+    assert res.returncode == 1 and "/home/alice/w/planted is owned by uid" in rep["error"], res.stdout[-2000:]
+    assert "weights sandbox/planted@main in /home/alice/w/planted: ok" not in res.stdout
 
 
 @pytest.mark.security("transfer-after-ctrl-c", "Ctrl-C during a slow hub download (a transfer that writes nothing to "

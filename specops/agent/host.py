@@ -18,10 +18,10 @@ except ImportError:
     except ImportError:
         from hashlib import sha256
 
-from specops.layout import CHILD_GRACE, CHILDREN_LOCK, STATE_FILE
+from specops.agent import children
+from specops.layout import STATE_FILE
 
 STREAM_TAIL = 30
-_children = []  # commands we run, to stop with us
 _cleanups = []  # callables that undo half-done work if we are interrupted
 
 
@@ -90,7 +90,7 @@ def ids(owner, group):
 def run_streamed(argv_or_cmd, desc, env=None):
     """Run a command (see _spawn), streaming its output as progress; raise on failure with the
     lines that say why (pip's ERROR lines, else the last few)."""
-    proc = _spawn(argv_or_cmd, shell=isinstance(argv_or_cmd, str), stdout=subprocess.PIPE,
+    proc = children.spawn(argv_or_cmd, shell=isinstance(argv_or_cmd, str), stdout=subprocess.PIPE,
                   stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1, env=env)
     tail, t0 = [], time.time()
     try:
@@ -99,7 +99,7 @@ def run_streamed(argv_or_cmd, desc, env=None):
             say("  | %5.1fs %s" % (time.time() - t0, line.rstrip()))
         rc = proc.wait()
     finally:
-        end_children([proc])
+        children.end([proc])
     if rc != 0:
         why = [l.strip() for l in tail if l.strip().startswith("ERROR")] or [l.strip() for l in tail if l.strip()][-3:]
         raise ActionError("%s failed (exit %d): %s" % (desc, rc, clean(" | ".join(why))[-1500:]))
@@ -108,7 +108,7 @@ def run_streamed(argv_or_cmd, desc, env=None):
 def run_owned(argv, input=None, env=None, progress=None, pass_fds=()):
     """(exit status, stdout, stderr) of a command (see _spawn); validators, the preflight, a
     download can run for long.  `progress` is called about once a second while it runs."""
-    proc = _spawn(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+    proc = children.spawn(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env,
                   pass_fds=pass_fds)
     try:
@@ -124,68 +124,8 @@ def run_owned(argv, input=None, env=None, progress=None, pass_fds=()):
                 worker.join(1)
             out, err = box.get("res") or ("", "its output was lost")
     finally:
-        end_children([proc])
+        children.end([proc])
     return proc.returncode, out, err
-
-
-def _spawn(argv, pass_fds=(), **popen):
-    """A command that ends with the request that started it, however the request ends: in a
-    session of its own (so it is stopped with everything it started there), and holding a
-    shared flock on CHILDREN_LOCK through an fd that only it keeps, so the host lock is given
-    back (or taken over) only once it, and whatever inherited that fd, is gone."""
-    import fcntl
-    fd = os.open(CHILDREN_LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        proc = subprocess.Popen(argv, start_new_session=True, pass_fds=(fd,) + tuple(pass_fds), **popen)
-    finally:
-        os.close(fd)
-    _children.append(proc)
-    return proc
-
-
-def _signal_session(proc, sig):
-    try:
-        os.killpg(proc.pid, sig)  # its session's group: the pgid stays its own while a member is left
-    except OSError:
-        pass
-
-
-def _reaped(proc):
-    """Whether a command has exited (reaped here without Popen's lock: a signal handler that
-    interrupted Popen.wait must not wait on that lock)."""
-    if proc.returncode is not None:
-        return True
-    try:
-        pid, status = os.waitpid(proc.pid, os.WNOHANG)
-    except ChildProcessError:
-        pid, status = proc.pid, 0
-    if pid:
-        proc.returncode = -(status & 0x7f) if status & 0x7f else status >> 8
-    return bool(pid)
-
-
-def end_children(procs):
-    """Stop commands we started, and what they started in their sessions: SIGTERM, SIGKILL after
-    CHILD_GRACE, and each reaped before this returns (the host lock waits for them anyway)."""
-    live = [p for p in procs if not _reaped(p)]
-    for p in live:
-        _signal_session(p, signal.SIGTERM)
-    deadline = time.monotonic() + CHILD_GRACE
-    while live and time.monotonic() < deadline:
-        time.sleep(0.05)
-        live = [p for p in live if not _reaped(p)]
-    for p in procs:
-        _signal_session(p, signal.SIGKILL)  # what it left in its session, and itself if still there
-    for p in live:
-        try:
-            os.waitpid(p.pid, 0)
-        except ChildProcessError:
-            pass
-        p.returncode = -signal.SIGKILL if p.returncode is None else p.returncode
-    for p in procs:
-        if p in _children:
-            _children.remove(p)
 
 
 def run_quiet(argv, timeout=None):
@@ -222,7 +162,9 @@ def run_cleanups():
 
 
 def _interrupted(*_):
-    end_children(list(_children))  # first: a cleanup may remove what one of them still uses
+    if children.state["locked"]:
+        children.hold()  # kept until we exit: the host lock also waits for the cleanups below
+    children.end(list(children.running))  # first: a cleanup may remove what one of them still uses
     run_cleanups()
     os._exit(130)
 
@@ -257,7 +199,8 @@ def _watch(fd):
     poller.register(fd, 0)  # no events asked: only the error and hang-up ones, always reported
     while not poller.poll():
         pass
-    os.kill(os.getpid(), signal.SIGTERM)
+    if children.state["busy"]:  # between requests, serve() sees the end of its input and returns
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 # ---- specops's record on the host: bytecode purges, units' past invocations ----

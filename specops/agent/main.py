@@ -8,6 +8,7 @@ import importlib
 import json
 
 from specops import protocol
+from specops.agent import children
 from specops.agent.host import ActionError, die_with_connection, run_cleanups
 
 HANDLERS = {
@@ -46,6 +47,9 @@ def answer(raw):
         return {"ok": False, "error": "request is not JSON: %s" % e}
     token = data.get("unlock") if isinstance(data, dict) else None
     held_by = data.get("lock") if isinstance(data, dict) else None
+    if isinstance(data, dict) and data.get("kind") == "unlock":
+        token = None  # its handler gives the lock back, and answers whether it did
+    children.state.update(locked=bool(held_by), busy=True)
     try:
         if held_by:  # the run's lock must still be its own: a run taken over stops here
             from specops.agent import lock
@@ -63,6 +67,7 @@ def answer(raw):
         kind = data.get("kind") if isinstance(data, dict) else None
         return {"ok": False, "error": "%s failed on the host: %s: %s" % (kind, type(e).__name__, e)}
     finally:
+        children.state["busy"] = False
         if token:  # the last call of a run gives the lock back in the same round trip
             from specops.agent.lock import release
             release(token)

@@ -7,7 +7,7 @@ The directory goes when the copy ends, however it ends (a SIGTERM or the session
 one a SIGKILLed agent left is swept when the next key is made (the host lock makes that safe).
 The peer's host key is the one the controller accepted on its own connection; ssh here accepts
 no other.  rsync writes by path, as root, so every directory from / to dest and below must be
-root's alone (no link, nothing others can write), and it brings exactly the files the peer
+root's alone (no link, nothing others can write: weightsdir.unsettled), and it brings exactly the files the peer
 listed (--files-from; rsync's receiver refuses others), regular files only (no links, devices or
 owners).  The manifest is written after, as for any other source.  The peer is a box of the same
 inventory: its files are taken as they are.
@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import socket
-import stat
 import time
 
 from specops import protocol
@@ -88,6 +87,10 @@ def copy(req):
 def _copy(req, where):
     if not os.path.isfile(where + "/id"):
         raise ActionError("no copy key %r on this host (made by an earlier request of this run)" % req.id)
+    problem = weightsdir.unsettled(req.dest)
+    if problem:  # rsync writes by path, as root: no directory on its way may be anyone else's
+        raise ActionError("%s: %s; root's rsync writes there by path, so every directory from / must be "
+                          "root's alone" % (req.dest, problem))
     dfd = weightsdir.open_dest(req.dest, ())
     try:
         return _copy_into(req, where, dfd)
@@ -96,7 +99,6 @@ def _copy(req, where):
 
 
 def _copy_into(req, where, dfd):
-    _settled(req.dest)
     for name, (size, _) in req.files.items():
         weightsdir.safe_name(name)
         if not isinstance(size, int) or size < 0:
@@ -147,27 +149,6 @@ def _copy_into(req, where, dfd):
                                       "fetched": time.time()})
     say("  weights %s: %d file(s), %d copied, %.1f MiB received" % (label, len(files), len(moved), received / 2**20))
     return protocol.PeerCopyResult(received=received, copied=moved, files=len(files))
-
-
-def _settled(dest):
-    """Refuse a dest that anyone but root could swap while rsync writes by its path: a link or a
-    directory others can write on the way from / (a sticky one, like /tmp, only above root's own),
-    or under dest."""
-    at, names = "/", dest.strip("/").split("/")
-    for i, name in enumerate(names):
-        parent, at = os.lstat(at), os.path.join(at, name)
-        st = os.lstat(at)
-        shared = st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and i < len(names) - 1)
-        if stat.S_ISLNK(st.st_mode) or st.st_uid != 0 or shared or \
-                (parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX):
-            raise ActionError("%s: root's rsync writes there by path, so %s must be a directory of root's "
-                              "that no one else can change, in one no one else can write" % (dest, at))
-    for root, dirs, _ in os.walk(dest):
-        for d in dirs:
-            st = os.lstat(os.path.join(root, d))
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o022:
-                raise ActionError("%s: must be a directory of root's that no one else can change"
-                                  % os.path.join(root, d))
 
 
 def _same(dest, name, size, mtime_ns):

@@ -148,7 +148,7 @@ def probe(req):
         except OSError:
             facts.listings[d] = {}
     for dest in req.weights:
-        facts.weights[dest] = weights.fact(dest)
+        facts.weights[dest] = weights.fact(dest, req.allow_shared_dirs)
     if req.gpu:
         facts.gpu = gpu_fact(req.units)
     for name, cmd in req.checks.items():

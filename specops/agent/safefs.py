@@ -45,7 +45,7 @@ def writable_by_others(st):
     return st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _shared(path, allowed):
+def shared(path, allowed):
     return any(path == a.rstrip("/") or path.startswith(a.rstrip("/") + "/") for a in allowed)
 
 
@@ -75,7 +75,7 @@ def open_dir(path, allowed=(), for_writing=True):
         real = real or "/"
         if for_writing:
             st = os.fstat(fd)
-            if writable_by_others(st) and not _shared(real, allowed):
+            if writable_by_others(st) and not shared(real, allowed):
                 who = user_name(st.st_uid) if st.st_uid != 0 else "its group or every user"
                 raise UnsafePath("%s: the directory is writable by %s (mode %04o), who could swap what specops "
                                  "writes there; list it in allow_shared_dirs to write there anyway"

@@ -41,13 +41,14 @@ def read_manifest(dest):
         return None
 
 
-def fact(dest):
-    """For the probe: the manifest, the files that differ from it (size or mtime, or gone), and
-    the free bytes where the weights go."""
+def fact(dest, allowed=()):
+    """For the probe: the manifest, the files that differ from it (size or mtime, or gone: all of
+    them where a user could have swapped the directory, or did), and the free bytes where the
+    weights go."""
     m = read_manifest(dest)
     try:
-        dfd = safefs.open_dir(dest, for_writing=False)[0]
-    except safefs.UnsafePath:  # missing, or not safe to look in: fetch says which
+        dfd = weightsdir.open_dest(dest, allowed, make=False)
+    except ActionError:  # missing, or not safe to look in: fetch says which
         dfd = None
     try:
         differ = [name for name, f in ((m or {}).get("files") or {}).items()
@@ -203,7 +204,7 @@ def _fetch(req, dfd):
             weightsdir.unlink_at(dfd, f["name"])
     before = weightsdir.on_disk(dfd)
     if stale:
-        download(req, python, dfd, info["commit"], stale, meter(req.repo, dfd, sum(f["size"] for f in stale)))
+        download(req, python, dfd, info["commit"], stale, meter(req.repo, dfd, need))
     moved = max(weightsdir.on_disk(dfd) - before, 0)
     files = {}
     for f in info["files"]:

@@ -8,7 +8,7 @@ import os
 import stat
 
 from specops.agent import safefs
-from specops.agent.host import ActionError, sha256_fd
+from specops.agent.host import ActionError, sha256_fd, user_name
 
 
 def safe_name(name):
@@ -19,13 +19,52 @@ def safe_name(name):
     return name
 
 
-def open_dest(dest, allowed):
+def unsettled(dest, allowed=()):
+    """Why a user could put a directory of their own where `dest` (or one below it) is, or None:
+    a link, or a directory anyone but root can change, on the way from / (a sticky one, like
+    /tmp, only above root's own), unless `allowed` (allow_shared_dirs) lists the one it is in.
+    Whatever root writes goes through descriptors anyway; this keeps the service, which reads
+    by path, from loading a user's files after a swap."""
+    at, names = "/", dest.strip("/").split("/")
+    for i, name in enumerate(names):
+        parent, at = os.lstat(at), os.path.join(at, name)
+        try:
+            st = os.lstat(at)
+        except FileNotFoundError:
+            return None  # made by specops from here down: root's
+        if safefs.shared(at, allowed) or safefs.shared(os.path.dirname(at), allowed):
+            continue  # listed in allow_shared_dirs, or in a directory that is
+        own = st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and i < len(names) - 1)
+        if stat.S_ISLNK(st.st_mode):
+            return "%s is a symbolic link" % at
+        if st.st_uid != 0:
+            return "%s is owned by %s" % (at, user_name(st.st_uid))
+        if own:
+            return "%s is writable by others (mode %o)" % (at, stat.S_IMODE(st.st_mode))
+        if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
+            return "%s is in a directory others can write" % at
+    for root, dirs, _ in os.walk(dest):
+        for d in dirs:
+            st = os.lstat(os.path.join(root, d))
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o022:
+                return "%s is not a directory of root's alone" % os.path.join(root, d)
+    return None
+
+
+def open_dest(dest, allowed, make=True):
     """The descriptor of the weights directory, made if missing (with any missing parent, root's
-    0755): reached from / through root's links only, owned by root and writable by no one else,
-    so nothing can be planted in it, or it swapped, while root writes there.  The caller closes it."""
+    0755; with make=False, Missing): reached from / through root's links only, owned by root and writable by no one else,
+    so nothing can be planted in it while root writes there (a name swapped above it later moves
+    nothing root writes: that goes through the descriptor).  The caller closes it."""
+    problem = unsettled(dest, allowed)
+    if problem:
+        raise ActionError("%s: %s; weights go only into directories of root's that no one else can change, "
+                          "all the way from / (allow_shared_dirs accepts one that is not)" % (dest, problem))
     try:
         dfd = safefs.open_dir(dest, for_writing=False)[0]
     except safefs.Missing:
+        if not make:
+            raise
         safefs.make_dir(dest, 0o755, 0, 0, allowed=allowed, parents=True)
         dfd = safefs.open_dir(dest, for_writing=False)[0]
     st = os.fstat(dfd)
