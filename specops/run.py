@@ -110,7 +110,8 @@ class HostRun:
                 h = got["holder"]
                 if got.get("running"):
                     raise SpecopsError(f"{self.host.name}: commands an earlier run started are still running there "
-                                       f"({pids(got['running'])}); the host lock waits for them to end")
+                                       f"({pids(got['running'])}); the host lock waits for them to end "
+                                       f"(--break-lock goes ahead anyway)")
                 raise SpecopsError(f"{self.host.name}: locked by {h.get('who', '?')} (pid {h.get('pid', '?')}, "
                                    f"task {h.get('task', '?')}, since {h.get('since', '?')}); "
                                    f"wait for it, or use --break-lock if it is gone")
@@ -119,6 +120,9 @@ class HostRun:
                 t = got["took_over"]
                 self.say(f"took over the lock of {t.get('who')} (pid {t.get('pid')}, task {t.get('task')}): "
                          f"{t['reason']}")
+            if got.get("still_running"):
+                self.say(f"WARNING: --break-lock: commands an earlier run started still run there "
+                         f"({pids(got['still_running'])})")
             LeaseKeeper(self).start()
         cut = self.facts.data.get("interrupted")
         if cut:

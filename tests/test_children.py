@@ -94,17 +94,18 @@ def test_the_lock_is_neither_given_back_nor_taken_while_a_command_of_the_run_liv
     monkeypatch.setattr(children, "CHILDREN_LOCK", str(tmp_path / "children"))
     monkeypatch.setitem(children.state, "locked", True)
     monkeypatch.setattr(lock, "RELEASE_WAIT", 0.5)
-    assert lock.acquire(holder("a"))["acquired"]
+    assert lock.acquire(protocol.Holder(**{**protocol.to_dict(holder("a")), "lease": 0.0}))["acquired"]
     proc = children.spawn(["sleep", "60"])
     try:
         assert lock.release("a") == (False, [proc.pid])
         assert os.path.isdir(lock.LOCK_DIR)
-        expired = protocol.Holder(**{**protocol.to_dict(holder("b")), "lease": 0.0})
-        refused = lock.acquire(expired, take_over=True)
+        refused = lock.acquire(holder("b"))  # a's lease has run out: taken over, but not while its command runs
         assert refused["acquired"] is False and refused["running"] == [proc.pid]
+        broken = lock.acquire(holder("c"), take_over=True)  # --break-lock goes ahead, and says so
+        assert broken["acquired"] and broken["still_running"] == [proc.pid]
     finally:
         children.end([proc])
-    assert lock.release("a") == (True, [])
+    assert lock.release("c") == (True, [])
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])

@@ -131,10 +131,17 @@ def _holders(path):
 def acquire(holder, take_over=False):
     """{acquired: True, token, took_over?} or {acquired: False, holder, running?}.  `take_over`
     (--break-lock) takes the lock from a live holder; an expired one is taken over anyway; never
-    while a command an earlier run started still runs."""
+    while a command an earlier run started still runs, but with --break-lock (said: still_running)."""
     left = running()
-    if left:
+    if left and not take_over:
         return {"acquired": False, "holder": shown(_read()), "running": left}
+    got = _acquire(holder, take_over)
+    if left and got["acquired"]:  # --break-lock: the one way past a command that will not end
+        got["still_running"] = left
+    return got
+
+
+def _acquire(holder, take_over):
     if _take(holder):
         return {"acquired": True, "token": holder.token}
     seen = _read()
