@@ -1,5 +1,6 @@
 """Become (sudo) command lines and refusals, Ansible inventories, and the start-up progress
 patterns, checked against real SGLang log lines: no fleet needed."""
+import os
 import re
 import textwrap
 
@@ -108,3 +109,57 @@ def test_progress_labels_come_from_sglangs_own_lines():
     assert [label(line) for line in SGLANG_START.strip().split("\n")] == [
         "loading weights", "loading weights 60/163", "weights loaded", "capturing CUDA graphs",
         "capturing CUDA graphs (batch size 128)", "warming up"]
+
+
+class FakeSudo:
+    """A channel that answers as `sudo -S -p PROMPT` does: the prompt (no newline) on stderr; a
+    right password gets READY (our shell's first line), a wrong one 'Sorry, try again.' and the
+    prompt again, up to sudo's three tries."""
+
+    def __init__(self, password, asks=True):
+        self.password, self.sent = password, []
+        self.err = become.PROMPT.encode() if asks else become.READY.encode() + b"\nafter"
+        self.r, w = os.pipe()
+        os.write(w, b"x")  # always readable: select() returns at once
+
+    def fileno(self):
+        return self.r
+
+    def recv_ready(self):
+        return False
+
+    def recv_stderr_ready(self):
+        return bool(self.err)
+
+    def recv_stderr(self, n):
+        out, self.err = self.err[:n], self.err[n:]
+        return out
+
+    def sendall(self, data):
+        self.sent.append(data)
+        if data == (self.password + "\n").encode():
+            self.err += become.READY.encode() + b"\nafter"
+        elif len(self.sent) < 3:
+            self.err += b"Sorry, try again.\n" + become.PROMPT.encode()
+
+    def exit_status_ready(self):
+        return False
+
+
+def test_sudo_gets_the_password_once_and_a_second_question_is_a_refusal():
+    """Issue 24, item 1: with `asked > 1` loosened, a wrong password was sent twice and every test
+    stayed green.  Seen red with `asked > 3`: sent == [pw, pw]."""
+    right = FakeSudo("pw")
+    assert become._past_sudo(right, become.Become("sudo", "pw"), "box", "ubuntu", False) == b"after"
+    assert right.sent == [b"pw\n"]
+    wrong = FakeSudo("pw")
+    with pytest.raises(Exception, match="sudo refused the become password for ubuntu"):
+        become._past_sudo(wrong, become.Become("sudo", "nope"), "box", "ubuntu", False)
+    assert wrong.sent == [b"nope\n"]  # once, never a second try
+    nopass = FakeSudo("pw", asks=False)  # NOPASSWD, or a remembered one: nothing is sent
+    assert become._past_sudo(nopass, become.Become("sudo", "pw"), "box", "ubuntu", False) == b"after"
+    assert nopass.sent == []
+    none = FakeSudo("pw")
+    with pytest.raises(Exception, match="sudo refused|needs a password"):
+        become._past_sudo(none, become.Become("sudo"), "box", "ubuntu", False)
+    assert none.sent == []
