@@ -59,3 +59,18 @@ def test_nodes_that_differ_in_anything_but_their_rank_are_refused(tmp_path):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UsageError, match="exactly as the others do"):
         inventory.load(tmp_path)
+
+
+def test_an_ipv6_rank_0_is_bracketed_and_a_node_named_twice_is_refused(tmp_path):
+    """Issue 24, item 6: SGLang splits --dist-init-addr at its last ':'; an IPv6 address goes in
+    brackets (seen red without them: 'fd00::1:40000').  A node named twice is not two nodes."""
+    from specops.spec import launch_args
+    svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"], "dist_init_port": 40000}
+    doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "fd00::1"}, "b": {"address": "fd00::2"}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    args = launch_args(inventory.load(tmp_path).hosts["b"]["services"][0])
+    assert args[args.index("--dist-init-addr") + 1] == "[fd00::1]:40000"
+    doc["all"]["vars"]["services"] = [{**svc, "nodes": ["a", "a"]}]
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UsageError, match="nodes must name two or more different hosts"):
+        inventory.load(tmp_path)

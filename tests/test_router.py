@@ -85,3 +85,13 @@ def test_a_baseline_of_a_router_is_refused_before_connecting(tmp_path):
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert "r: router is a router: --baseline measures an SGLang server without speculation" in lines[0]
     assert attempts == 0
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "127.0.0.2", "localhost", "::1"])
+def test_a_router_on_loopback_needs_no_key(tmp_path, bind):
+    """Issue 24, item 6: every loopback spelling (seen red with only '127.' counted: localhost and
+    ::1 were taken for open routers)."""
+    inv = load(tmp_path)
+    r = inv.hosts["r"]
+    svc = {k: v for k, v in r["services"][0].items() if k != "api_key"}
+    assert workers_of(r, {**svc, "bind": bind})
