@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -85,7 +86,8 @@ class Setup:
         # (specops's launcher only keeps secrets off the command line).
         text = "".join(l for l in unit_text(self.service, provision.VENV).splitlines(True)
                        if not l.startswith("EnvironmentFile="))
-        text = text.replace(f'"{LAUNCHER}" "sglang.launch_server"', '"-m" "sglang.launch_server"')
+        text = re.sub(f'"{re.escape(LAUNCHER)}" .*?"sglang.launch_server"', '"-m" "sglang.launch_server"', text)
+        assert LAUNCHER not in text, "the benchmark's unit must not need specops's launcher"
         self.unit.write_text(text.replace("{", "{{ '{' }}"))
 
     def up(self) -> None:
