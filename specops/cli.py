@@ -101,7 +101,9 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
     Capistrano ask for a destination).  `services`: names every selected host must define."""
     inventory = inv.load(sel.inventory or DEFAULT_INVENTORY)
     if not (sel.host or sel.group or sel.all):
-        raise UsageError("choose the hosts: --host NAME, --group NAME or --all")
+        groups = ", ".join(sorted(g for g in inventory.groups if g not in ("all", "ungrouped")))
+        raise UsageError("choose the hosts: --host NAME, --group NAME or --all"
+                         + (f" (groups: {groups})" if groups else ""))
     if sel.all and (sel.host or sel.group):
         raise UsageError("give --all, or --host/--group, not both")
     hosts = inventory.select(sel.host, sel.group)

@@ -188,3 +188,17 @@ def test_cli_bad_inventory_exit_2(tmp_path, case):
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and re.search(pattern, res.stderr), res.stderr
     assert res.stdout == ""  # no host was contacted, so nothing was reported
+
+
+def test_a_read_only_task_without_a_selection_is_refused_naming_the_groups(tmp_path):
+    """Issue 24 (a new user's rough edge): the README said read-only tasks default to every host;
+    none does, and the one-line refusal names the groups to choose from."""
+    res, attempts = run_without_connecting(tmp_path, """
+        all:
+          children:
+            g:
+              hosts:
+                a: {{address: 127.0.0.1, ssh_port: {port}, connect_timeout: 2}}
+        """, "status")
+    assert res.returncode == 2 and attempts == 0, res.stderr
+    assert res.stderr.strip().endswith("choose the hosts: --host NAME, --group NAME or --all (groups: g)"), res.stderr
