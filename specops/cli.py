@@ -32,7 +32,7 @@ class Selection:
     forks: int = 10
     json: str | None = None
     serial: int = 0
-    max_fail: float = 100.0
+    max_fail: int = 100
     break_lock: bool = False
     quiet: bool = False
     check: bool = False
