@@ -18,6 +18,8 @@ NAME = "gpu_stack"
 REPROBE = True  # installing sglang decides where later roles' patches go
 REMOTE_WHEELHOUSE = "/var/cache/specops/wheelhouse"
 PYPI = "https://pypi.org/simple"
+PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and what it imports
+MODULES = {"torch": "torch", **dict(PINNED)}
 IMPORT_CHECK = """import json, importlib.metadata as md
 out = {}
 try:
@@ -26,14 +28,14 @@ try:
     out["torch.version.cuda"] = torch.version.cuda
 except ImportError as e:
     out["torch"] = "import failed: %s" % e
-for dist, mod in (("flash-linear-attention", "fla"), ("sglang", "sglang")):
+for dist, mod in PINNED:
     try:
         __import__(mod)
         out[dist] = md.version(dist)
     except Exception as e:
         out[dist] = "import failed: %s" % e
 print(json.dumps(out))
-"""
+""".replace("PINNED", repr(PINNED))
 
 
 class Venv(Op):
@@ -120,7 +122,8 @@ class PythonPackages(Op):
         return self._change(target, "; ".join(wrong), [
             protocol.Run(cmd=install, desc=f"pip install {' '.join(specs)}"),
             protocol.Expect(python=python, code=IMPORT_CHECK, expect=expect,
-                            what=f"after installing, the venv {self.venv} imports", desc="import torch, fla, sglang"),
+                            what=f"after installing, the venv {self.venv} imports",
+                            desc="import " + ", ".join(MODULES[d] for d in expect if d in MODULES)),
         ], notify=[handlers.restart(s["name"]) for s in of_kind(self.host, "sglang")])
 
     def sources(self, variant):

@@ -1,0 +1,23 @@
+"""The GPU stack's plan without a fleet: what its import check says it checks."""
+import json
+
+from specops import inventory
+from specops.ops import Context, Facts
+from roles import gpu_stack
+
+
+def plan(tmp_path, pins: dict):
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"venv": "/v", **pins}}}}))
+    host = inventory.load(tmp_path / "hosts.yml").hosts["box"]
+    (op,) = [o for o in gpu_stack.ops(host) if isinstance(o, gpu_stack.PythonPackages)]
+    facts = Facts({"venvs": {"/v": {"exists": True, "packages": {}}}, "gpu": {"present": False}})
+    return op.plan(facts, Context("box", False))
+
+
+def test_the_import_check_names_what_it_imports(tmp_path):
+    """Issue 24 (a new user's rough edge): 'import torch, fla, sglang' showed with only sglang
+    pinned."""
+    only = plan(tmp_path, {"sglang": {"version": "0.5.23"}})
+    assert [a.desc for a in only.actions] == ["pip install sglang==0.5.23", "import sglang"]
+    both = plan(tmp_path, {"sglang": {"version": "0.5.23"}, "fla": {"version": "0.3.2"}})
+    assert both.actions[-1].desc == "import fla, sglang"
