@@ -118,7 +118,8 @@ class HostReport:
 
     @property
     def status(self) -> str:
-        return self.cut or ("failed" if self.error else ("changed" if self.changed else "ok"))
+        return self.cut or ("skipped" if "skipped" in self.notes else "failed" if self.error
+                            else "changed" if self.changed else "ok")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -150,9 +151,10 @@ def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None
         if r.notes:
             line += "  " + "; ".join(r.notes)
         out.stream.write(out.redact(_CONTROL.sub("", line)) + "\n")  # notes carry what hosts said
-    failed = [r.name for r in reports if r.error]
-    if failed:
-        out.stream.write(f"failed hosts: {', '.join(failed)}\n")
+    for status in ("failed", "skipped"):  # a host --max-fail skipped never ran: not a failure of its own
+        names = [r.name for r in reports if r.error and r.status == status]
+        if names:
+            out.stream.write(f"{status} hosts: {', '.join(names)}\n")
     out.stream.flush()
     if json_path:
         doc = {"interrupted": cut,
@@ -163,4 +165,4 @@ def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None
                                   **({"interrupted": r.at_cut} if r.at_cut else {})} for r in reports}}
         with open(json_path, "w") as f:
             f.write(json.dumps(out.redact.data(doc), indent=2, default=str) + "\n")
-    return 1 if failed else 0
+    return 1 if any(r.error for r in reports) else 0

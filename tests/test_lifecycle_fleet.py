@@ -216,7 +216,9 @@ def test_fleet_unreachable_host_and_rolling_batches(sandbox):
     res, rep = run_inv(sandbox, inv, "deploy", "--all", "--serial", "2", "--max-fail", "0")
     assert res.returncode == 1
     assert rep["t5"]["status"] == "failed" and rep["t1"]["status"] == "changed"
-    assert all("skipped" in rep[n]["notes"] for n in ("t2", "t3", "t4"))
+    assert all("skipped" in rep[n]["notes"] and rep[n]["status"] == "skipped" for n in ("t2", "t3", "t4"))
+    assert "failed hosts: t5\nskipped hosts: t2, t3, t4" in res.stdout, res.stdout  # not counted as failed
+    assert "Traceback" not in res.stderr, res.stderr
     assert not sandbox.host("t3").path("/etc/systemd/system/sglang.service").exists()
 
     res, rep = run_inv(sandbox, inv, "deploy", "--all")
