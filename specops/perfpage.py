@@ -133,19 +133,20 @@ def read_perf(raw) -> dict | None:
 
 def _levels_table(perf: dict) -> str:
     rows = ["<table><tr><th>concurrency</th><th>tok/s</th><th>baseline tok/s</th><th>speedup</th>"
-            "<th>accept length</th><th>TTFT p50 / p99 (s)</th><th>ITL p50 / p99 (s)</th></tr>"]
-    shown = lambda v, fmt="{}": "-" if v is None else fmt.format(v)  # noqa: E731
+            "<th>accept length</th><th>TTFT p50 / p99 (ms)</th><th>ITL p50 / p99 (ms)</th></tr>"]
+    shown = lambda v, fmt="{:.1f}": "-" if v is None else fmt.format(v)  # noqa: E731
+    ms = lambda v: shown(None if v is None else v * 1000)  # noqa: E731  (seconds on the host, ms here)
     attr = lambda v: "" if v is None else _e(v)  # noqa: E731
     for c, f in sorted(perf["spec"].items()):
         b, gain = perf["baseline"].get(c, {}), perf["speedup"].get(str(c))
         rows.append(
             f'<tr><td>{c}</td><td data-tok-s="{attr(f["output_tok_s"])}" data-concurrency="{c}">'
-            f'{shown(f["output_tok_s"], "{:.1f}")}</td>'
+            f'{shown(f["output_tok_s"])}</td>'
             f'<td data-baseline-tok-s="{attr(b.get("output_tok_s"))}">{shown(b.get("output_tok_s"))}</td>'
             f'<td data-speedup="{attr(gain)}">{shown(gain, "{:.2f}x")}</td>'
-            f'<td data-accept-length="{attr(f["accept_length"])}">{shown(f["accept_length"])}</td>'
-            f'<td>{shown(f["ttft_p50"])} / {shown(f["ttft_p99"])}</td>'
-            f'<td>{shown(f["itl_p50"])} / {shown(f["itl_p99"])}</td></tr>')
+            f'<td data-accept-length="{attr(f["accept_length"])}">{shown(f["accept_length"], "{:.2f}")}</td>'
+            f'<td>{ms(f["ttft_p50"])} / {ms(f["ttft_p99"])}</td>'
+            f'<td>{ms(f["itl_p50"])} / {ms(f["itl_p99"])}</td></tr>')
     return "\n".join(rows + ["</table>"])
 
 

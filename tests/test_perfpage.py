@@ -74,3 +74,18 @@ def test_the_agents_listing_passes_an_odd_record_on_instead_of_failing():
     from specops.agent.releases import _figures
     listed = _figures({"a": MARKUP, "b": {"spec": [{"raw": [1], "concurrency": 1}, "lv"], "baseline": None}})
     assert listed == {"a": MARKUP, "b": {"spec": [{"concurrency": 1}, "lv"], "baseline": []}}
+
+
+def test_latencies_are_rounded_milliseconds_and_figures_rounded():
+    """Issue 24 (a new user's rough edge): the ITL showed as 0.006669000000000001 (seconds)."""
+    perf = {"service": "sglang", "at": "x", "verdict": "",
+            "spec": [{"concurrency": 1, "figures": {"output_tok_s": 149.95, "accept_length": 3.2049,
+                                                    "ttft_p50": 0.0421, "ttft_p99": 0.1, "itl_p50": 0.006669000000000001,
+                                                    "itl_p99": 0.0125}}],
+            "baseline": [{"concurrency": 1, "figures": {"output_tok_s": 90.04}}],
+            "speedup": {"1": 1.6654}, "accept_length": {"1": 3.2049}}
+    releases = [{"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": "",
+                 "perf": {"sglang": perf}}]
+    text, _ = _page(releases)
+    assert "<td>42.1 / 100.0</td><td>6.7 / 12.5</td>" in text and "(ms)</th>" in text
+    assert ">90.0</td>" in text and ">3.20</td>" in text and "0.006669" not in text
