@@ -7,12 +7,14 @@ from invoke import Collection, Exit, task
 
 from roles import (draft_config, gpu_stack, model_patches, models, router, router_stack, sglang_service,
                    system_packages)
-from specops import cli, perfpage, pipeline, rolling, specbench
-from specops import status as status_mod
+from specops import cli
+from specops.output import perfpage
+from specops.flows import pipeline, rolling, specbench
+from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
-from specops.facts import facts_probe
-from specops.report import Redactor
-from specops.verify import verify as verify_host
+from specops.flows.facts import facts_probe
+from specops.output.report import Redactor
+from specops.flows.verify import verify as verify_host
 
 DEPLOY = [models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router]
 BOOTSTRAP = [system_packages] + DEPLOY

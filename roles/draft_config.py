@@ -1,7 +1,8 @@
 """The draft model's config.json: keys set as JSON, then linted against the target: SGLang reads
 the EAGLE-3 layer ids only from the nested eagle_config, captures id + 1 (so -1 is the embedding
 output, which upstream model files cannot capture), and never captures ids past the last layer."""
-from specops import handlers, protocol
+from specops.ops import handlers
+from specops import protocol
 from specops.errors import UsageError
 from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
 from specops.services.sglang import draft_config_path

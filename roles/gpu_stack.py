@@ -7,12 +7,13 @@ torch variant index plus a package index, or, air-gapped, from a wheelhouse push
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from specops import handlers, protocol
+from specops.ops import handlers
+from specops import protocol
 from specops.errors import UsageError
 from specops.ops import Change, Op, PlanError
 from specops.services import of_kind, venv_of
-from specops.spec import venv_python
-from specops.torchvariant import cuda_of, index_for, variant_for
+from specops.sglang.spec import venv_python
+from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"
 REPROBE = True  # installing sglang decides where later roles' patches go

@@ -3,13 +3,13 @@ their bytecode purged, the service restarted."""
 import posixpath
 from pathlib import Path
 
-from specops import handlers
+from specops.ops import handlers
 from specops.errors import UsageError
 from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PurgeBytecode
 from specops.services import of_kind, venv_of
 from specops.services.sglang import patch_key
-from specops.spec import venv_python
+from specops.sglang.spec import venv_python
 
 NAME = "model_patches"
 PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"

@@ -12,7 +12,8 @@ weights must already be there: a one-line error names the path otherwise.
 import os
 from urllib.parse import urlsplit
 
-from specops import peercopy, protocol
+from specops.remote import peercopy
+from specops import protocol
 from specops.agent.host import sha256_file
 from specops.errors import UsageError
 from specops.ops import Context, Facts, Op, PlanError
@@ -140,7 +141,7 @@ class Pushed(Op):
 
 class Copied(Op):
     """Weights from another box of the inventory: in place as the manifest says, else copied host
-    to host (specops/peercopy.py: a key for that one copy, never the bytes through the controller)."""
+    to host (specops/remote/peercopy.py: a key for that one copy, never the bytes through the controller)."""
 
     def __init__(self, host, svc, path, source, where):
         self.services, self.path = (svc["name"],), path.rstrip("/")

@@ -2,7 +2,7 @@
 (its API key), the unit (the workers' URLs on its command line, so a restart or a reboot brings
 the whole fleet back), running.  It needs no GPU and no model."""
 from roles.sglang_service import env_text, unit_text
-from specops import handlers
+from specops.ops import handlers
 from specops.errors import UsageError
 from specops.layout import env_file
 from specops.ops import File, RunningCode, Service, unit_file

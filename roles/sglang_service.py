@@ -3,17 +3,17 @@
 import os
 from pathlib import Path
 
-from specops import handlers, protocol
+from specops import protocol, remote, sglang
 from specops.errors import UsageError
 from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
-from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, render, unit_file
+from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, handlers, render, unit_file
+from specops.ops.unitfmt import envfile_line, exec_line, unit_environment
 from specops.services import kind_of, of_host, of_kind, venv_of
-from specops.spec import expectations, launch_args, venv_python
-from specops.unitfmt import envfile_line, exec_line, unit_environment
+from specops.sglang.spec import expectations, launch_args, venv_python
 
 NAME = "sglang_service"
-RESOLVER = (Path(__file__).resolve().parent.parent / "specops" / "resolver.py").read_text()
-LAUNCHER_SOURCE = (Path(__file__).resolve().parent.parent / "specops" / "hostfiles" / "launch.py").read_bytes()
+RESOLVER = (Path(sglang.__file__).parent / "resolver.py").read_text()  # a program run by the host's SGLang
+LAUNCHER_SOURCE = (Path(remote.__file__).parent / "hostfiles" / "launch.py").read_bytes()
 
 
 def unit_text(svc, venv):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sandbox import wheels
-from specops.torchvariant import TABLE, cuda_of
+from specops.sglang.torchvariant import TABLE, cuda_of
 
 INIT = '''"""specops sandbox stand-in for torch {version}."""
 from torch import cuda, version  # noqa: F401

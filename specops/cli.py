@@ -11,9 +11,11 @@ from typing import Any, Callable
 
 from invoke import Exit, task
 
-from . import become, inventory as inv, multinode
+from .remote import become
+from . import inventory as inv
+from .inventory import multinode
 from .errors import SpecopsError, UsageError
-from .report import HostReport, Interrupted, Redactor, Reporter, recap
+from .output.report import HostReport, Interrupted, Redactor, Reporter, recap
 from .run import HostRun, Options, run_hosts
 
 ROOT = Path(__file__).resolve().parent.parent

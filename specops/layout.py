@@ -3,6 +3,7 @@
 Imported by the controller and by the agent (it travels in the agent's zip), so each
 of these facts has exactly one definition.  Standard library only; Python 3.8+.
 """
+import time
 
 # The host lock: mkdir is atomic, so whoever creates the directory holds it.
 LOCK_DIR = "/run/specops.lock"
@@ -19,6 +20,19 @@ HOME = "/var/lib/specops"
 STATE_FILE = HOME + "/state.json"          # bytecode purges and units' past invocations
 RELEASES = HOME + "/releases"              # <stamp>/{manifest.json, files/, previous/}; current → newest
 RELEASES_KEPT = 5
+
+
+def new_stamp() -> str:
+    """A release's name, given by the controller before it changes anything: UTC, sortable,
+    unique to the microsecond (tests deploy twice within a second)."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + ".%06dZ" % int(now % 1 * 1e6)
+
+
+def release_dir(stamp: str) -> str:
+    return RELEASES + "/" + stamp
+
+
 AGENT_HOME = HOME + "/agent"               # the agent's zip, cached by its sha256
 VENV_CACHE = HOME + "/venvs.json"          # what each venv's interpreter said, while its dirs are unchanged
 

@@ -19,14 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import handlers, peercopy, protocol, services
+from .ops import handlers
+from .remote import peercopy
+from . import protocol, services
 from .errors import NotStarted, SpecopsError
 from .inventory import Host
-from .layout import LOCK_LEASE
+from .layout import LOCK_LEASE, new_stamp, release_dir
 from .ops import Context, Facts, Op, merge_wants
-from .releases import new_stamp, release_dir
-from .report import HostReport, Redactor, Reporter, interrupted, recap  # noqa: F401  (the engine's public face)
-from .ssh import Remote
+from .output.report import HostReport, Redactor, Reporter, interrupted, recap  # noqa: F401  (the engine's public face)
+from .remote.ssh import Remote
 
 
 @dataclass

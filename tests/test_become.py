@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from specops import become, inventory
+from specops.remote import become
+from specops import inventory
 from specops.errors import UsageError
 from specops.services.sglang import PROGRESS
 

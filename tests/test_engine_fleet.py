@@ -338,8 +338,8 @@ def test_readme_demo_command(sandbox, tmp_path):
 
 def test_the_real_agent_refuses_an_unknown_request_kind_in_one_line(sandbox):
     """Over real SSH to the agent's zip on the host: an unknown kind is refused, naming it."""
-    from specops import shipping
-    from specops.ssh import Remote
+    from specops.remote import shipping
+    from specops.remote.ssh import Remote
     inv = sandbox.inventory({"t1": {}})
     from specops import inventory as inventory_mod
     (host,) = inventory_mod.load(inv).select("t1", None)

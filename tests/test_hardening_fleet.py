@@ -133,7 +133,7 @@ def test_host_text_reaches_the_terminal_without_control_sequences(sandbox):
 def test_ssh_output_is_capped(sandbox):
     from specops import inventory as inventory_mod
     from specops.errors import SpecopsError
-    from specops.ssh import Remote
+    from specops.remote.ssh import Remote
     inv = sandbox.inventory({"t2": {}})
     (host,) = inventory_mod.load(inv).select("t2", None)
     remote = Remote("t2", host.vars)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from specops.inventory import Host
-from specops.report import Interrupted, Redactor, Reporter, recap
+from specops.output.report import Interrupted, Redactor, Reporter, recap
 from specops.run import Options, run_hosts
 
 SECRET = "hf_s3cret\"value"

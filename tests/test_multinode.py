@@ -9,7 +9,7 @@ from specops.services import kind_of
 
 
 def test_a_service_across_nodes_gets_each_node_its_rank_and_rank_0s_address(tmp_path):
-    from specops.spec import launch_args
+    from specops.sglang.spec import launch_args
     svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"], "dist_init_port": 40000}
     doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "10.0.0.1", "node_address": "10.1.0.1"},
                                                           "b": {"address": "10.0.0.2"}}}}
@@ -64,7 +64,7 @@ def test_nodes_that_differ_in_anything_but_their_rank_are_refused(tmp_path):
 def test_an_ipv6_rank_0_is_bracketed_and_a_node_named_twice_is_refused(tmp_path):
     """Issue 24, item 6: SGLang splits --dist-init-addr at its last ':'; an IPv6 address goes in
     brackets (seen red without them: 'fd00::1:40000').  A node named twice is not two nodes."""
-    from specops.spec import launch_args
+    from specops.sglang.spec import launch_args
     svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"], "dist_init_port": 40000}
     doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "fd00::1"}, "b": {"address": "fd00::2"}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))

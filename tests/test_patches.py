@@ -3,7 +3,7 @@ import pytest
 
 from roles import draft_config, model_patches
 from specops.errors import UsageError
-from specops.handlers import restart
+from specops.ops.handlers import restart
 from specops.inventory import Host
 from specops.ops import PlanError
 

@@ -8,7 +8,7 @@ import pytest
 
 from specops import inventory
 from specops.errors import UsageError
-from specops.hostfiles import peer_keys
+from specops.remote.hostfiles import peer_keys
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBq0bC4s8ZxYVn1sVd9H2B1d0jVb7bBqQ0C1u5lJjKf1"
 

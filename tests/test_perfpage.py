@@ -2,7 +2,7 @@
 manifest neither crashes `inv report` nor puts markup of its own into the page."""
 from html.parser import HTMLParser
 
-from specops import perfpage
+from specops.output import perfpage
 
 # What the page itself draws; anything else in the output came from a host.
 PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "section", "table",

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specops import layout, protocol, shipping
+from specops import layout, protocol
+from specops.remote import shipping
 from specops.agent import main as agent_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,8 +102,8 @@ def test_each_shared_fact_is_defined_once():
 
 
 def test_the_engine_imports_no_role():
-    code = ("import sys; import specops.pipeline, specops.verify, specops.status, specops.run, specops.cli, "
-            "specops.facts; print(sorted(m for m in sys.modules if m == 'roles' or m.startswith('roles.')))")
+    code = ("import sys; import specops.flows.pipeline, specops.flows.verify, specops.flows.status, specops.run, specops.cli, "
+            "specops.flows.facts; print(sorted(m for m in sys.modules if m == 'roles' or m.startswith('roles.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -6,11 +6,12 @@ import pytest
 from roles import sglang_service
 from specops.errors import UsageError
 from specops.inventory import Host
-from specops import handlers, protocol
-from specops.handlers import restart
+from specops.ops import handlers
+from specops import protocol
+from specops.ops.handlers import restart
 from specops.ops import Context, Facts, File, Service, render, unified_diff
-from specops.report import Redactor
-from specops.unitfmt import envfile_line, exec_line, quote_word, unit_environment
+from specops.output.report import Redactor
+from specops.ops.unitfmt import envfile_line, exec_line, quote_word, unit_environment
 
 SVC = {"name": "sglang", "model_path": "/models/Kimi K2.5", "port": 30001, "tp": 8,
        "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/k25-eagle3",
@@ -135,7 +136,7 @@ def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_sig
         "print('ready', flush=True)\n"
         "while True:\n    time.sleep(0.1)\n")
     from pathlib import Path
-    launcher = Path(__file__).resolve().parent.parent / "specops" / "hostfiles" / "launch.py"
+    launcher = Path(__file__).resolve().parent.parent / "specops" / "remote" / "hostfiles" / "launch.py"
     for quick in (False, True):
         argv = [sys.executable, str(launcher), "--on-signal", "SIGUSR2", "SGL_FORCE_SHUTDOWN=1", "server"]
         p = subprocess.Popen(argv, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, stdout=subprocess.PIPE, text=True)

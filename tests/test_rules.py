@@ -2,7 +2,7 @@
 import pytest
 
 from specops.errors import UsageError
-from specops.rules import check_service, resolve
+from specops.sglang.rules import check_service, resolve
 
 DRAFT = "/models/draft"
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from sandbox import real_sglang
-from specops.rules import resolve
+from specops.sglang.rules import resolve
 
 pytestmark = pytest.mark.slow
 

@@ -41,8 +41,8 @@ def test_preflight_refuses_before_restart(sandbox, monkeypatch):
     before = sha256_on(h, *files)
     started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
 
-    import specops.rules
-    monkeypatch.setattr(specops.rules, "check_service", lambda svc, where: None)
+    import specops.sglang.rules
+    monkeypatch.setattr(specops.sglang.rules, "check_service", lambda svc, where: None)
     inv = sandbox.inventory({"t2": {"services": [sandbox_service(speculative=SEED, env_secret={"X": "changed"})]}})
     reports, out = sandbox.apply(inv, [sglang_service])
     err = reports[0].error

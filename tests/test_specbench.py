@@ -105,7 +105,7 @@ def _perf(tok_s, base=None, accept=3.0, c=1):
 
 
 def test_the_gate_refuses_the_0_61x_case_naming_the_figures():
-    from specops.specbench import evaluate
+    from specops.flows.specbench import evaluate
     (why,) = evaluate({"min_speedup": 1.0}, _perf(54.8, 90.0), None)
     assert why == "speedup 0.61x at concurrency 1 (54.8 tok/s with speculation, 90.0 without) is below min_speedup 1.0"
     assert evaluate({"min_speedup": 1.0}, _perf(120.0, 90.0), None) == []
@@ -114,7 +114,7 @@ def test_the_gate_refuses_the_0_61x_case_naming_the_figures():
 
 
 def test_the_gate_compares_with_the_previous_release():
-    from specops.specbench import evaluate
+    from specops.flows.specbench import evaluate
     gate = {"max_regression_pct": 10}
     (why,) = evaluate(gate, _perf(80.0), _perf(100.0))
     assert why == "80.0 tok/s at concurrency 1 is 20% below the previous release's 100.0 (max_regression_pct 10)"
@@ -125,7 +125,7 @@ def test_the_gate_compares_with_the_previous_release():
 
 
 def test_the_verdict_is_one_plain_line():
-    from specops.specbench import verdict
+    from specops.flows.specbench import verdict
     assert verdict({1: 1.84, 8: 1.12, 32: 0.71}) == \
         "speculative decoding: 1.84x at concurrency 1, 1.12x at 8, 0.71x at 32: slower from 32 on"
     assert verdict({1: 0.61}) == "speculative decoding: 0.61x at concurrency 1: slower at every level"
@@ -134,7 +134,7 @@ def test_the_verdict_is_one_plain_line():
 
 def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
     from html.parser import HTMLParser
-    from specops import perfpage
+    from specops.output import perfpage
     perf = {**_perf(120.0, 90.0, accept=3.1), "at": "2026-12-03T16:00:00Z", "verdict": "speculative decoding: 1.33x"}
     perf["spec"] += [{"concurrency": 8, "figures": {"output_tok_s": 300.5, "accept_length": 2.9}}]
     perf["baseline"] += [{"concurrency": 8, "figures": {"output_tok_s": 310.0}}]
@@ -209,7 +209,7 @@ def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
 
 
 def test_two_releases_are_compared_beside_their_speed():
-    from specops.specbench import compare
+    from specops.flows.specbench import compare
     old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
            "files": {"/opt/p/qwen3.py": "aa", "/etc/u": "bb"}, "perf": {"sglang": _perf(100.0, accept=3.0)}}
     new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
@@ -236,7 +236,7 @@ def test_the_baseline_runs_without_speculation_or_is_refused():
     from types import SimpleNamespace
     from sandbox.provision import sandbox_service
     from specops.errors import SpecopsError
-    from specops.specbench import plain_argv
+    from specops.flows.specbench import plain_argv
     run = SimpleNamespace(host={})
     argv = plain_argv(run, sandbox_service(extra_args=["--mem-fraction-static", "0.8"]))
     assert "--model-path" in argv and "--mem-fraction-static" in argv
@@ -269,5 +269,5 @@ def test_a_level_stops_when_the_server_goes_away():
 
 
 def test_the_gate_names_a_bench_with_no_level():
-    from specops.specbench import evaluate
+    from specops.flows.specbench import evaluate
     assert evaluate({"min_speedup": 1.0}, {"spec": []}, None) == ["the bench measured no level"]

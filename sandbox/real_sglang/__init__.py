@@ -47,7 +47,7 @@ def resolve(argvs: list[list[str]]) -> list[dict]:
     """Run specops's resolver program in the real SGLang for every argv, in one process."""
     import json
     import os
-    program = HERE.parent.parent / "specops" / "resolver.py"
+    program = HERE.parent.parent / "specops" / "sglang" / "resolver.py"
     res = subprocess.run([str(venv()), str(program)], input=json.dumps(argvs), capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(STUBS)}, timeout=900)
     if res.returncode != 0:

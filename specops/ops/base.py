@@ -12,7 +12,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import handlers, protocol
+from . import handlers
+from .. import protocol
 from ..errors import SpecopsError
 
 

@@ -5,7 +5,8 @@ import base64
 import dataclasses
 import json
 
-from .. import handlers, protocol
+from . import handlers
+from .. import protocol
 from ..layout import STATE_FILE, restart_stamp_is_stale
 from .base import Op
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .. import handlers, protocol
+from . import handlers
+from .. import protocol
 from ..layout import UNIT_ONLY, unit_path
 from .base import Op
 from .files import File

@@ -2,12 +2,19 @@
 
 The agent carries this package in its zip.  `wire` holds the rules (a JSON object per
 message, named by its ``kind``; unknown kinds and missing or unexpected fields refused in
-one line), `parts` the shared parts and the actions of a batch, `requests` the requests
-with the Result each is answered with, `routing` those of a rolling deploy behind a router,
-`window` the end of a GPU window's job.
+one line) and `parts` the shared parts and the actions of a batch.  The requests, each with
+the Result it is answered with, by job: `converge` (probe, apply, check, verify), `lock`,
+`lifecycle` (stop, start), `releases` (record, list, undo, rollback, perf), `peer` (a copy
+between hosts), `bench` (spec-bench and its baseline), `routing` (a rolling deploy behind a
+router) and `window` (the end of a GPU window's job).
 """
 from .parts import *  # noqa: F401,F403
-from .requests import *  # noqa: F401,F403
+from .converge import *  # noqa: F401,F403
+from .lock import *  # noqa: F401,F403
+from .lifecycle import *  # noqa: F401,F403
+from .releases import *  # noqa: F401,F403
+from .peer import *  # noqa: F401,F403
+from .bench import *  # noqa: F401,F403
 from .routing import *  # noqa: F401,F403
 from .window import *  # noqa: F401,F403
 from .wire import (AgentError, Message, ProtocolError, action_kinds, decode_action, decode_request,  # noqa: F401

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .. import protocol
 from ..errors import UsageError
 from ..layout import API_KEY_ENV, DEFAULT_PORT, env_file, unit_path
-from ..spec import bind_address
+from ..sglang.spec import bind_address
 from . import ServiceKind, kind_of, register
 
 ROUTER_VENV = "/opt/sglang-router/venv"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from .. import protocol
 from ..layout import API_KEY_ENV, DEFAULT_VENV, LAUNCHER, env_file, pkg_key, unit_path
-from ..multinode import serves_http
-from ..spec import bind_address, expectations, intended, launch_args
+from ..inventory.multinode import serves_http
+from ..sglang.spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
 

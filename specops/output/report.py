@@ -8,8 +8,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import become, services
-from .ops import Change
+from ..remote import become
+from .. import services
+from ..ops import Change
 
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0, DEL, C1 (\x9b: CSI)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-from . import protocol, rolling, services
+from .. import protocol, services
+from . import rolling
 from . import verify as verify_mod
-from .errors import SpecopsError, UsageError
-from .layout import WINDOW_PREFIX
-from .run import HostRun
+from ..errors import SpecopsError, UsageError
+from ..layout import WINDOW_PREFIX
+from ..run import HostRun
 
 
 def deploy(run: HostRun, bench=None) -> None:

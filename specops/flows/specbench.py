@@ -14,12 +14,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import pipeline, protocol, rolling, services, shipping
+from . import pipeline, rolling
+from .. import protocol, services
+from ..remote import shipping
 from . import verify as verify_mod
-from .errors import SpecopsError, UsageError
-from .layout import BASELINE_PREFIX
+from ..errors import SpecopsError, UsageError
+from ..layout import BASELINE_PREFIX
 
-PROMPTS = Path(__file__).resolve().parent.parent / "files" / "prompts.json"
+PROMPTS = Path(__file__).resolve().parents[2] / "files" / "prompts.json"
 
 
 @dataclass

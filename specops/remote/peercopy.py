@@ -18,8 +18,8 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from . import protocol
-from .errors import SpecopsError
+from .. import protocol
+from ..errors import SpecopsError
 from .ssh import Remote
 
 GRANT_MINUTES = 10  # the key must be used (rsync connected) within this; a connected copy runs on

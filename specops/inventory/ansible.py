@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .errors import UsageError
+from ..errors import UsageError
 
 ALIASES = {
     "ansible_host": "address",

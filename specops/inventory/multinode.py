@@ -10,7 +10,7 @@ the host's preflight see the whole argument list.
 """
 from __future__ import annotations
 
-from .errors import UsageError
+from ..errors import UsageError
 
 DIST_INIT_PORT = 50000
 

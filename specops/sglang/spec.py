@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .layout import DEFAULT_PORT
+from ..layout import DEFAULT_PORT
 
 # service key → (flag, server_info field)
 SERVER_FLAGS = [
@@ -17,7 +17,7 @@ SERVER_FLAGS = [
     ("page_size", "--page-size", "page_size"),
     ("max_running_requests", "--max-running-requests", "max_running_requests"),
     ("device", "--device", "device"),
-    # across nodes (derived by specops/multinode.py from `nodes`)
+    # across nodes (derived by specops/inventory/multinode.py from `nodes`)
     ("nnodes", "--nnodes", "nnodes"),
     ("node_rank", "--node-rank", "node_rank"),
     ("dist_init_addr", "--dist-init-addr", "dist_init_addr"),

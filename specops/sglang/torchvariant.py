@@ -5,9 +5,9 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecopsError
+from ..errors import SpecopsError
 
-TABLE = yaml.safe_load((Path(__file__).parent / "data" / "cuda_variants.yml").read_text())
+TABLE = yaml.safe_load((Path(__file__).parent / "cuda_variants.yml").read_text())
 DEFAULT_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 from . import become as become_mod, shipping
 from .become import Become
-from .errors import SpecopsError
+from ..errors import SpecopsError
 
 OUTPUT_LIMIT = 64 * 2**20  # what we keep of one answer or of a command's output
 

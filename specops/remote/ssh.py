@@ -25,9 +25,10 @@ from typing import Callable
 import paramiko
 from fabric import Config, Connection
 
-from . import become as become_mod, protocol, shipping
-from .errors import HostKeyError, NotStarted, SpecopsError
-from .layout import WINDOW_STOP_SEC
+from . import become as become_mod, shipping
+from .. import protocol
+from ..errors import HostKeyError, NotStarted, SpecopsError
+from ..layout import WINDOW_STOP_SEC
 from .session import OUTPUT_LIMIT, AgentSession
 
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .errors import SpecopsError, UsageError
+from ..errors import SpecopsError, UsageError
 
 READY = "specops-became-root"
 PROMPT = "specops-sudo-password:"

@@ -1,7 +1,7 @@
 """Ansible-style inventory: hosts.yml plus group_vars/ and host_vars/, or an Ansible INI file.
 
 Ansible's connection variables (ansible_host, ansible_user, ...) are read as ours
-(ansible_compat); unknown ansible_* keys are named in one warning line each.
+(`ansible`); unknown ansible_* keys are named in one warning line each.
 Precedence is all < parent group < child group < host; a group_vars file
 overrides the vars written inline for that group.  Mappings merge key by key,
 everything else replaces.  Every error names the file and the key path, and
@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from . import ansible_compat, multinode
-from .errors import UsageError
+from . import ansible, multinode
+from ..errors import UsageError
 from .schema import HOST_VARS, check, check_kinds
 
 NODE_KEYS = {"vars", "children", "hosts"}
@@ -29,7 +29,7 @@ def _host_vars(values: Any, file: str, where: str) -> dict:
     """A vars mapping checked against the schema, with Ansible's spellings read as ours."""
     if isinstance(values, dict) and any(str(k).startswith("ansible_") for k in values):
         warnings: list[str] = []
-        values = ansible_compat.translate(values, f"{file}: {where}", warnings)
+        values = ansible.translate(values, f"{file}: {where}", warnings)
         for line in warnings:
             if line not in _warned:  # once per run, however often the inventory is loaded
                 _warned.add(line)
@@ -163,7 +163,7 @@ def load(path: str | Path) -> Inventory:
         return members
 
     for hosts_file in files:
-        data = _read_yaml(hosts_file) if hosts_file.suffix in YAML_SUFFIXES else ansible_compat.parse_ini(hosts_file)
+        data = _read_yaml(hosts_file) if hosts_file.suffix in YAML_SUFFIXES else ansible.parse_ini(hosts_file)
         if not isinstance(data, dict) or set(data) != {"all"}:
             raise UsageError(f"{hosts_file}: the top level must be a single key 'all'")
         walk(hosts_file, "all", data["all"], "all", 0, [])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from . import protocol, services
+from .. import protocol, services
 from . import verify as verify_mod
 from .facts import base_wants
-from .run import HostRun
-from .services import router as router_kind
+from ..run import HostRun
+from ..services import router as router_kind
 
 
 def _gpu(facts, active: set[str]) -> tuple[list[str], list[str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 SOURCE = "sglang/srt/arg_groups/speculative_hook.py"
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")

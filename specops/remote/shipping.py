@@ -19,9 +19,9 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
-from .layout import AGENT_HOME
+from ..layout import AGENT_HOME
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # specops/: the agent's files are named from there
 # What the host needs: the agent package and the modules it shares with the controller.
 MEMBERS = ["__init__.py", "layout.py", *sorted(f"{d}/{p.name}" for d in ("protocol", "agent")
                                               for p in (HERE / d).glob("*.py"))]

@@ -2,9 +2,9 @@
 intended, and show what was found."""
 from __future__ import annotations
 
-from . import protocol, services
-from .errors import SpecopsError
-from .run import HostRun
+from .. import protocol, services
+from ..errors import SpecopsError
+from ..run import HostRun
 
 
 def checks(run: HostRun) -> list[protocol.ServiceCheck]:

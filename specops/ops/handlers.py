@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import protocol
+from .. import protocol
 
 
 @dataclass(frozen=True, order=True)

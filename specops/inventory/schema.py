@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ SERVICE = {
     "port": int,
     "bind": str,
     "tp": int,
-    "nodes": [str],                 # hosts it spans, rank 0 first (specops/multinode.py)
+    "nodes": [str],                 # hosts it spans, rank 0 first (specops/inventory/multinode.py)
     "dist_init_port": int,          # rank 0's port for --dist-init-addr (default 50000)
     "dp": int,
     "cuda_visible_devices": str,
@@ -108,7 +108,7 @@ SERVICE = {
         "baseline_tok_s": NUMBER,
         "prompt": str,
     },
-    "gate": {  # held by `inv deploy --bench` (specops/specbench.py): a release below it is undone
+    "gate": {  # held by `inv deploy --bench` (specops/flows/specbench.py): a release below it is undone
         "min_speedup": NUMBER,          # spec tok/s ÷ baseline tok/s (measures the baseline too)
         "at_concurrency": int,          # where the gate is read (default: the lowest level)
         "min_accept_length": NUMBER,

@@ -16,12 +16,12 @@ what they started again verifies.
 """
 from __future__ import annotations
 
-from . import protocol, services
+from .. import protocol, services
 from . import verify as verify_mod
-from .errors import SpecopsError
-from .run import HostRun
-from .services.router import Worker, routers_of
-from .ssh import Remote
+from ..errors import SpecopsError
+from ..run import HostRun
+from ..services.router import Worker, routers_of
+from ..remote.ssh import Remote
 
 DRAIN_TIMEOUT = 120  # seconds a worker may take to finish what it was serving (a service's drain_timeout)
 

@@ -1,8 +1,8 @@
 """The facts every task shows about a host, beyond what its ops ask for."""
 from __future__ import annotations
 
-from . import protocol, services
-from .run import HostRun
+from .. import protocol, services
+from ..run import HostRun
 
 
 def base_wants(host) -> protocol.Probe:

@@ -1,0 +1,66 @@
+"""spec-bench on the host: the load levels and their figures, and the baseline server
+without speculation run in a GPU window."""
+from __future__ import annotations
+
+if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
+    from typing import Any, Dict, List, Optional  # noqa: F401
+
+from .parts import ServiceCheck, UnitRef  # noqa: F401
+from .wire import DICT, LIST, Factory, message, request
+
+
+@message
+class BenchLevel:
+    """One concurrency level of a spec-bench: its figures (output_tok_s, requests_s, ttft_p50/p99,
+    itl_p50/p99 in seconds, requests, failed, seconds, and accept_length/accept_rate when the
+    server runs speculation) and the raw per-request timings they come from."""
+    concurrency: int
+    figures: Dict[str, Any]
+    raw: List[Dict[str, Any]] = LIST
+
+
+@message
+class SpecBenchResult:
+    """The levels, in the order asked."""
+    levels: List[BenchLevel]
+
+
+@request("spec_bench")
+class SpecBench:
+    """Drive `service` on the host with the load client (agent/specbench.py): per level of
+    `concurrency`, `warmup` requests, then `requests` streaming requests of `max_new_tokens`
+    from closed-loop clients, the prompts cycled in an order fixed by `seed`."""
+    service: ServiceCheck
+    prompts: List[str]
+    concurrency: List[int] = Factory(lambda: [1, 8, 32])
+    requests: int = 64
+    warmup: int = 4
+    max_new_tokens: int = 128
+    seed: int = 0
+    unit: Optional[str] = None  # the unit that must be listening on the port (default: the service's)
+    Result = SpecBenchResult
+
+
+@message
+class BaselineResult:
+    """The transient unit that serves the baseline (stop it with a Stop of its UnitRef)."""
+    unit: str
+
+
+@request("baseline_start")
+class BaselineStart:
+    """Inside a GPU window: run `argv` (the service's command minus its speculative flags) as the
+    transient unit specops-baseline-<service>, with the service's env file, `env` and `user`,
+    and wait until `ready` answers 200 on `host`:`port` (at most `timeout` s).  `properties`:
+    the managed unit's settings the server needs too (TimeoutStopSec, LimitNOFILE)."""
+    service: str
+    argv: List[str]
+    port: int
+    host: str = "127.0.0.1"
+    ready: str = "/health"
+    env: Dict[str, str] = DICT
+    user: Optional[str] = None
+    gpus: Optional[List[int]] = None
+    timeout: float = 3600
+    properties: Dict[str, str] = DICT
+    Result = BaselineResult

@@ -1,0 +1,100 @@
+"""A run's round trips: what is on the host (Probe), the batch that changes it (Apply),
+the checks before (Check) and after (Verify, Peek) it."""
+from __future__ import annotations
+
+if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
+    from typing import Any, Dict, List, Optional  # noqa: F401
+
+from .parts import Action, Holder, Process, ServiceCheck, ServiceReport  # noqa: F401
+from .wire import DICT, LIST, message, request
+
+
+@message
+class ProbeResult:
+    """The facts.  files: key → {path, exists, type, sha256, size, mtime, mode, owner, group,
+    content_b64 (when asked and different), pycache [{name, mtime}], unresolved};
+    units: name → systemctl show properties (+ text, the unit file); venvs: path → {exists,
+    python, version, tag, packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
+    uuid, name, driver_version, memory.total, memory.used (None when unknown)}], apps
+    [Process], driver, unknown [fields nvidia-smi could not report], error};
+    lock: {acquired, token, holder, running [an earlier run's commands]} when taken, {held, holder}
+    when peeked; weights: dest →
+    {manifest (or None), differ [files whose size or mtime moved], free (bytes)}."""
+    time: float
+    hostname: str
+    python: str
+    files: Dict[str, Any] = DICT
+    units: Dict[str, Any] = DICT
+    venvs: Dict[str, Any] = DICT
+    listings: Dict[str, Dict[str, int]] = DICT
+    checks: Dict[str, int] = DICT
+    weights: Dict[str, Any] = DICT
+    gpu: Optional[Dict[str, Any]] = None
+    lock: Optional[Dict[str, Any]] = None
+    interrupted: Optional[Dict[str, Any]] = None  # a batch an earlier run was cut off in: {holder, done, not_done}
+
+
+@request("probe")
+class Probe:
+    """Gather every fact a plan needs in one pass.  `content`: key → the sha256 the controller
+    would write; the host sends the old content back only when it differs ("always": always).
+    `checks`: name → shell command whose exit status is the fact.  `lock_acquire` takes the
+    host lock first (and gathers nothing if it is held); `lock_peek` only reads it."""
+    files: List[str] = LIST
+    content: Dict[str, str] = DICT
+    units: List[str] = LIST
+    venvs: List[str] = LIST
+    listdirs: List[str] = LIST
+    checks: Dict[str, str] = DICT
+    weights: List[str] = LIST
+    gpu: bool = False
+    allow_shared_dirs: List[str] = LIST
+    lock_peek: bool = False
+    lock_acquire: Optional[Holder] = None
+    break_lock: bool = False
+    Result = ProbeResult
+
+
+@message
+class ApplyResult:
+    """ok, or the index of the action that `failed` and why; `results` [{index, out}] of the done ones."""
+    ok: bool
+    results: List[Dict[str, Any]] = LIST
+    failed: Optional[int] = None
+    error: Optional[str] = None
+
+
+@request("apply")
+class Apply:
+    """Execute a batch: stage and validate every write, run every check, then change things in order.
+    `allow_shared_dirs`: directories others can write to where writing is allowed anyway."""
+    actions: List[Action]
+    allow_shared_dirs: List[str] = LIST
+    Result = ApplyResult
+
+
+@request("check")
+class Check:
+    """Check mode: run the batch's read-only checks (CHECK_KINDS) for real, change nothing."""
+    actions: List[Action]
+    Result = ApplyResult
+
+
+@message
+class VerifyResult:
+    """One report per service asked about, in the same order."""
+    services: List[ServiceReport]
+
+
+@request("verify")
+class Verify:
+    """Wait for each service to be ready, then compare what runs with what was intended."""
+    services: List[ServiceCheck]
+    Result = VerifyResult
+
+
+@request("peek")
+class Peek:
+    """The running services' effective arguments against the intended ones; no waiting."""
+    services: List[ServiceCheck]
+    Result = VerifyResult

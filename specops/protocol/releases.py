@@ -1,0 +1,89 @@
+"""A host's releases: recording one, listing them, undoing a failed deploy, rolling back,
+and keeping a release's spec-bench figures."""
+from __future__ import annotations
+
+if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
+    from typing import Any, Dict, List, Optional  # noqa: F401
+
+from .parts import ServiceCheck, UnitRef  # noqa: F401
+from .wire import LIST, message, request
+
+
+@message
+class RecordResult:
+    """The release recorded, and how many managed files it snapshotted."""
+    stamp: str
+    files: int
+
+
+@request("release_record")
+class ReleaseRecord:
+    """After a deploy: snapshot every `managed` file into releases/<stamp>/files, note what each
+    replaced path was before (`previous`: path → "backup" | "absent"), write the manifest, and
+    move `current` when the status is "deployed"."""
+    stamp: str
+    managed: List[str]
+    previous: Dict[str, str]
+    manifest: Dict[str, Any]
+    status: str = "deployed"
+    Result = RecordResult
+
+
+@message
+class ReleasesResult:
+    """current stamp, and every release [{stamp, status, services, current, summary, spec,
+    verify (the checks), verified (what verify found: name, checks, generate, notes),
+    packages, files: {path: sha256}, perf: {service: spec-bench result} or None}]."""
+    current: Optional[str]
+    releases: List[Dict[str, Any]]
+
+
+@request("releases")
+class Releases:
+    """List the host's releases, oldest first."""
+    Result = ReleasesResult
+
+
+@message
+class UndoResult:
+    """Files put back, the release now current, and how it says to verify (None: first deploy)."""
+    restored: List[str]
+    current: Optional[str]
+    verify: Optional[List[ServiceCheck]] = None
+
+
+@request("undo")
+class Undo:
+    """Undo a deploy whose verify failed: its own backups back, created files removed, restart."""
+    stamp: str
+    previous: Dict[str, str]
+    services: List[UnitRef]
+    allow_shared_dirs: List[str] = LIST
+    Result = UndoResult
+
+
+@message
+class RollbackResult:
+    """The release now current (`to`), the one it replaced, the files put back, how to verify."""
+    to: str
+    replaced: Optional[str]
+    restored: List[str]
+    verify: List[ServiceCheck] = LIST
+
+
+@request("rollback")
+class Rollback:
+    """Back to the release before current (or `to`): files, bytecode purge, reload, restart."""
+    to: Optional[str] = None
+    services: List[UnitRef] = LIST
+    allow_shared_dirs: List[str] = LIST
+    Result = RollbackResult
+
+
+@request("perf_record")
+class PerfRecord:
+    """Keep a spec-bench result (`perf`: its service, figures, speedups, arguments, versions) in
+    the perf.json of release `stamp` (the current one when None), beside other services' results."""
+    perf: Dict[str, Any]
+    stamp: Optional[str] = None
+    Result = RecordResult
