@@ -19,7 +19,7 @@ EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
 # validator means every staged file: one interpreter checks every patched file of a batch).
 # What it compiled goes to stdout as a checked-hash .pyc (PEP 552; layout.BYTECODE_LINE), with
 # the hash of what it read (the agent refuses other content than it staged): the agent, not
-# this root process, writes it once the source is in place (specops.agent.bytecode).  The
+# this root process, writes it once the source is in place (specops.agent.converge.bytecode).  The
 # interpreter checks it against the source on every import, and the service need not compile
 # the module again.
 COMPILE = ("import base64, hashlib, json, marshal, os, stat, sys, warnings\n"

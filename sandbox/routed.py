@@ -11,7 +11,7 @@ import time
 
 from sandbox import provision
 from sandbox.provision import sandbox_service
-from specops.agent.specbench import percentile
+from specops.agent.bench.specbench import percentile
 
 
 def inventory(workers: list, router, links: dict, index, port: int, key: str, knobs: dict | None = None,

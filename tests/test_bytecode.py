@@ -10,7 +10,7 @@ import pytest
 
 from roles.model_patches import COMPILE
 from specops import protocol
-from specops.agent import bytecode, stage
+from specops.agent.converge import bytecode, stage
 from specops.agent.host import ActionError
 from specops.layout import CHECKED_HASH, PYCACHE
 

@@ -1,7 +1,7 @@
 """Who listens on a port: the kernel's sock_diag answer is /proc/net/tcp's, for much less CPU."""
 import socket
 
-from specops.agent import listeners
+from specops.agent.services import listeners
 
 
 def _from_proc(port):

@@ -134,7 +134,7 @@ def test_the_destination_must_be_roots_alone_all_the_way(tmp_path):
     """root's rsync writes by path, and the service reads by path: a directory on the way that a
     user could swap is named (weightsdir.unsettled), unless allow_shared_dirs lists where it is."""
     from specops.agent.host import user_name
-    from specops.agent.weightsdir import unsettled
+    from specops.agent.weights.weightsdir import unsettled
     dest = tmp_path / "shared" / "weights"
     (dest / "sub").mkdir(parents=True)
     assert unsettled(str(dest)) is None  # /tmp is sticky: fine above root's own directories

@@ -96,7 +96,8 @@ def test_each_shared_fact_is_defined_once():
         if found:
             offenders[str(path.relative_to(ROOT))] = sorted(map(str, found))
     assert offenders == {}
-    from specops.agent import lock, releases, service_http
+    from specops.agent import lock, releases
+    from specops.agent.services import service_http
     assert lock.LOCK_DIR is layout.LOCK_DIR and releases.RELEASES is layout.RELEASES
     assert service_http.API_KEY_ENV is layout.API_KEY_ENV
 

@@ -1,4 +1,4 @@
-"""spec-bench's load client (specops/agent/specbench.py) against a streaming server on loopback
+"""spec-bench's load client (specops/agent/bench/specbench.py) against a streaming server on loopback
 that answers as SGLang's /generate does with stream=true (srt/entrypoints/http_server.py:
 `data: <json>` events, chunked, then `data: [DONE]`; meta_info carries completion_tokens and,
 with speculation on, spec_verify_ct / spec_accept_length / spec_accept_rate).  No fleet needed."""
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from specops import protocol
-from specops.agent import specbench
+from specops.agent.bench import specbench
 
 STEP, TOKENS_PER_STEP = 0.002, 3
 

@@ -2,14 +2,15 @@
 
 It travels as a zip (the `specops.agent` package with `specops.protocol` and
 `specops.layout`), cached on the host by its sha256 and run by the host's python3
-(3.8+, standard library only).  Modules, each owning one job:
+(3.8+, standard library only).  By job:
 
 - main: decode the request, dispatch on its kind, answer, give the lock back;
-- host: what every job shares (commands, state file, text cleaning, errors);
-- probe: facts about files, units, venvs and GPUs;
-- lock: the host lock;
-- stage: apply and check batches (stage, validate, commit, purge, preflight);
-- service_http: verify and peek, over the service's HTTP endpoints;
-- units: stop, start and restart units, accounting for every process of their runs;
-- releases: manifests, snapshots, undo and rollback.
+- host: what every job shares (commands, state file, text cleaning, errors), and
+  children: the commands it starts, ended with the request;
+- lock: the host lock;  safefs: paths on a shared box, never through another's link;
+- releases: manifests, snapshots, undo and rollback;
+- converge/: probe, and apply and check batches (stage, validate, commit, purge, preflight);
+- services/: stop, start and verify units and their servers, GPUs, listeners, routers;
+- weights/: model weights: manifests, the hub, a peer's copy;
+- bench/: spec-bench's load client and baseline.
 """

@@ -12,12 +12,12 @@ import stat
 import time
 
 from specops import protocol
-from specops.agent import units
+from specops.agent.services import units
 from specops.agent.host import ActionError, group_name, sha256, sha256_file, user_name
-from specops.agent.venvs import resolve_key
-from specops.agent.bytecode import purge
+from specops.agent.converge.venvs import resolve_key
+from specops.agent.converge.bytecode import purge
 from specops.agent.safefs import UnsafePath, copy_out, read_file, remove
-from specops.agent.stage import Staged
+from specops.agent.converge.stage import Staged
 from specops.layout import RELEASES, RELEASES_KEPT, unit_path
 
 

@@ -1,8 +1,8 @@
 """spec-bench, the controller's side: does speculative decoding pay off on this host?
 
-The load runs on the host (agent/specbench.py); this module asks for it, runs the baseline in a
+The load runs on the host (agent/bench/specbench.py); this module asks for it, runs the baseline in a
 GPU window (the same target, the same arguments minus the speculative ones, as a transient unit:
-agent/baseline.py), always restores the service, turns the two measurements into speedups and a
+agent/bench/baseline.py), always restores the service, turns the two measurements into speedups and a
 plain verdict, and keeps the result with the current release (perf.json).
 """
 from __future__ import annotations

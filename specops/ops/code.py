@@ -32,7 +32,7 @@ class PurgeBytecode(Op):
     .pyc at all.  So every <module>.*.pyc is removed whenever the source is replaced,
     when specops has no purge on record for the current content, or when a .pyc is
     older than the last purge.  The purge then installs the bytecode its validator compiled
-    from the new source, as a checked-hash .pyc (specops.agent.bytecode).  That, and bytecode
+    from the new source, as a checked-hash .pyc (specops.agent.converge.bytecode).  That, and bytecode
     the restarted service writes, is not older than the purge, so a second run does nothing.
     """
 

@@ -27,7 +27,7 @@ class SpecBenchResult:
 
 @request("spec_bench")
 class SpecBench:
-    """Drive `service` on the host with the load client (agent/specbench.py): per level of
+    """Drive `service` on the host with the load client (agent/bench/specbench.py): per level of
     `concurrency`, `warmup` requests, then `requests` streaming requests of `max_new_tokens`
     from closed-loop clients, the prompts cycled in an order fixed by `seed`."""
     service: ServiceCheck

@@ -23,8 +23,8 @@ from ..layout import AGENT_HOME
 
 HERE = Path(__file__).resolve().parent.parent  # specops/: the agent's files are named from there
 # What the host needs: the agent package and the modules it shares with the controller.
-MEMBERS = ["__init__.py", "layout.py", *sorted(f"{d}/{p.name}" for d in ("protocol", "agent")
-                                              for p in (HERE / d).glob("*.py"))]
+MEMBERS = ["__init__.py", "layout.py", *sorted(p.relative_to(HERE).as_posix() for d in ("protocol", "agent")
+                                              for p in (HERE / d).rglob("*.py"))]
 MAIN = b"import sys\nfrom specops.agent.main import serve\nserve(sys.stdin.buffer, sys.stdout.buffer)\n"
 
 LOADER = f"""import os, stat, sys, time

@@ -230,7 +230,7 @@ class Remote:
                scope: str | None = None) -> int:
         """Run a job on a pty, streaming its output; Ctrl-C here is Ctrl-C there.  Returns its status.
         It runs as the login user, or as root with root=True.  With `scope`, in that transient
-        scope (made as root, so the job, and all it starts, can be ended with it: agent/window.py)."""
+        scope (made as root, so the job, and all it starts, can be ended with it: agent/services/window.py)."""
         # Killed by a signal, a job has no exit status, only an exit-signal, which paramiko
         # drops.  A wrapper that survives SIGINT (a no-op trap resets to default in the job)
         # reports the job's status as 128+signal, the way a shell does.

@@ -16,9 +16,9 @@ import threading
 import time
 
 from specops import protocol
-from specops.agent import http, listeners
+from specops.agent.services import http, listeners
 from specops.agent.host import ActionError, say
-from specops.agent.service_http import api_key
+from specops.agent.services.service_http import api_key
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
 

@@ -3,7 +3,7 @@ belongs to (procs).  Memory nvidia-smi cannot report ([N/A], [Not Supported]) is
 import os
 import subprocess
 
-from specops.agent import procs
+from specops.agent.services import procs
 from specops.agent.host import clean
 
 NOT_REPORTED = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Insufficient Permissions]")

@@ -5,14 +5,15 @@ of files into NAME.part files beside their place.
 The client's own snapshot_download deletes its partial files when it fails, so a cut run could
 not resume from them: the transfer is its http_get (its headers, its retries with Range within
 a run) writing into .part files that outlive the run, each an fd the agent opened
-(agent/weights.py).  The token, when there is one, is put in the client's environment only; no
+(agent/weights/__init__.py).  The token, when there is one, is put in the client's environment only; no
 stored token of root's is used (HF_HOME is the venv's own).
 """
 import json
 import os
 import stat
 
-from specops.agent import safefs, weightsdir
+from specops.agent import safefs
+from specops.agent.weights import weightsdir
 from specops.agent.host import ActionError, clean, run_owned, run_streamed
 from specops.layout import HF_PIN, TOOLS_DIR
 

@@ -8,7 +8,8 @@ terabyte moves and hashes nothing; a fetch with `verify` hashes everything and f
 the files that differ.  A change made behind the manifest's back without touching size or mtime
 goes unnoticed until then: that is the price of not hashing 1 TB on every run.
 
-The hub is asked through agent/hub.py; a run cut mid-file resumes from its NAME.part.  Weights go
+The hub is asked through weights/hub.py, a peer through weights/peercopy.py, and the directory
+itself is used only through weights/weightsdir.py; a run cut mid-file resumes from its NAME.part.  Weights go
 only into a directory root owns and no one else can write, reached from / through root's links
 only (open_dest), and a file name from a listing that would leave it is refused.  Every read,
 write, rename and unlink in it goes through that directory's descriptor (the hub client writes
@@ -21,8 +22,9 @@ import os
 import stat
 import time
 
-from specops.agent import safefs, weightsdir
-from specops.agent.hub import ask, download, tool_python
+from specops.agent import safefs
+from specops.agent.weights import weightsdir
+from specops.agent.weights.hub import ask, download, tool_python
 from specops.agent.host import ActionError, say
 from specops.layout import WEIGHTS_DIR
 

@@ -89,7 +89,7 @@ class Startup:
 
 def _gpu_used():
     """MiB in use on all GPUs (0 without nvidia-smi): weights and graphs go there, not in the cgroup."""
-    from specops.agent.gpus import gpu_fact
+    from specops.agent.services.gpus import gpu_fact
     gpu = gpu_fact()
     return sum(g["memory.used"] or 0 for g in gpu.get("gpus", [])) if gpu.get("present") else 0
 

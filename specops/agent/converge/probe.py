@@ -10,9 +10,9 @@ import time
 
 from specops import protocol
 from specops.agent import lock, safefs, weights
-from specops.agent.gpus import gpu_fact
+from specops.agent.services.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name
-from specops.agent.venvs import resolve_key, venv_fact
+from specops.agent.converge.venvs import resolve_key, venv_fact
 from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 
 CONTENT_LIMIT = 2 * 1024 * 1024

@@ -9,7 +9,9 @@ import json
 import os
 
 from specops import protocol
-from specops.agent import bytecode, safefs, units, weights
+from specops.agent.converge import bytecode
+from specops.agent import safefs, weights
+from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
 from specops.agent.safefs import StageDir, UnsafePath
 from specops.layout import APPLY_JOURNAL, BYTECODE_LINE, UNIT_ONLY

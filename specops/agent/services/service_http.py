@@ -9,11 +9,11 @@ import os
 import time
 
 from specops import protocol
-from specops.agent import http, listeners, procs
+from specops.agent.services import http, listeners, procs
 from specops.agent.host import clean, journal, read_state, say
-from specops.agent.probe import unit_fact
-from specops.agent.startup import Startup
-from specops.agent.venvs import resolve_key
+from specops.agent.converge.probe import unit_fact
+from specops.agent.services.startup import Startup
+from specops.agent.converge.venvs import resolve_key
 from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
 
 
@@ -240,7 +240,7 @@ def verify_service(svc):
         return report
     _compare(svc, info, report)
     if svc.members:
-        from specops.agent.routing import members_check  # routing builds on this module
+        from specops.agent.services.routing import members_check  # routing builds on this module
         if not members_check(svc, report, key, listener):
             return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
@@ -272,7 +272,7 @@ def peek(req):
         else:
             _compare(svc, info, report)
             if svc.endpoints.members:
-                from specops.agent.routing import listed, not_serving
+                from specops.agent.services.routing import listed, not_serving
                 try:
                     report.members = listed(svc, api_key(svc.name))
                 except (OSError, ValueError) as e:

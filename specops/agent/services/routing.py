@@ -13,10 +13,10 @@ import re
 import time
 
 from specops import protocol
-from specops.agent import listeners
+from specops.agent.services import listeners
 from specops.agent.host import ActionError, clean, say
-from specops.agent.procs import Unit
-from specops.agent.service_http import _http, api_key
+from specops.agent.services.procs import Unit
+from specops.agent.services.service_http import _http, api_key
 
 
 def listed(svc, key):

@@ -9,12 +9,11 @@ import time
 
 from specops import protocol
 from specops.agent.host import ActionError, run_quiet, run_streamed, say
-from specops.agent.procs import (Unit, alive, attribute, catches, describe, leftovers, remember_invocation, send,
-                                 show, title)
+from specops.agent.services.procs import Unit, alive, attribute, catches, describe, leftovers, remember_invocation, send, show, title
 
 
 def _gpu():
-    from specops.agent.gpus import gpu_fact
+    from specops.agent.services.gpus import gpu_fact
     return gpu_fact()
 
 

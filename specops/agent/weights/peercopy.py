@@ -19,7 +19,8 @@ import socket
 import time
 
 from specops import protocol
-from specops.agent import safefs, weights, weightsdir
+from specops.agent import safefs, weights
+from specops.agent.weights import weightsdir
 from specops.agent.host import ActionError, clean, on_interrupt, run_owned, say, sha256_file
 from specops.layout import PEER_DIR
 

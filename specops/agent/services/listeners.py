@@ -4,7 +4,7 @@ import os
 import socket
 import struct
 
-from specops.agent.procs import Unit, _proc, describe
+from specops.agent.services.procs import Unit, _proc, describe
 
 
 def _listening(port):

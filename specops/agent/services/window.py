@@ -11,7 +11,7 @@ import re
 
 from specops import protocol
 from specops.agent.host import ActionError, run_quiet
-from specops.agent.procs import _proc, describe, show
+from specops.agent.services.procs import _proc, describe, show
 from specops.layout import WINDOW_PREFIX
 
 NAME = re.compile(r"^%s[0-9a-f]{16}$" % re.escape(WINDOW_PREFIX))

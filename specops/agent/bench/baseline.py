@@ -13,11 +13,11 @@ accounted for and its GPU memory proven free like any service's.
 import time
 
 from specops import protocol
-from specops.agent import http, listeners
+from specops.agent.services import http, listeners
 from specops.agent.host import ActionError, journal, on_interrupt, run_quiet, say
-from specops.agent.procs import Unit, remember_invocation
-from specops.agent.service_http import _redacted
-from specops.agent.units import stop_unit
+from specops.agent.services.procs import Unit, remember_invocation
+from specops.agent.services.service_http import _redacted
+from specops.agent.services.units import stop_unit
 from specops.layout import BASELINE_PREFIX, env_file
 
 

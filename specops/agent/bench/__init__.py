@@ -1,0 +1,2 @@
+"""spec-bench on the host: the load client (`specbench`) and the baseline server without
+speculation (`baseline`)."""
