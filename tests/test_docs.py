@@ -1,0 +1,184 @@
+"""The README and docs/ point at things that exist: every relative link resolves to a file of the
+repository (and its #fragment to a heading of the target, by GitHub's anchor rules), and every
+path of the tree written in code (`specops/flows/rolling.py`, `roles/`, `agent/converge/stage.py`
+for specops/agent/converge/stage.py) names a file or folder that is there, and a module named
+alone (`parts.py`) a file of the tree.  No fleet needed."""
+import os
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Folders of the tree a path written in the docs starts with.
+TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "templates", "files", "inventory", "docs", ".ci")
+# Where a path in the docs is read from: the root; the package (`agent/converge/stage.py`); the
+# patch folder (a patch is named by its path inside the sglang package, `srt/models/llama.py`).
+BASES = (ROOT, ROOT / "specops", ROOT / "files" / "patches")
+GENERATED = {"sandbox/inventory"}  # written by `inv sandbox.up` (git-ignored), named in the docs
+FENCE = re.compile(r"^ {0,3}(```|~~~)")
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REF_DEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)")
+HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
+HTML_ANCHOR = re.compile(r"<a\s+[^>]*(?:name|id)=\"([^\"]+)\"", re.I)
+TREE_PATH = re.compile(r"(?<![\w./~$<-])((?:%s)/[\w./-]*)" % "|".join(re.escape(t) for t in TOP))
+SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def split(text: str) -> tuple[list[str], list[str]]:
+    """(prose lines, lines inside fenced code blocks)."""
+    prose, code, fence = [], [], None
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        if fence is None and m:
+            fence = m.group(1)
+        elif fence is not None and m and m.group(1) == fence:
+            fence = None
+        elif fence is None:
+            prose.append(line)
+        else:
+            code.append(line)
+    return prose, code
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading (github-slugger): the text as shown (code spans and links
+    read as their text, emphasis marks gone), lower case, punctuation and symbols dropped
+    (letters, digits, marks, '_' and '-' kept), each space a '-'."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "").replace("*", "")
+    keep = (ch for ch in text.lower() if ch in " -_" or unicodedata.category(ch)[0] in "LNM")
+    return "".join(keep).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every anchor GitHub gives the file's headings (a repeated one gets -1, -2, ...), and any
+    <a name/id> written in it."""
+    prose, _ = split(path.read_text())
+    seen: dict[str, int] = {}
+    out = set()
+    for line in prose:
+        out.update(HTML_ANCHOR.findall(line))
+        m = HEADING.match(line)
+        if not m:
+            continue
+        base = slug(m.group(2))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def links(path: Path) -> list[str]:
+    """Targets of the file's links (inline, images, reference definitions), outside code."""
+    prose, _ = split(path.read_text())
+    out = []
+    for line in prose:
+        line = CODE_SPAN.sub("", line)
+        out += LINK.findall(line)
+        m = REF_DEF.match(line)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def broken_links(path: Path) -> list[str]:
+    problems = []
+    for target in links(path):
+        if SCHEME.match(target) or target.startswith("//"):
+            continue  # a web address: not checked here (no network in the unit tests)
+        file, _, fragment = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if file and (ROOT not in dest.parents and dest != ROOT or not dest.exists()):
+            problems.append(f"{target}: no such file in the repository")
+        elif fragment and dest.suffix != ".md":
+            problems.append(f"{target}: a #fragment, but {file} is not a markdown file")
+        elif fragment and fragment not in anchors(dest):
+            problems.append(f"{target}: {dest.relative_to(ROOT)} has no heading with the anchor #{fragment}")
+    return problems
+
+
+def tree_paths(path: Path) -> list[str]:
+    """Paths of the tree written in code: in a code span (a whole span that is a path ending in
+    .py, with a '/', is read from the root or from specops/), or anywhere in a fenced block
+    (paths that start with one of the tree's folders)."""
+    prose, code = split(path.read_text())
+    out = []
+    for line in prose:
+        for _, span in CODE_SPAN.findall(line):
+            span = span.strip()
+            found = TREE_PATH.findall(span)
+            if found:
+                out += found
+            elif re.fullmatch(r"[\w.-]+(/[\w.-]+)+\.py", span):
+                out.append(span)  # shorthand inside the package, e.g. agent/converge/stage.py
+    for line in code:
+        out += TREE_PATH.findall(line)
+    return [p.rstrip(".,:;") for p in out]
+
+
+def module_names(path: Path) -> list[str]:
+    """Bare module file names written as a whole code span (`parts.py`)."""
+    prose, _ = split(path.read_text())
+    return [span.strip() for line in prose for _, span in CODE_SPAN.findall(line)
+            if re.fullmatch(r"[\w.-]+\.py", span.strip())]
+
+
+def tree_files() -> set[str]:
+    """The base names of the tree's files (hidden folders, caches and builds left out)."""
+    names = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "build")]
+        names.update(files)
+    return names
+
+
+def missing_paths(path: Path) -> list[str]:
+    problems = []
+    for p in tree_paths(path):
+        if p.rstrip("/") in GENERATED:
+            continue
+        if not any((base / p).exists() for base in BASES):
+            problems.append(f"`{p}`: no such file or folder in the tree")
+    names = tree_files()
+    problems += [f"`{n}`: no file of that name in the tree" for n in module_names(path) if n not in names]
+    return problems
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_resolves(doc):
+    assert not broken_links(doc), f"{doc.relative_to(ROOT)}:\n" + "\n".join(broken_links(doc))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_of_the_tree_exists(doc):
+    assert not missing_paths(doc), f"{doc.relative_to(ROOT)}:\n" + "\n".join(missing_paths(doc))
+
+
+def test_every_docs_page_links_back_to_the_readme():
+    for page in DOCS[1:]:
+        if page.name == "RELIABILITY.md":
+            continue  # written by the test session (tests/reliability.py)
+        assert any(t.split("#")[0] == "../README.md" for t in links(page)), f"{page.name} has no link to the README"
+
+
+def test_the_readme_links_every_docs_page():
+    targets = {t.split("#")[0] for t in links(ROOT / "README.md")}
+    assert not [p.name for p in DOCS[1:] if f"docs/{p.name}" not in targets]
+
+
+def test_slugs_follow_githubs_rules(tmp_path):
+    """Anchors as GitHub makes them (checked against headings of this repository on github.com's
+    rules: github-slugger), and links that miss are found."""
+    assert slug("Does speculative decoding pay off?") == "does-speculative-decoding-pay-off"
+    assert slug("Many workers behind SGLang's router") == "many-workers-behind-sglangs-router"
+    assert slug("`inv deploy --bench`: the gate") == "inv-deploy---bench-the-gate"
+    assert slug("Routers and rolling deploys — a [link](x.md)") == "routers-and-rolling-deploys--a-link"
+    assert slug("Air-gapped hosts (wheelhouse)") == "air-gapped-hosts-wheelhouse"
+    doc = tmp_path / "docs"
+    doc.mkdir()
+    (doc / "a.md").write_text("# Top\n## Same\n## Same\n```\n# not a heading\n```\n")
+    assert anchors(doc / "a.md") == {"top", "same", "same-1"}
