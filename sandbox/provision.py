@@ -170,9 +170,13 @@ def layer(kind: str = "gpubox") -> Path:
     (tmp / ".complete").write_text("")
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)
+    # An older build of this kind goes, unless a fleet still has it mounted: another checkout's
+    # test run (a worktree with another simulator) boots its hosts from it.
+    mounted = Path("/proc/mounts").read_text()
     for old in fleet.CACHE.glob(f"layer-{kind}-*"):
-        if old != path and not old.name.endswith((".tmp", ".work", ".merged")):
-            shutil.rmtree(old, ignore_errors=True)  # an older build of this kind
+        if old != path and not old.name.endswith((".tmp", ".work", ".merged")) and f"{old}:" not in mounted \
+                and f"lowerdir={old}," not in mounted:
+            shutil.rmtree(old, ignore_errors=True)
     fleet.log(f"layer ready in {time.monotonic() - t0:.0f}s")
     return path
 
