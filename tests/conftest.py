@@ -148,14 +148,17 @@ class Sandbox:
         return reports, buf.getvalue()
 
 
-LOGINS = ["root", "ubuntu-sudo", "ubuntu-sudo-pass"]
+# sudo with a password takes every step sudo without one does, and more; NOPASSWD sudo alone (a
+# cloud image's) is asked for by the tests that start from such an image, and by test_become_fleet.
+LOGINS = ["root", "ubuntu-sudo-pass"]
 
 
 def pytest_generate_tests(metafunc):
-    """A test marked `logins` runs as root, and logged in as `ubuntu` with sudo, without and with a
-    password (SPECOPS_BECOME_PASS, set by Sandbox.inv)."""
-    if metafunc.definition.get_closest_marker("logins"):
-        metafunc.parametrize("login", LOGINS, indirect=True)
+    """A test marked `logins` runs as root and logged in as `ubuntu` with password sudo
+    (SPECOPS_BECOME_PASS, set by Sandbox.inv); `logins(*flavours)` names its own."""
+    marker = metafunc.definition.get_closest_marker("logins")
+    if marker:
+        metafunc.parametrize("login", list(marker.args) or LOGINS, indirect=True)
 
 
 @pytest.fixture
@@ -212,7 +215,7 @@ _security: dict = {}
 def pytest_configure(config):
     config.addinivalue_line("markers", "reliability(case, kind): a row of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "security(case, attack): a row of docs/RELIABILITY.md's security table")
-    config.addinivalue_line("markers", "logins: run once as root and once as ubuntu with sudo")
+    config.addinivalue_line("markers", "logins(*flavours): run once per login (default: root, ubuntu-sudo-pass)")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -95,7 +95,7 @@ def test_two_rollbacks_restore_n_minus_1_then_n_minus_2(sandbox):
     assert res.returncode == 1 and "no release before" in res.stdout
 
 
-@pytest.mark.logins
+@pytest.mark.logins("root", "ubuntu-sudo", "ubuntu-sudo-pass")  # a cloud image: NOPASSWD sudo
 @pytest.mark.reliability("second-run", "idempotence")
 def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     """A rented box has no /models: the weights are pushed from the controller's copy.  That copy
