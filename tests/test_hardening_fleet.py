@@ -1,15 +1,19 @@
 """Issue 12's smaller items, each tried for real: the lock (lease, take-over by compare-and-swap),
 the cached agent, the job of a GPU window, host text with terminal escapes, output caps, JSON
 redaction, hostile unit names and percent signs."""
+import fcntl
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
-from conftest import load_json, unit_prop
+from conftest import ROOT, fleet_mod, flock_waiters, load_json, unit_prop
 from sandbox.provision import sandbox_service
+from specops.layout import LOCK_DIR, LOCK_GUARD
 
 pytestmark = pytest.mark.fleet
 HOLDER = "/run/specops.lock/holder.json"
@@ -43,20 +47,41 @@ def test_an_expired_lease_is_taken_over_and_said(sandbox):
 
 @pytest.mark.security("lock-break", "two --break-lock runs at once, against a live holder")
 def test_two_breakers_leave_one_holder(sandbox):
+    """The two runs reach the host's lock at once: the test holds the lock's guard (the flock every
+    change of the lock takes, held from inside the host as an agent mid-take-over holds it) until
+    both runs' agents wait for it, then lets them go together.  --break-lock takes a live lock, so
+    the lock passes from its holder to one breaker and from that one to the other, which stops the
+    first at its next request: one holder at a time, each take-over naming the run it replaced.
+    (tests/test_lock.py forces the interleavings that, without the flock, leave two holders.)"""
     h = sandbox.reset("t2")
     inv = sandbox.inventory({"t2": {"services": [sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0"})]}})
     plant_lock(h, renewed_ago=0)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(run_inv(sandbox, inv, "stop", "--host", "t2",
-                                                                       "--break-lock"))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    codes = sorted(r[0].returncode for r in results)
-    assert codes == [0, 1], [r[0].stdout for r in results]
-    loser = next(r for r in results if r[0].returncode == 1)[0].stdout
-    assert "locked by" in loser or "taken over" in loser, loser
+    guard = f"/proc/{fleet_mod._container_pid(h)}/root{LOCK_GUARD}"  # the host's /run is its own tmpfs
+    fd = os.open(guard, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        runs = [subprocess.Popen([sys.executable, "-m", "invoke", "stop", "--host", "t2", "--break-lock"], cwd=ROOT,
+                                 env={**os.environ, **sandbox.login_env(), "SPECOPS_INVENTORY": str(inv)},
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for _ in range(2)]
+        deadline = time.monotonic() + 120  # bounds a broken test; no outcome depends on it
+        while len(flock_waiters(guard)) < 2:
+            ended = [r for r in runs if r.poll() is not None]
+            assert not ended and time.monotonic() < deadline, \
+                "a run did not wait for the lock's guard: " + "".join(r.communicate()[0] for r in ended)
+            time.sleep(0.05)
+    finally:
+        os.close(fd)  # both go
+    out = {r.pid: r.communicate(timeout=120)[0] for r in runs}
+    codes = {r.pid: r.returncode for r in runs}
+    assert sorted(codes.values()) == [0, 1], out
+    winner, loser = sorted(codes, key=codes.get)
+    took = "took over the lock of %s (pid %s, task %s): --break-lock"
+    assert took % ("someone@elsewhere", 1, "deploy") in out[loser], out[loser]  # the first, from the planted holder
+    assert f"(pid {winner}, task stop); this run stops here" in out[loser], out[loser]  # then taken from it
+    assert f"(pid {loser}, task stop): --break-lock" in out[winner] and "someone@elsewhere" not in out[winner], out[winner]
+    assert "locked by" not in out[winner] + out[loser]  # with the guard, a breaker judges the lock as it is
+    assert h.run("test", "-d", LOCK_DIR, check=False).returncode != 0  # the winner gave it back
 
 
 def test_breaking_a_live_run_stops_it_at_its_next_call(sandbox):

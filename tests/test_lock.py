@@ -1,9 +1,12 @@
 """The host lock's rules, on the agent's own code with the lock moved into a temporary
 directory: lease, take-over by compare-and-swap on the holder's token, renewal.  No fleet."""
 import json
+import multiprocessing
+import time
 
 import pytest
 
+from conftest import flock_waiters
 from specops import protocol
 from specops.agent import lock
 
@@ -95,8 +98,88 @@ def test_take_over_is_a_compare_and_swap_on_the_holder_judged(monkeypatch):
     assert on_disk()["token"] == "c"
 
 
-def test_break_lock_takes_a_live_lock_and_the_loser_of_two_breakers_gets_nothing():
+def test_break_lock_takes_a_live_lock():
     lock.acquire(holder("a"))
     first = lock.acquire(holder("b"), take_over=True)
     assert first["acquired"] and first["took_over"]["reason"] == "--break-lock"
     assert on_disk()["token"] == "b"
+
+
+# ---- two agents at once, on the real flock (issue 24, item 3) ----
+
+def _agent(call, hold, conn):
+    """One agent's request, in a process of its own.  With `hold` it stops at its first write of
+    holder.json (the lock it judged is read, and for a take-over its new lock directory made) and
+    goes on when told."""
+    if hold:
+        real = lock._write
+
+        def held(data):
+            lock._write = real
+            conn.send("holding")
+            conn.recv()
+            real(data)
+        lock._write = held
+    try:
+        conn.send(("done", call()))
+    except BaseException as e:
+        conn.send(("raised", repr(e)))
+
+
+def race(first, second, timeout=60.0):
+    """`first` and `second` in two processes, `second` made while `first` is between its read and its
+    write; `first` goes on once `second` has finished (nothing kept it out) or waits for LOCK_GUARD's
+    flock.  Events, not sleeps: a loaded machine gives the same order.  Their results, in order."""
+    ctx = multiprocessing.get_context("fork")
+    (one, one_end), (two, two_end) = ctx.Pipe(), ctx.Pipe()
+    procs = [ctx.Process(target=_agent, args=(first, True, one_end)),
+             ctx.Process(target=_agent, args=(second, False, two_end))]
+    try:
+        procs[0].start()
+        assert one.poll(timeout) and one.recv() == "holding", "the first never reached its write"
+        procs[1].start()
+        deadline = time.monotonic() + timeout  # bounds a broken test; no outcome depends on it
+        while not (two.poll(0.01) or procs[1].pid in flock_waiters(lock.LOCK_GUARD)):
+            assert time.monotonic() < deadline, "the second neither finished nor waited for the guard"
+        one.send("go")
+        results = []
+        for conn in (one, two):
+            assert conn.poll(timeout), "an agent never answered"
+            kind, value = conn.recv()
+            assert kind == "done", value
+            results.append(value)
+        return results
+    finally:
+        for p in procs:
+            p.join(timeout)
+            if p.is_alive():
+                p.kill()
+
+
+def test_two_breakers_at_once_hand_the_lock_on_and_never_both_hold_it():
+    """`b` breaks `a`'s live lock and is held after making the new lock directory, before writing
+    itself into it; `c` breaks the lock meanwhile.  --break-lock takes a live lock, so `c` may take
+    it from `b` (b stops at its next request), but only from `b`, naming it.  Without the flock, `c`
+    took the directory with no holder yet ("unknown (no holder.json)") and `b` then wrote itself into
+    `c`'s lock: both were told they had taken it over, and both held it."""
+    lock.acquire(holder("a"))
+    b, c = race(lambda: lock.acquire(holder("b"), take_over=True), lambda: lock.acquire(holder("c"), take_over=True))
+    assert b["acquired"] and b["token"] == "b" and b["took_over"]["who"] == "a@here", b
+    assert c["acquired"] and c["token"] == "c" and c["took_over"]["who"] == "b@here", c
+    assert on_disk()["token"] == "c"
+    held, by = lock.check("b")
+    assert held is False and by["who"] == "c@here"  # b is refused at its next request
+    assert lock.check("c") == (True, None)
+
+
+def test_a_renewal_racing_a_take_over_does_not_win_the_lock_back():
+    """`a` renews its lease (its token read and matched) and is held before writing the renewal; `b`
+    breaks the lock meanwhile.  Without the flock `b` took it over and a's renewal then wrote `a`
+    back into b's lock: both held it."""
+    lock.acquire(holder("a"))
+    renewed, b = race(lambda: lock.check("a"), lambda: lock.acquire(holder("b"), take_over=True))
+    assert renewed == (True, None)
+    assert b["acquired"] and b["token"] == "b" and b["took_over"]["who"] == "a@here", b
+    assert on_disk()["token"] == "b"
+    held, by = lock.check("a")
+    assert held is False and by["who"] == "b@here"  # a is refused at its next request

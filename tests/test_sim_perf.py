@@ -51,3 +51,17 @@ def test_accepted_tokens_are_whole_and_average_to_the_accept_length(knobs):
     steps = list(Model("EAGLE3", 3, 4).steps(100))
     assert all(isinstance(t, int) and t >= 1 for _, t in steps)
     assert sum(t for _, t in steps) == 100 and 100 / len(steps) == pytest.approx(2.5, rel=0.03)
+
+
+def test_the_accept_length_sets_how_many_steps_not_how_long_each_takes(knobs):
+    """What the regression gate's fleet test rests on (test_specbench_fleet.py): its releases differ
+    only in accept length, so a request's 48 tokens take 15, 16 or 48 steps of one same duration,
+    and the drops it gates (6% and 69%) are fixed by counts, whatever a loaded machine adds to a step."""
+    knobs(TOK_S=100, DRAFT_COST=0.15)
+
+    def steps(accept):
+        knobs(ACCEPT_LENGTH=accept)
+        return list(Model("EAGLE3", 3, 4).steps(48))
+    runs = {a: steps(a) for a in (3.2, 3.0, 1.0)}
+    assert {a: len(s) for a, s in runs.items()} == {3.2: 15, 3.0: 16, 1.0: 48}
+    assert len({round(seconds, 12) for s in runs.values() for seconds, _ in s}) == 1

@@ -119,6 +119,9 @@ def test_the_gate_compares_with_the_previous_release():
     (why,) = evaluate(gate, _perf(80.0), _perf(100.0))
     assert why == "80.0 tok/s at concurrency 1 is 20% below the previous release's 100.0 (max_regression_pct 10)"
     assert evaluate(gate, _perf(95.0), _perf(100.0)) == []  # 5% slower: kept
+    assert evaluate(gate, _perf(90.0), _perf(100.0)) == []  # 10%: at the bound, kept
+    assert len(evaluate(gate, _perf(89.9), _perf(100.0))) == 1  # past it
+    assert evaluate(gate, _perf(130.0), _perf(100.0)) == []  # faster: kept
     assert evaluate(gate, _perf(80.0), None) == []           # nothing to compare with
     assert evaluate({"min_accept_length": 2.0}, _perf(100.0, accept=1.5), None) == [
         "accept length 1.5 at concurrency 1 is below min_accept_length 2.0"]
