@@ -166,3 +166,16 @@ def test_a_rolled_back_release_shows_its_figures_marked_and_other_loads_are_said
            "15:00, 12 in 12-04 09:00 and 12-05 10:00).</p>" in text
     same = [dict(r, perf={"sglang": dict(r["perf"]["sglang"], load=LOAD)}) for r in releases]
     assert "data-loads-differ" not in _page(same)[0]
+
+
+def test_release_labels_read_as_dates_to_the_second_when_two_share_a_minute():
+    """Stamps are layout.new_stamp()'s, to the microsecond ("20261205T165418.893910Z", as the
+    fleet's are): read as "12-05 16:54", with seconds when two releases fall in one minute."""
+    from specops.output.charts import bar_chart
+    axes = _Axes()
+    axes.feed(bar_chart("t", [("20261205T165418.893910Z", 3.0, ""), ("20261205T175446.079560Z", 2.0, "")], "y"))
+    axes.feed(bar_chart("t", [("20261205T165418.893910Z", 3.0, ""), ("20261205T165446.079560Z", 2.0, "")], "y"))
+    assert [c["x"] for c in axes.charts] == [["12-05 16:54", "12-05 17:54"], ["12-05 16:54:18", "12-05 16:54:46"]]
+    releases = [{"stamp": stamp, "status": "deployed", "perf": {"sglang": _record([(1, 120.0, 90.0, 3.1)], load)}}
+                for stamp, load in (("20261205T165418.893910Z", LOAD), ("20261205T165446.079560Z", dict(LOAD, seed=1)))]
+    assert "(seed 0 in 12-05 16:54:18, 1 in 12-05 16:54:46)" in _page(releases)[0]  # the words read as the bars

@@ -16,7 +16,7 @@ W, H = 460, 270
 LEFT, RIGHT, TOP, BOTTOM = 58, 62, 36, 58  # room for tick labels, axis titles, legend, a gate's label
 BLUE = "#0b5394"
 SERIES = {"speculative": (BLUE, "", "circle"), "baseline": ("#b45f06", "6 4", "square")}
-_STAMP = re.compile(r"^\d{4}(\d\d)(\d\d)T(\d\d)(\d\d)\d\dZ$")  # layout.new_stamp(): UTC, to the second
+_STAMP = re.compile(r"^\d{4}(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)(?:\.\d+)?Z$")  # layout.new_stamp(): UTC, to the µs
 
 
 def _e(value) -> str:
@@ -41,10 +41,17 @@ def tick_text(value: float, step: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def stamp_label(stamp: str) -> str:
-    """A release stamp as a person reads it on an axis: "20261203T160000Z" → "12-03 16:00"."""
+def stamp_label(stamp: str, seconds: bool = False) -> str:
+    """A release stamp as a person reads it on an axis: "20261203T160000.123456Z" → "12-03 16:00"
+    (with `seconds`, "12-03 16:00:00")."""
     m = _STAMP.match(stamp)
-    return f"{m[1]}-{m[2]} {m[3]}:{m[4]}" if m else stamp[:14]
+    return f"{m[1]}-{m[2]} {m[3]}:{m[4]}" + (f":{m[5]}" if seconds else "") if m else stamp[:14]
+
+
+def stamp_labels(stamps: list[str]) -> list[str]:
+    """Labels for releases side by side (the bars, the page's words about them): to the minute, or to the second when two would read the same."""
+    labels = [stamp_label(s) for s in stamps]
+    return labels if len(set(labels)) == len(labels) else [stamp_label(s, seconds=True) for s in stamps]
 
 
 def _frame(title: str, xlabel: str, ylabel: str, top: float) -> tuple[list[str], callable]:
@@ -105,6 +112,7 @@ def bar_chart(title: str, bars: list[tuple[str, float, str]], ylabel: str, fmt: 
     outline, dashed, with the mark under its label.  `line`: a gate's threshold, dashed."""
     out, py = _frame(title, "release (UTC)", ylabel, max([v for _, v, _ in bars] + [line or 0]))
     step = (W - LEFT - RIGHT) / max(len(bars), 1)
+    labels = stamp_labels([stamp for stamp, _, _ in bars])
     for i, (stamp, v, mark) in enumerate(bars):
         x, width = LEFT + i * step + step * 0.2, step * 0.6
         style = f'fill="#fff" stroke="{BLUE}" stroke-width="2" stroke-dasharray="4 3"' if mark else \
@@ -112,7 +120,7 @@ def bar_chart(title: str, bars: list[tuple[str, float, str]], ylabel: str, fmt: 
         out.append(f'<rect x="{x:.1f}" y="{py(v):.1f}" width="{width:.1f}" height="{H - BOTTOM - py(v):.1f}" {style}/>')
         out.append(f'<text x="{x + width / 2:.1f}" y="{py(v) - 4:.1f}" text-anchor="middle" font-size="11">'
                    f'{_e(fmt.format(v))}</text>')
-        out.append(_x_tick(x + width / 2, stamp_label(stamp), size=10))
+        out.append(_x_tick(x + width / 2, labels[i], size=10))
         if mark:
             out.append(f'<text x="{x + width / 2:.1f}" y="{H - BOTTOM + 28}" text-anchor="middle" font-size="10" '
                        f'font-style="italic">{_e(mark)}</text>')

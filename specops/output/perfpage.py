@@ -18,7 +18,7 @@ import math
 import time
 
 from ..protocol import ROLLED_BACK
-from .charts import bar_chart, line_chart, stamp_label
+from .charts import bar_chart, line_chart, stamp_labels
 
 FIGURES = ("output_tok_s", "accept_length", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 SHOWN_REFUSALS = 5  # a tampered file could name thousands; the page says how many more
@@ -98,11 +98,11 @@ def _loads_note(charted: list[tuple[dict, dict]]) -> list[str]:
     keys = load_differences([p["load"] for _, p in charted])
     if not keys:
         return []
-    parts = []
+    parts, labels = [], stamp_labels([str(r.get("stamp")) for r, _ in charted])  # as the bars read
     for key in keys:
         stamps_by_value: dict[str, list[str]] = {}
-        for r, p in charted:
-            stamps_by_value.setdefault(load_value(p["load"], key), []).append(stamp_label(str(r.get("stamp"))))
+        for (r, p), label in zip(charted, labels):
+            stamps_by_value.setdefault(load_value(p["load"], key), []).append(label)
         parts.append(f"{key} " + ", ".join(f"{v} in {' and '.join(st)}" for v, st in stamps_by_value.items()))
     return ["<p data-loads-differ>Not like for like: the releases in the charts below were measured with different "
             f"loads ({_e('; '.join(parts))}).</p>"]
