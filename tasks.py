@@ -8,7 +8,7 @@ from invoke import Collection, Exit, task
 from roles import (draft_config, gpu_stack, model_patches, models, router, router_stack, sglang_service,
                    system_packages)
 from specops import cli
-from specops.output import perfpage
+from specops.output import perflines, perfpage
 from specops.flows import pipeline, rolling, specbench
 from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
@@ -56,10 +56,10 @@ def releases(c, sel):
             print(f"{r.name:<12} {mark} {rel['stamp']}  {rel['status']:<11} {', '.join(rel['services'])}  "
                   f"{rel['summary'][:70]}")
             for name, perf in sorted((rel.get("perf") or {}).items()):
-                print(f"{'':<14} perf {name}: {specbench.perf_line(perf)}")
-            measured = [p for p in r.result.releases if p.get("perf") and p["stamp"] < rel["stamp"]]
-            for line in specbench.compare(measured[-1], rel) if rel.get("perf") and measured else []:
-                print(f"{'':<16} since {measured[-1]['stamp']}: {line}")
+                print(f"{'':<14} perf {name}: {perflines.perf_line(perf)}")
+            stamp, lines = perflines.since(r.result.releases, rel)
+            for line in lines:
+                print(f"{'':<16} since {stamp}: {line}")
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",

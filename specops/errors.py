@@ -20,3 +20,12 @@ class NotStarted(SpecopsError):
 
 class HostKeyError(SpecopsError):
     """The host's SSH key is unknown or has changed."""
+
+
+class GateFailed(SpecopsError):
+    """A deploy's spec-bench fell below a service's gate.  `measured`: the perf.json records it
+    made, kept with the release that is undone (the page shows them, marked rolled back)."""
+
+    def __init__(self, message: str, measured: list):
+        super().__init__(message)
+        self.measured = measured

@@ -72,6 +72,57 @@ def test_an_ansible_ini_inventory_reads_as_ours(tmp_path, capsys):
     assert err.count("ansible_python_interpreter is not used by specops; ignored") == 1
 
 
+def test_ini_values_are_typed_as_ansible_types_them(tmp_path):
+    """Issue 24 (a new user's rough edge): `connect_timeout=5` in [vars] was refused as a string.
+    Ansible literal-evaluates host-line and :vars values alike (plugins/inventory/ini.py
+    `_parse_value`); a quoted number stays a string there, and here."""
+    write(tmp_path, {"hosts.ini": """
+        [gpu]
+        box1 ansible_host=10.9.0.1 connect_timeout=7.5
+        box2 ansible_host=10.9.0.2
+
+        [gpu:vars]
+        connect_timeout = 5
+        ansible_port=2222 # a comment Python's tokenizer drops, as in Ansible
+        ansible_become=True
+        venv=/opt/sglang venv
+        """,
+        "quoted.ini": "[g]\nbox\n[g:vars]\nconnect_timeout='5'\n"})
+    inv = inventory.load(tmp_path / "hosts.ini")
+    b1, b2 = inv.hosts["box1"], inv.hosts["box2"]
+    assert (b2["connect_timeout"], b1["connect_timeout"], b2["ssh_port"], b2["become"]) == (5, 7.5, 2222, True)
+    assert b2["venv"] == "/opt/sglang venv"  # not a literal: the text after =, as it is
+    with pytest.raises(UsageError, match=r"connect_timeout: must be a number, not a string \('5'\)"):
+        inventory.load(tmp_path / "quoted.ini")
+
+
+@pytest.mark.parametrize("text, typed", [
+    ("123", 123), ("-1.5", -1.5), ("0x1f", 31), ("True", True), ("None", None),
+    ("true", "true"), ("yes", "yes"),                     # not Python literals: the text
+    ("'5'", "5"), ('"a b"', "a b"), ("[1, (2, 3)]", [1, [2, 3]]), ("{'k': (1,)}", {"k": [1]}),
+    ("1,2", [1, 2]),                                       # a tuple, so a list (quote it for a string)
+    ("1+2j", "(1+2j)"), ("...", "..."), ("b'x'", "x"),     # what Ansible turns back into text
+    ("{(1, 2): 3}", {(1, 2): 3}),                          # a key as it is
+    ("malformed{dict", "malformed{dict"), ("~/.ssh/id", "~/.ssh/id"), ("", ""),
+])
+def test_an_ini_value_is_what_ansibles_parse_value_makes_of_it(text, typed):
+    from specops.inventory.ansible import _value
+    got = _value(text, "f:1")
+    assert got == typed and type(got) is type(typed)
+
+
+def test_a_become_password_in_the_inventory_says_what_to_use_instead(tmp_path, capsys):
+    """Issue 24: `ansible_become_pass` was only "not used; ignored".  Both ways named exist
+    (cli --ask-become-pass; remote/become.py reads SPECOPS_BECOME_PASS); the value is never shown."""
+    write(tmp_path, {"hosts.ini": "box ansible_become=yes ansible_become_pass=s3cr3t-pw ansible_sudo_pass=s3cr3t-pw\n"})
+    inventory.load(tmp_path / "hosts.ini")
+    err = capsys.readouterr().err
+    for key in ("ansible_become_pass", "ansible_sudo_pass"):
+        assert f"{key} is ignored: specops reads no password from the inventory; use --ask-become-pass " \
+               f"or set SPECOPS_BECOME_PASS" in err, err
+    assert "s3cr3t" not in err
+
+
 def test_one_spelling_per_setting(tmp_path):
     write(tmp_path, {"hosts.yml": """
         all:

@@ -212,7 +212,7 @@ def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
 
 
 def test_two_releases_are_compared_beside_their_speed():
-    from specops.flows.specbench import compare
+    from specops.output.perflines import compare
     old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
            "files": {"/opt/p/qwen3.py": "aa", "/etc/u": "bb"}, "perf": {"sglang": _perf(100.0, accept=3.0)}}
     new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
@@ -274,3 +274,62 @@ def test_a_level_stops_when_the_server_goes_away():
 def test_the_gate_names_a_bench_with_no_level():
     from specops.flows.specbench import evaluate
     assert evaluate({"min_speedup": 1.0}, {"spec": []}, None) == ["the bench measured no level"]
+
+
+def test_a_release_its_gate_refused_keeps_what_the_gate_measured(tmp_path, monkeypatch):
+    """Issue 24 (a new user's rough edge): the report showed "-" for a release `deploy --bench` had
+    measured and then rolled back: the gate's figures were never written.  Now undo keeps them
+    in that release's perf.json (the agent's own record and listing, on a temporary directory),
+    and the page shows them, marked rolled back."""
+    from types import SimpleNamespace
+    from specops import inventory
+    from specops.agent import releases
+    from specops.errors import GateFailed, SpecopsError
+    from specops.flows import pipeline
+    from specops.output import perfpage
+    monkeypatch.setattr(releases, "RELEASES", str(tmp_path))
+    stamp, sent = "20261204T090000Z", []
+
+    class Run:
+        host, quick, applied, report = inventory.Host("t1", {}), (), ["a change"], SimpleNamespace(notes=[])
+
+        def previous(self):
+            return {}
+
+        def say(self, text):
+            pass
+
+        def call(self, req, **kw):
+            sent.append(type(req).__name__)
+            if isinstance(req, protocol.Undo):  # the first deploy: nothing earlier to verify
+                return protocol.UndoResult(restored=[], current=None)
+            return {"ReleaseRecord": releases.record, "PerfRecord": releases.record_perf}[type(req).__name__](req)
+
+    measured = {**_perf(54.8, 90.0), "at": "2026-12-04T09:05:00Z", "verdict": "speculative decoding: 0.61x"}
+    with pytest.raises(SpecopsError, match="below min_speedup 1.0; rolled back"):
+        pipeline.undo(Run(), f"/var/lib/specops/releases/{stamp}",
+                      GateFailed("sglang: gate: speedup 0.61x is below min_speedup 1.0", [measured]))
+    assert sent == ["Undo", "ReleaseRecord", "PerfRecord"]
+    (listed,) = releases.releases(protocol.Releases()).releases
+    assert listed["status"] == "rolled-back" and listed["perf"]["sglang"]["spec"] == measured["spec"]
+    text = perfpage.service_section("t1", "sglang", [listed], {"min_speedup": 1.0})
+    assert "<td data-rolled-back>speculative decoding: 0.61x (measured, then rolled back)</td>" in text
+    assert f"release {stamp}, rolled back)</h3>" in text and 'data-speedup="0.609"' in text
+
+
+def test_releases_measured_with_different_loads_are_said_to_be_so():
+    """Issue 24: `inv releases` compared accept length across releases measured with different
+    loads without saying so; and a rolled-back release is compared by its figures only."""
+    from specops.output.perflines import compare, since
+    load = {"concurrency": [1], "requests": 12, "max_new_tokens": 48, "seed": 0}
+    old = {"stamp": "r1", "status": "deployed", "spec": {"sglang": {"tp_size": 1}},
+           "perf": {"sglang": {**_perf(100.0, accept=3.0), "load": load}}}
+    new = {"stamp": "r2", "status": "deployed", "spec": {"sglang": {"tp_size": 1}},
+           "perf": {"sglang": {**_perf(80.0, accept=2.1), "load": dict(load, max_new_tokens=128)}}}
+    assert compare(old, new) == ["sglang measured with different loads, not like for like: max_new_tokens 48 -> 128",
+                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
+    assert compare(old, dict(new, perf=old["perf"]))[0].startswith("sglang tok/s @1")  # the same load: nothing said
+    undone = {"stamp": "r3", "status": "rolled-back",  # its manifest: no spec, packages or files
+              "perf": {"sglang": {**_perf(54.8, accept=1.2), "load": dict(load, max_new_tokens=128)}}}
+    assert since([old, new, undone], undone) == ("r2", ["sglang tok/s @1: 80.0 -> 54.8, accept length 2.1 -> 1.2"])
+    assert since([old, undone, dict(new, stamp="r4")], dict(new, stamp="r4"))[0] == "r1"  # not the rolled-back one

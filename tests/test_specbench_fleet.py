@@ -159,6 +159,14 @@ def test_deploy_bench_undoes_a_release_below_its_gate(sandbox):
     assert "tok/s with speculation" in rep["error"] and ", verified" in rep["error"]
     print(f"\ngate refused: {rep['error']}")
     assert serving_knobs(h) == good and h.run("systemctl", "is-active", "sglang").stdout.strip() == "active"
+    # What the gate measured stays with the release it refused; the page shows it, marked (issue 24:
+    # the page showed "-" for it).
+    page = sandbox.tmp / f"r{time.monotonic_ns()}.html"
+    inv = sandbox.inventory({"t4": {"services": [sandbox_service()]}})  # the report reads the releases only
+    res = sandbox.inv("report", "--host", "t4", "--out", str(page), inventory=inv)
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = next(line for line in page.read_text().splitlines() if "<td>rolled-back</td>" in line)
+    assert "<td data-rolled-back>speculative decoding: 0." in row and "(measured, then rolled back)" in row, row
 
 
 def current_figures(h):

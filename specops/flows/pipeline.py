@@ -7,7 +7,7 @@ import os
 from .. import protocol, services
 from . import rolling
 from . import verify as verify_mod
-from ..errors import SpecopsError, UsageError
+from ..errors import GateFailed, SpecopsError, UsageError
 from ..layout import WINDOW_PREFIX
 from ..run import HostRun
 
@@ -45,8 +45,11 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=refs,
                                  allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
-    run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status="rolled-back",
+    run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK,
                                     manifest={"services": _names(run), "summary": f"verify failed: {failure}"[:300]}))
+    for result in failure.measured if isinstance(failure, GateFailed) else []:
+        # What the gate measured stays with the release it refused (else the page shows "-" for it).
+        run.call(protocol.PerfRecord(perf=result, stamp=stamp))
     run.applied = []
     run.report.notes.append("rolled back")
     if res.current is None:  # the first deploy: nothing of specops's ran before it

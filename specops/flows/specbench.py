@@ -18,7 +18,7 @@ from . import pipeline, rolling
 from .. import protocol, services
 from ..remote import shipping
 from . import verify as verify_mod
-from ..errors import SpecopsError, UsageError
+from ..errors import GateFailed, SpecopsError, UsageError
 from ..layout import BASELINE_PREFIX
 
 PROMPTS = Path(__file__).resolve().parents[2] / "files" / "prompts.json"
@@ -195,15 +195,6 @@ def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
     return out
 
 
-def perf_line(perf: dict) -> str:
-    """One service's result in a release's perf.json in one line, for `inv releases`."""
-    levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))
-    accept = [v for _, v in sorted((perf.get("accept_length") or {}).items(), key=lambda kv: int(kv[0])) if v]
-    speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
-    return "; ".join(p for p in (levels, f"accept length {accept[0]:.2f}" if accept else "",
-                                 f"speedup {speed}" if speed else "") if p)
-
-
 def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
     """What of a service's gate a spec-bench result fails, one line each (empty: it passes).
     gate: {min_speedup, at_concurrency, min_accept_length, max_regression_pct}, each optional."""
@@ -263,31 +254,5 @@ def gated(run) -> list[dict]:
         failures += [f"{svc['name']}: gate: {f}" for f in fails]
         results.append(perf)
     if failures:
-        raise SpecopsError("; ".join(failures))
+        raise GateFailed("; ".join(failures), results)
     return results
-
-
-def compare(old: dict, new: dict) -> list[str]:
-    """What changed from one release to the next beside the speed: the intended flags of each
-    service, the packages, the managed files (patches, units), and per service the tok/s and
-    accept length at each level both measured."""
-    out = []
-    for name in sorted(set(old.get("spec") or {}) | set(new.get("spec") or {})):
-        a, b = (old.get("spec") or {}).get(name) or {}, (new.get("spec") or {}).get(name) or {}
-        out += [f"{name} {k}: {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    pa, pb = old.get("packages") or {}, new.get("packages") or {}
-    out += [f"package {k}: {pa.get(k)} -> {pb.get(k)}" for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
-    fa, fb = old.get("files") or {}, new.get("files") or {}
-    out += [f"file {p}: {'added' if p not in fa else 'removed' if p not in fb else 'changed'}"
-            for p in sorted(set(fa) | set(fb)) if fa.get(p) != fb.get(p)]
-    for name, perf in sorted((new.get("perf") or {}).items()):
-        levels = {lv["concurrency"]: lv["figures"] for lv in ((old.get("perf") or {}).get(name) or {}).get("spec", [])}
-        for lv in perf.get("spec", []):
-            before, now = levels.get(lv["concurrency"]), lv["figures"]
-            if before:
-                out.append(f"{name} tok/s @{lv['concurrency']}: {before['output_tok_s']:.1f} -> "
-                           f"{now['output_tok_s']:.1f}" + (f", accept length {before.get('accept_length')} -> "
-                                                          f"{now.get('accept_length')}"
-                                                          if now.get("accept_length") or before.get("accept_length")
-                                                          else ""))
-    return out

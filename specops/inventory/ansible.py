@@ -4,17 +4,23 @@ A team that manages its GPU boxes with Ansible already has an inventory.  `parse
 Ansible's INI format into the same all → children → hosts tree a hosts.yml has; `translate`
 maps the `ansible_*` connection variables to ours (one spelling per host, or a one-line
 error) and sets the unknown `ansible_*` keys aside, to be named in one warning line each.
+
+Values are typed as Ansible's own INI plugin types them (lib/ansible/plugins/inventory/ini.py,
+`_parse_value`): a Python literal where the text is one (`5` is 5, `True` is True, `'5'` is "5"),
+else the text.  That holds for a host line's key=value words and for a `[group:vars]` line alike
+(the plugin's documentation says :vars values stay strings; its code literal-evaluates them too).
 """
 from __future__ import annotations
 
+import ast
 import re
 import shlex
+import warnings as py_warnings
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import UsageError
+from ..remote import become
 
 ALIASES = {
     "ansible_host": "address",
@@ -28,22 +34,44 @@ BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no
 _SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]$")
 
 
-def _literal(text: str) -> Any:
-    """A value written inline with a host: a YAML scalar (numbers, booleans, quoted strings)."""
+# Ansible's sudo become plugin reads its password from any of these (become/sudo.py, become_pass).
+PASSWORDS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+
+
+def _typed(value: Any) -> Any:
+    """What Ansible keeps of a literal: tuples and sets as lists, nested alike; `...` and complex
+    numbers as their text; bytes as text (a mapping's keys as they are, as Ansible leaves them)."""
+    if isinstance(value, (list, tuple, set)):
+        return [_typed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if value is ... or isinstance(value, complex):
+        return "..." if value is ... else str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value
+
+
+def _value(text: str, where: str) -> Any:
+    """An INI value as Ansible types it: a Python literal, else the text itself."""
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
+        with py_warnings.catch_warnings():  # as Ansible: "\d" in a value is no warning
+            py_warnings.simplefilter("ignore", SyntaxWarning)
+            value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
         return text
-    return value if isinstance(value, (str, int, float, bool)) or value is None else text
+    except (RecursionError, MemoryError):  # Ansible fails the whole inventory on these
+        raise UsageError(f"{where}: the value is nested too deeply to read") from None
+    return _typed(value)
 
 
-def _pairs(words: list[str], where: str, literal: bool) -> dict:
+def _pairs(words: list[str], where: str) -> dict:
     out = {}
     for n, word in enumerate(words, 1):
         key, sep, value = word.partition("=")
         if not sep or not key:  # (the word itself is not shown: it may be half of a quoted secret)
             raise UsageError(f"{where}: word {n} is not key=value (quote values with spaces)")
-        out[key] = _literal(value) if literal else value
+        out[key] = _value(value, where)
     return out
 
 
@@ -67,18 +95,22 @@ def parse_ini(path: Path) -> dict:
             groups.setdefault(section, {})
             continue
         node = groups[section]
+        if kind == "vars":  # one key=value a line, all after the first = the value (as Ansible reads it)
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip():
+                raise UsageError(f"{where}: a [{section}:vars] line is key=value")
+            node.setdefault("vars", {})[key.strip()] = _value(value.strip(), where)
+            continue
         try:
             words = shlex.split(line, comments=True)
         except ValueError as e:
             raise UsageError(f"{where}: {e}") from None
-        if kind == "vars":
-            node.setdefault("vars", {}).update(_pairs(words, where, literal=False))
-        elif kind == "children":
+        if kind == "children":
             node.setdefault("children", {})[words[0]] = None
         else:
             if "[" in words[0]:
                 raise UsageError(f"{where}: host ranges such as {words[0]!r} are not supported; list the hosts")
-            node.setdefault("hosts", {})[words[0]] = _pairs(words[1:], where, literal=True) or None
+            node.setdefault("hosts", {})[words[0]] = _pairs(words[1:], where) or None
     children_of = {g for node in groups.values() for g in (node.get("children") or {})}
     top = {name: node for name, node in groups.items() if name not in children_of and name != "all" and node}
     for node in groups.values():
@@ -95,6 +127,10 @@ def translate(values: dict, where: str, warnings: list[str]) -> dict:
     out = {k: v for k, v in values.items() if not k.startswith("ansible_")}
     for key, value in values.items():
         if not key.startswith("ansible_"):
+            continue
+        if key in PASSWORDS:  # (its value is never repeated: it is a secret)
+            warnings.append(f"warning: {where}: {key} is ignored: specops reads no password from the inventory; "
+                            f"use --ask-become-pass or set {become.ENV}")
             continue
         ours = ALIASES.get(key)
         if ours is None:

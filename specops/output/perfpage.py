@@ -1,9 +1,9 @@
 """`inv report`: one self-contained HTML page of what spec-bench recorded, per host and service.
 
 Nothing outside the file is referenced (no script, font, stylesheet or image from anywhere: it
-opens on an air-gapped laptop).  Charts are inline SVG drawn here; series differ by marker shape
-and line dash as well as colour (readable in print and by colour-blind readers), and every
-plotted number is also in a table.  Each figure carries a data-* attribute with the exact value
+opens on an air-gapped laptop).  Charts are inline SVG (`charts`), and every plotted number is
+also in a table.  A release whose deploy was undone keeps what its gate measured; it is shown,
+marked rolled back.  Figures of releases measured with different loads are said to be so.  Each figure carries a data-* attribute with the exact value
 from perf.json, so a test (or a script) can read the page back.
 
 Everything shown comes from the host (its manifests and perf.json), so it is read back before it is
@@ -13,76 +13,19 @@ were refused; every text is escaped.
 from __future__ import annotations
 
 import html
+import json
 import math
 import time
 
-W, H, PAD = 420, 240, 44
-SERIES = {"speculative": ("#0b5394", "", "circle"), "baseline": ("#b45f06", "6 4", "square")}
+from ..protocol import ROLLED_BACK
+from .charts import bar_chart, line_chart, stamp_labels
+
 FIGURES = ("output_tok_s", "accept_length", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 SHOWN_REFUSALS = 5  # a tampered file could name thousands; the page says how many more
 
 
 def _e(value) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _marker(shape: str, x: float, y: float, colour: str) -> str:
-    if shape == "circle":
-        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"/>'
-    return f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{colour}"/>'
-
-
-def line_chart(title: str, series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str) -> str:
-    """Lines over a shared x axis (values placed by rank, labelled with the value)."""
-    xs = sorted({x for pts in series.values() for x, _ in pts})
-    ymax = max([y for pts in series.values() for _, y in pts] + [1e-9]) * 1.15
-    px = {x: PAD + (W - 2 * PAD) * (i / max(len(xs) - 1, 1)) for i, x in enumerate(xs)}
-    py = lambda y: H - PAD - (H - 2 * PAD) * y / ymax  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="{_e(title)}">',
-           f'<title>{_e(title)}</title>',
-           f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#000"/>',
-           f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#000"/>',
-           f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle" font-size="12">{_e(xlabel)}</text>',
-           f'<text x="12" y="{H / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 12 {H / 2})">'
-           f'{_e(ylabel)}</text>']
-    for x in xs:
-        out.append(f'<text x="{px[x]:.1f}" y="{H - PAD + 16}" text-anchor="middle" font-size="11">{_e(x)}</text>')
-    for frac in (0.5, 1.0):
-        out.append(f'<text x="{PAD - 6}" y="{py(ymax / 1.15 * frac):.1f}" text-anchor="end" font-size="10">'
-                   f'{ymax / 1.15 * frac:.0f}</text>')
-    for i, (name, pts) in enumerate(series.items()):
-        colour, dash, shape = SERIES.get(name, ("#38761d", "2 3", "circle"))
-        path = " ".join(f"{px[x]:.1f},{py(y):.1f}" for x, y in sorted(pts))
-        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"'
-                   + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
-        out += [_marker(shape, px[x], py(y), colour) for x, y in pts]
-        out.append(_marker(shape, W - PAD - 110, PAD - 22 + 14 * i, colour)
-                   + f'<text x="{W - PAD - 100}" y="{PAD - 18 + 14 * i}" font-size="11">{_e(name)}</text>')
-    return "\n".join(out + ["</svg>"])
-
-
-def bar_chart(title: str, bars: list[tuple[str, float]], ylabel: str, line: float | None = None) -> str:
-    """One bar per release; `line`: a gate's threshold, dashed."""
-    ymax = max([v for _, v in bars] + [line or 0, 1e-9]) * 1.2
-    step = (W - 2 * PAD) / max(len(bars), 1)
-    py = lambda y: H - PAD - (H - 2 * PAD) * y / ymax  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" aria-label="{_e(title)}">',
-           f'<title>{_e(title)}</title>',
-           f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#000"/>',
-           f'<text x="12" y="{H / 2}" text-anchor="middle" font-size="12" transform="rotate(-90 12 {H / 2})">'
-           f'{_e(ylabel)}</text>']
-    for i, (label, v) in enumerate(bars):
-        x = PAD + i * step + step * 0.2
-        out.append(f'<rect x="{x:.1f}" y="{py(v):.1f}" width="{step * 0.6:.1f}" height="{H - PAD - py(v):.1f}" '
-                   f'fill="#0b5394" stroke="#000"/>')
-        out.append(f'<text x="{x + step * 0.3:.1f}" y="{py(v) - 4:.1f}" text-anchor="middle" font-size="11">{v:.2f}</text>')
-        out.append(f'<text x="{x + step * 0.3:.1f}" y="{H - PAD + 14}" text-anchor="middle" font-size="9">'
-                   f'{_e(label[4:13])}</text>')  # a stamp's month, day and hour:minute
-    if line is not None:
-        out.append(f'<line x1="{PAD}" y1="{py(line):.1f}" x2="{W - PAD}" y2="{py(line):.1f}" stroke="#000" '
-                   f'stroke-dasharray="5 4"/><text x="{W - PAD}" y="{py(line) - 4:.1f}" text-anchor="end" '
-                   f'font-size="11">gate {_e(line)}</text>')
-    return "\n".join(out + ["</svg>"])
 
 
 def number(value) -> float | int | None:
@@ -128,7 +71,41 @@ def read_perf(raw) -> dict | None:
 
     return {"at": str(raw.get("at", "")), "verdict": str(raw.get("verdict", "")), "spec": levels("spec"),
             "baseline": levels("baseline"), "speedup": per_level("speedup"),
-            "accept_length": per_level("accept_length"), "refused": refused}
+            "accept_length": per_level("accept_length"), "refused": refused,
+            "load": raw.get("load") if isinstance(raw.get("load"), dict) else None}
+
+
+def load_differences(loads: list) -> list[str]:
+    """The keys of spec-bench load records (flows/specbench.py Load.identity(): concurrency,
+    requests, warmup, max_new_tokens, seed, prompts) that are not the same in all of `loads`; a
+    record that is missing (None) differs in every key the others have."""
+    keys = sorted({str(k) for ld in loads if isinstance(ld, dict) for k in ld})
+    return [k for k in keys if len({json.dumps(ld.get(k) if isinstance(ld, dict) else None, sort_keys=True)
+                                    for ld in loads}) > 1]
+
+
+def load_value(load, key: str) -> str:
+    """One setting of a load record as text ("not recorded" when it is not there)."""
+    if not isinstance(load, dict) or key not in load:
+        return "not recorded"
+    value = load[key]
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text[:12] if key == "prompts_sha256" else text[:80]
+
+
+def _loads_note(charted: list[tuple[dict, dict]]) -> list[str]:
+    """Next to the per-release charts: say so when the releases compared ran different loads."""
+    keys = load_differences([p["load"] for _, p in charted])
+    if not keys:
+        return []
+    parts, labels = [], stamp_labels([str(r.get("stamp")) for r, _ in charted])  # as the bars read
+    for key in keys:
+        stamps_by_value: dict[str, list[str]] = {}
+        for (r, p), label in zip(charted, labels):
+            stamps_by_value.setdefault(load_value(p["load"], key), []).append(label)
+        parts.append(f"{key} " + ", ".join(f"{v} in {' and '.join(st)}" for v, st in stamps_by_value.items()))
+    return ["<p data-loads-differ>Not like for like: the releases in the charts below were measured with different "
+            f"loads ({_e('; '.join(parts))}).</p>"]
 
 
 def _levels_table(perf: dict) -> str:
@@ -165,38 +142,62 @@ def _perf_of(release: dict, name: str) -> dict | None:
     return read_perf(perf.get(name)) if isinstance(perf, dict) else None
 
 
+def _rolled_back(release: dict) -> bool:
+    """A release whose deploy was undone (a failed verify or gate); what its gate measured is kept."""
+    return release.get("status") == ROLLED_BACK
+
+
+def _perf_cell(release: dict, perf: dict | None) -> str:
+    if not perf:
+        return "<td>-</td>"
+    if _rolled_back(release):
+        return f"<td data-rolled-back>{_e(perf['verdict'])} (measured, then rolled back)</td>"
+    return f"<td>{_e(perf['verdict'])}</td>"
+
+
+def _per_release_charts(measured: list[tuple[dict, dict]], at: str, gate: dict) -> list[str]:
+    """Accept length and speedup at one level, a bar per release (rolled-back ones in outline)."""
+    def bars(key):
+        return [(str(r.get("stamp")), v, "rolled back" if _rolled_back(r) else "")
+                for r, p in measured for v in [p[key].get(at)] if v]
+    accepts, gains = bars("accept_length"), bars("speedup")
+    charted = [(r, p) for r, p in measured if p["accept_length"].get(at) or p["speedup"].get(at)]
+    out = _loads_note(charted) if len(charted) > 1 else []
+    if accepts:
+        out.append(bar_chart(f"accept length at concurrency {at} per release", accepts,
+                             "accept length (tokens per step)", "{:.2f}", gate.get("min_accept_length")))
+    if gains:
+        out.append(bar_chart(f"speedup at concurrency {at} per release", gains,
+                             "speedup (× baseline tok/s)", "{:.2f}x", gate.get("min_speedup")))
+    return out
+
+
 def service_section(host: str, name: str, releases: list[dict], gate: dict | None) -> str:
     releases = [r for r in releases if isinstance(r, dict)]
     measured = [(r, p) for r in releases for p in [_perf_of(r, name)] if p]
     out = [f'<section data-host="{_e(host)}" data-service="{_e(name)}"><h2>{_e(host)}: {_e(name)}</h2>',
            "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>what changed</th><th>perf</th></tr>"]
     for r in releases:
-        p = _perf_of(r, name)
         out.append(f'<tr data-stamp="{_e(r.get("stamp"))}"><td>{_e(r.get("stamp"))}'
                    f'{" (current)" if r.get("current") is True else ""}</td><td>{_e(r.get("status"))}</td>'
-                   f'<td>{_e(r.get("summary", ""))}</td><td>{_e(p["verdict"]) if p else "-"}</td></tr>')
+                   f'<td>{_e(r.get("summary", ""))}</td>{_perf_cell(r, _perf_of(r, name))}</tr>')
     out.append("</table>")
     if gate:
         out.append("<h3>Gate</h3><p data-gate>" + ", ".join(f"{_e(k)}: {_e(v)}" for k, v in gate.items() if k != "load")
                    + "</p>")
     if measured:
-        latest = measured[-1][1]
-        out.append(f"<h3>Latest spec-bench ({_e(latest['at'])})</h3><p>{_e(latest['verdict'])}</p>")
+        release, latest = measured[-1]
+        out.append(f"<h3>Latest spec-bench ({_e(latest['at'])}, release {_e(release.get('stamp'))}"
+                   f"{', rolled back' if _rolled_back(release) else ''})</h3><p>{_e(latest['verdict'])}</p>")
         out += _refusals(latest)
         series = {side: pts for side, key in (("speculative", "spec"), ("baseline", "baseline"))
                   for pts in [[(c, f["output_tok_s"]) for c, f in latest[key].items() if f["output_tok_s"] is not None]]
                   if pts}
         if series:
-            out.append(line_chart("output tok/s against concurrency", series, "concurrency", "tok/s"))
+            out.append(line_chart("output tok/s against concurrency", series, "concurrency (requests in flight)",
+                                  "output (tok/s)"))
         at = str((gate or {}).get("at_concurrency") or min(latest["spec"], default=1))
-        accepts = [(str(r.get("stamp")), v) for r, p in measured for v in [p["accept_length"].get(at)] if v]
-        if accepts:
-            out.append(bar_chart(f"accept length at concurrency {at} per release", accepts, "accept length",
-                                 (gate or {}).get("min_accept_length")))
-        gains = [(str(r.get("stamp")), g) for r, p in measured for g in [p["speedup"].get(at)] if g]
-        if gains:
-            out.append(bar_chart(f"speedup at concurrency {at} per release", gains, "speedup (x)",
-                                 (gate or {}).get("min_speedup")))
+        out += _per_release_charts(measured, at, gate or {})
         out.append(_levels_table(latest))
     current = next((r for r in releases if r.get("current") is True), {})
     out += _verified(name, current)

@@ -8,6 +8,8 @@ if False:  # annotations are never evaluated (importing typing costs the agent ~
 from .parts import ServiceCheck, UnitRef  # noqa: F401
 from .wire import LIST, message, request
 
+ROLLED_BACK = "rolled-back"  # a ReleaseRecord's status when the deploy it records was undone
+
 
 @message
 class RecordResult:

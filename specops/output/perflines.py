@@ -1,0 +1,62 @@
+"""spec-bench records in the lines `inv releases` prints: one line per record (`perf_line`), and
+per release what changed since the last one measured (`since`, `compare`), saying so when the
+two were measured with different loads."""
+from __future__ import annotations
+
+from ..protocol import ROLLED_BACK
+from .perfpage import load_differences, load_value
+
+
+def perf_line(perf: dict) -> str:
+    """One service's result in a release's perf.json in one line, for `inv releases`."""
+    levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))
+    accept = [v for _, v in sorted((perf.get("accept_length") or {}).items(), key=lambda kv: int(kv[0])) if v]
+    speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
+    return "; ".join(p for p in (levels, f"accept length {accept[0]:.2f}" if accept else "",
+                                 f"speedup {speed}" if speed else "") if p)
+
+
+def compare(old: dict, new: dict) -> list[str]:
+    """What changed from one release to the next beside the speed: the intended flags of each
+    service, the packages, the managed files (patches, units), and per service the tok/s and
+    accept length at each level both measured (said first when the two ran different loads)."""
+    out = []
+    for name in sorted(set(old.get("spec") or {}) | set(new.get("spec") or {})):
+        a, b = (old.get("spec") or {}).get(name) or {}, (new.get("spec") or {}).get(name) or {}
+        out += [f"{name} {k}: {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    pa, pb = old.get("packages") or {}, new.get("packages") or {}
+    out += [f"package {k}: {pa.get(k)} -> {pb.get(k)}" for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+    fa, fb = old.get("files") or {}, new.get("files") or {}
+    out += [f"file {p}: {'added' if p not in fa else 'removed' if p not in fb else 'changed'}"
+            for p in sorted(set(fa) | set(fb)) if fa.get(p) != fb.get(p)]
+    for name, perf in sorted((new.get("perf") or {}).items()):
+        was = (old.get("perf") or {}).get(name) or {}
+        levels = {lv["concurrency"]: lv["figures"] for lv in was.get("spec", [])}
+        figures = []
+        for lv in perf.get("spec", []):
+            before, now = levels.get(lv["concurrency"]), lv["figures"]
+            if before:
+                figures.append(f"{name} tok/s @{lv['concurrency']}: {before['output_tok_s']:.1f} -> "
+                               f"{now['output_tok_s']:.1f}" + (f", accept length {before.get('accept_length')} -> "
+                                                              f"{now.get('accept_length')}"
+                                                              if now.get("accept_length") or before.get("accept_length")
+                                                              else ""))
+        differ = load_differences([was.get("load"), perf.get("load")])
+        if figures and differ:
+            out.append(f"{name} measured with different loads, not like for like: " + ", ".join(
+                f"{k} {load_value(was.get('load'), k)} -> {load_value(perf.get('load'), k)}" for k in differ))
+        out += figures
+    return out
+
+
+def since(listed: list[dict], rel: dict) -> tuple[str, list[str]]:
+    """For `inv releases`: the last deployed release measured before `rel`, and what changed since
+    (compare).  Of a rolled-back release only the figures are compared: its manifest keeps no
+    flags, packages or files."""
+    measured = [r for r in listed if r.get("perf") and r["stamp"] < rel["stamp"] and r.get("status") != ROLLED_BACK]
+    if not rel.get("perf") or not measured:
+        return "", []
+    old, new = measured[-1], rel
+    if rel.get("status") == ROLLED_BACK:
+        old, new = {"perf": old["perf"]}, {"perf": rel["perf"]}
+    return measured[-1]["stamp"], compare(old, new)
