@@ -16,7 +16,11 @@ STEP, TOKENS_PER_STEP = 0.002, 3
 
 
 class Generate(BaseHTTPRequestHandler):
+    """Each verify step makes TOKENS_PER_STEP tokens; an event goes out as SGLang's scheduler sends
+    one at --stream-interval `interval` (scheduler_components/output_streamer.py): after every step
+    at 1; at N > 1 when the output's length is k*N + 1, and at the end."""
     protocol_version = "HTTP/1.1"
+    interval = 1
 
     def log_message(self, *a):
         pass
@@ -40,6 +44,8 @@ class Generate(BaseHTTPRequestHandler):
         while made < n:
             time.sleep(STEP)
             made, steps = min(n, made + TOKENS_PER_STEP), steps + 1
+            if made < n and made % self.interval != (1 if self.interval > 1 else 0):
+                continue
             meta = {"completion_tokens": made, "spec_verify_ct": steps, "spec_accept_length": made / steps,
                     "spec_accept_rate": 0.5}
             self._chunk(b"data: " + json.dumps({"text": "x" * made, "meta_info": meta}).encode() + b"\n\n")
@@ -51,11 +57,16 @@ class Generate(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def serve(handler):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, protocol.ServiceCheck(name="sglang", port=srv.server_address[1])
+
+
 @pytest.fixture
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Generate)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield protocol.ServiceCheck(name="sglang", port=srv.server_address[1])
+    srv, svc = serve(Generate)
+    yield svc
     srv.shutdown()
 
 
@@ -71,6 +82,23 @@ def test_a_level_is_measured_from_raw_streamed_timings(server):
     # machine's load does to the sleeps; so it is the raw gaps' median divided by 3.
     gaps = sorted(t2 - t1 for r in results for (t1, _), (t2, _) in zip(r["events"], r["events"][1:]))
     assert figures["itl_p50"] == pytest.approx(gaps[len(gaps) // 2] / TOKENS_PER_STEP, rel=0.2)
+    assert figures["itl_p50"] >= STEP / TOKENS_PER_STEP * 0.9
+
+
+def test_the_accept_length_is_sglangs_own_count_when_an_event_carries_several_steps():
+    """Issue 24 item 4.  At --stream-interval 4, 30 tokens made 3 a step come in 3 events, after
+    the steps that reach 9 and 21 tokens and at the end: the accept length is completion tokens ÷
+    spec_verify_ct (10 steps: 3.0), whatever the events; tokens ÷ events would say 10."""
+    srv, svc = serve(type("Generate4", (Generate,), {"interval": 4}))
+    try:
+        results, wall = specbench.level(svc, "k3y", ["a", "b"], 2, 6, 30, seed=1)
+    finally:
+        srv.shutdown()
+    figures = specbench.summary(results, wall)
+    assert figures["failed"] == 0
+    assert all([n for _, n in r["events"]] == [9, 12, 9] and r["spec_verify_ct"] == 10 for r in results), results
+    assert figures["accept_length"] == pytest.approx(3.0)
+    # ITL is still per token: an event's gap is shared by the tokens it brought (12, then 9)
     assert figures["itl_p50"] >= STEP / TOKENS_PER_STEP * 0.9
 
 

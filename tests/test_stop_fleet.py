@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from conftest import load_json
 from sandbox.provision import sandbox_service
 from sandbox.routed import Load
 
@@ -53,3 +54,27 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     assert "result 'timeout'" not in out, out[-3000:]
     assert "sglang: need not drain: told to exit at SIGTERM without waiting for its requests" in out, out[-3000:]
     assert "force shutdown flag set. Force exiting." in journal(h)
+
+
+def test_a_single_node_unit_that_crashes_while_being_stopped_stays_failed(sandbox):
+    """Issue 24 item 5.  Only a rank of a multi-node service has a failure during its own stop
+    cleared (its peer went first: test_multinode_fleet.py); a single-node server that crashes as it
+    is stopped failed by itself, and stays "failed" for status to show, and stop says so."""
+    h = sandbox.reset("t5")
+    svc = sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_STOP_EXIT": "1"})
+    inv = sandbox.inventory({"t5": {"services": [svc]}})
+    res = sandbox.inv("deploy", "--host", "t5", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    report = sandbox.tmp / "stop.json"
+    res = sandbox.inv("stop", "--host", "t5", "--json", str(report), inventory=inv)
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:] + res.stderr[-1000:]  # stopped, its GPU memory freed
+    assert re.search(r"^t5 .*sglang: its run ended with a failure while being stopped \(result 'exit-code'\): "
+                     r"left \"failed\"", out, re.M), out[-3000:]
+    assert "failed state cleared" not in out and "result 'timeout'" not in out, out[-3000:]
+    assert "an exception while shutting down" in journal(h)
+    assert h.run("systemctl", "is-failed", "sglang", check=False).stdout.strip() == "failed"
+    notes = load_json(report)["hosts"]["t5"]["notes"]
+    assert "sglang: failed while being stopped (result 'exit-code'); left \"failed\"" in notes, notes
+    status = sandbox.inv("status", "--host", "t5", inventory=inv)
+    assert re.search(r"^t5\s+sglang\s+failed/failed\s", status.stdout, re.M), status.stdout[-3000:]

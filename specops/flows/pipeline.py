@@ -127,6 +127,11 @@ def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
             run.say(f"{s.name}: did not exit on SIGTERM: systemd killed it at TimeoutStopSec, after {s.timed_out}s "
                     f"(result 'timeout')")
             run.report.notes.append(f"{s.name}: killed at TimeoutStopSec after {s.timed_out}s")
+        elif s.left_failed is not None:  # not a clean stop: its run failed as it was stopped
+            run.say(f"{s.name}: its run ended with a failure while being stopped (result '{s.left_failed}'): "
+                    f"left \"failed\" (journalctl -u {s.name})")
+            run.report.notes.append(f"{s.name}: failed while being stopped (result '{s.left_failed}'); "
+                                    f"left \"failed\"")
         for p in s.left:
             run.say(f"{s.name}: left on the GPUs: pid {p.pid} ({p.title}, user {p.user}, "
                     f"{p.mib if p.mib is not None else 'unknown'} MiB)")

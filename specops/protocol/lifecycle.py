@@ -20,6 +20,9 @@ class StopReport:
     failures: List[str] = LIST
     # seconds systemctl stop waited when the server outlived TimeoutStopSec and systemd killed it
     timed_out: Optional[float] = None
+    # systemd's Result when the unit became "failed" during this stop and was left so (a single-node
+    # unit whose run ended with a failure as it was stopped, a crash; or one killed at its timeout)
+    left_failed: Optional[str] = None
 
 
 @message

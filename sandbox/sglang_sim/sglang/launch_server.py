@@ -23,6 +23,20 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
                             as a real one frees its CUDA contexts; a peer rank lost meanwhile
                             still takes it down with a failure.  A comma-separated list gives
                             node rank i its i-th entry
+  SGLANG_SIM_STOP_EXIT      the status a server exits with at the end of that shutdown (default 0):
+                            non-zero is a crash while being stopped (an exception as it tears
+                            down).  A comma-separated list gives node rank i its i-th entry
+
+Streaming (/generate with stream=true) follows SGLang's --stream-interval N (default 1), or the
+request's sampling_params.stream_interval, as its scheduler applies it
+(srt/managers/scheduler_components/output_streamer.py, _GenerationStreamAccumulator.accept; the
+same rule in scheduler_output_processor_mixin.py before that): after a step, an unfinished
+request's output goes out when len(output_ids) % N == 0 at N = 1 (every step), and when
+len(output_ids) % N == 1 at N > 1; a finished one's always.  A speculative step adds several
+tokens, so at N > 1 one event carries several verify steps (a length that steps over k*N + 1 sends
+nothing); meta_info's completion_tokens and spec_verify_ct are the request's counts at that moment.
+(Real SGLang's prefill makes the first token alone, length 1, which always goes out; here the
+first step is already a decode step, so at N > 1 the first event can come later than a real one.)
 
 SIGTERM is SGLang 0.5.23's (srt/managers/tokenizer_manager.py, SignalHandler and
 sigterm_watchdog): it only marks the server as exiting (/health, /health_generate and /ready
@@ -127,6 +141,14 @@ def eagle3_capture_layers(args, model_config, module):
     return capture
 
 
+def stream_now(length, interval, finished):
+    """Whether a streaming request's output goes out after this step: SGLang's rule (see the module
+    docstring), `length` being the request's output tokens so far."""
+    if finished:
+        return True
+    return length % interval == 1 if interval > 1 else length % interval == 0
+
+
 def make_handler(args, model_module, model_config, capture):
     info_extra = {"version": __version__, "model_code": model_module.MODEL_CODE,
                   "model_code_file": model_module.__file__, "aux_hidden_state_capture": capture}
@@ -201,6 +223,7 @@ def make_handler(args, model_module, model_config, capture):
                 return self._send(503)
             params = req.get("sampling_params") or {}
             n = int(params.get("max_new_tokens", 16))
+            interval = int(params.get("stream_interval") or args.stream_interval)
             t0, made, verify_ct = time.time(), 0, 0
             prompt_tokens = len(str(req.get("text", "")).split())
 
@@ -214,7 +237,7 @@ def make_handler(args, model_module, model_config, capture):
                              spec_accept_rate=(made - verify_ct) / proposed if proposed else 0.0,
                              spec_num_correct_drafts=made - verify_ct, spec_num_proposed_drafts=proposed)
                 return m
-            if req.get("stream"):  # SGLang's: server-sent events, one per step, then [DONE]
+            if req.get("stream"):  # SGLang's: server-sent events (as stream_now says), then [DONE]
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -224,7 +247,7 @@ def make_handler(args, model_module, model_config, capture):
                 for seconds, tokens in State.perf.steps(n):
                     time.sleep(seconds)
                     made, verify_ct = made + tokens, verify_ct + 1
-                    if req.get("stream"):
+                    if req.get("stream") and stream_now(made, interval, made == n):
                         self._chunk(b"data: " + json.dumps({"text": " tok" * made,
                                                             "meta_info": meta(made == n)}).encode() + b"\n\n")
             finally:
@@ -290,13 +313,19 @@ def dummy_health_server(host, port):
 
 
 def shut_down_after(node_rank):
-    """Exit 0 after SGLANG_SIM_STOP_SECONDS (a rank > 0's SIGTERM handler, and the end of rank 0's
-    drain); the join's watch threads keep running meanwhile."""
+    """Exit after SGLANG_SIM_STOP_SECONDS with SGLANG_SIM_STOP_EXIT's status, 0 unless set (a rank
+    > 0's SIGTERM handler, and the end of rank 0's drain); the join's watch threads keep running
+    meanwhile."""
     seconds = os.environ.get("SGLANG_SIM_STOP_SECONDS", "0").split(",")
+    codes = os.environ.get("SGLANG_SIM_STOP_EXIT", "0").split(",")
 
     def shut_down(*_):
         time.sleep(float(seconds[min(node_rank, len(seconds) - 1)]))
-        os._exit(0)
+        code = int(codes[min(node_rank, len(codes) - 1)])
+        if code:
+            log.error("RuntimeError: an exception while shutting down (the sandbox's knob "
+                      "SGLANG_SIM_STOP_EXIT): exiting with status %d", code)
+        os._exit(code)
     return shut_down
 
 

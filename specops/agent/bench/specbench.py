@@ -114,6 +114,8 @@ def summary(results, wall):
             if n:  # an event with no new token: its time counts toward the next token's gap
                 itl += [(t - t_prev) / n] * n
                 t_prev = t
+    # SGLang's own count of verify steps, never the events: at --stream-interval N > 1 one event
+    # carries several steps (an unfinished request's output goes out only at lengths k*N + 1)
     verify = sum(r.get("spec_verify_ct", 0) for r in ok)
     out = {"requests": len(results), "failed": len(results) - len(ok), "seconds": round(wall, 4),
            "output_tok_s": round(tokens / wall, 2) if wall else 0.0,

@@ -92,6 +92,8 @@ def stop_unit(ref, others=(), measure=True):
             report.timed_out = _timed_out(ref.name, time.time() - asked)
             if ref.ranks > 1:
                 _clear_failure(ref.name)
+            if Unit(ref.name).state == "failed":  # a single node's failure is its own: kept for status
+                report.left_failed = show(ref.name, "Result").get("Result") or "?"
     deadline = time.time() + ref.settle
     left = leftovers(unit)
     while left and time.time() < deadline:  # processes take a moment to release their contexts

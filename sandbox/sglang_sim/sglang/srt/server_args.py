@@ -34,6 +34,7 @@ FLAGS = [
     ("--api-key", "api_key", str, None),
     ("--trust-remote-code", "trust_remote_code", bool, False),
     ("--log-level", "log_level", str, "info"),
+    ("--stream-interval", "stream_interval", int, 1),
     ("--speculative-algorithm", "speculative_algorithm", str, None),
     ("--speculative-draft-model-path", "speculative_draft_model_path", str, None),
     ("--speculative-draft-model-revision", "speculative_draft_model_revision", str, None),
