@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, record_bytes, sha256_on, unit_prop
+from conftest import host_snapshot, load_json, record_bytes, record_inputs, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
 
@@ -121,9 +121,10 @@ def test_sigint_during_a_multi_file_write(sandbox, record_property):
 
 
 @pytest.mark.reliability("metachar", "bad-input")
-def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path):
+def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path, record_property):
     h = sandbox.reset("t3")
     bad_name = sandbox_service(name="sglang;touch /tmp/pwned-name")
+    record_inputs(record_property, f"service name {bad_name['name']}")
     res, _ = run_inv(sandbox, sandbox.inventory({"t3": {"services": [bad_name]}}), "deploy", "--host", "t3")
     assert res.returncode == 2 and "a service name may hold only" in res.stderr
 
@@ -135,6 +136,8 @@ def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path):
                           env={"SGLANG_SIM_STARTUP_DELAY": "1", "NOTE": "$(touch /tmp/pwned-env); `id`"},
                           env_secret={"HF_TOKEN": "tok\"en $(touch /tmp/pwned-secret) \\ `x`"},
                           extra_args=["--tokenizer-path", "/x; touch /tmp/pwned-arg"])
+    record_inputs(record_property, f"model path {odd}", f"served name {name}", f"env NOTE={svc['env']['NOTE']}",
+                  "a secret HF_TOKEN with a quote, $(...), a backslash and backticks", f"flag value {svc['extra_args'][1]}")
     res, rep = run_inv(sandbox, sandbox.inventory({"t3": {"services": [svc]}}), "deploy", "--host", "t3")
     assert res.returncode == 0, res.stdout
     info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)
