@@ -177,3 +177,32 @@ def test_disk_full_during_sync_keeps_the_old_file(sandbox, record_property):
     h.run("rm", f"{MODELS}/.filler")
     res, rep = run_inv(sandbox, sandbox.inventory({"t4": {"services": [svc]}}), "deploy", "--host", "t4")
     assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.found("unit-loaded-stale")
+def test_a_unit_file_written_but_not_loaded_is_reloaded_before_the_restart(sandbox):
+    """What a run cut between a unit file's rename and its daemon-reload leaves (a closed output
+    pipe mid-apply lands there now and then): the file as the inventory wants it, systemd with the
+    one before.  Seen red: every later deploy restarted the old definition and failed its verify
+    ("tp_size: intended 2, effective 1"), run after run."""
+    h = sandbox.reset("t1")
+    unit = "/etc/systemd/system/sglang.service"
+    two = {"t1": {"services": [sandbox_service(tp=2)]}}
+    res, _ = run_inv(sandbox, sandbox.inventory(two), "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    wanted = h.path(unit).read_bytes()
+    res, _ = run_inv(sandbox, sandbox.inventory({"t1": {"services": [sandbox_service()]}}), "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    h.path(unit).write_bytes(wanted)  # renamed into place; the daemon-reload never came
+    assert unit_prop(h, "sglang", "NeedDaemonReload") == "yes"
+    inv = sandbox.inventory(two)
+
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    assert "daemon-reload: sglang's unit file changed since systemd loaded it" in res.stdout, res.stdout
+    assert unit_prop(h, "sglang", "NeedDaemonReload") == "no"
+    assert json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)["tp_size"] == 2
+    settled = host_snapshot(h)
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0 and rep["t1"]["changed"] == 0, res.stdout
+    assert host_snapshot(h) == settled
