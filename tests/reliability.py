@@ -46,6 +46,10 @@ FOUND = {
     "killed-run-leftovers": "A killed test run could leave a container whose record was already gone; the sweep now "
                             "finds sandbox processes and mounts on the machine itself.",
     "site-per-run": "`inv sandbox.up` and a test run swept each other's hosts; each now has its own site.",
+    "closed-pipe": "A deploy whose output pipe closed mid-apply (`inv deploy | head`) died on its next progress "
+                   "line, and its unlock then read the answer of the request it broke off (\"the agent's answer is "
+                   "not understood\"). A request that ends in any error now closes the agent's session, as Ctrl-C "
+                   "does: the host is left as after a cut connection, and the re-run says so and converges.",
     "unit-loaded-stale": "A run cut between a unit file's rename and its daemon-reload (a closed output pipe did it, "
                          "now and then) left systemd with the unit before: the file already as wanted, every later deploy "
                          "restarted the old definition and failed its verify. A restart now reloads first a unit whose "
