@@ -27,6 +27,11 @@ TEST_SITE = fleet_mod.Site("sot", "192.168.235", Path("/var/lib/specops-test"))
 def pytest_collection_modifyitems(config, items):
     """Without root the fleet cannot run.  That fails the run (CI must not pass on unit tests
     alone), unless SPECOPS_SKIP_FLEET=1 asks explicitly for the unit tests only."""
+    from reliability import FOUND
+    for item in items:
+        for mark in item.iter_markers("found"):
+            if mark.args[0] not in FOUND:
+                raise pytest.UsageError(f"{item.nodeid}: found({mark.args[0]!r}): no such story in tests/reliability.py")
     fleet_items = [item for item in items if "fleet" in item.keywords]
     if os.geteuid() == 0 or not fleet_items:
         return
@@ -221,12 +226,29 @@ def load_json(path: Path) -> dict:
 
 _outcomes: dict = {}
 _security: dict = {}
+_found: dict = {}
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "reliability(case, kind): a row of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "security(case, attack): a row of docs/RELIABILITY.md's security table")
+    config.addinivalue_line("markers", "found(key): this test covers a case found while writing the tests "
+                                       "(tests/reliability.py FOUND[key]): a line of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "logins(*flavours): run once per login (default: root, ubuntu-sudo-pass)")
+
+
+def _outcome(item, report):
+    """What docs/RELIABILITY.md says of a test: its outcome, what it recorded (each call of
+    record_inputs adds to `bad_inputs`), and whether it used sandbox hosts (a unit test if not)."""
+    from reliability import Outcome
+    props: dict = {}
+    for key, value in report.user_properties:
+        if key == "bad_inputs":
+            props.setdefault(key, []).extend(value)
+        else:
+            props[key] = value
+    sandbox = item.get_closest_marker("fleet") is not None or "fleet" in getattr(item, "fixturenames", ())
+    return Outcome(report.outcome, props, sandbox)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -237,12 +259,20 @@ def pytest_runtest_makereport(item, call):
         return
     for mark in item.iter_markers("reliability"):
         case, kind = mark.args
-        _outcomes.setdefault(case, {"kind": kind, "tests": {}})["tests"][item.nodeid] = (
-            report.outcome, dict(report.user_properties))
+        _outcomes.setdefault(case, {"kind": kind, "tests": {}})["tests"][item.nodeid] = _outcome(item, report)
     for mark in item.iter_markers("security"):
         case, attack = mark.args
-        _security.setdefault(case, {"attack": attack, "tests": {}})["tests"][item.nodeid] = (
-            report.outcome, dict(report.user_properties))
+        _security.setdefault(case, {"attack": attack, "tests": {}})["tests"][item.nodeid] = _outcome(item, report)
+    for mark in item.iter_markers("found"):
+        (key,) = mark.args
+        _found.setdefault(key, {})[item.nodeid] = _outcome(item, report)
+
+
+def record_inputs(record_property, *inputs) -> None:
+    """A bad-input test's inputs, recorded as it tries them (before its asserts): docs/RELIABILITY.md
+    counts these, each once per row (tests/reliability.py: count_inputs), not test items.  One call
+    with several inputs, or one call per input."""
+    record_property("bad_inputs", [str(i) for i in inputs])
 
 
 def record_bytes(record_property, h: fleet_mod.Host, expected: dict[str, str]) -> dict[str, str]:
@@ -259,7 +289,7 @@ def pytest_sessionfinish(session, exitstatus):
     from reliability import DOC, render
     if not _outcomes:
         return
-    text = render(_outcomes, _security)
+    text = render(_outcomes, _security, _found)
     if os.environ.get("SPECOPS_WRITE_RELIABILITY"):
         DOC.write_text(text)
     elif os.environ.get("CI") == "true" and DOC.read_text() != text:

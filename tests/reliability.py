@@ -1,12 +1,16 @@
-"""docs/RELIABILITY.md, built from the outcomes of the tests that carry a `reliability` or a
-`security` marker, and from what the fault tests measured (bytes checked and lost, recorded
-before their asserts).  Every sentence comes from that data; nothing in it is fixed text about
-results.  The document has no timestamp, so the same outcomes always give the same bytes: CI
-regenerates it and fails when it differs from the committed file.
+"""docs/RELIABILITY.md, built from the outcomes of the tests that carry a `reliability`, a
+`security` or a `found` marker, and from what the tests recorded (the bytes a fault test checked
+and lost, the inputs a bad-input test tried; recorded before their asserts).  Every sentence comes
+from that data; nothing in it is fixed text about results: a case found while writing the tests is
+a line only beside the tests that cover it, with their outcome, and "unit test" is said of the
+tests that used no sandbox host.  The document has no timestamp, so the same outcomes always give
+the same bytes: CI regenerates it and fails when it differs from the committed file.
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "RELIABILITY.md"
 
@@ -17,7 +21,7 @@ EXPECTED = {
     "health-timeout": ("health times out", "rollback, with the journal tail in the report"),
     "syntax-error": ("a patched file with a syntax error", "refused before the host changes"),
     "spec-flags": ("invalid spec-decode flags", "refused before connecting, naming SGLang's rule"),
-    "bad-inventory": ("malformed YAML / unknown key / wrong type / unknown host (unit test)", "one-line error, exit 2, no connection"),
+    "bad-inventory": ("malformed YAML / unknown key / wrong type / unknown host", "one-line error, exit 2, no connection"),
     "concurrent": ("concurrent deploys to one host", "the second is refused, naming the lock holder"),
     "unreachable": ("one unreachable host among 5", "the others finish; the exit code is not 0; the recap names it"),
     "sigint": ("SIGINT mid-deploy", "the lock is released, and no file is half-written"),
@@ -31,20 +35,33 @@ EXPECTED = {
 }
 
 
-FOUND = [
-    "## Other cases found while writing these tests (each fixed, each covered by a test)", "",
-    "- The stale-code check misfired: systemd's realtime start stamps have whole-second precision, so a file "
-    "written in the same second as the restart looked newer. Start times now come from the µs monotonic "
-    "stamps (`test_second_deploy_changes_nothing_and_does_not_restart`, `test_stale_process_is_reported_and_restarted`).",
-    "- A job killed by a signal during `gpu-window` came back as status -1: sshd sends an exit-signal, which "
-    "paramiko drops. The job now runs under a wrapper that reports 128+signal (`test_gpu_window_failing_job_then_ctrl_c`).",
-    "- A killed test run could leave a container whose record was already gone; the sweep now finds sandbox "
-    "processes and mounts on the machine itself (`test_killed_run_leftovers_are_swept_and_teardown_is_clean`).",
-    "- `inv sandbox.up` and a test run swept each other's hosts; each now has its own site.",
-    "- A deploy killed by a closed output pipe (`inv deploy | head`) mid-apply converged on the re-run, like "
-    "the cut connection above.",
-]
+# Cases found while writing the tests, each fixed: a test marked `found(key)` covers it, and the
+# story is a line of the document only beside the tests that ran for it, with their outcome.
+FOUND = {
+    "stale-start-stamps": "The stale-code check misfired: systemd's realtime start stamps have whole-second "
+                          "precision, so a file written in the same second as the restart looked newer. Start times "
+                          "now come from the µs monotonic stamps.",
+    "job-exit-signal": "A job killed by a signal during `gpu-window` came back as status -1: sshd sends an "
+                       "exit-signal, which paramiko drops. The job now runs under a wrapper that reports 128+signal.",
+    "killed-run-leftovers": "A killed test run could leave a container whose record was already gone; the sweep now "
+                            "finds sandbox processes and mounts on the machine itself.",
+    "site-per-run": "`inv sandbox.up` and a test run swept each other's hosts; each now has its own site.",
+    "closed-pipe": "A deploy whose output pipe closed mid-apply (`inv deploy | head`) died on its next progress "
+                   "line, and its unlock then read the answer of the request it broke off (\"the agent's answer is "
+                   "not understood\"). A request that ends in any error now closes the agent's session, as Ctrl-C "
+                   "does: the host is left as after a cut connection, and the re-run says so and converges.",
+    "unit-loaded-stale": "A run cut between a unit file's rename and its daemon-reload (a closed output pipe did it, "
+                         "now and then) left systemd with the unit before: the file already as wanted, every later deploy "
+                         "restarted the old definition and failed its verify. A restart now reloads first a unit whose "
+                         "file changed since systemd loaded it.",
+}
 
+
+class Outcome(NamedTuple):
+    """One marked test's result, as tests/conftest.py collects it."""
+    outcome: str                 # pytest's: passed, failed or skipped
+    properties: dict             # what the test recorded: bytes_verified/bytes_lost, bad_inputs (a list)
+    sandbox: bool = True         # it used sandbox hosts (the fleet marker or fixture); False: a unit test
 
 
 def _name(nodeid: str) -> str:
@@ -53,43 +70,102 @@ def _name(nodeid: str) -> str:
 
 
 def _result(tests: dict) -> str:
-    passed = sum(1 for o, _ in tests.values() if o == "passed")
-    return f"{passed}/{len(tests)} passed" if tests else "NOT RUN"
+    """As "3/3 passed", or saying what the others did: "1/3 passed; 1 failed, 1 skipped"."""
+    if not tests:
+        return "NOT RUN"
+    counts = Counter(t.outcome for t in tests.values())
+    others = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()) if outcome != "passed")
+    return f"{counts['passed']}/{len(tests)} passed" + (f"; {others}" if others else "")
 
 
-def render(outcomes: dict, security: dict) -> str:
-    """outcomes: case → {kind, tests: {nodeid: (outcome, properties)}};
-    security: case → {attack, tests: {nodeid: (outcome, properties)}}."""
-    rows, faults, fault_tests, bad = [], 0, [], 0
+def _names(tests: dict, sep: str, tag_units: bool) -> str:
+    """The tests' names; with tag_units, a unit test's name says so."""
+    return sep.join(_name(n) + (" (unit test)" if tag_units and not t.sandbox else "")
+                    for n, t in sorted(tests.items()))
+
+
+def _case(what: str, tests: dict) -> tuple[str, str]:
+    """A row's case and tests cells.  "(unit test)" comes from the tests themselves: on the case when
+    none of them used a sandbox host, on each such test when only some did, nowhere otherwise."""
+    units = [t for t in tests.values() if not t.sandbox]
+    if tests and len(units) == len(tests):
+        return f"{what} ({'unit tests' if len(tests) > 1 else 'unit test'})", _names(tests, "<br>", False)
+    return what, _names(tests, "<br>", bool(units))
+
+
+def count_inputs(outcomes: dict) -> tuple[int, int, list[str]]:
+    """The bad inputs the `bad-input` tests tried: (handled as their row expects, tried, the tests
+    that recorded none).
+
+    An input is what a test passes to `record_inputs` (tests/conftest.py) as it tries it: the one
+    malformed inventory an item of a parametrized test writes, or each of the values a test tries in
+    turn.  It is counted once per row, however many tests of the row tried it (the seed case of
+    `spec-flags` goes through the rule check and through the CLI: one input), and never per test
+    item.  An input is handled when every test of its row that tried it passed.  A test that
+    recorded no input counts for nothing, and is named instead."""
+    handled, tried, silent = 0, 0, []
+    for case, got in sorted(outcomes.items()):
+        if got["kind"] != "bad-input":
+            continue
+        ok: dict[str, bool] = {}
+        for nodeid, t in sorted(got["tests"].items()):
+            inputs = t.properties.get("bad_inputs") or []
+            if not inputs:
+                silent.append(_name(nodeid))
+            for value in inputs:
+                ok[value] = ok.get(value, True) and t.outcome == "passed"
+        handled += sum(ok.values())
+        tried += len(ok)
+    return handled, tried, silent
+
+
+def render_found(found: dict) -> list[str]:
+    """found: key of FOUND → {nodeid: Outcome}, from the tests marked `found(key)`.  A story is a
+    line only with the tests that ran for it, and their result; with none, nothing is written."""
+    lines = [f"- {story} {'Tests' if len(found[key]) > 1 else 'Test'}: {_names(found[key], ', ', True)}: "
+             f"{_result(found[key])}."
+             for key, story in FOUND.items() if found.get(key)]
+    if not lines:
+        return []
+    return ["## Other cases found while writing these tests", "",
+            "Each was fixed; after it, the tests that cover it, with their result in the last full run.", "",
+            *lines, ""]
+
+
+def render(outcomes: dict, security: dict, found: dict | None = None) -> str:
+    """outcomes: case → {kind, tests: {nodeid: Outcome}}; security: case → {attack, tests: {nodeid:
+    Outcome}}; found: key of FOUND → {nodeid: Outcome} (render_found)."""
+    rows, faults, fault_tests = [], 0, []
     for case, (what, expected) in EXPECTED.items():
         got = outcomes.get(case, {"kind": "?", "tests": {}})
         tests = got["tests"]
-        names = "<br>".join(_name(n) for n in sorted(tests))
+        what, names = _case(what, tests)
         rows.append(f"| {what} | {expected} | {names} | {_result(tests)} |")
-        passed = sum(1 for o, _ in tests.values() if o == "passed")
         if got["kind"] == "fault":
-            faults += passed
-            fault_tests += [(n, o, p) for n, (o, p) in sorted(tests.items())]
-        elif got["kind"] == "bad-input":
-            bad += passed
-    measured = [(n, p) for n, o, p in fault_tests if "bytes_verified" in p]
-    unmeasured = sorted({_name(n) for n, o, p in fault_tests if "bytes_verified" not in p})
-    verified = sum(p["bytes_verified"] for _, p in measured)
-    lost = sum(p.get("bytes_lost", 0) for _, p in measured)
-    sec_rows = [f"| {case} | {entry['attack']} | {'<br>'.join(_name(n) for n in sorted(entry['tests']))} | "
-                f"{_result(entry['tests'])} |" for case, entry in sorted(security.items())]
+            faults += sum(1 for t in tests.values() if t.outcome == "passed")
+            fault_tests += [(n, t.properties) for n, t in sorted(tests.items())]
+    handled, tried, silent = count_inputs(outcomes)
+    measured = [p for _, p in fault_tests if "bytes_verified" in p]
+    unmeasured = sorted({_name(n) for n, p in fault_tests if "bytes_verified" not in p})
+    verified = sum(p["bytes_verified"] for p in measured)
+    lost = sum(p.get("bytes_lost", 0) for p in measured)
+    sec_rows = []
+    for case, entry in sorted(security.items()):
+        attack, names = _case(entry["attack"], entry["tests"])
+        sec_rows.append(f"| {case} | {attack} | {names} | {_result(entry['tests'])} |")
     doc = ["# Reliability", "",
            "Each row is a test on sandbox hosts (unless it says unit test) in `tests/`, with its result in the",
            "last full run. The test session writes this file (`SPECOPS_WRITE_RELIABILITY=1 bash scripts/test.sh`);",
            "CI regenerates it and fails if it differs from this one.", "",
            "| case | expected | tests | result |", "|---|---|---|---|", *rows, "",
            f"- faults injected and survived: {faults} (of {len(fault_tests)} fault tests run)",
-           f"- bad inputs tried and rejected cleanly: {bad}",
+           f"- bad inputs handled as their row expects: {handled} of the {tried} distinct inputs tried"
+           + (f"; recorded no input, so not counted: {', '.join(silent)}" if silent else ""),
            f"- bytes lost: {lost}, of {verified} bytes that {len(measured)} fault tests compared by sha256 before "
            f"and after their fault"
            + (f"; not compared byte for byte: {', '.join(unmeasured)}" if unmeasured else ""), "",
            "## Security", "",
            "What a local user of a shared GPU box could try, tried for real on a sandbox host.", "",
            "| case | attack tried | tests | result |", "|---|---|---|---|", *sec_rows, "",
-           *FOUND, ""]
+           *render_found(found or {})]
     return "\n".join(doc)

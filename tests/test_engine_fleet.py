@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, host_snapshot, load_json, record_bytes, role, sha256_on, unit_prop
+from conftest import ROOT, host_snapshot, load_json, record_bytes, record_inputs, role, sha256_on, unit_prop
 from specops.ops import Absent, Command, Directory, File, JsonKeys, Service, template, unit_file
 
 pytestmark = pytest.mark.fleet
@@ -236,7 +236,8 @@ def test_an_older_systemd_analyze_still_verifies(sandbox):
 
 
 @pytest.mark.reliability("host-key", "bad-input")
-def test_host_keys_unknown_accept_new_changed(sandbox, tmp_path):
+def test_host_keys_unknown_accept_new_changed(sandbox, tmp_path, record_property):
+    record_inputs(record_property, "an unknown host key", "a changed host key")
     h = sandbox.reset("t5")
     known = tmp_path / "known_hosts"
     known.write_text("")
@@ -311,9 +312,19 @@ def test_address_from_ssh_config_alias(sandbox, tmp_path):
     assert json.loads(res.stdout)["gpu-alias"]["hostname"] == "t1"
 
 
+@pytest.mark.found("site-per-run")
 def test_readme_demo_command(sandbox, tmp_path):
-    """`inv sandbox.up deploy --inventory <the sandbox's own> --host sandbox`, twice, in a site of its own."""
+    """`inv sandbox.up deploy --inventory <the sandbox's own> --host sandbox`, twice, in a site of its own.
+    `inv sandbox.up` and a test run once swept each other's hosts: they shared a site.  The user's
+    sandbox (the default site) and this run's share no name prefix, subnet or state directory, and a
+    sandbox brought up and down beside this run leaves its hosts running."""
+    from conftest import TEST_SITE
     from sandbox import fleet
+    users = fleet.Site()  # `inv sandbox.up` without SPECOPS_SANDBOX_SITE
+    assert not users.prefix.startswith(TEST_SITE.prefix) and not TEST_SITE.prefix.startswith(users.prefix)
+    assert users.subnet != TEST_SITE.subnet and users.state != TEST_SITE.state
+    ours = {h.name: h.pid() for h in sandbox.fleet.hosts}
+    assert all(ours.values())
     env = {"SPECOPS_SANDBOX_SITE": f"sod,192.168.233,{tmp_path}/site"}
     inv_dir = tmp_path / "site" / "inventory"
     try:
@@ -334,6 +345,7 @@ def test_readme_demo_command(sandbox, tmp_path):
     finally:
         down = sandbox.inv("sandbox.down", env=env)
     assert down.returncode == 0 and not (inv_dir / "hosts.yml").exists()
+    assert {h.name: h.pid() for h in sandbox.fleet.hosts} == ours  # this run's hosts never went down
 
 
 def test_the_real_agent_refuses_an_unknown_request_kind_in_one_line(sandbox):

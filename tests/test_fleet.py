@@ -10,6 +10,14 @@ from sandbox import cgroups, fleet
 pytestmark = pytest.mark.fleet
 
 
+def alive(pid: int) -> bool:
+    """Running (this test started it: once killed, it is a zombie until reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def traces(site: fleet.Site) -> dict:
     """Everything of this site that could outlive a run."""
     netns = [l.split()[0] for l in subprocess.run(["ip", "netns", "list"], capture_output=True,
@@ -33,16 +41,20 @@ def traces(site: fleet.Site) -> dict:
             "procs": procs}
 
 
+@pytest.mark.found("killed-run-leftovers")
 def test_killed_run_leftovers_are_swept_and_teardown_is_clean(tmp_path):
     site = fleet.Site("sox", "192.168.232", Path("/var/lib/specops-sandbox-selftest"))
     try:
         abandoned = fleet.Fleet(["left"], site=site).up()
         fleet.service_address_up(site)
         old_pid = abandoned["left"].pid()
-        # The run "dies" here: nothing is torn down.  The next run must cope.
+        # The run "dies" here: nothing is torn down, and the record of its container's process goes
+        # too.  The next run must cope, from what the machine itself shows.
+        (abandoned["left"].dir / "nspawn.pid").unlink()
+        assert abandoned["left"].pid() is None and alive(old_pid)
         assert all(traces(site).values())
         f = fleet.Fleet(["left", "new"], site=site).up()
-        assert f["left"].pid() != old_pid and not Path(f"/proc/{old_pid}").exists()
+        assert f["left"].pid() != old_pid and not alive(old_pid)
         assert f["new"].run("hostname").stdout.strip() == "new"
         assert len(traces(site)["netns"]) == 2
     finally:

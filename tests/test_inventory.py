@@ -165,7 +165,9 @@ def run_without_connecting(tmp_path, host_yaml: str, *args: str):
     (["deploy", "--all", "--host", "a"], "give --all, or --host/--group, not both"),
 ])
 @pytest.mark.reliability("bad-inventory", "bad-input")
-def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):
+def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern, record_property):
+    from conftest import record_inputs
+    record_inputs(record_property, "inv " + " ".join(args))
     res, attempts = run_without_connecting(tmp_path, """
         all:
           children:
@@ -181,8 +183,9 @@ def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern):
 
 @pytest.mark.reliability("bad-inventory", "bad-input")
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_cli_bad_inventory_exit_2(tmp_path, case):
-    from conftest import Sandbox
+def test_cli_bad_inventory_exit_2(tmp_path, case, record_property):
+    from conftest import Sandbox, record_inputs
+    record_inputs(record_property, f"an inventory with {case}")
     pattern = write_bad(tmp_path / "inv", case)
     res = Sandbox(None, tmp_path).inv("deploy", inventory=tmp_path / "inv", timeout=60)
     assert res.returncode == 2

@@ -7,6 +7,8 @@ from specops.ops.handlers import restart
 from specops.inventory import Host
 from specops.ops import PlanError
 
+from conftest import record_inputs
+
 LLAMA = "srt/models/llama.py"
 IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
 
@@ -20,7 +22,8 @@ def host(**svc):
 @pytest.mark.reliability("traversal", "bad-input")
 @pytest.mark.parametrize("rel", ["../../etc/passwd", "/etc/passwd", "srt/../../../etc/passwd",
                                  "srt/models/../../../x.py", "srt\\models\\llama.py", "srt//models/llama.py"])
-def test_patch_path_traversal_refused_at_plan_time(rel):
+def test_patch_path_traversal_refused_at_plan_time(rel, record_property):
+    record_inputs(record_property, rel)
     with pytest.raises(UsageError, match="must be a plain relative path|points outside"):
         model_patches.ops(host(patches=[rel]))
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, sha256_on, unit_prop
+from conftest import host_snapshot, load_json, record_inputs, sha256_on, unit_prop
 from roles.model_patches import PATCH_DIR
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
@@ -137,7 +137,8 @@ def test_the_compile_that_validated_a_patch_is_its_bytecode(sandbox):
 
 
 @pytest.mark.reliability("syntax-error", "bad-input")
-def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path):
+def test_syntax_error_refuses_the_whole_deploy(sandbox, tmp_path, record_property):
+    record_inputs(record_property, f"a patch of {LLAMA} with a syntax error")
     h = sandbox.reset("t2")
     res, _ = deploy(sandbox, "t2", sandbox_service(patches=[LLAMA]))
     assert res.returncode == 0, res.stdout
@@ -254,6 +255,7 @@ def test_top_level_layer_ids_warn(sandbox):
     assert model_info(h)["aux_hidden_state_capture"] == [3, 17, 30]  # the default [2, L//2, L-3]
 
 
+@pytest.mark.found("stale-start-stamps")  # a file touched 50 ms after the start is seen newer
 def test_stale_process_is_reported_and_restarted(sandbox):
     h = sandbox.reset("t2")
     svc = sandbox_service(patches=[LLAMA])

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, record_bytes, sha256_on, unit_prop
+from conftest import host_snapshot, load_json, record_bytes, record_inputs, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
 
@@ -121,9 +121,10 @@ def test_sigint_during_a_multi_file_write(sandbox, record_property):
 
 
 @pytest.mark.reliability("metachar", "bad-input")
-def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path):
+def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path, record_property):
     h = sandbox.reset("t3")
     bad_name = sandbox_service(name="sglang;touch /tmp/pwned-name")
+    record_inputs(record_property, f"service name {bad_name['name']}")
     res, _ = run_inv(sandbox, sandbox.inventory({"t3": {"services": [bad_name]}}), "deploy", "--host", "t3")
     assert res.returncode == 2 and "a service name may hold only" in res.stderr
 
@@ -135,6 +136,8 @@ def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path):
                           env={"SGLANG_SIM_STARTUP_DELAY": "1", "NOTE": "$(touch /tmp/pwned-env); `id`"},
                           env_secret={"HF_TOKEN": "tok\"en $(touch /tmp/pwned-secret) \\ `x`"},
                           extra_args=["--tokenizer-path", "/x; touch /tmp/pwned-arg"])
+    record_inputs(record_property, f"model path {odd}", f"served name {name}", f"env NOTE={svc['env']['NOTE']}",
+                  "a secret HF_TOKEN with a quote, $(...), a backslash and backticks", f"flag value {svc['extra_args'][1]}")
     res, rep = run_inv(sandbox, sandbox.inventory({"t3": {"services": [svc]}}), "deploy", "--host", "t3")
     assert res.returncode == 0, res.stdout
     info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)
@@ -174,3 +177,79 @@ def test_disk_full_during_sync_keeps_the_old_file(sandbox, record_property):
     h.run("rm", f"{MODELS}/.filler")
     res, rep = run_inv(sandbox, sandbox.inventory({"t4": {"services": [svc]}}), "deploy", "--host", "t4")
     assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.found("closed-pipe")
+def test_a_closed_output_pipe_mid_apply_leaves_whole_files_and_the_rerun_converges(sandbox, tmp_path):
+    """`inv deploy | head`: the reader goes away while the agent applies, and the controller's next
+    progress line finds no pipe.  Seen red before the session was closed on any error mid-request:
+    the agent went on to the end of the apply unread, and the unlock took its answer."""
+    import os
+    import subprocess
+    import sys
+    from conftest import MANAGED, ROOT
+    h = sandbox.reset("t1")
+    res, _ = run_inv(sandbox, sandbox.inventory({"t1": {"services": [sandbox_service()]}}), "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    files = [*MANAGED, f"{MODELS}/llama.py"]
+    before = sha256_on(h, *files)
+    # Three changes in one apply: the patch, its bytecode purge, the unit (tp), then the restart.
+    inv = sandbox.inventory({"t1": {"services": [sandbox_service(tp=2, patches=["srt/models/llama.py"])]}})
+    with open(tmp_path / "stderr", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "invoke", "deploy", "--host", "t1"], cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                env={**os.environ, **sandbox.login_env(), "SPECOPS_INVENTORY": str(inv)})
+        read = []
+        for line in proc.stdout:
+            read.append(line.decode())
+            if "[2/" in read[-1]:  # the apply has begun: its first write is under way
+                break
+        proc.stdout.close()  # `head` has what it wanted, and exits
+        status = proc.wait(timeout=120)
+    stderr = (tmp_path / "stderr").read_text()
+    assert read and "[2/" in read[-1], "".join(read)
+    assert status != 0 and "BrokenPipeError" in stderr, stderr[-2000:]
+    assert "not understood" not in stderr, stderr[-3000:]  # no answer was taken for another request's
+    cut = sha256_on(h, *files)
+    assert no_staging_left(h)
+    assert h.run("test", "-d", "/run/specops.lock", check=False).returncode != 0  # the lock was given back
+
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    now = sha256_on(h, *files)
+    half = [f for f in files if cut[f] not in (before[f], now[f])]
+    assert not half, f"neither the old nor the new content after the cut: {half}"
+    assert "was cut off in the middle of its changes" in res.stdout, res.stdout  # the cut came mid-apply
+    settled = host_snapshot(h, f"{MODELS}/llama.py")
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0 and rep["t1"]["changed"] == 0, res.stdout
+    assert host_snapshot(h, f"{MODELS}/llama.py") == settled
+
+
+@pytest.mark.found("unit-loaded-stale")
+def test_a_unit_file_written_but_not_loaded_is_reloaded_before_the_restart(sandbox):
+    """What a run cut between a unit file's rename and its daemon-reload leaves (a closed output
+    pipe mid-apply lands there now and then): the file as the inventory wants it, systemd with the
+    one before.  Seen red: every later deploy restarted the old definition and failed its verify
+    ("tp_size: intended 2, effective 1"), run after run."""
+    h = sandbox.reset("t1")
+    unit = "/etc/systemd/system/sglang.service"
+    two = {"t1": {"services": [sandbox_service(tp=2)]}}
+    res, _ = run_inv(sandbox, sandbox.inventory(two), "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    wanted = h.path(unit).read_bytes()
+    res, _ = run_inv(sandbox, sandbox.inventory({"t1": {"services": [sandbox_service()]}}), "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    h.path(unit).write_bytes(wanted)  # renamed into place; the daemon-reload never came
+    assert unit_prop(h, "sglang", "NeedDaemonReload") == "yes"
+    inv = sandbox.inventory(two)
+
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0, res.stdout
+    assert "daemon-reload: sglang's unit file changed since systemd loaded it" in res.stdout, res.stdout
+    assert unit_prop(h, "sglang", "NeedDaemonReload") == "no"
+    assert json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)["tp_size"] == 2
+    settled = host_snapshot(h)
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
+    assert res.returncode == 0 and rep["t1"]["changed"] == 0, res.stdout
+    assert host_snapshot(h) == settled

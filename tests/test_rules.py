@@ -4,6 +4,8 @@ import pytest
 from specops.errors import UsageError
 from specops.sglang.rules import check_service, resolve
 
+from conftest import record_inputs
+
 DRAFT = "/models/draft"
 
 
@@ -90,12 +92,16 @@ def test_nextn_is_eagle_and_max_running_requests():
     assert "max_running_requests" not in resolve(spec(num_steps=3, eagle_topk=1), max_running_requests=8).effective
 
 
+SEED_CASE = "EAGLE3 with num_steps 1, eagle_topk 1, num_draft_tokens 16"  # the bad input both spec-flags tests try
+
+
 def service(**kw):
     return {"name": "sglang", "model_path": "/m", "speculative": spec(num_steps=1, eagle_topk=1, num_draft_tokens=16), **kw}
 
 
 @pytest.mark.reliability("spec-flags", "bad-input")
-def test_check_service_refuses_seed_case_in_one_line():
+def test_check_service_refuses_seed_case_in_one_line(record_property):
+    record_inputs(record_property, SEED_CASE)
     with pytest.raises(UsageError) as e:
         check_service(service(), "ct129: service 'sglang'")
     msg = str(e.value)
@@ -112,7 +118,8 @@ def test_check_service_opt_in_records_effective_values():
 
 
 @pytest.mark.reliability("spec-flags", "bad-input")
-def test_cli_refuses_seed_case_without_connecting(tmp_path):
+def test_cli_refuses_seed_case_without_connecting(tmp_path, record_property):
+    record_inputs(record_property, SEED_CASE)  # the same input as above, through the CLI: counted once
     from test_inventory import run_without_connecting
     res, attempts = run_without_connecting(tmp_path, """
         all:

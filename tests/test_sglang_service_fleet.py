@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, sha256_on, unit_prop
+from conftest import host_snapshot, load_json, record_inputs, sha256_on, unit_prop
 from roles import sglang_service
 from sandbox.provision import sandbox_service
 
@@ -85,9 +85,10 @@ def test_server_exit_fails_verify_fast_with_journal(sandbox):
 
 
 @pytest.mark.reliability("secrets", "bad-input")
-def test_secrets_appear_only_in_the_env_file(sandbox, tmp_path):
+def test_secrets_appear_only_in_the_env_file(sandbox, tmp_path, record_property):
     h = sandbox.reset("t5")
     token, key = "hf_SECRETtoken123", "sk-SECRETkey456"
+    record_inputs(record_property, "an HF_TOKEN in env_secret", "an api_key")
     svc = sandbox_service(env_secret={"HF_TOKEN": token}, api_key=key)
     outputs = []
     for args in (["--check"], [], ["--check", "--diff"]):
@@ -124,6 +125,7 @@ def test_two_services_on_one_host(sandbox):
 
 @pytest.mark.logins
 @pytest.mark.reliability("second-run", "idempotence")
+@pytest.mark.found("stale-start-stamps")  # a deploy writes and restarts within one second: no stale code seen
 def test_second_deploy_changes_nothing_and_does_not_restart(sandbox):
     h = sandbox.reset("t2")
     res, _ = deploy(sandbox, "t2", [sandbox_service()])

@@ -299,7 +299,8 @@ class Remote:
         except SpecopsError:
             self.session = None
             raise
-        except KeyboardInterrupt:  # mid-request: its answer would be taken for the next one's
+        except BaseException:  # mid-request (Ctrl-C, or a progress line that could not be written: a
+            # closed stdout, `inv deploy | head`): its answer would be taken for the next one's
             self.session.close()   # (this also ends the agent and what it was running)
             self.session = None
             raise

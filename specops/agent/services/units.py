@@ -127,6 +127,15 @@ def stop_unit(ref, others=(), measure=True):
     return report
 
 
+def _load_as_written(name):
+    """A unit whose file changed since systemd loaded it (a run cut between the file's rename and
+    its daemon-reload, or a hand edit) would start as loaded, not as written, and nothing after
+    would reload it: the file on disk is already as the inventory wants.  Reload it first."""
+    if show(name, "NeedDaemonReload").get("NeedDaemonReload") == "yes":
+        say("  daemon-reload: %s's unit file changed since systemd loaded it" % name)
+        run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
+
+
 def start_unit(ref, others=()):
     """Start the unit, after accounting for what of its earlier runs is still alive; record its run."""
     report = stop_unit(ref, others, measure=False)
@@ -134,6 +143,7 @@ def start_unit(ref, others=()):
         say("  %s: killed leftover pid %d (%s) of an earlier run with %s" % (ref.name, k.pid, k.title, k.signal))
     if report.failures:
         raise ActionError("start %s: %s" % (ref.name, "; ".join(report.failures)))
+    _load_as_written(ref.name)
     run_streamed(["systemctl", "start", ref.name], "start " + ref.name)
     remember_invocation(ref.name)
 
@@ -148,6 +158,7 @@ def restart(ref, others=()):
             "runs here, so it was left alone" % (p.pid, p.title, p.user, p.mib if p.mib is not None else "?"))
     if report.failures:
         raise ActionError("restart %s: %s" % (ref.name, "; ".join(report.failures)))
+    _load_as_written(ref.name)
     run_streamed(["systemctl", "start", ref.name], "start " + ref.name)
     remember_invocation(ref.name)
 
