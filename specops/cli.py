@@ -57,7 +57,7 @@ HELP = {
     "quiet": "Show only changes, failures and the recap",
     "serial": "Rolling batches of this many hosts (default: all at once)",
     "max-fail": "Percent of a batch that may fail before later batches are skipped (default 100)",
-    "break-lock": "Take the host lock even if another run holds it (only when that run is gone)",
+    "break-lock": "Take the host lock even if another run holds it (that run stops at its next request)",
 }
 SELECT = ("host", "group", "all", "inventory", "accept_new_host_key", "ask_become_pass", "forks")
 FLEET = SELECT + ("json", "serial", "max_fail", "break_lock", "quiet")

@@ -57,6 +57,7 @@ def test_an_ansible_ini_inventory_reads_as_ours(tmp_path, capsys):
         [gpu:vars]
         ansible_ssh_private_key_file=~/.ssh/gpu
         ansible_become_method=sudo
+        ansible_become=1
         venv=/opt/sglang-venv
 
         [fleet:children]
@@ -66,6 +67,7 @@ def test_an_ansible_ini_inventory_reads_as_ours(tmp_path, capsys):
     b1, b2 = inv.hosts["box1"], inv.hosts["box2"]
     assert (b1["address"], b1["ssh_port"], b1["ssh_user"], b1["become"]) == ("10.9.0.1", 2222, "ubuntu", True)
     assert b2["ssh_key"] == "~/.ssh/gpu" and b2["become_method"] == "sudo" and b2["venv"] == "/opt/sglang-venv"
+    assert b2["become"] is True  # 1, typed a number as Ansible types it, is Ansible's boolean true
     assert inv.hosts["lonely"]["address"] == "10.9.0.9"
     assert set(inv.groups["fleet"]) == {"box1", "box2"} and "lonely" in inv.groups["ungrouped"]
     err = capsys.readouterr().err

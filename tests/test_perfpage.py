@@ -70,6 +70,22 @@ def test_a_record_of_the_wrong_shape_is_left_out_not_a_crash():
 
 
 
+def test_host_text_in_two_measured_releases_loads_and_stamps_is_escaped_and_a_tiny_figure_draws():
+    """What the charts and the loads note show comes from the hosts too (review of issue 24: with
+    the escaping removed there, every other test stayed green; 5e-324 crashed the axis)."""
+    def measured(stamp, load, accept):
+        perf = {"service": "sglang", "load": load, "accept_length": {"1": accept}, "speedup": {"1": 1.2},
+                "spec": [{"concurrency": 1, "figures": {"output_tok_s": 100.0, "accept_length": accept}}]}
+        return {"stamp": stamp, "status": "deployed", "perf": {"sglang": perf}}
+    releases = [measured("20261203T160000Z" + MARKUP, {"requests": MARKUP, MARKUP: 1}, 5e-324),
+                {**measured(MARKUP + "20261204T160000Z", {"requests": 64}, 1e-300), "current": True}]
+    text, read = _page(releases, {"min_speedup": 1.0})
+    assert "data-loads-differ" in text and text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
+    from specops.output.charts import ticks
+    assert ticks(5e-324) == [0.0, 1.0] and ticks(2.5) == [0, 1, 2, 3]
+
+
+
 def test_the_agents_listing_passes_an_odd_record_on_instead_of_failing():
     from specops.agent.releases import _figures
     listed = _figures({"a": MARKUP, "b": {"spec": [{"raw": [1], "concurrency": 1}, "lv"], "baseline": None}})

@@ -130,7 +130,10 @@ def test_the_agent_runs_from_its_zip_with_the_standard_library_alone(tmp_path):
     pyz = tmp_path / "agent.pyz"
     pyz.write_bytes(data)
     mods = [n[:-3].replace("/", ".") for n in zipfile.ZipFile(pyz).namelist() if n.startswith("specops/agent/")]
-    code = f"import sys; sys.path.insert(0, {str(pyz)!r}); import " + ", ".join(m.removesuffix(".__init__") for m in mods)
+    code = (f"import sys; sys.path.insert(0, {str(pyz)!r}); import " + ", ".join(m.removesuffix(".__init__") for m in mods)
+            + "\nimport importlib\nfrom specops.agent.main import HANDLERS\n"
+            "for module, function in HANDLERS.values():\n"  # every request kind's handler is there
+            "    getattr(importlib.import_module('specops.agent.' + module), function)\n")
     res = subprocess.run(["python3", "-I", "-S", "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     requests = b"".join(shipping.frame(r) for r in (b'{"kind": "nope"}', b'{"kind": "unlock", "token": "x"}'))

@@ -41,12 +41,13 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     """Put back what this deploy replaced, restart, verify the previous release, then fail."""
     stamp, previous = directory.rsplit("/", 1)[1], run.previous()
     run.say(f"ROLLING BACK: {failure}")
+    what = "gate" if isinstance(failure, GateFailed) else "verify"
     refs = list(services.unit_refs(run.host, run.quick).values())
     res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=refs,
                                  allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK,
-                                    manifest={"services": _names(run), "summary": f"verify failed: {failure}"[:300]}))
+                                    manifest={"services": _names(run), "summary": f"{what} failed: {failure}"[:300]}))
     for result in failure.measured if isinstance(failure, GateFailed) else []:
         # What the gate measured stays with the release it refused (else the page shows "-" for it).
         run.call(protocol.PerfRecord(perf=result, stamp=stamp))

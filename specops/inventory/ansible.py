@@ -138,10 +138,12 @@ def translate(values: dict, where: str, warnings: list[str]) -> dict:
             continue
         if ours in values:
             raise UsageError(f"{where}: both {key} and {ours} are set; keep one spelling")
-        if ours == "become" and isinstance(value, str):
-            if value.lower() not in BOOLEAN:
+        if ours == "become" and not isinstance(value, bool):
+            # Ansible's boolean(): yes/no, true/false, on/off and 1/0, as text or (INI-typed) numbers
+            word = str(value).lower() if isinstance(value, (str, int)) else None
+            if word not in BOOLEAN:
                 raise UsageError(f"{where}.{key}: must be true or false, not {value!r}")
-            value = BOOLEAN[value.lower()]
+            value = BOOLEAN[word]
         if ours == "ssh_port" and isinstance(value, str) and value.isdigit():
             value = int(value)
         out[ours] = value

@@ -26,7 +26,7 @@ def _e(value) -> str:
 def ticks(top: float) -> list[float]:
     """0, then round steps (1, 2, 2.5 or 5 times a power of ten) up to the first at or above
     `top`: four to six ticks, so the axis ends on a labelled value."""
-    if not top > 0:
+    if not top >= 1e-9:  # 0, or a figure so small that log10 of its quarter is no number (5e-324)
         return [0.0, 1.0]
     raw = top / 4
     scale = 10 ** math.floor(math.log10(raw))

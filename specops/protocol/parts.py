@@ -174,7 +174,7 @@ class Run:
 class DaemonReload:
     """systemctl daemon-reload: a handler, run once, before any restart.  With `units` (the
     unit files whose change asked for it), only when systemd does not already have each of
-    them as written (agent.units.daemon_reload)."""
+    them as written (agent.services.units.daemon_reload)."""
     units: List[str] = LIST
     desc: str = "daemon-reload"
 
