@@ -8,10 +8,12 @@ from invoke import Collection, Exit, task
 from roles import (draft_config, gpu_stack, model_patches, models, router, router_stack, sglang_service,
                    system_packages)
 from specops import cli
-from specops.output import perflines, perfpage
-from specops.flows import pipeline, rolling, specbench
+from specops.output import perfpage
+from specops.output import releases as releases_out
+from specops.flows import gate, pipeline, rolling, specbench
 from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
+from specops.errors import SpecopsError
 from specops.flows.facts import facts_probe
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
@@ -29,7 +31,7 @@ def deploy(c, sel, bench=False, no_drain=False):
     If verify (or, with --bench, a service's gate) fails, this deploy's changes are undone and the
     previous release verified.  A worker behind a router is taken out of it and drained before
     it changes, and put back once it verifies (with --serial N: a rolling deploy)."""
-    body = lambda run: pipeline.deploy(run, specbench.gated if bench else None)  # noqa: E731
+    body = lambda run: pipeline.deploy(run, gate.gated if bench else None)  # noqa: E731
     cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy")
 
 
@@ -50,16 +52,10 @@ def rollback(c, sel, to=None):
 def releases(c, sel):
     """List each host's releases, newest last; * marks current."""
     reports = cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
+    columns = releases_out.width()
     for r in reports:
-        for rel in (r.result.releases if r.result else []):
-            mark = "*" if rel["current"] else " "
-            print(f"{r.name:<12} {mark} {rel['stamp']}  {rel['status']:<11} {', '.join(rel['services'])}  "
-                  f"{rel['summary'][:70]}")
-            for name, perf in sorted((rel.get("perf") or {}).items()):
-                print(f"{'':<14} perf {name}: {perflines.perf_line(perf)}")
-            stamp, lines = perflines.since(r.result.releases, rel)
-            for line in lines:
-                print(f"{'':<16} since {stamp}: {line}")
+        for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
+            print(line)
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
@@ -67,17 +63,20 @@ def releases(c, sel):
             prompts="A JSON list of prompts (default: files/prompts.json)",
             concurrency="Levels of concurrency, comma-separated (default 1,8,32)",
             requests="Requests per level (default 64)", max_new_tokens="Tokens per request (default 128)")
-def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="1,8,32", requests=64,
-               max_new_tokens=128):
+def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="1,8,32", requests="64",
+               max_new_tokens="128"):  # numbers as text: cli.whole refuses a bad one in one line
     """Does speculative decoding pay off?  Drive the service on its host (streaming requests at each
     level of concurrency): tok/s, requests/s, TTFT and inter-token latency, accept length.  With
     --baseline, the same target without speculation too (a transient unit in a GPU window; the
     service is always restarted and verified), and the speedup per level.  Kept as perf.json in
     the current release."""
-    load = specbench.Load(concurrency=cli.positive_ints(concurrency, "--concurrency"),
-                          requests=cli.positive_ints(str(requests), "--requests")[0],
-                          max_new_tokens=cli.positive_ints(str(max_new_tokens), "--max-new-tokens")[0], prompts=prompts)
-    load.prompt_list()  # a bad prompts file is said before any connection
+    try:
+        load = specbench.Load(concurrency=cli.positive_ints(concurrency, "--concurrency"),
+                              requests=cli.whole(requests, "--requests", 1),
+                              max_new_tokens=cli.whole(max_new_tokens, "--max-new-tokens", 1), prompts=prompts)
+        load.prompt_list()  # a bad prompts file is said before any connection
+    except SpecopsError as e:
+        cli.exit_with(e)
     cli.play(lambda run: specbench.bench(run, service, load, baseline), [], sel, task="spec-bench",
              services=[service] if service else None,
              refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)

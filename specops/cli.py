@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from invoke import Exit, task
 
@@ -62,6 +62,9 @@ HELP = {
 SELECT = ("host", "group", "all", "inventory", "accept_new_host_key", "ask_become_pass", "forks")
 FLEET = SELECT + ("json", "serial", "max_fail", "break_lock", "quiet")
 _DEFAULTS = {f.name: f.default for f in fields(Selection)}
+# The whole-number options and their bounds.  Invoke casts a value to its default's type, and an
+# int() that fails ends in its parser's traceback: they reach the task as text, read by `whole`.
+NUMBERS = {"forks": (1, None), "serial": (0, None), "max_fail": (0, 100)}
 
 
 def fleet_task(*shared: str, name: str | None = None, **own_help: str):
@@ -70,11 +73,16 @@ def fleet_task(*shared: str, name: str | None = None, **own_help: str):
     def wrap(body: Callable) -> Any:
         params = list(inspect.signature(body).parameters.values())
         own = params[2:]
-        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_DEFAULTS[n])
-                 for n in shared]
+        extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                   default=str(_DEFAULTS[n]) if n in NUMBERS else _DEFAULTS[n]) for n in shared]
 
         def wrapper(c, **kwargs):
-            sel = Selection(**{n: kwargs.pop(n) for n in shared if n in kwargs})
+            given = {n: kwargs.pop(n) for n in shared if n in kwargs}
+            try:
+                sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
+                                   for n, v in given.items()})
+            except UsageError as e:
+                exit_with(e)
             return body(c, sel, **kwargs)
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
         wrapper.__signature__ = inspect.Signature([params[0], *own, *extra])
@@ -144,8 +152,6 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
             raise UsageError("no hosts selected")
         if refuse:
             refuse(hosts)
-        if sel.serial < 0 or not 0 <= sel.max_fail <= 100:
-            raise UsageError("--serial must be >= 0 and --max-fail between 0 and 100")
         _same_batch(hosts, sel.serial, sel.forks)
         if sel.ask_become_pass:
             become.ask_password()
@@ -156,8 +162,7 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
                        run_checks=run_checks, verify_weights=sel.verify_weights)
         reports = run_hosts(hosts, body, roles, opts, out)
     except SpecopsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise Exit(code=e.exit_code)
+        exit_with(e)
     except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
         if isinstance(e, Interrupted):  # the hosts' state as far as known, --json too
@@ -169,9 +174,27 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
     return reports
 
 
+def exit_with(e: SpecopsError) -> NoReturn:
+    """A run that ends before any host's recap: one line, and the error's exit code."""
+    print(f"error: {e}", file=sys.stderr)
+    raise Exit(code=e.exit_code)
+
+
 def print_json(data) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def whole(text, option: str, low: int = 0, high: int | None = None) -> int:
+    """An option's whole number within [low, high]; anything else is a one-line usage error."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        raise UsageError(f"{option}: give a whole number " + (f"from {low} to {high}" if high is not None
+                                                              else f"of at least {low}") + f" (got {text!r})")
+    return value
 
 
 def positive_ints(text: str, option: str) -> list[int]:

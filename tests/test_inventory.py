@@ -205,3 +205,24 @@ def test_a_read_only_task_without_a_selection_is_refused_naming_the_groups(tmp_p
         """, "status")
     assert res.returncode == 2 and attempts == 0, res.stderr
     assert res.stderr.strip().endswith("choose the hosts: --host NAME, --group NAME or --all (groups: g)"), res.stderr
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["deploy", "--host", "a", "--max-fail", "abc"], "--max-fail: give a whole number from 0 to 100 (got 'abc')"),
+    (["deploy", "--host", "a", "-m", "150"], "--max-fail: give a whole number from 0 to 100 (got '150')"),
+    (["deploy", "--host", "a", "--serial", "2.5"], "--serial: give a whole number of at least 0 (got '2.5')"),
+    (["status", "--host", "a", "--forks", "x"], "--forks: give a whole number of at least 1 (got 'x')"),
+    (["spec-bench", "--host", "a", "--requests", "x"], "--requests: give a whole number of at least 1 (got 'x')"),
+    (["spec-bench", "--host", "a", "--concurrency", "1,x"], "--concurrency: give positive whole numbers"),
+])
+def test_a_number_option_given_no_number_is_a_one_line_usage_error(tmp_path, args, pattern):
+    """Issue 24 (a new user's rough edge): `--max-fail abc` ended in invoke's ValueError traceback
+    (its parser casts a value to its default's type); now the task refuses it in one line, exit 2."""
+    res, attempts = run_without_connecting(tmp_path, """
+        all:
+          hosts:
+            a: {{address: 127.0.0.1, ssh_port: {port}, connect_timeout: 2}}
+        """, *args)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {pattern}"), res.stderr
+    assert attempts == 0 and res.stdout == ""

@@ -69,6 +69,9 @@ def test_broken_deploy_rolls_back_to_the_previous_release(sandbox, record_proper
     assert matches_manifest(h, before)
     listing = sandbox.inv("releases", "--host", "t1", inventory=inv).stdout
     assert f"* {before['stamp']}  deployed" in listing and "rolled-back" in listing
+    # Issue 24: into a pipe, the undone release's line holds its whole reason (it was cut at 70 characters).
+    why = rep["t1"]["error"].split("; rolled back to ")[0]
+    assert [line for line in listing.splitlines() if "rolled-back" in line and line.endswith("  " + why)], listing
 
 
 @pytest.mark.logins

@@ -95,3 +95,22 @@ def test_a_router_on_loopback_needs_no_key(tmp_path, bind):
     r = inv.hosts["r"]
     svc = {k: v for k, v in r["services"][0].items() if k != "api_key"}
     assert workers_of(r, {**svc, "bind": bind})
+
+
+def test_why_a_worker_is_not_in_the_router_is_read_from_the_routers_log():
+    """Issue 24 (a new user's rough edge): verify said only `not listed: URL`.  The lines are the
+    real sglang-router 0.3.2's (the sandbox index's wheel, run on this machine, colours and all):
+    registering a worker that refuses connections (and one answering 404), a listed worker whose
+    health checks then failed, and one removed through DELETE /workers/<id>."""
+    from pathlib import Path
+    from specops.agent.services.routing import said_in
+    log = Path(__file__).with_name("router_0.3.2.log").read_text()
+    refused, answered_404, dropped = "http://127.0.0.1:38999", "http://10.254.254.1:30000", "http://127.0.0.1:38997"
+    assert said_in(log, [refused, answered_404, dropped, "http://127.0.0.1:3899"]) == {
+        refused: f"Health check failed: error sending request for url ({refused}/health)",
+        answered_404: f"Health check failed: HTTP status client error (404 Not Found) for url ({answered_404}/health)",
+        dropped: f"Removed worker {dropped}"}  # its last line; a longer port is another worker
+    before_removal = log.rstrip("\n").rsplit("\n", 1)[0]
+    assert said_in(before_removal, [dropped]) == {dropped: f"HTTP health check failed for {dropped}/health: "
+                                                           "Connection refused"}
+    assert said_in(log.split("\n", 1)[0], [dropped]) == {}  # named at start-up, nothing wrong said of it

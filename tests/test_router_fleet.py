@@ -108,6 +108,38 @@ def test_status_names_a_worker_the_router_lost(sandbox, routed):
     assert res.returncode != 0 and "not listed: http://" in res.stdout + res.stderr, res.stdout[-2000:]
 
 
+def test_verify_says_why_the_router_does_not_use_a_worker(sandbox, routed):
+    """Issue 24 (a new user's rough edge): verify said only `not listed: URL`.  What the real router
+    logged of each worker it does not use: one removed through its API, one whose health checks fail
+    (its server stopped), and, once the router restarts, that one refusing to be registered."""
+    hosts, links, index = routed
+    inv = write_inventory(sandbox, hosts, links, index, router={
+        "extra_args": ["--health-check-interval-secs", "2"], "verify": {"timeout": 20}})
+    res, _ = deploy(sandbox, inv, "--all")
+    assert res.returncode == 0, res.stdout[-3000:]
+    r, t1, t2 = hosts[ROUTER], f"http://{links['t1']}:30000", f"http://{links['t2']}:30000"
+    _, listing = through_router(r, "/workers")
+    gone = next(w for w in listing["workers"] if w["url"] == t1)
+    req = urllib.request.Request(f"http://{r.address}:{PORT}/workers/{gone['id']}", method="DELETE", headers=AUTH)
+    with urllib.request.urlopen(req, timeout=10) as answer:
+        assert answer.status == 202
+    hosts["t2"].run("systemctl", "stop", "sglang")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and {(w["url"], w["is_healthy"]) for w in through_router(r, "/workers")[1][
+            "workers"] if w["url"] in (t1, t2)} != {(t2, False)}:
+        time.sleep(0.5)
+    first = sandbox.inv("verify", "--host", ROUTER, inventory=inv)
+    r.run("systemctl", "restart", "router")  # it registers its workers afresh: t2 cannot be reached
+    second = sandbox.inv("verify", "--host", ROUTER, inventory=inv)
+    said = [res.stdout[res.stdout.index("/workers: not listed"):].splitlines()[0] for res in (first, second)]
+    print("\n" + "\n".join(said))
+    assert first.returncode == second.returncode == 1, first.stdout[-2000:] + second.stdout[-2000:]
+    assert said == [f"/workers: not listed: {t1} (the router's log: Removed worker {t1}); not healthy: {t2} (the "
+                    f"router's log: HTTP health check failed for {t2}/health: Connection refused)",
+                    f"/workers: not listed: {t2} (the router's log: Health check failed: error sending request for "
+                    f"url ({t2}/health))"], said
+
+
 def roll(sandbox, hosts, links, index, knobs, *args, workers_extra=None, max_new_tokens=16):
     inv = write_inventory(sandbox, hosts, links, index, knobs=knobs, router={"retries": False})
     if workers_extra:

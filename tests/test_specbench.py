@@ -133,7 +133,7 @@ def _perf(tok_s, base=None, accept=3.0, c=1):
 
 
 def test_the_gate_refuses_the_0_61x_case_naming_the_figures():
-    from specops.flows.specbench import evaluate
+    from specops.flows.gate import evaluate
     (why,) = evaluate({"min_speedup": 1.0}, _perf(54.8, 90.0), None)
     assert why == "speedup 0.61x at concurrency 1 (54.8 tok/s with speculation, 90.0 without) is below min_speedup 1.0"
     assert evaluate({"min_speedup": 1.0}, _perf(120.0, 90.0), None) == []
@@ -142,7 +142,7 @@ def test_the_gate_refuses_the_0_61x_case_naming_the_figures():
 
 
 def test_the_gate_compares_with_the_previous_release():
-    from specops.flows.specbench import evaluate
+    from specops.flows.gate import evaluate
     gate = {"max_regression_pct": 10}
     (why,) = evaluate(gate, _perf(80.0), _perf(100.0))
     assert why == "80.0 tok/s at concurrency 1 is 20% below the previous release's 100.0 (max_regression_pct 10)"
@@ -153,6 +153,20 @@ def test_the_gate_compares_with_the_previous_release():
     assert evaluate(gate, _perf(80.0), None) == []           # nothing to compare with
     assert evaluate({"min_accept_length": 2.0}, _perf(100.0, accept=1.5), None) == [
         "accept length 1.5 at concurrency 1 is below min_accept_length 2.0"]
+
+
+def test_a_passing_gate_names_the_figures_that_passed_it():
+    """Issue 24 (a new user's rough edge): `deploy --bench` said nothing of a gate that passed."""
+    from specops.flows.gate import checks
+    gate = {"min_speedup": 1.0, "min_accept_length": 2.0, "max_regression_pct": 10}
+    assert checks(gate, _perf(120.0, 90.0, accept=3.0), _perf(100.0)) == [
+        (True, "speedup 1.33x at concurrency 1 (120.0 tok/s with speculation, 90.0 without) meets min_speedup 1.0"),
+        (True, "accept length 3.0 at concurrency 1 meets min_accept_length 2.0"),
+        (True, "120.0 tok/s at concurrency 1 is 20% above the previous release's 100.0 (max_regression_pct 10)")]
+    assert checks({"max_regression_pct": 10}, _perf(95.0), None) == [
+        (True, "max_regression_pct 10 not checked: no earlier record at concurrency 1")]
+    assert checks({"max_regression_pct": 10}, {**_perf(50.0), "load": {"requests": 8}}, _perf(100.0)) == [
+        (True, "max_regression_pct 10 not checked: the previous record ran another load")]
 
 
 def test_the_verdict_is_one_plain_line():
@@ -240,7 +254,7 @@ def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
 
 
 def test_two_releases_are_compared_beside_their_speed():
-    from specops.output.perflines import compare
+    from specops.output.releases import compare
     old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
            "files": {"/opt/p/qwen3.py": "aa", "/etc/u": "bb"}, "perf": {"sglang": _perf(100.0, accept=3.0)}}
     new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
@@ -248,6 +262,36 @@ def test_two_releases_are_compared_beside_their_speed():
     assert compare(old, new) == ["sglang speculative_num_steps: 3 -> 5", "package sglang: 0.5.22 -> 0.5.23",
                                  "file /opt/p/qwen3.py: changed",
                                  "sglang tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
+
+
+def test_releases_into_a_pipe_are_whole_lines_and_on_a_terminal_cut_between_words():
+    """Issue 24 (a new user's rough edge): `inv releases` cut every summary at 70 characters, in the
+    middle of a figure ("... (245.3 to").  Not on a terminal, lines are whole; on one, a summary is
+    shortened to the terminal's width after a whole word, and says so."""
+    from specops.output.releases import lines
+    why = ("sglang: gate: speedup 0.61x at concurrency 1 (245.3 tok/s with speculation, 402.7 without) "
+           "is below min_speedup 1.0")
+    releases = [{"stamp": "20261203T150000Z", "status": "deployed", "current": True, "services": ["sglang"],
+                 "summary": "/etc/systemd/system/sglang.service"},
+                {"stamp": "20261203T160000Z", "status": "rolled-back", "current": False, "services": ["sglang"],
+                 "summary": why}]
+    whole = lines("t4", releases)
+    assert whole[1].startswith("t4             20261203T160000Z  rolled-back sglang  ") and whole[1].endswith(why)
+    cut = lines("t4", releases, 100)
+    assert cut[0] == whole[0] and len(cut[1]) <= 100 and cut[1].endswith(" …"), cut
+    kept = cut[1][len("t4             20261203T160000Z  rolled-back sglang  "):-2]
+    assert why.startswith(kept) and why[len(kept)] == " " and len(kept) > 20, kept  # a whole word ends there
+
+
+def test_a_state_verified_twice_is_said_once_in_the_recap():
+    """Issue 24 (a new user's rough edge): after `deploy --bench`, whose baseline restarts and verifies
+    the service again, the recap said "sglang verified; sglang verified"."""
+    from specops.output.report import ROLLED_BACK, HostReport
+    r = HostReport("t4")
+    for note in ("sglang verified", "small verified", "sglang verified", "release 1", ROLLED_BACK,
+                 "sglang verified", "sglang verified"):
+        r.note_once(note)
+    assert r.notes == ["sglang verified", "small verified", "release 1", ROLLED_BACK, "sglang verified"]
 
 
 def test_perf_json_keeps_each_service_and_reads_the_old_single_service_file(tmp_path, monkeypatch):
@@ -300,7 +344,7 @@ def test_a_level_stops_when_the_server_goes_away():
 
 
 def test_the_gate_names_a_bench_with_no_level():
-    from specops.flows.specbench import evaluate
+    from specops.flows.gate import evaluate
     assert evaluate({"min_speedup": 1.0}, {"spec": []}, None) == ["the bench measured no level"]
 
 
@@ -348,7 +392,7 @@ def test_a_release_its_gate_refused_keeps_what_the_gate_measured(tmp_path, monke
 def test_releases_measured_with_different_loads_are_said_to_be_so():
     """Issue 24: `inv releases` compared accept length across releases measured with different
     loads without saying so; and a rolled-back release is compared by its figures only."""
-    from specops.output.perflines import compare, since
+    from specops.output.releases import compare, since
     load = {"concurrency": [1], "requests": 12, "max_new_tokens": 48, "seed": 0}
     old = {"stamp": "r1", "status": "deployed", "spec": {"sglang": {"tp_size": 1}},
            "perf": {"sglang": {**_perf(100.0, accept=3.0), "load": load}}}

@@ -42,7 +42,8 @@ def clean(text):
     """Host-controlled text with terminal control sequences removed (newlines and tabs kept)."""
     if not _CONTROL:
         import re
-        _CONTROL.append(re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]|\x1b\[[0-?]*[ -/]*[@-~]"))
+        # The whole sequence first: ESC alone would go and leave its "[2m" (a colour) in the text.
+        _CONTROL.append(re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]"))
     return _CONTROL[0].sub("", text)
 
 

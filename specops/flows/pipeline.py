@@ -9,6 +9,7 @@ from . import rolling
 from . import verify as verify_mod
 from ..errors import GateFailed, SpecopsError, UsageError
 from ..layout import WINDOW_PREFIX
+from ..output.report import ROLLED_BACK, shorten
 from ..run import HostRun
 
 
@@ -24,8 +25,10 @@ def deploy(run: HostRun, bench=None) -> None:
         perf = bench(run) if bench else []
     except SpecopsError as failure:
         if run.applied:
-            undo(run, ctx.release_dir, failure)
-        raise
+            undo(run, ctx.release_dir, failure)  # raises: what was undone, and whether that verifies
+        # A no-op deploy has nothing of its own to undo: what failed is what already ran.
+        run.report.notes.append("nothing to undo")
+        raise SpecopsError(f"{failure}; nothing to undo: this deploy changed nothing") from None
     if run.applied:
         record(run, ctx.release_dir, last=not perf)
     for i, result in enumerate(perf):
@@ -41,18 +44,17 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     """Put back what this deploy replaced, restart, verify the previous release, then fail."""
     stamp, previous = directory.rsplit("/", 1)[1], run.previous()
     run.say(f"ROLLING BACK: {failure}")
-    what = "gate" if isinstance(failure, GateFailed) else "verify"
     refs = list(services.unit_refs(run.host, run.quick).values())
     res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=refs,
                                  allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK,
-                                    manifest={"services": _names(run), "summary": f"{what} failed: {failure}"[:300]}))
+                                    manifest={"services": _names(run), "summary": shorten(str(failure), 300)}))
     for result in failure.measured if isinstance(failure, GateFailed) else []:
         # What the gate measured stays with the release it refused (else the page shows "-" for it).
         run.call(protocol.PerfRecord(perf=result, stamp=stamp))
     run.applied = []
-    run.report.notes.append("rolled back")
+    run.report.notes.append(ROLLED_BACK)
     if res.current is None:  # the first deploy: nothing of specops's ran before it
         raise SpecopsError(f"{failure}; rolled back to the state before this deploy (no earlier release "
                            f"to verify)") from None
@@ -71,7 +73,7 @@ def record(run: HostRun, directory: str, last: bool = True) -> None:
                 "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
                 "verified": [{k: r.get(k) for k in ("name", "checks", "generate", "notes")}
                              for r in run.report.extra.get("verify") or []],
-                "summary": ", ".join(c["target"] for c in run.report.changes if c["changed"])[:300]}
+                "summary": shorten(", ".join(c["target"] for c in run.report.changes if c["changed"]), 300)}
     res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
                                           previous=run.previous(), manifest=manifest), last=last)
     run.report.notes.append(f"release {res.stamp}")

@@ -17,8 +17,7 @@ from pathlib import Path
 from . import pipeline, rolling
 from .. import protocol, services
 from ..remote import shipping
-from . import verify as verify_mod
-from ..errors import GateFailed, SpecopsError, UsageError
+from ..errors import SpecopsError, UsageError
 from ..layout import BASELINE_PREFIX
 
 PROMPTS = Path(__file__).resolve().parents[2] / "files" / "prompts.json"
@@ -193,66 +192,3 @@ def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
     run.report.notes.append(f"perf.json in release {rec.stamp}")
     run.report.extra["spec_bench"] = {k: out[k] for k in ("speedup", "verdict", "accept_length")}
     return out
-
-
-def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
-    """What of a service's gate a spec-bench result fails, one line each (empty: it passes).
-    gate: {min_speedup, at_concurrency, min_accept_length, max_regression_pct}, each optional."""
-    levels = {lv["concurrency"]: lv["figures"] for lv in perf["spec"]}
-    if not levels:
-        return ["the bench measured no level"]
-    c = gate.get("at_concurrency") or min(levels)
-    if c not in levels:
-        return [f"the gate is at concurrency {c}, which the bench did not measure"]
-    out, where = [], f"at concurrency {c}"
-    if gate.get("min_speedup") is not None:
-        gain = (perf.get("speedup") or {}).get(str(c))
-        base = {lv["concurrency"]: lv["figures"] for lv in perf.get("baseline") or []}.get(c)
-        if gain is None:
-            out.append(f"min_speedup needs a baseline {where}, and there is none")
-        elif gain < gate["min_speedup"]:
-            out.append(f"speedup {gain:.2f}x {where} ({levels[c]['output_tok_s']:.1f} tok/s with speculation, "
-                       f"{base['output_tok_s']:.1f} without) is below min_speedup {gate['min_speedup']}")
-    if gate.get("min_accept_length") is not None:
-        accept = levels[c].get("accept_length")
-        if accept is None or accept < gate["min_accept_length"]:
-            out.append(f"accept length {accept if accept is None else round(accept, 2)} {where} is below "
-                       f"min_accept_length {gate['min_accept_length']}")
-    if gate.get("max_regression_pct") is not None and previous:
-        before = {lv["concurrency"]: lv["figures"] for lv in previous.get("spec", [])}.get(c)
-        if before and before["output_tok_s"] > 0:
-            drop = 100.0 * (before["output_tok_s"] - levels[c]["output_tok_s"]) / before["output_tok_s"]
-            if drop > gate["max_regression_pct"]:
-                out.append(f"{levels[c]['output_tok_s']:.1f} tok/s {where} is {drop:.0f}% below the previous "
-                           f"release's {before['output_tok_s']:.1f} (max_regression_pct {gate['max_regression_pct']})")
-    return out
-
-
-def gated(run) -> list[dict]:
-    """`inv deploy --bench`, after verify: each service with a `gate` is measured (with its baseline
-    when the gate asks for a speedup) and held to it; a failure is raised like a failed verify."""
-    # The release this deploy replaces (or, a no-op, the one it keeps): its record is "previous".
-    current = next((r for r in run.call(protocol.Releases()).releases if r["current"]), None)
-    results, failures = [], []
-    for _, svc in services.of_host(run.host):
-        gate = svc.get("gate")
-        if not gate:
-            continue
-        if not svc.get("speculative"):
-            raise SpecopsError(f"{svc['name']}: a gate measures speculative decoding, and the service runs none")
-        load = Load(**(gate.get("load") or {}))
-        spec = measure(run, svc, load)
-        base = baseline(run, svc, load, verify_mod.checks(run) if run.applied else None) \
-            if gate.get("min_speedup") is not None else None
-        perf = result(run, svc, load, spec, base)
-        run.say(perf["verdict"])
-        previous = ((current or {}).get("perf") or {}).get(svc["name"])
-        if previous and previous.get("load") != perf["load"] and gate.get("max_regression_pct") is not None:
-            run.say(f"{svc['name']}: max_regression_pct not checked: the previous record ran another load")
-            previous = None
-        fails = evaluate(gate, perf, previous)
-        failures += [f"{svc['name']}: gate: {f}" for f in fails]
-        results.append(perf)
-    if failures:
-        raise GateFailed("; ".join(failures), results)
-    return results

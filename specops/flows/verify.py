@@ -53,6 +53,6 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
         if s.failures:
             failed.append(f"{s.name}: {'; '.join(s.failures)}")
         else:
-            run.report.notes.append(f"{s.name} verified")
+            run.report.note_once(f"{s.name} verified")
     if failed:
         raise SpecopsError("verify failed: " + " | ".join(failed))

@@ -12,6 +12,7 @@ from ..remote import become
 from .. import services
 from ..ops import Change
 
+ROLLED_BACK = "rolled back"  # the note after which a host runs another release than the one it verified
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0, DEL, C1 (\x9b: CSI)
 
 
@@ -46,6 +47,16 @@ def _forms(secret: str) -> set[str]:
              "".join("\\" + c if c in '"\\`$' else c for c in secret),  # an env file's quoting
              secret.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%")}  # a unit's
     return {f for f in forms if len(f) >= 4}
+
+
+def shorten(text: str, room: int) -> str:
+    """`text` in `room` characters, cut after a whole word or item and marked with an ellipsis
+    (never inside a figure or a path); text with no place to cut stays whole."""
+    if len(text) <= room:
+        return text
+    cut = text[:max(room, 1) - 1]
+    at = cut.rfind(" ")
+    return text if at <= 0 else cut[:at].rstrip(",;:") + " …"
 
 
 class Reporter:
@@ -93,6 +104,14 @@ class HostReport:
     last_line: str = ""          # the last thing said about this host
     cut: str | None = None       # "interrupted" | "not started": what Ctrl-C left of this host's run
     at_cut: dict = field(default_factory=dict)
+
+    def note_once(self, text: str) -> None:
+        """A note said once per release run: verifying the same release again (after spec-bench's
+        baseline restarted it) adds nothing; after a rollback another release runs."""
+        since = self.notes[len(self.notes) - self.notes[::-1].index(ROLLED_BACK):] \
+            if ROLLED_BACK in self.notes else self.notes
+        if text not in since:
+            self.notes.append(text)
 
     def said(self, text: str) -> None:
         if self.cut:  # after Ctrl-C: what the run did about it (a lock given back, a service restored)

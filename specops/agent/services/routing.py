@@ -14,7 +14,7 @@ import time
 
 from specops import protocol
 from specops.agent.services import listeners
-from specops.agent.host import ActionError, clean, say
+from specops.agent.host import ActionError, clean, run_quiet, say
 from specops.agent.services.procs import Unit
 from specops.agent.services.service_http import _http, api_key
 
@@ -54,11 +54,64 @@ def members_check(svc, report, key, listener):
             report.checks.append("%s: %d worker(s), all healthy" % (svc.endpoints.members, len(svc.members)))
             return True
         if time.time() > deadline:
+            said = said_of(svc.name, missing + sick)
+
+            def named(urls):
+                return ", ".join(u + (" (the router's log: %s)" % said[u] if u in said else "") for u in urls)
             report.failures.append("%s: %s" % (svc.endpoints.members, error or "; ".join(
-                (["not listed: " + ", ".join(missing)] if missing else []) +
-                (["not healthy: " + ", ".join(sick)] if sick else []))))
+                (["not listed: " + named(missing)] if missing else []) +
+                (["not healthy: " + named(sick)] if sick else []))))
             return False
         time.sleep(0.5)
+
+
+# What sglang-router 0.3.2 logs of a worker it cannot use, as it runs (tracing's lines: time, level,
+# target, source file and line, message):
+#   WARN smg::workflow::event: .../event.rs:233: Step failed ... step_id=detect_connection_mode error="Step failed:
+#     detect_connection_mode - Both HTTP and gRPC health checks failed for URL: HTTP: Health check failed: error
+#     sending request for url (URL/health), gRPC: ..." will_retry=true          (registering it: never listed)
+#   WARN smg::core::worker: .../worker.rs:948: HTTP health check failed for URL/health: reqwest::Error { ...
+#     message: "Connection refused" }) }                                         (listed, then not healthy)
+#   INFO smg::core::steps::worker::local::update_remaining_policies: ...: Removed worker URL   (DELETE /workers/<id>)
+_SAID = re.compile(r"\b(?:WARN|ERROR)\b.*?\.rs:\d+: (.*)|\bINFO\b.*?\.rs:\d+: (Removed worker .*)")
+
+
+def said_of(unit, urls):
+    """url → why the router (this run of its unit) last said it could not use it, from its log."""
+    invocation = Unit(unit).current
+    if not urls or not invocation:
+        return {}
+    # --all: every line as logged, colour sequences and all (clean() removes them); -n: a router logs
+    # two lines per request it serves, and the last of these are enough
+    _, out = run_quiet(["journalctl", "_SYSTEMD_INVOCATION_ID=" + invocation, "--all", "-o", "cat", "--no-pager",
+                        "-n", "20000"], timeout=20)
+    return said_in(out, urls)
+
+
+def said_in(log, urls):
+    """url → the reason the last line of `log` that names it gives (see _SAID)."""
+    found = {}
+    for line in clean(log).splitlines():
+        said = _SAID.search(line)
+        for url in urls:
+            if said and re.search(re.escape(url) + r"(?!\d)", line):  # (?!\d): not a longer port
+                found[url] = _reason(said.group(1) or said.group(2))
+    return found
+
+
+def _reason(message):
+    """The part of a router's log message that says why: the HTTP attempt's error (a worker URL is
+    http://, so its gRPC attempt says nothing more), and the OS's word for a failed connect."""
+    error = re.search(r'error="((?:[^"\\]|\\.)*)"', message)
+    if error:
+        message = re.sub(r'\\(.)', r'\1', error.group(1))
+    http_part = re.search(r"\bHTTP: (.*?), gRPC: ", message)
+    if http_part:
+        message = http_part.group(1)
+    os_error = re.search(r'^(.*?): reqwest::Error \{.*?message: "([^"]*)"', message)
+    if os_error:
+        message = "%s: %s" % os_error.groups()
+    return message[:300]
 
 
 class Guarded:

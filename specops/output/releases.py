@@ -1,10 +1,34 @@
-"""spec-bench records in the lines `inv releases` prints: one line per record (`perf_line`), and
-per release what changed since the last one measured (`since`, `compare`), saying so when the
-two were measured with different loads."""
+"""What `inv releases` prints: each host's releases, newest last (* marks current), with the
+spec-bench record each keeps (`perf_line`) and what changed since the last deployed release measured
+(`since`, `compare`), saying so when the two were measured with different loads."""
 from __future__ import annotations
+
+import shutil
+import sys
 
 from ..protocol import ROLLED_BACK
 from .perfpage import load_differences, load_value
+from .report import shorten
+
+
+def width() -> int | None:
+    """A terminal's width, to which a release's summary is shortened; None when the output is not a
+    terminal (a pipe, a file): lines whole, for grep and scripts."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def lines(host: str, releases: list[dict], columns: int | None = None) -> list[str]:
+    """The listing of one host's releases; `columns`: see width()."""
+    out = []
+    for rel in releases:
+        head = f"{host:<12} {'*' if rel['current'] else ' '} {rel['stamp']}  {rel['status']:<11} " \
+               f"{', '.join(rel['services'])}  "
+        out.append(head + (shorten(rel["summary"], columns - len(head)) if columns else rel["summary"]))
+        for name, perf in sorted((rel.get("perf") or {}).items()):
+            out.append(f"{'':<14} perf {name}: {perf_line(perf)}")
+        stamp, changed = since(releases, rel)
+        out += [f"{'':<16} since {stamp}: {line}" for line in changed]
+    return out
 
 
 def perf_line(perf: dict) -> str:
