@@ -104,8 +104,8 @@ def test_status_names_a_worker_the_router_lost(sandbox, routed):
         time.sleep(0.5)
     st = sandbox.inv("status", "--host", ROUTER, inventory=inv)
     assert f"t2/sglang (http://{links['t2']}:30000): NOT in the router" in st.stdout, st.stdout
-    res = sandbox.inv("verify", "--host", ROUTER, inventory=inv)
-    assert res.returncode != 0 and "not listed: http://" in res.stdout + res.stderr, res.stdout[-2000:]
+    # (what verify says of it: test_verify_says_why_the_router_does_not_use_a_worker, which waits
+    # 20 s for the worker to come back, not the default 120 s this one waited)
 
 
 def test_verify_says_why_the_router_does_not_use_a_worker(sandbox, routed):
