@@ -2,6 +2,7 @@
 sources: no fleet needed.  The fleet test is tests/test_peercopy_fleet.py."""
 import json
 import os
+import re
 import time
 
 import pytest
@@ -70,6 +71,38 @@ def test_stale_grants_are_swept_by_the_next_grant_or_revoke(peer):
     assert "00000000000000bb" not in text and "00000000000000cc" in text and "00000000000000dd" in text
     assert peer_keys.revoke({"id": "00000000000000ee"}, home=str(home)) == {"removed": 0}
     assert "00000000000000cc" in keys.read_text()  # not expired, not this revoke's: kept
+    # cc's time passes; a revoke of another grant (dd's) is the only edit, and takes cc too.
+    expire(keys, "00000000000000cc")
+    assert peer_keys.revoke({"id": "00000000000000dd"}, home=str(home)) == {"removed": 2}
+    assert "specops-peer" not in keys.read_text()
+    # And a revoke of a key no longer there (its copy's revoke came first) still sweeps.
+    grant(home, model, "00000000000000ff", **{"for": "other"})
+    expire(keys, "00000000000000ff")
+    assert peer_keys.revoke({"id": "00000000000000ee"}, home=str(home)) == {"removed": 1}
+    assert keys.read_text() == ""
+
+
+def expire(keys, key_id):
+    """Make the grant of key_id one whose time has passed (its EPOCH a second ago)."""
+    lines = keys.read_text().splitlines(True)
+    (i, line), = [(i, l) for i, l in enumerate(lines) if f"specops-peer:{key_id}:" in l]
+    mark = line.split()[-1].split(":")
+    lines[i] = line.replace(":".join(mark), ":".join(mark[:2] + [str(int(time.time()) - 1)] + mark[3:]))
+    keys.write_text("".join(lines))
+
+
+def test_a_grant_expires_ten_minutes_from_now_by_the_clock(peer):
+    """The bound is the wall clock's, read here: not what grant() answered."""
+    home, model = peer
+    before = time.time()
+    got = grant(home, model)
+    after = time.time()
+    line = (home / ".ssh" / "authorized_keys").read_text()
+    expiry = re.search(r'expiry-time="([0-9]{14})"', line).group(1)
+    sshd_reads = time.mktime(time.strptime(expiry, "%Y%m%d%H%M%S"))  # local time, as sshd reads it
+    epoch = int(line.split()[-1].split(":")[2])  # what the sweeps read
+    for deadline in (sshd_reads, epoch):
+        assert before + 600 - 1 <= deadline <= after + 600, (deadline - before, got["expires"])
 
 
 @pytest.mark.parametrize("over, error", [
@@ -111,6 +144,28 @@ def test_a_linked_authorized_keys_is_not_followed(peer, tmp_path):
     with pytest.raises(peer_keys.Refused, match="a link is not followed"):
         grant(home, model)
     assert target.read_text() == "untouched\n"
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_linked_ssh_directory_is_not_followed(peer, tmp_path, dangling):
+    """~/.ssh a link someone made (to a directory of theirs, or to where one would be made):
+    neither a grant nor a revoke goes through it, and nothing is made at its end."""
+    home, model = peer
+    theirs, expired_there = tmp_path / "theirs", "ssh-ed25519 AAAAtheirs x specops-peer:00000000000000aa:1:box\n"
+    if not dangling:
+        theirs.mkdir()
+        (theirs / "authorized_keys").write_text(expired_there)  # a sweep through the link would drop it
+    os.symlink(theirs, home / ".ssh")
+    with pytest.raises(peer_keys.Refused, match=r"\.ssh is not a directory \(a link is not followed\)"):
+        grant(home, model)
+    with pytest.raises(peer_keys.Refused, match=r"\.ssh is not a directory \(a link is not followed\)"):
+        peer_keys.revoke({"id": "00000000000000aa"}, home=str(home))
+    assert os.path.islink(home / ".ssh")
+    if dangling:
+        assert not os.path.lexists(theirs)
+    else:
+        assert os.listdir(theirs) == ["authorized_keys"]
+        assert (theirs / "authorized_keys").read_text() == expired_there
 
 
 def test_peer_sources_are_checked_before_connecting(tmp_path):

@@ -6,6 +6,7 @@ joins their namespaces (sandbox/peerlink.py).  The controller's side of each hos
 counts what passes through it; the peer link counts what went host to host."""
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,15 +42,15 @@ def pair(fleet):
     provision.write_known_hosts(fleet)
 
 
-def service(peer_address):
+def service(peer_address, **source):
     return sandbox_service(model_path=DEST, weights={"source": "peer", "host": "t2", "path": PEER_PATH,
-                                                     "address": peer_address})
+                                                     "address": peer_address, **source})
 
 
-def inventory(sandbox, peer_address):
+def inventory(sandbox, peer_address, **source):
     from sandbox import logins, provision
     t2 = {**provision.host_vars(sandbox.fleet["t2"]), **logins.host_vars("ubuntu-sudo")}
-    return sandbox.inventory({"t1": {"services": [service(peer_address)]}, "t2": t2})
+    return sandbox.inventory({"t1": {"services": [service(peer_address, **source)]}, "t2": t2})
 
 
 def deploy(sandbox, inv, *args, **kw):
@@ -139,14 +140,17 @@ def test_a_killed_copy_leaves_no_key_and_the_next_run_resumes(sandbox, pair):
 
     # rsync killed on the destination midway (as an OOM kill or an admin would): the run fails
     # in one line, the key is gone from both boxes, the cut file stays for the next run.
+    started = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "deploy", "--host", "t1"], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "SPECOPS_INVENTORY": str(inv)})
     assert _copied_some(dest), "the copy never started"
-    assert [line for line in peer.run("cat", KEYS).stdout.splitlines() if "specops-peer" in line]  # granted
+    granted = [line for line in peer.run("cat", KEYS).stdout.splitlines() if "specops-peer" in line]
+    seen = time.time()
     dest.run("pkill", "-TERM", "-x", "rsync")
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == 1 and "copy from t2:/models/peer-llama failed (rsync exit" in out, out[-2000:]
+    _expires_ten_minutes_after(peer, granted, started, seen)
     assert peer.run("cat", KEYS).stdout == keys_before and not left_behind(dest, peer)
 
     peerlink.shape(peer, dest, None)
@@ -180,6 +184,46 @@ def test_a_killed_copy_leaves_no_key_and_the_next_run_resumes(sandbox, pair):
     res, rep = deploy(sandbox, inv)
     assert res.returncode == 0, res.stdout[-3000:]
     assert peer.run("cat", KEYS).stdout == keys_before and not left_behind(dest, peer)
+
+
+def test_a_peer_presenting_another_host_key_is_refused(sandbox, pair):
+    """Something else answers at the peer's address on the link, with a host key of its own (here
+    a second sshd on the peer, port 2222: the same users and authorized_keys, another host key).
+    The destination's ssh accepts only the key the controller's own connection accepted: the copy
+    is refused in one line and nothing comes over (with StrictHostKeyChecking=no it goes through)."""
+    dest, peer, address = pair
+    keys_before = peer.run("cat", KEYS).stdout
+    dest.run("rm", "-rf", DEST, "/var/lib/specops/weights")
+    peer.run("rm", "-f", "/etc/ssh/impostor_key", "/etc/ssh/impostor_key.pub")
+    peer.run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "impostor", "-f", "/etc/ssh/impostor_key")
+    peer.run("/usr/sbin/sshd", "-h", "/etc/ssh/impostor_key", "-o", f"ListenAddress={address}:2222",
+             "-o", "PidFile=/run/sshd-impostor.pid")
+    try:
+        over_link = peerlink.link_bytes(dest, peer)
+        res, rep = deploy(sandbox, inventory(sandbox, address, port=2222))
+        over_link = peerlink.link_bytes(dest, peer) - over_link
+    finally:
+        peer.run("sh", "-c", "kill $(cat /run/sshd-impostor.pid)", check=False)
+    said = f"copy from t2:{PEER_PATH} failed (rsync exit 255): the peer's host key at {address} is not the one " \
+        "the controller accepted"
+    assert res.returncode == 1 and said in rep["error"] and "\n" not in rep["error"], res.stdout[-3000:]
+    assert f"FAILED: {rep['error']}" in res.stdout and "Traceback" not in res.stdout + res.stderr
+    found = dest.run("sh", "-c", f"find {DEST} -type f 2>/dev/null || true").stdout.split()
+    assert not found and over_link < 64 << 10, (found, over_link)  # an SSH handshake, no weights
+    assert peer.run("cat", KEYS).stdout == keys_before and not left_behind(dest, peer)
+
+
+def _expires_ten_minutes_after(peer, granted, since, seen):
+    """The one grant's expiry by the wall clock: ten minutes after it was made (after `since`, the
+    run's start, and before `seen`), as sshd reads it (expiry-time, the peer's local time) and as
+    the sweeps do (EPOCH)."""
+    (line,) = granted
+    epoch = int(line.split()[-1].split(":")[2])
+    t = re.search(r'expiry-time="([0-9]{14})"', line).group(1)
+    sshd_reads = int(peer.run("env", "-u", "TZ", "date", "-d", f"{t[:8]} {t[8:10]}:{t[10:12]}:{t[12:]}",
+                              "+%s").stdout)
+    for deadline in (sshd_reads, epoch):
+        assert since + 600 - 1 <= deadline <= seen + 600, (deadline - since, line)
 
 
 def _copied_some(dest, timeout=60):
