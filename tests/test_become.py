@@ -102,7 +102,7 @@ def test_ini_values_are_typed_as_ansible_types_them(tmp_path):
     ("123", 123), ("-1.5", -1.5), ("0x1f", 31), ("True", True), ("None", None),
     ("true", "true"), ("yes", "yes"),                     # not Python literals: the text
     ("'5'", "5"), ('"a b"', "a b"), ("[1, (2, 3)]", [1, [2, 3]]), ("{'k': (1,)}", {"k": [1]}),
-    ("1,2", [1, 2]),                                       # a tuple, so a list (quote it for a string)
+    ("1,2", [1, 2]), ("{1}", [1]),                         # a tuple or a set, so a list (quote it for a string)
     ("1+2j", "(1+2j)"), ("...", "..."), ("b'x'", "x"),     # what Ansible turns back into text
     ("{(1, 2): 3}", {(1, 2): 3}),                          # a key as it is
     ("malformed{dict", "malformed{dict"), ("~/.ssh/id", "~/.ssh/id"), ("", ""),

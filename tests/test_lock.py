@@ -108,32 +108,33 @@ def test_break_lock_takes_a_live_lock():
 # ---- two agents at once, on the real flock (issue 24, item 3) ----
 
 def _agent(call, hold, conn):
-    """One agent's request, in a process of its own.  With `hold` it stops at its first write of
-    holder.json (the lock it judged is read, and for a take-over its new lock directory made) and
-    goes on when told."""
+    """One agent's request, in a process of its own.  With `hold` (the name of the lock module's
+    function that changes the lock on disk: "_write" or "_remove") it stops at its first call of it
+    (the lock it judged is read, and for a take-over its new lock directory made) and goes on when
+    told."""
     if hold:
-        real = lock._write
+        real = getattr(lock, hold)
 
-        def held(data):
-            lock._write = real
+        def held(*args):
+            setattr(lock, hold, real)
             conn.send("holding")
             conn.recv()
-            real(data)
-        lock._write = held
+            return real(*args)
+        setattr(lock, hold, held)
     try:
         conn.send(("done", call()))
     except BaseException as e:
         conn.send(("raised", repr(e)))
 
 
-def race(first, second, timeout=60.0):
+def race(first, second, timeout=60.0, hold="_write"):
     """`first` and `second` in two processes, `second` made while `first` is between its read and its
     write; `first` goes on once `second` has finished (nothing kept it out) or waits for LOCK_GUARD's
     flock.  Events, not sleeps: a loaded machine gives the same order.  Their results, in order."""
     ctx = multiprocessing.get_context("fork")
     (one, one_end), (two, two_end) = ctx.Pipe(), ctx.Pipe()
-    procs = [ctx.Process(target=_agent, args=(first, True, one_end)),
-             ctx.Process(target=_agent, args=(second, False, two_end))]
+    procs = [ctx.Process(target=_agent, args=(first, hold, one_end)),
+             ctx.Process(target=_agent, args=(second, None, two_end))]
     try:
         procs[0].start()
         assert one.poll(timeout) and one.recv() == "holding", "the first never reached its write"
@@ -183,3 +184,16 @@ def test_a_renewal_racing_a_take_over_does_not_win_the_lock_back():
     assert on_disk()["token"] == "b"
     held, by = lock.check("a")
     assert held is False and by["who"] == "b@here"  # a is refused at its next request
+
+
+def test_a_release_racing_a_take_over_does_not_remove_the_new_holders_lock(monkeypatch):
+    """`a` gives its lock back (its token read and matched) and is held before removing it; `b`
+    breaks the lock meanwhile.  With the flock `b` waits, then finds the lock free and takes it;
+    without it (review of issue 24: `_release` unguarded left every test green) `b` took a's lock
+    over and a's release then removed b's: b was told it held a lock that no longer existed."""
+    lock.acquire(holder("a"))
+    monkeypatch.setattr(lock, "running", lambda wait=0.0: [])  # no commands of either run still running
+    (released, left), b = race(lambda: lock.release("a"), lambda: lock.acquire(holder("b"), take_over=True),
+                               hold="_remove")
+    assert released is True and left == [] and b["acquired"] and b["token"] == "b", b
+    assert on_disk()["token"] == "b" and lock.check("b") == (True, None)
