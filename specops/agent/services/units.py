@@ -127,13 +127,16 @@ def stop_unit(ref, others=(), measure=True):
     return report
 
 
-def _load_as_written(name):
-    """A unit whose file changed since systemd loaded it (a run cut between the file's rename and
-    its daemon-reload, or a hand edit) would start as loaded, not as written, and nothing after
-    would reload it: the file on disk is already as the inventory wants.  Reload it first."""
+def _start(name):
+    """Start the unit as written, and record its run.  A unit whose file changed since systemd
+    loaded it (a run cut between the file's rename and its daemon-reload, or a hand edit) would
+    start as loaded, and nothing after would reload it: the file on disk is already as the
+    inventory wants.  So it is reloaded first."""
     if show(name, "NeedDaemonReload").get("NeedDaemonReload") == "yes":
         say("  daemon-reload: %s's unit file changed since systemd loaded it" % name)
         run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
+    run_streamed(["systemctl", "start", name], "start " + name)
+    remember_invocation(name)
 
 
 def start_unit(ref, others=()):
@@ -143,9 +146,7 @@ def start_unit(ref, others=()):
         say("  %s: killed leftover pid %d (%s) of an earlier run with %s" % (ref.name, k.pid, k.title, k.signal))
     if report.failures:
         raise ActionError("start %s: %s" % (ref.name, "; ".join(report.failures)))
-    _load_as_written(ref.name)
-    run_streamed(["systemctl", "start", ref.name], "start " + ref.name)
-    remember_invocation(ref.name)
+    _start(ref.name)
 
 
 def restart(ref, others=()):
@@ -158,9 +159,7 @@ def restart(ref, others=()):
             "runs here, so it was left alone" % (p.pid, p.title, p.user, p.mib if p.mib is not None else "?"))
     if report.failures:
         raise ActionError("restart %s: %s" % (ref.name, "; ".join(report.failures)))
-    _load_as_written(ref.name)
-    run_streamed(["systemctl", "start", ref.name], "start " + ref.name)
-    remember_invocation(ref.name)
+    _start(ref.name)
 
 
 def _unowned_failures(report):
