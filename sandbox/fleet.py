@@ -7,6 +7,8 @@ the sandbox controller key in authorized_keys.  Everything is named with the
 """
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -70,6 +72,20 @@ def sh(*argv: str, check: bool = True, quiet: bool = False) -> subprocess.Comple
     return res
 
 
+def built_once(build):
+    """Runs `build` holding a lock of its own in the cache: two test workers (pytest -n) that want
+    the same cached build at once get one build, the second finding it complete.  `build` itself
+    returns early when its result is complete."""
+    @functools.wraps(build)
+    def locked(*args, **kwargs):
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with open(CACHE / f".{build.__module__}.{build.__qualname__}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return build(*args, **kwargs)
+    return locked
+
+
+@built_once
 def rootfs() -> Path:
     """The cached Debian root, built once by debootstrap (about a minute)."""
     key = hashlib.sha256(f"{SUITE}:{','.join(PACKAGES)}".encode()).hexdigest()[:10]
@@ -110,6 +126,7 @@ def _prepare_base(root: Path) -> None:
         os.symlink("/dev/null", root / "etc/systemd/system" / unit)
 
 
+@built_once
 def controller_key() -> Path:
     """The sandbox controller's SSH key, made once (shared by every site)."""
     key = STATE / "id_ed25519"
@@ -267,10 +284,10 @@ class Fleet:
         return next(h for h in self.hosts if h.name == name)
 
     def up(self) -> "Fleet":
+        raise_inotify_limit(len(self.hosts))  # first: another site's hosts may be booting too
         sweep(self.site)
         lowers = self.layers + [rootfs()]
         controller_key()
-        raise_inotify_limit(len(self.hosts))
         t0 = time.monotonic()
         with ThreadPoolExecutor(max(1, len(self.hosts))) as pool:
             failed = [e for e in pool.map(lambda h: self._try_up(h, lowers), self.hosts) if e]

@@ -95,6 +95,7 @@ def build_repos(root: Path) -> dict[str, str]:
     return shas
 
 
+@fleet.built_once
 def olah_venv() -> Path:
     """olah in a venv of its own, cached."""
     venv = fleet.CACHE / f"olah-venv-{OLAH.split('==')[1]}"
@@ -112,6 +113,9 @@ class Hub:
     def __init__(self, site: fleet.Site = fleet.DEFAULT_SITE):
         self.site = site
         self.dir = site.state / "hub"
+        # olah listens on loopback only (hosts reach it through the gate), at an address of the
+        # site's own: two sites' hubs (two test workers) run side by side.
+        self.olah = f"127.0.{site.subnet.split('.')[2]}.1:{OLAH_PORT}"
         self.procs: list[subprocess.Popen] = []
 
     @property
@@ -125,7 +129,7 @@ class Hub:
         self.shas = build_repos(self.dir / "mirrors")
         netloc = f"{fleet.service_address(self.site)}:{GATE_PORT}"
         (self.dir / "configs.toml").write_text(
-            f'[basic]\nhost = "127.0.0.1"\nport = {OLAH_PORT}\nrepos-path = "{self.dir / "repos"}"\n'
+            f'[basic]\nhost = "{self.olah.split(":")[0]}"\nport = {OLAH_PORT}\nrepos-path = "{self.dir / "repos"}"\n'
             f'mirror-scheme = "http"\nmirror-netloc = "{netloc}"\nmirror-lfs-netloc = "{netloc}"\n'
             f'mirrors-path = ["{self.dir / "mirrors"}"]\n\n[accessibility]\noffline = true\n\n'
             '[[accessibility.proxy]]\nrepo = ".*"\nallow = true\nuse_re = true\n\n'
@@ -135,9 +139,9 @@ class Hub:
         self.procs.append(subprocess.Popen([str(olah_venv() / "bin/olah-cli"), "-c", str(self.dir / "configs.toml")],
                                            cwd=self.dir, stdout=log, stderr=log))
         self.procs.append(subprocess.Popen([sys.executable, "-m", "sandbox.hubgate", fleet.service_address(self.site),
-                                            str(GATE_PORT), str(OLAH_PORT), str(self.dir)],
+                                            str(GATE_PORT), self.olah, str(self.dir)],
                                            cwd=Path(__file__).resolve().parent.parent, stdout=log, stderr=log))
-        self._wait(f"http://127.0.0.1:{OLAH_PORT}/api/models/sandbox/tiny-llama/revision/main")
+        self._wait(f"http://{self.olah}/api/models/sandbox/tiny-llama/revision/main")
         self._wait(f"{self.url}/api/models/sandbox/tiny-llama/revision/main")
         return self
 

@@ -18,7 +18,7 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "conte
 RESOLVE = re.compile(r"^/(?:api/models/)?([^/]+/[^/]+)/(?:resolve|revision|tree|paths-info)/")
 
 
-def main(address: str, port: int, olah_port: int, hub: Path) -> None:
+def main(address: str, port: int, olah: str, hub: Path) -> None:
     served = [0]
 
     class Gate(BaseHTTPRequestHandler):
@@ -56,7 +56,7 @@ def main(address: str, port: int, olah_port: int, hub: Path) -> None:
             evil = self.path.startswith(f"/api/models/{ESCAPE}/")
             if evil:  # a hostile listing: the target's, plus a name that climbs out of the directory
                 self.path = self.path.replace(ESCAPE, "sandbox/tiny-llama", 1)
-            conn = http.client.HTTPConnection("127.0.0.1", olah_port, timeout=60)
+            conn = http.client.HTTPConnection(olah, timeout=60)
             # Host kept: olah builds its redirects from it, and they must point back here.
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("range", "accept-encoding")}
             conn.request(self.command, self.path, headers=headers)
@@ -127,4 +127,4 @@ def _range_start(header: str | None) -> int:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))

@@ -32,6 +32,7 @@ def _project(wheel: Path) -> str:
     return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
 
 
+@fleet.built_once
 def real_wheels(wanted: list[str] = REAL, name: str = "real") -> Path:
     """Real wheels with their dependencies, cached: by default the CPU torch 2.13.0 and
     flash-linear-attention 0.6.0; HUB is what the hosts' weights tool venv installs."""
@@ -53,8 +54,9 @@ def real_wheels(wanted: list[str] = REAL, name: str = "real") -> Path:
     return path
 
 
-def standin_wheels() -> Path:
-    path = fleet.CACHE / "wheels-standin"
+def standin_wheels(path: Path) -> Path:
+    """The stand-in torch wheels and the simulator's, built afresh into `path` (the site's own: the
+    simulator may have changed since the last run)."""
     shutil.rmtree(path, ignore_errors=True)
     version, variants = STANDIN_TORCH
     for v in variants:
@@ -68,7 +70,7 @@ def build(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     (root / "files").mkdir(parents=True)
     by_index: dict[str, dict[str, list[Path]]] = {}
-    wheels = [*standin_wheels().glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl"),
+    wheels = [*standin_wheels(root.parent / "wheels-standin").glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl"),
               *real_wheels(ROUTER, "router").glob("*.whl")]
     for wheel in sorted(set(wheels), key=lambda w: (w.name, str(w))):
         if (root / "files" / wheel.name).exists():

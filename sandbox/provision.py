@@ -65,6 +65,7 @@ SIM_REQUIRES = ["setproctitle==1.3.6"]
 SIM_DEP_TARGETS = [("3.11", "cp", "cp311"), ("3.9", "pp", "pypy39_pp73")]
 
 
+@fleet.built_once
 def sim_deps() -> Path:
     """The simulator's dependencies as wheels, downloaded once from PyPI and cached."""
     key = hashlib.sha256(json.dumps([SIM_REQUIRES, SIM_DEP_TARGETS]).encode()).hexdigest()[:10]
@@ -112,6 +113,7 @@ def _write_common(upper: Path, models: bool = True) -> None:
         _write_models(upper / "models")
 
 
+@fleet.built_once
 def controller_models() -> Path:
     """The tiny models as a user keeps them on the controller, to push to a bare host."""
     root = fleet.CACHE / "controller-models"
@@ -137,6 +139,7 @@ LAYER_SCRIPTS = {
 }
 
 
+@fleet.built_once
 def layer(kind: str = "gpubox") -> Path:
     """The cached overlay layer: 'gpubox' (SGLang preinstalled), 'pypy' (in a PyPy venv) or
     'bare' (stand-in GPU and models, no venv: for bootstrap)."""

@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers, each with a sandbox fleet of its own (tests/conftest.py WORKER_SITES), taking whole
+# files, longest first: most of a fleet test's time is a host's wait, not this machine's CPU.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder "$@"

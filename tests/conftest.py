@@ -20,8 +20,15 @@ from specops.run import Options, Redactor, Reporter, run_hosts  # noqa: E402
 from specops import inventory as inventory_mod  # noqa: E402
 
 FLEET_HOSTS = ["t1", "t2", "t3", "t4", "t5"]
-# Apart from `inv sandbox.up`'s site, so a user's sandbox and a test run never sweep each other.
-TEST_SITE = fleet_mod.Site("sot", "192.168.235", Path("/var/lib/specops-test"))
+# Apart from `inv sandbox.up`'s site, so a user's sandbox and a test run never sweep each other;
+# each test worker (scripts/test.sh runs two, pytest-xdist) has a fleet, hub and index of its own.
+WORKER_SITES = {"gw0": fleet_mod.Site("sot", "192.168.235", Path("/var/lib/specops-test")),
+                "gw1": fleet_mod.Site("sou", "192.168.234", Path("/var/lib/specops-test-gw1"))}
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+if WORKER not in WORKER_SITES:
+    raise RuntimeError(f"test worker {WORKER}: the sandbox has sites for {len(WORKER_SITES)} workers "
+                       f"(tests/conftest.py WORKER_SITES); run with -n {len(WORKER_SITES)} or fewer")
+TEST_SITE = WORKER_SITES[WORKER]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,6 +39,7 @@ def pytest_collection_modifyitems(config, items):
         for mark in item.iter_markers("found"):
             if mark.args[0] not in FOUND:
                 raise pytest.UsageError(f"{item.nodeid}: found({mark.args[0]!r}): no such story in tests/reliability.py")
+    items.sort(key=_weight)
     fleet_items = [item for item in items if "fleet" in item.keywords]
     if os.geteuid() == 0 or not fleet_items:
         return
@@ -41,6 +49,19 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="SPECOPS_SKIP_FLEET=1: fleet tests need root")
     for item in fleet_items:
         item.add_marker(skip)
+
+
+# The files that take longest (each some minutes on CI), run first: two workers take
+# whole files in this order (scripts/test.sh: --dist loadfile --no-loadscope-reorder), so that
+# neither starts a long file while the other is nearly done.  Then the other fleet files, then the
+# unit tests, which fill the gaps at the end.
+LONGEST = ["test_router_fleet.py", "test_leftovers_fleet.py", "test_lifecycle_fleet.py",
+           "test_specbench_fleet.py", "test_weights_fleet.py"]
+
+
+def _weight(item) -> tuple:
+    name = item.path.name
+    return (LONGEST.index(name) if name in LONGEST else len(LONGEST), "fleet" not in item.keywords)
 
 
 @pytest.fixture(scope="session")
@@ -253,19 +274,33 @@ def _outcome(item, report):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """Each report of a marked test carries its rows (on a test worker, the item is not at hand
+    where the reports are gathered: pytest_runtest_logreport, on the controller)."""
     outcome = yield
     report = outcome.get_result()
     if report.when != "call" and report.outcome == "passed":
         return
-    for mark in item.iter_markers("reliability"):
-        case, kind = mark.args
-        _outcomes.setdefault(case, {"kind": kind, "tests": {}})["tests"][item.nodeid] = _outcome(item, report)
-    for mark in item.iter_markers("security"):
-        case, attack = mark.args
-        _security.setdefault(case, {"attack": attack, "tests": {}})["tests"][item.nodeid] = _outcome(item, report)
-    for mark in item.iter_markers("found"):
-        (key,) = mark.args
-        _found.setdefault(key, {})[item.nodeid] = _outcome(item, report)
+    rows = [(name, mark.args) for name in ("reliability", "security", "found") for mark in item.iter_markers(name)]
+    if rows:
+        o = _outcome(item, report)
+        report.user_properties.append(("specops_rows", {"rows": rows, "outcome": list(o)}))
+
+
+def pytest_runtest_logreport(report):
+    from reliability import Outcome
+    for key, value in report.user_properties:
+        if key != "specops_rows":
+            continue
+        o = Outcome(*value["outcome"])
+        for name, args in value["rows"]:
+            if name == "reliability":
+                case, kind = args
+                _outcomes.setdefault(case, {"kind": kind, "tests": {}})["tests"][report.nodeid] = o
+            elif name == "security":
+                case, attack = args
+                _security.setdefault(case, {"attack": attack, "tests": {}})["tests"][report.nodeid] = o
+            else:
+                _found.setdefault(args[0], {})[report.nodeid] = o
 
 
 def record_inputs(record_property, *inputs) -> None:
@@ -287,7 +322,7 @@ def record_bytes(record_property, h: fleet_mod.Host, expected: dict[str, str]) -
 
 def pytest_sessionfinish(session, exitstatus):
     from reliability import DOC, render
-    if not _outcomes:
+    if not _outcomes or hasattr(session.config, "workerinput"):  # a worker: the controller writes it
         return
     text = render(_outcomes, _security, _found)
     if os.environ.get("SPECOPS_WRITE_RELIABILITY"):

@@ -19,6 +19,7 @@ STUBS = HERE.parent.parent / "tests" / "oracle_stubs"
 PINS = ["torch==2.13.0", "sglang==0.5.23"]
 
 
+@fleet.built_once
 def venv() -> Path:
     """The cached venv's python, built on first use."""
     key = hashlib.sha256(REQUIREMENTS.read_bytes() + " ".join(PINS).encode()).hexdigest()[:10]
