@@ -23,7 +23,7 @@ FLEET_HOSTS = ["t1", "t2", "t3", "t4", "t5"]
 # Apart from `inv sandbox.up`'s site, so a user's sandbox and a test run never sweep each other;
 # each test worker (scripts/test.sh runs two, pytest-xdist) has a fleet, hub and index of its own.
 WORKER_SITES = {"gw0": fleet_mod.Site("sot", "192.168.235", Path("/var/lib/specops-test")),
-                "gw1": fleet_mod.Site("sou", "192.168.234", Path("/var/lib/specops-test-gw1"))}
+                "gw1": fleet_mod.Site("sou", "192.168.240", Path("/var/lib/specops-test-gw1"))}
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 if WORKER not in WORKER_SITES:
     raise RuntimeError(f"test worker {WORKER}: the sandbox has sites for {len(WORKER_SITES)} workers "

@@ -18,3 +18,18 @@ def test_logins_runs_the_default_logins_and_a_test_that_names_its_own_gets_them(
         for login in ("root", "ubuntu-sudo", "ubuntu-sudo-pass")], res.stdout + res.stderr
     assert [i for i in ids if i.startswith("test_two_rollbacks")] == [
         f"test_two_rollbacks_restore_n_minus_1_then_n_minus_2[{login}]" for login in ("root", "ubuntu-sudo-pass")]
+
+
+def test_every_sandbox_site_has_a_subnet_and_a_prefix_of_its_own():
+    """Sites run side by side (two test workers, the benchmarks, tests that make their own): one
+    that shares another's /24 takes over its addresses and, swept, removes its service address
+    (found: the second test worker's site on the benchmark's /24 cut its hosts off their package
+    index)."""
+    import re
+    sites = []
+    for path in [*ROOT.glob("tests/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("sandbox/*.py")]:
+        sites += re.findall(r'Site\("(\w+)", "(192\.168\.\d+)"', path.read_text())
+    sites.append(("sop", "192.168.231"))  # sandbox/fleet.py's default: `inv sandbox.up`
+    prefixes, subnets = [p for p, _ in sites], [s for _, s in sites]
+    assert len(sites) >= 10 and len(set(subnets)) == len(subnets), sorted(sites)
+    assert not [(a, b) for a in prefixes for b in prefixes if a != b and b.startswith(a)], prefixes
