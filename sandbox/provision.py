@@ -61,7 +61,7 @@ def _tree_hash(*paths: Path) -> str:
 # What the simulator needs besides the standard library, as real SGLang does: setproctitle,
 # which retitles its children (sglang::scheduler_TP0 ...).  Binary wheels, for CPython 3.11
 # (the hosts' python3) and PyPy 3.9 (the "pypy" layer).
-SIM_REQUIRES = ["setproctitle==1.3.6"]
+SIM_REQUIRES = ["setproctitle==1.3.6", "tqdm==4.70.1"]  # tqdm: the version the real 0.5.23 install has
 SIM_DEP_TARGETS = [("3.11", "cp", "cp311"), ("3.9", "pp", "pypy39_pp73")]
 
 

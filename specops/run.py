@@ -45,11 +45,34 @@ class Options:
     verify_weights: bool = False  # hash every weight file, not only compare sizes and mtimes
 
 
+class Ranks:
+    """What this run's verifies found of the ranks of services that span hosts, shared by the hosts'
+    threads: a rank > 0 found down is posted by its host's verify, and rank 0's verify, which waits
+    for every rank, fails at once naming it (flows/verify.py) instead of waiting its whole timeout."""
+
+    def __init__(self):
+        self._down: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def post(self, service: str, node: str, down: str | None) -> None:
+        """`down`: why the node's rank is not serving; None: it serves, or is being verified again."""
+        with self._lock:
+            if down:
+                self._down[(service, node)] = down
+            else:
+                self._down.pop((service, node), None)
+
+    def down(self, service: str, nodes: list[str]) -> dict[str, str]:
+        with self._lock:
+            return {n: self._down[(service, n)] for n in nodes if (service, n) in self._down}
+
+
 class HostRun:
     """Everything one host's run needs; the unit of parallelism."""
 
-    def __init__(self, host: Host, roles: list, opts: Options, out: Reporter):
+    def __init__(self, host: Host, roles: list, opts: Options, out: Reporter, ranks: Ranks | None = None):
         self.host, self.roles, self.opts, self.out = host, roles, opts, out
+        self.ranks = ranks or Ranks()
         self.report = HostReport(host.name)
         self.plan: list[tuple[Any, list[Op]]] = []
         for role in roles:
@@ -328,7 +351,8 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
               opts: Options, out: Reporter) -> list[HostReport]:
     """Build every host's plan (refusing bad input before any connection), then run: in
     parallel, or in rolling batches of opts.serial that stop when a batch fails too much."""
-    runs = [HostRun(h, roles, opts, out) for h in hosts]
+    ranks = Ranks()
+    runs = [HostRun(h, roles, opts, out, ranks) for h in hosts]
     size = opts.serial or len(runs)
     batches = [runs[i:i + size] for i in range(0, len(runs), size)]
     pool, busy = ThreadPoolExecutor(max(1, min(opts.forks, size))), {}

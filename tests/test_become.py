@@ -1,7 +1,6 @@
 """Become (sudo) command lines and refusals, Ansible inventories, and the start-up progress
 patterns, checked against real SGLang log lines: no fleet needed."""
 import os
-import re
 import textwrap
 
 import pytest
@@ -9,7 +8,6 @@ import pytest
 from specops.remote import become
 from specops import inventory
 from specops.errors import UsageError
-from specops.services.sglang import PROGRESS
 
 
 def test_the_password_never_reaches_a_command_line():
@@ -141,28 +139,6 @@ def test_bad_become_values_are_refused(tmp_path):
         inventory.load(tmp_path / "a.ini")
     with pytest.raises(UsageError, match="become_method: must be one of sudo"):
         inventory.load(tmp_path / "b.yml")
-
-
-# Lines as SGLang 0.5.x logs them (model_runner.py, weight_utils.py's bar format ending in "\n").
-SGLANG_START = """\
-[2026-03-04 16:40:01 TP0] Load weight begin. avail mem=78.50 GB
-\rLoading safetensors checkpoint shards:  37% Completed | 60/163 [02:10<03:40, 0.46it/s]
-[2026-03-04 16:46:12 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=20.11 GB, mem usage=58.39 GB.
-[2026-03-04 16:46:41 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=15.30 GB
-\rCapturing batches (bs=128 avail_mem=15.2 GB):   4%|▍         | 2/52 [00:03<01:10,  1.41s/it]
-[2026-03-04 16:47:40] The server is fired up and ready to roll!
-"""
-
-
-def test_progress_labels_come_from_sglangs_own_lines():
-    def label(line):
-        for rx, text in PROGRESS:
-            m = re.search(rx, line)
-            if m:
-                return text.format(*m.groups())
-    assert [label(line) for line in SGLANG_START.strip().split("\n")] == [
-        "loading weights", "loading weights 60/163", "weights loaded", "capturing CUDA graphs",
-        "capturing CUDA graphs (batch size 128)", "warming up"]
 
 
 class FakeSudo:

@@ -94,6 +94,11 @@ def test_a_rank_that_hangs_past_its_stop_timeout_stays_failed(sandbox):
         assert "failed state cleared" not in res.stdout, res.stdout[-3000:]
         assert [h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() for h in (t1, t2)] == \
             ["inactive", "failed"]
+        # Stopped again: the failure is not this stop's, and stop says so.
+        res = sandbox.inv("stop", "--host", "t1", inventory=inv)
+        assert re.search(r"^t2 .*sglang: was already failed before this stop \(result 'timeout'\), not by it",
+                         res.stdout, re.M), res.stdout[-3000:]
+        assert not re.search(r"^t1 .*failed before", res.stdout, re.M)
 
 
 def test_a_lost_rank_fails_rank_0_with_a_clear_message(sandbox, two_nodes):
@@ -111,3 +116,31 @@ def test_a_lost_rank_fails_rank_0_with_a_clear_message(sandbox, two_nodes):
     st = sandbox.inv("status", "--host", "t1", inventory=inv)
     print("\nstatus after the lost rank:\n" + st.stdout)
     assert "CRASHED: systemd restarted it 1 time(s) since its start" in st.stdout, st.stdout
+
+
+def test_a_stopped_rank_fails_rank_0s_verify_at_once_naming_it(sandbox):
+    """Rank 1 stopped by hand: rank 0 loses its peer, systemd starts it again, and it waits for
+    rank 1 to join, for ever, its /health 503.  Verify of rank 0 fails within seconds, naming the
+    node, the rank and its unit's state, not after its timeout with a wrong cause ("not ready ...
+    loading weights").  A second stop of a rank left failed says it was failed before it."""
+    knobs = {"SGLANG_SIM_STARTUP_DELAY": "1"}
+    with spanning(sandbox, {"env": knobs, "verify": {"timeout": 90, "stall_timeout": 90}}) as (t1, t2, inv, _):
+        res, _ = deploy(sandbox, inv, "--host", "t1")
+        assert res.returncode == 0, res.stdout[-4000:]
+        first = t1.run("systemctl", "show", "sglang", "-p", "InvocationID", "--value").stdout.strip()
+        t2.run("systemctl", "stop", "sglang")
+        deadline = time.monotonic() + 60  # rank 0 crashes with its peer gone and is started again
+        while time.monotonic() < deadline:
+            now = t1.run("systemctl", "show", "sglang", "-p", "InvocationID,SubState", "--value").stdout.split()
+            if now[:1] != [first] and now[1:] == ["running"]:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"rank 0 was not started again: {now}")
+        t0 = time.monotonic()
+        res = sandbox.inv("verify", "--host", "t1", inventory=inv, timeout=300)
+        took = time.monotonic() - t0
+        assert res.returncode == 1, res.stdout[-3000:]
+        assert re.search(r"^t1 .*FAILED rank 1 on t2 is down \(unit sglang is inactive/dead\b.*\): this rank 0 cannot "
+                         r"be ready without it$", res.stdout, re.M), res.stdout[-3000:]
+        assert took < 30, took  # its timeout is 90 s

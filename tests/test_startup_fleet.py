@@ -37,9 +37,12 @@ def test_a_long_start_that_keeps_logging_is_waited_for_and_shown(sandbox):
     res, rep, _ = deploy(sandbox, chatty(12, 24, stall_timeout=5, timeout=120), "t3")
     assert res.returncode == 0, res.stdout[-3000:]
     assert "sglang verified" in rep["notes"]
-    seen = set(re.findall(r"elapsed; loading weights (\d+)/24", res.stdout))
-    assert len(seen) >= 3, res.stdout[-3000:]  # the count moved while we waited
-    assert "elapsed; capturing CUDA graphs" in res.stdout or "elapsed; CUDA graphs captured" in res.stdout
+    # The count moved while we waited, though SGLang's bar ends no line until the load is done
+    # (the simulator draws it with SGLang's tqdm and format, from a spawned child as its scheduler).
+    seen = [int(n) for n in re.findall(r"elapsed; loading weights (\d+)/24", res.stdout)]
+    assert len(set(seen)) >= 3 and seen == sorted(seen) and 0 < seen[0] < 24, res.stdout[-3000:]
+    assert re.search(r"elapsed; (capturing target verify CUDA graphs|capturing CUDA graphs: batch size \d+ \(\d/4\)"
+                     r"|target verify CUDA graphs captured)", res.stdout), res.stdout[-3000:]
 
     # 23 shards (a changed unit, so it restarts) under the old fixed deadline, scaled: it fails.
     res, rep, _ = deploy(sandbox, chatty(12, 23, stall_timeout=5, timeout=10), "t3")
@@ -47,18 +50,29 @@ def test_a_long_start_that_keeps_logging_is_waited_for_and_shown(sandbox):
     assert "not ready after 10s" in rep["error"] and "the ceiling (verify.timeout)" in rep["error"]
 
 
+def journal_tail(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith("journal tail:"))
+    return [line.split("   | ", 1)[1] for line in lines[start + 1:] if "   | " in line]
+
+
 def test_a_start_that_stalls_fails_after_the_stall_timeout_with_the_journal(sandbox):
     """Loading hangs after 5 of 20 shards (alive, silent): failed after about the stall timeout,
-    long before the ceiling, with the journal tail that shows where it hung."""
-    h = sandbox.reset("t4")
+    long before the ceiling, naming the true last count, with this start's journal only: each
+    bar at its last state, nothing of the run before it (which was ready, then stopped)."""
+    sandbox.reset("t4")
+    res, _, _ = deploy(sandbox, chatty(1, 2, stall_timeout=4, timeout=60), "t4")
+    assert res.returncode == 0, res.stdout[-3000:]
     res, rep, took = deploy(sandbox, chatty(10, 20, stall_after=5, stall_timeout=4, timeout=300), "t4")
     assert res.returncode == 1, res.stdout[-3000:]
     assert "stalled: no progress for" in rep["error"] and "last: loading weights 5/20" in rep["error"], rep["error"]
-    assert "journal tail:" in res.stdout and "Completed | 5/20" in res.stdout
-    assert "rolled back to the state before this deploy (no earlier release to verify)" in rep["error"]
+    tail = journal_tail(res.stdout)
+    assert [line for line in tail if "Completed |" in line] == [line for line in tail if "Completed | 5/20 [" in line]
+    assert len([line for line in tail if "Completed |" in line]) == 1, tail
+    assert any("Load weight begin" in line for line in tail), tail
+    assert not [line for line in tail if "ready to roll" in line or "2/2" in line or "sigterm" in line.lower()], tail
+    assert re.search(r"; rolled back to \S+, verified$", rep["error"]), rep["error"]
     assert took < 60  # the ceiling is 300 s
-    assert not h.path("/etc/systemd/system/sglang.service").exists()  # a first deploy: undone
-    assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() != "active"
 
 
 def test_a_server_killed_while_starting_fails_verify(sandbox):

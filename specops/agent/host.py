@@ -139,10 +139,40 @@ def run_quiet(argv, timeout=None):
     return res.returncode, res.stdout
 
 
-def journal(unit, lines=25):
-    """The last lines the unit logged, cleaned of control characters."""
-    _, out = run_quiet(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"])
-    return clean(out.strip())
+def journal(unit, lines=25, invocation=None):
+    """What one run of the unit logged last (`invocation`; the unit's current or last run when
+    None), cleaned of control characters.  A progress bar's redraws (each a line of its own at
+    debug priority: the launcher's relay) collapse to the last before the next line, and a
+    line that holds \\r-redraws (an unrelayed server's bar) to its last state."""
+    if invocation is None:
+        _, out = run_quiet(["systemctl", "show", unit, "-p", "InvocationID", "--value"])
+        invocation = out.strip()
+    match = ["_SYSTEMD_INVOCATION_ID=" + invocation] if invocation else ["-u", unit]
+    _, out = run_quiet(["journalctl", *match, "-n", str(lines * 20), "--no-pager", "-o", "json",
+                        "--output-fields=MESSAGE,PRIORITY"])
+    return last_states(out.splitlines(), lines)
+
+
+def last_states(rows, lines):
+    """The last `lines` of journalctl -o json's rows, each bar at its last state (journal)."""
+    entries = []
+    for row in rows:
+        try:
+            entry = json.loads(row)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):  # journalctl's form for bytes that are not printable text
+            message = bytes(message).decode(errors="replace")
+        if not isinstance(message, str):
+            continue
+        states = [part for part in message.split("\r") if part.strip()]
+        text = clean(states[-1] if states else message).rstrip()
+        redraw = entry.get("PRIORITY") == "7"
+        if redraw and entries and entries[-1][1]:
+            entries.pop()  # the bar's earlier state (its first draw may come before its description)
+        entries.append((text, redraw))
+    return "\n".join(text for text, _ in entries[-lines:])
 
 
 def on_interrupt(cleanup):

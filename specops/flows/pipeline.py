@@ -135,6 +135,10 @@ def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
                     f"left \"failed\" (journalctl -u {s.name})")
             run.report.notes.append(f"{s.name}: failed while being stopped (result '{s.left_failed}'); "
                                     f"left \"failed\"")
+        if s.failed_before is not None:
+            run.say(f"{s.name}: was already failed before this stop (result '{s.failed_before}'), not by it: "
+                    f"left \"failed\" (journalctl -u {s.name})")
+            run.report.notes.append(f"{s.name}: failed before the stop (result '{s.failed_before}'); left \"failed\"")
         for p in s.left:
             run.say(f"{s.name}: left on the GPUs: pid {p.pid} ({p.title}, user {p.user}, "
                     f"{p.mib if p.mib is not None else 'unknown'} MiB)")

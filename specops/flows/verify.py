@@ -18,6 +18,9 @@ def checks(run: HostRun) -> list[protocol.ServiceCheck]:
     return out
 
 
+LOOK_EVERY = 3.0  # seconds rank 0's agent waits before it answers, so that a lost rank ends the wait
+
+
 def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last: bool = False) -> None:
     """Verify services (the inventory's, by default); raise SpecopsError naming each failure.
     With last, the same round trip gives the host lock back when verify ends."""
@@ -26,8 +29,15 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
         if last:
             run.unlock()
         return
-    res = run.call(protocol.Verify(services=wanted), last=last,
-                   on_stderr=lambda line: run.say(f"{'verify':<15}{line}"))
+    spans = {svc["name"]: svc for svc in run.host.get("services") or [] if svc.get("nnodes")}
+    for name in spans.keys() & {c.name for c in wanted}:
+        if spans[name]["node_rank"]:
+            run.ranks.post(name, run.host.name, None)  # verified again: what an earlier verify found is old
+    res = _ask(run, wanted, {c.name: spans[c.name]["nodes"] for c in wanted
+                             if c.name in spans and not spans[c.name]["node_rank"]}, last)
+    for s in res.services:
+        if s.name in spans and spans[s.name]["node_rank"]:
+            run.ranks.post(s.name, run.host.name, "; ".join(s.failures) or None)
     # Merged by service: a later verify of one service (after a baseline) keeps the others'.
     found = {s["name"]: s for s in run.report.extra.get("verify") or []}
     found.update({s.name: protocol.to_dict(s) for s in res.services})
@@ -56,3 +66,28 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
             run.report.note_once(f"{s.name} verified")
     if failed:
         raise SpecopsError("verify failed: " + " | ".join(failed))
+
+
+def _ask(run: HostRun, wanted: list[protocol.ServiceCheck], nodes: dict[str, list[str]],
+         last: bool) -> protocol.VerifyResult:
+    """One Verify; or, where this host is rank 0 of a service across `nodes`, whose ranks must be up,
+    Verifies that answer every LOOK_EVERY seconds while it starts, with a look at what the other
+    ranks' verifies (their hosts' threads) found between them: a rank down fails it at once."""
+    say = lambda line: run.say(f"{'verify':<15}{line}")  # noqa: E731
+    if not nodes:
+        return run.call(protocol.Verify(services=wanted), last=last, on_stderr=say)
+    done: dict[str, protocol.ServiceReport] = {}
+    while len(done) < len(wanted):
+        todo = [c for c in wanted if c.name not in done]
+        res = run.call(protocol.Verify(services=todo, answer_within=LOOK_EVERY), on_stderr=say)
+        done.update((s.name, s) for s in res.services if not s.starting)
+        for c in todo:
+            down = run.ranks.down(c.name, nodes.get(c.name, [])[1:])
+            if c.name not in done and down:
+                node, why = next(iter(down.items()))
+                rank = nodes[c.name].index(node)
+                done[c.name] = protocol.ServiceReport(name=c.name, failures=[
+                    f"rank {rank} on {node} is down ({why}): this rank 0 cannot be ready without it"])
+    if last:
+        run.unlock()
+    return protocol.VerifyResult(services=[done[c.name] for c in wanted])

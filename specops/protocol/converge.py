@@ -88,8 +88,11 @@ class VerifyResult:
 
 @request("verify")
 class Verify:
-    """Wait for each service to be ready, then compare what runs with what was intended."""
+    """Wait for each service to be ready, then compare what runs with what was intended.
+    answer_within (seconds): answer then, with a service still starting reported `starting`;
+    the next Verify resumes its wait (rank 0's, while the controller looks at the other ranks)."""
     services: List[ServiceCheck]
+    answer_within: Optional[float] = None
     Result = VerifyResult
 
 

@@ -23,6 +23,9 @@ class StopReport:
     # systemd's Result when the unit became "failed" during this stop and was left so (a single-node
     # unit whose run ended with a failure as it was stopped, a crash; or one killed at its timeout)
     left_failed: Optional[str] = None
+    # systemd's Result when the unit was already "failed" before this stop, and stays so: a failure
+    # that was not the stop's (a rank that lost its peer earlier, a crash)
+    failed_before: Optional[str] = None
 
 
 @message

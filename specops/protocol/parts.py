@@ -91,6 +91,7 @@ class ServiceReport:
     stale: bool = False
     members: Optional[Dict[str, Any]] = None  # a router's: url → {is_healthy, load, id}
     not_serving: Optional[str] = None  # a router's: why a generation through it failed (peek)
+    starting: bool = False  # still starting when a Verify with answer_within answered: nothing else checked
 
 
 @message

@@ -15,18 +15,23 @@ from ..sglang.spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
 
-# What SGLang's own start-up lines say it is doing (srt/model_executor/model_runner.py,
-# srt/model_loader/weight_utils.py's tqdm bar, whose format ends each update with a newline);
-# the first match of a line wins.
+# What SGLang 0.5.23 logs while it starts, each line from its source (docs/ARCHITECTURE.md,
+# "SGLang's start-up lines"); the first match of a line wins, the last matching line is the phase.
+# The bars are tqdm's: weight_utils.py's with utils/common.py's BAR_FORMAT ("{desc}: {percentage:3.0f}%
+# Completed | {n_fmt}/{total_fmt} [...]"), the Fastsafetensor loader's and the CUDA graph runner's
+# with tqdm's own "{l_bar}{bar}| {n_fmt}/{total_fmt} [...]".
 PROGRESS = [
-    [r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)", "loading weights {}/{}"],
+    [r"(?:Loading safetensors checkpoint shards|Multi-thread loading (?:pt checkpoint )?shards|Loading safetensors "
+     r"using Fastsafetensor loader):\s*\d+%[^|]*\|(?:[^|]*\|)? (\d+)/(\d+)", "loading weights {}/{}"],
     [r"Load weight begin", "loading weights"],
     [r"Load weight end", "weights loaded"],
-    [r"KV Cache is allocated|Memory pool end", "allocating the KV cache"],
-    [r"Capturing batches \(bs=(\d+)", "capturing CUDA graphs (batch size {})"],
-    [r"Capture cuda graph begin", "capturing CUDA graphs"],
+    [r"Memory pool end", "KV cache allocated"],
+    [r"Capturing batches \(bs=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)", "capturing CUDA graphs: batch size {} ({}/{})"],
+    [r"Capture cuda graph begin", "capturing CUDA graphs"],  # SGLang before 0.5
     [r"Capture cuda graph end", "CUDA graphs captured"],
-    [r"fired up and ready to roll", "warming up"],
+    [r"Capture (.+?) (?:(?:CUDA|cuda) graph )?begin\.", "capturing {} CUDA graphs"],
+    [r"Capture (.+?) (?:(?:CUDA|cuda) graph )?end\.", "{} CUDA graphs captured"],
+    [r"fired up and ready to roll", "ready to roll"],
 ]
 
 

@@ -9,9 +9,11 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
   SGLANG_SIM_LOAD_DELAY     seconds "loading weights" before the HTTP port is bound (default 0:
                             real SGLang binds it only after the model is loaded)
   SGLANG_SIM_STARTUP_DELAY  seconds after binding before ready (default 1)
-  SGLANG_SIM_SHARDS         a chatty load: the load delay logs SGLang's own start-up lines, one
-                            tqdm line per weight shard, then the CUDA graph capture (default 0)
+  SGLANG_SIM_SHARDS         a chatty load: the load delay, in a spawned child (SGLang's scheduler),
+                            writes SGLang's own start-up lines and tqdm bars (sim_startup.py): a
+                            redraw per weight shard, then the CUDA graph capture (default 0)
   SGLANG_SIM_STALL_AFTER    with SHARDS: hang silently, for ever, after this many shards
+  SGLANG_SIM_SHARD_MB       with SHARDS: GPU memory the load takes per shard (default 500)
   SGLANG_SIM_TOK_S, SGLANG_SIM_BATCH_COST, SGLANG_SIM_ACCEPT_LENGTH, SGLANG_SIM_DRAFT_COST,
   SGLANG_SIM_VERIFY_COST    the performance model: how long /generate takes (sim_perf.py)
   SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
@@ -59,6 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import setproctitle
 
+from sglang import sim_startup
 from sglang.sim_perf import Model
 from sglang.srt.server_args import prepare_server_args
 from sglang.version import __version__
@@ -66,16 +69,21 @@ from sglang.version import __version__
 GPU_REGISTRY = "/run/sglang-sim/gpu"
 ARCH_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                 "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v2"}
-logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stdout)
+# configure_logger (srt/utils/common.py): stderr, where its tqdm bars go too
+logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
 log = logging.getLogger("sglang")
+
+
+def visible_gpus():
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return [int(g) for g in visible.split(",") if g.strip()] if visible else [0]
 
 
 def register_gpu(pid, label, rank=None):
     """What a CUDA context does for nvidia-smi: this pid now holds memory on every visible GPU
     (the server), or on its rank's GPU (a scheduler)."""
     os.makedirs(GPU_REGISTRY, exist_ok=True)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = [int(g) for g in visible.split(",") if g.strip()] if visible else [0]
+    gpus = visible_gpus()
     if rank is not None:
         gpus = [gpus[rank % len(gpus)]]
     with open(os.path.join(GPU_REGISTRY, "%d.json" % pid), "w") as f:
@@ -267,36 +275,6 @@ def make_handler(args, model_module, model_config, capture):
     return Handler
 
 
-def load(seconds, shards):
-    """Loading weights and capturing CUDA graphs, with the lines SGLang logs while it does
-    (model_runner.py; weight_utils.py's tqdm bar, which ends each update with a newline)."""
-    if not shards:
-        time.sleep(seconds)
-        return
-    stall = int(os.environ.get("SGLANG_SIM_STALL_AFTER", "-1"))
-    log.info("Load weight begin. avail mem=79.10 GB")
-    t0, per_shard = time.time(), seconds * 0.8 / shards
-    for i in range(1, shards + 1):
-        if i - 1 == stall:
-            while True:  # a hung load: no line, no growth, alive
-                time.sleep(3600)
-        time.sleep(per_shard)
-        elapsed = time.time() - t0
-        sys.stderr.write("\rLoading safetensors checkpoint shards: %3.0f%% Completed | %d/%d [%02d:%02d<00:00, %.2fit/s]\n"
-                         % (100.0 * i / shards, i, shards, elapsed // 60, elapsed % 60, i / max(elapsed, 1e-3)))
-        sys.stderr.flush()
-    log.info("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=40.12 GB, mem usage=38.98 GB.")
-    log.info("Capture cuda graph begin. This can take up to several minutes. avail mem=30.05 GB")
-    batches = [8, 4, 2, 1]
-    for i, bs in enumerate(batches, 1):  # tqdm's default bar: \r updates, one newline at the end
-        time.sleep(seconds * 0.2 / len(batches))
-        sys.stderr.write("\rCapturing batches (bs=%d avail_mem=30.00 GB): %3d%%| | %d/%d"
-                         % (bs, 100 * i // len(batches), i, len(batches)))
-        sys.stderr.flush()
-    sys.stderr.write("\n")
-    log.info("Capture cuda graph end. Time elapsed: %.2f s. mem usage=0.09 GB. avail mem=29.96 GB.", seconds * 0.2)
-
-
 def dummy_health_server(host, port):
     """SGLang 0.5.23's launch_dummy_health_check_server (srt/utils/common.py), run on ranks > 0:
     /ping, /health and /health_generate answer 200; nothing else is served."""
@@ -427,7 +405,8 @@ def main(argv=None):
     if orphan:
         for rank in range(args.tp_size):
             log.info("Started scheduler pid %d", spawn_scheduler(orphan, rank, args.tp_size))
-    load(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")), int(os.environ.get("SGLANG_SIM_SHARDS", "0")))
+    sim_startup.load(float(os.environ.get("SGLANG_SIM_LOAD_DELAY", "0")), int(os.environ.get("SGLANG_SIM_SHARDS", "0")),
+                     bool(args.speculative_algorithm), GPU_REGISTRY, visible_gpus())
     if args.nnodes > 1:
         join(args)
         if args.node_rank > 0:  # the other ranks run schedulers and a health check only

@@ -67,18 +67,27 @@ def api_key(name):
     return None
 
 
-def _wait_ready(svc, report, key):
+_STARTS = {}  # service → the start being waited for, kept when a Verify answers before it ends
+
+
+def _wait_ready(svc, report, key, answer_by=None):
     """The unit's facts once the service answers ready (None if it died, stalled or hit the
-    ceiling).  It may take as long as it keeps making progress (startup.Startup)."""
-    t0 = time.time()
+    ceiling).  It may take as long as it keeps making progress (startup.Startup).  With answer_by
+    (a time.time()), a start still going then is reported `starting`, and the next Verify resumes
+    the same wait, clock and progress, while the unit's run is the same one."""
     u = unit_fact(svc.name)
-    watch = Startup(svc.name, u.get("InvocationID"), svc.progress, svc.stall_timeout)
-    last_note, phase, fresh, seen = 0.0, None, True, {}
+    w = _STARTS.get(svc.name)
+    if w is None or w["run"] != u.get("InvocationID"):
+        w = _STARTS[svc.name] = {"run": u.get("InvocationID"), "t0": time.time(), "note": 0.0, "words": None,
+                                 "seen": {}, "watch": Startup(svc.name, u.get("InvocationID"), svc.progress,
+                                                              svc.stall_timeout)}
+    t0, watch, fresh = w["t0"], w["watch"], True
     while True:
         if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
                 svc.name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
-            report.journal = _redacted(svc.name, journal(svc.name))
+            report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
+            _STARTS.pop(svc.name, None)
             return None
         try:
             status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5, key=key)
@@ -90,6 +99,7 @@ def _wait_ready(svc, report, key):
         if status == 200:
             report.ready_after = round(now - t0, 2)
             say("  %s: ready after %.1fs" % (svc.name, now - t0))
+            _STARTS.pop(svc.name, None)
             return u if fresh else unit_fact(svc.name)  # the unit as it is now that it serves
         watch.poll(u.get("ControlGroup"))
         failure = None
@@ -101,15 +111,19 @@ def _wait_ready(svc, report, key):
                 now - t0, svc.endpoints.ready, status, watch.phase or "nothing logged")
         if failure:
             report.failures.append(failure)
-            report.journal = _redacted(svc.name, journal(svc.name))
+            report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
+            _STARTS.pop(svc.name, None)
             return None
-        if watch.phase != phase or now - last_note >= 5:
-            say("  %s: starting (%s: %s) %.0fs elapsed; %s" % (
-                svc.name, svc.endpoints.ready, status, now - t0, watch.phase or "no progress line yet"))
-            last_note, phase = now, watch.phase
+        words = watch.words()
+        if words != w["words"] or now - w["note"] >= 5:
+            say("  %s: starting (%s: %s) %.0fs elapsed; %s" % (svc.name, svc.endpoints.ready, status, now - t0, words))
+            w["note"], w["words"] = now, words
+        if answer_by is not None and now >= answer_by:
+            report.starting = True
+            return None
         time.sleep(READY_POLL)
         main = procs.starttime(int(u.get("MainPID") or 0))  # PID 1 is asked again only when that is gone
-        fresh = main is None or main != seen.setdefault(u.get("MainPID"), main)
+        fresh = main is None or main != w["seen"].setdefault(u.get("MainPID"), main)
         if fresh:
             u = unit_fact(svc.name)
 
@@ -203,23 +217,23 @@ def _rank_running(svc, report):
                                      % (svc.name, svc.endpoints.ready))
                 _stale_check(svc, report, u)
                 return report
-        elif u.get("ActiveState") == "failed":
+        elif u.get("ActiveState") in ("failed", "inactive"):  # stopped, or failed for good: not coming
             break
         time.sleep(0.5)  # a rank whose peer restarted is restarted by systemd and joins again
         u = unit_fact(svc.name)
     report.failures.append("unit %s is %s/%s, %s: %s: this node's rank is not serving" % (
         svc.name, u.get("ActiveState"), u.get("SubState"), svc.endpoints.ready, status))
-    report.journal = _redacted(svc.name, journal(svc.name))
+    report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
     return report
 
 
-def verify_service(svc):
+def verify_service(svc, answer_by=None):
     """One service: ready, really the service on its port, serving its model, running the intended
     arguments, generating (with its speculative stats), and not running older code than its files."""
     report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
     if not svc.http:
         return _rank_running(svc, report)
-    unit = _wait_ready(svc, report, key)
+    unit = _wait_ready(svc, report, key, answer_by)
     if unit is None:
         return report
     # Before each request that carries the key (or is believed): is what answers really the service?
@@ -251,7 +265,8 @@ def verify_service(svc):
 
 def verify(req):
     """Answer a protocol.Verify."""
-    return protocol.VerifyResult(services=[verify_service(s) for s in req.services])
+    answer_by = time.time() + req.answer_within if req.answer_within else None
+    return protocol.VerifyResult(services=[verify_service(s, answer_by) for s in req.services])
 
 
 def peek(req):

@@ -3,10 +3,9 @@
 A DeepSeek/Kimi-class target loads its weights and captures CUDA graphs for many minutes,
 so a fixed deadline either gives up on a good start or waits far too long for a dead one.
 Progress is what the service shows: new lines in its journal (this run's only, read from a
-cursor), the memory its cgroup holds growing (cgroup v2), and the memory used on the GPUs
-growing (weights and CUDA graphs land there).  A bar without newlines (tqdm's default, as
-SGLang's graph capture uses) reaches the journal only when it ends: a silent phase longer
-than the stall timeout needs a larger one.  A start is stalled when neither has moved for the stall timeout.  The
+cursor; each redraw of a progress bar is a line, by the launcher's relay), the memory its cgroup
+holds growing (cgroup v2), and the memory its own processes hold on the GPUs growing (weights
+and CUDA graphs land there).  A start is stalled when none has moved for the stall timeout.  The
 phase shown on the controller comes from the service's own log lines, matched against the
 patterns its kind sends (protocol.ServiceCheck.progress).
 """
@@ -39,6 +38,7 @@ class Startup:
         # The first GPU reading only after GPU_EVERY: a start that is ready sooner asks nvidia-smi
         # nothing (memory appearing later is progress all the same).
         self.gpu, self.gpu_at = 0, time.monotonic()
+        self.gpu_at_line = 0  # what the service held on the GPUs when its last line came
 
     def poll(self, control_group):
         """Read what is new; returns True when anything moved."""
@@ -46,7 +46,7 @@ class Startup:
         due = time.monotonic() - self.read_at >= JOURNAL_EVERY
         for line in self._new_lines() if due else []:
             self.lines += 1
-            moved = True
+            moved, self.gpu_at_line = True, self.gpu
             for update in line.split("\r"):  # a bar's updates joined in one line: the last one counts
                 for rx, label in self.patterns:
                     m = rx.search(update)
@@ -58,12 +58,21 @@ class Startup:
             moved, self.memory = True, memory
         if time.monotonic() - self.gpu_at >= GPU_EVERY:
             self.gpu_at = time.monotonic()
-            used = _gpu_used()
+            used = _gpu_used(self.unit)
             if used > self.gpu:
                 moved, self.gpu = True, used
         if moved:
             self.moved = time.monotonic()
         return moved
+
+    def words(self):
+        """What the start is doing, for the live line: the phase its last line named, and the GPU
+        memory of its own processes when that has grown since (a load that logs nothing for
+        minutes is still moving)."""
+        text = self.phase or "no progress line yet"
+        if self.gpu > self.gpu_at_line:
+            text += ": GPU memory %.1f -> %.1f GiB" % (self.gpu_at_line / 1024.0, self.gpu / 1024.0)
+        return text
 
     def stalled_for(self):
         return time.monotonic() - self.moved
@@ -87,11 +96,12 @@ class Startup:
         return lines
 
 
-def _gpu_used():
-    """MiB in use on all GPUs (0 without nvidia-smi): weights and graphs go there, not in the cgroup."""
+def _gpu_used(unit):
+    """MiB the unit's current run holds on all GPUs (0 without nvidia-smi): weights and graphs go
+    there, not in the cgroup.  Another user's job growing is not this start's progress."""
     from specops.agent.services.gpus import gpu_fact
-    gpu = gpu_fact()
-    return sum(g["memory.used"] or 0 for g in gpu.get("gpus", [])) if gpu.get("present") else 0
+    gpu = gpu_fact([unit])
+    return sum(a["mib"] or 0 for a in gpu.get("apps", []) if a["unit"] == unit and not a["earlier"])
 
 
 def _memory(control_group):

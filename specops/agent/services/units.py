@@ -88,6 +88,8 @@ def stop_unit(ref, others=(), measure=True):
         asked = time.time()
         run_quiet(["systemctl", "stop", ref.name])
         failed_before, unit = unit.state == "failed", Unit(ref.name)
+        if failed_before and unit.state == "failed":
+            report.failed_before = show(ref.name, "Result").get("Result") or "?"
         if unit.state == "failed" and not failed_before:
             report.timed_out = _timed_out(ref.name, time.time() - asked)
             if ref.ranks > 1:

@@ -14,13 +14,104 @@ module that reads VAR when it needs it: SGLang reads SGL_FORCE_SHUTDOWN after SI
 stop that need not drain sends SIGNAME first.  Nothing outside the process can change its
 environment once it runs (a drop-in or `systemctl set-environment` reaches only later starts).
 
+--relay (under systemd, started by the launcher itself): the module's stderr, which carries its
+log and its progress bars, reaches the journal through this relay, a line per update.  tqdm
+redraws a bar with \\r and ends a line only when the bar is done, and journald stores a line only
+once it ends: without the relay a 20-minute weight load shows in the journal only at its end.  Its
+stdout stays the journal's stream (how specops finds the module's leftover processes: procs.py).
+
 Installed on each host by specops (it runs with the service's own interpreter).
 """
 import logging
 import os
+import re
 import runpy
+import select
 import signal
+import subprocess
 import sys
+
+REDRAW = b"<7>"  # journald's level prefix (SyslogLevelPrefix=, on by default): a redraw is debug
+
+
+class Lines:
+    """What the module writes, as the journal's lines: one per \\n, as journald makes them, and
+    each \\r-redraw at once, marked REDRAW (a bar's redraws collapse to their last state when read:
+    agent/host.py journal).  Text that follows a redraw already shown starts a line of its own."""
+
+    MAX = 48 * 1024  # journald's LineMax: it cuts a longer line there
+
+    def __init__(self):
+        self.pending, self.redraw, self.shown = b"", False, False
+
+    def _line(self, out):
+        if self.pending or not self.redraw:
+            out.append((REDRAW if self.redraw else b"") + self.pending + b"\n")
+        self.pending, self.shown = b"", False
+
+    def feed(self, data):
+        out = []
+        for piece in re.split(b"([\r\n])", data):
+            if piece in (b"\r", b"\n"):
+                if not self.shown and (self.pending or piece == b"\n"):  # a redraw ends no empty line
+                    self._line(out)
+                self.pending, self.shown, self.redraw = b"", False, piece == b"\r"
+            elif piece:
+                if self.shown:  # a log line written after a redraw, on the same line
+                    self.pending, self.shown, self.redraw = b"", False, False
+                self.pending += piece
+                if len(self.pending) >= self.MAX:
+                    self._line(out)
+        if self.redraw and self.pending and not self.shown:
+            out.append(REDRAW + self.pending + b"\n")
+            self.shown = True
+        return out
+
+    def flush(self):
+        out = []
+        if self.pending and not self.shown:
+            self._line(out)
+        return out
+
+
+def relay():
+    """--relay: stdin to stdout as Lines, until the end of stdin or of the process that started
+    it (the server): a leftover of the server may hold the pipe for ever, and the unit must stop."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # it carries the server's last words
+        signal.signal(sig, signal.SIG_IGN)
+    server, lines = os.getppid(), Lines()
+    try:
+        while True:
+            if not select.select([0], [], [], 1.0)[0]:
+                if os.getppid() != server and not select.select([0], [], [], 0.2)[0]:
+                    break
+                continue
+            data = os.read(0, 65536)
+            if not data:
+                break
+            for line in lines.feed(data):
+                os.write(1, line)
+        for line in lines.flush():
+            os.write(1, line)
+    except OSError:  # the journal's end of the stream is gone
+        pass
+
+
+def relay_stderr():
+    """Send this process's stderr, and its children's, through the relay, when it is the journal's
+    stream (systemd names it in JOURNAL_STREAM)."""
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return
+    if os.environ.get("JOURNAL_STREAM") != "%d:%d" % (st.st_dev, st.st_ino):
+        return
+    read, write = os.pipe()
+    subprocess.Popen([sys.executable, os.path.abspath(__file__), "--relay"], stdin=read, stderr=1, close_fds=True)
+    os.close(read)
+    sys.stderr.flush()
+    os.dup2(write, 2)
+    os.close(write)
 
 
 class Scrubbed:
@@ -37,6 +128,8 @@ class Scrubbed:
 
 
 def main():
+    if sys.argv[1:] == ["--relay"]:
+        return relay()
     argv, secrets, extra = sys.argv[1:], [], []
     while argv[:1] == ["--secret"] and len(argv) >= 3:
         env, flag, argv = argv[1], argv[2], argv[3:]
@@ -58,6 +151,7 @@ def main():
         message = logging.LogRecord.getMessage
         logging.LogRecord.getMessage = lambda record: scrub(message(record))
         sys.stdout, sys.stderr = Scrubbed(sys.stdout, scrub), Scrubbed(sys.stderr, scrub)
+    relay_stderr()  # the secrets are out of the environment it inherits
     module, args = argv[0], argv[1:]
     sys.argv = [module] + args + extra
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -1,0 +1,200 @@
+"""What a starting SGLang writes, as specops reads it: its tqdm bars (made here by the tqdm and
+the formats SGLang 0.5.23 uses, so the bytes are the real ones), the launcher's relay that makes
+each redraw a journal line, the phase each line names, and the failure tail that shows each bar
+at its last state.  No fleet."""
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tqdm import tqdm
+
+from specops.agent.host import last_states
+from specops.agent.services.startup import Startup
+from specops.services.sglang import PROGRESS
+
+LAUNCHER = Path(__file__).resolve().parent.parent / "specops" / "remote" / "hostfiles" / "launch.py"
+sys.path.insert(0, str(LAUNCHER.parent))
+import launch  # noqa: E402  (a host file: run there as a script)
+
+# sglang/srt/utils/common.py, 0.5.23
+BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
+
+
+class Writes(io.StringIO):
+    """A stream that keeps each write apart, as each reaches the pipe (tqdm flushes each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = []
+
+    def write(self, s):
+        if s:
+            self.writes.append(s.encode())
+        return len(s)
+
+
+def loading_bar(shards):
+    """The bytes SGLang's weight loader writes (weight_utils.py: desc, BAR_FORMAT, a free position)."""
+    out = Writes()
+    for _ in tqdm(range(shards), desc="Loading safetensors checkpoint shards", bar_format=BAR_FORMAT,
+                  position=tqdm._get_free_pos(), file=out, mininterval=0):
+        pass
+    return out.writes
+
+
+def capture_bar(batch_sizes):
+    """The bytes its CUDA graph runner writes (decode_cuda_graph_runner.py: tqdm's default bar,
+    the description set per batch size)."""
+    out = Writes()
+    bar = tqdm(list(reversed(batch_sizes)), file=out, mininterval=0)
+    for bs in bar:
+        bar.set_description("Capturing batches (bs=%d avail_mem=30.00 GB)" % bs)
+    bar.close()
+    return out.writes
+
+
+def phase(line):
+    for rx, label in Startup(None, None, PROGRESS, 0).patterns:
+        m = rx.search(line)
+        if m:
+            return label.format(*m.groups())
+
+
+def relayed(writes, chunks="each"):
+    lines = launch.Lines()
+    data = writes if chunks == "each" else [b"".join(writes)]
+    out = [line for chunk in data for line in lines.feed(chunk)] + lines.flush()
+    return [(line.startswith(launch.REDRAW), line[len(launch.REDRAW) if line.startswith(launch.REDRAW) else 0:].decode().rstrip("\n"))
+            for line in out]
+
+
+def test_a_real_bar_ends_no_line_until_it_is_done():
+    """The premise: the journal, which stores a line once it ends, sees nothing of a load until
+    its end (the issue's "loading weights 0/163" for the whole load)."""
+    raw = b"".join(loading_bar(5))
+    assert raw.count(b"\r") >= 6 and raw.count(b"\n") == 1 and raw.endswith(b"\n")
+
+
+@pytest.mark.parametrize("chunks", ["each", "all at once"])
+def test_the_relay_makes_each_redraw_a_line_whose_count_is_read(chunks):
+    rows = relayed(loading_bar(5), chunks)
+    assert all(redraw for redraw, _ in rows)
+    phases = [phase(text) for _, text in rows]
+    assert [p for i, p in enumerate(phases) if phases[i - 1:i] != [p]] == [f"loading weights {i}/5" for i in range(6)]
+    assert phases.count("loading weights 5/5") == 2  # tqdm draws the last state again as it closes
+
+
+def test_the_graph_capture_bar_and_sglangs_own_phase_lines_are_named():
+    rows = relayed(capture_bar([1, 2, 4, 8]))
+    assert phase(rows[-1][1]) == "capturing CUDA graphs: batch size 1 (4/4)"
+    assert "capturing CUDA graphs: batch size 8 (1/4)" in [phase(t) for _, t in rows]
+    # 0.5.23's lines (model_runner.py, kv_cache_configurator.py, cuda_graph_setup.py, eagle_worker_v2.py,
+    # http_server.py), with its logger's prefix
+    assert [phase("[2026-12-05 10:00:00 TP0] " + line) for line in [
+        "Load weight begin. avail mem=79.10 GB",
+        "Load weight end. elapsed=3.20 s, type=LlamaForCausalLM, quant=None, avail mem=40.12 GB, mem usage=38.98 GB.",
+        "Memory pool end. avail mem=30.05 GB",
+        "Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4, avail mem=30.05 GB",
+        "Capture target verify CUDA graph end. bs=[1, 2, 4, 8], elapsed=0.40 s, mem usage=0.09 GB, avail mem=29.96 GB.",
+        "Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=29.96 GB",
+        "Capture single-CG draft extend begin. This can take several minutes. ",
+        "The server is fired up and ready to roll!"]] == [
+        "loading weights", "weights loaded", "KV cache allocated", "capturing target verify CUDA graphs",
+        "target verify CUDA graphs captured", "capturing draft decode CUDA graphs",
+        "capturing single-CG draft extend CUDA graphs", "ready to roll"]
+
+
+def test_lines_around_a_redraw_keep_their_own_lines():
+    lines = launch.Lines()
+    assert lines.feed(b"[t] Load weight begin\n\rLoading: 40% Completed | 2/5") == [
+        b"[t] Load weight begin\n", launch.REDRAW + b"Loading: 40% Completed | 2/5\n"]
+    assert lines.feed(b"[t] a log line while the bar shows\n") == [b"[t] a log line while the bar shows\n"]
+    assert lines.feed(b"abc\r\n\n") == [b"abc\n", b"\n"]  # \r\n ends one line; an empty line stays
+    assert lines.feed(b"half a li") == []  # a line not ended waits for its end, as journald's does
+    assert lines.feed(b"ne\n") == [b"half a line\n"]
+    assert lines.feed(b"no end") == [] and lines.flush() == [b"no end\n"]
+
+
+def journal_rows(writes, before=(), after=()):
+    """journalctl -o json's rows for what went through the relay, as journald stores it (the
+    level prefix taken off into PRIORITY)."""
+    rows = [{"MESSAGE": m, "PRIORITY": "6"} for m in before]
+    for redraw, text in relayed(writes):
+        rows.append({"MESSAGE": text, "PRIORITY": "7" if redraw else "6"})
+    rows += [{"MESSAGE": m, "PRIORITY": "6"} for m in after]
+    return [json.dumps(r) for r in rows]
+
+
+def test_the_failure_tail_shows_each_bar_at_its_last_state():
+    rows = journal_rows(loading_bar(5), before=["[t] Load weight begin."], after=["[t] Load weight end."])
+    rows += journal_rows(capture_bar([1, 2]), after=["[t] Capture target decode CUDA graph end."])
+    tail = last_states(rows, 25).splitlines()
+    assert tail[0] == "[t] Load weight begin." and tail[2] == "[t] Load weight end."
+    assert "5/5" in tail[1] and "Capturing batches (bs=1" in tail[3] and "2/2" in tail[3]
+    assert len(tail) == 5
+    # An unrelayed server's bar (journald got all its redraws as one line), and journalctl's byte
+    # array for a message that is not printable text.
+    legacy = "\r".join(w.decode() for w in loading_bar(3)).replace("\n", "")
+    rows = [json.dumps({"MESSAGE": list(legacy.encode()), "PRIORITY": "6"})]
+    assert "| 3/3 [" in last_states(rows, 25) and "0/3" not in last_states(rows, 25)
+    assert "\r" not in last_states(rows, 25)
+
+
+def test_the_relay_ends_with_its_server_though_a_leftover_holds_the_pipe(tmp_path):
+    """A scheduler left behind (it ignores SIGTERM, or left the cgroup) keeps the pipe open for
+    ever; the unit must still stop, so the relay ends once the process that started it has."""
+    script = tmp_path / "server.py"
+    script.write_text(f"""
+import os, subprocess, sys, time
+read, write = os.pipe()
+relay = subprocess.Popen([sys.executable, {str(LAUNCHER)!r}, "--relay"], stdin=read, close_fds=True)
+os.close(read)
+print(relay.pid, flush=True)
+if os.fork() == 0:  # the leftover: holds the write end, says something late, lives on
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # not our test's pipe: only the relay writes there
+    time.sleep(0.5); os.write(write, b"\\rLoading:  50% Completed | 1/2"); time.sleep(60); os._exit(0)
+os.write(write, b"server line\\n")
+time.sleep(1.5)
+""")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
+    relay = int(proc.stdout.readline())
+    t0 = time.monotonic()
+    out = proc.stdout.read()  # until every holder of our stdout is gone: the server, and the relay
+    took = time.monotonic() - t0
+    proc.wait()
+    assert out.splitlines() == [b"server line", launch.REDRAW + b"Loading:  50% Completed | 1/2"]
+    assert took < 10, took  # the leftover lives 60 s
+    assert exited(relay)
+
+
+def exited(pid: int, within: float = 5) -> bool:
+    """Gone, or a zombie its new parent has not reaped yet (a process that closed its files may
+    still be on its way out)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_live_line_names_the_gpu_memory_the_services_own_processes_gained(monkeypatch):
+    """A load that logs nothing for minutes still moves: its GPU memory, counted over the
+    service's own current processes only (another user's job growing is not its progress)."""
+    from specops.agent.services import gpus, startup
+    apps = [{"unit": "sglang", "earlier": False, "mib": 62669}, {"unit": None, "earlier": False, "mib": 9000},
+            {"unit": "other", "earlier": False, "mib": 4000}, {"unit": "sglang", "earlier": True, "mib": 700}]
+    monkeypatch.setattr(gpus, "gpu_fact", lambda names=(): {"present": True, "apps": apps})
+    assert startup._gpu_used("sglang") == 62669
+    watch = Startup("sglang", None, PROGRESS, 60)
+    watch.phase, watch.gpu_at_line, watch.gpu = "loading weights 61/163", 62669, 68096
+    assert watch.words() == "loading weights 61/163: GPU memory 61.2 -> 66.5 GiB"
+    watch.gpu_at_line = watch.gpu  # a line came since
+    assert watch.words() == "loading weights 61/163"

@@ -1,0 +1,54 @@
+"""Rank 0's verify while another rank is down: it asks its agent in slices and looks, between
+them, at what the other ranks' verifies found (run.Ranks).  No fleet: a run whose agent answers
+"starting" until told otherwise."""
+from types import SimpleNamespace
+
+from specops import protocol
+from specops.flows import verify as verify_flow
+from specops.run import Ranks
+
+
+class Rank0Run:
+    """What _ask needs of a HostRun: its agent always answers "still starting"."""
+
+    def __init__(self, ranks):
+        self.ranks, self.calls, self.unlocked = ranks, [], False
+        self.host = SimpleNamespace(name="t1")
+
+    def call(self, request, on_stderr=None, last=False):
+        self.calls.append(request)
+        if len(self.calls) == 2:  # meanwhile, rank 1's verify (another thread) finds its unit stopped
+            self.ranks.post("sglang", "t2", "unit sglang is inactive/dead, /health: None")
+        if len(self.calls) == 10:  # its ceiling: what it says without the look at the other ranks
+            return protocol.VerifyResult(services=[protocol.ServiceReport(name=c.name, failures=["not ready"])
+                                                   for c in request.services])
+        return protocol.VerifyResult(services=[protocol.ServiceReport(name=c.name, starting=True)
+                                               for c in request.services])
+
+    def say(self, text):
+        pass
+
+    def unlock(self):
+        self.unlocked = True
+
+
+def test_a_rank_found_down_ends_rank_0s_wait_naming_it():
+    run = Rank0Run(Ranks())
+    check = protocol.ServiceCheck(name="sglang", port=30000)
+    res = verify_flow._ask(run, [check], {"sglang": ["t1", "t2"]}, last=True)
+    assert len(run.calls) == 2 and all(r.answer_within == verify_flow.LOOK_EVERY for r in run.calls)
+    assert res.services[0].failures == [
+        "rank 1 on t2 is down (unit sglang is inactive/dead, /health: None): this rank 0 cannot be ready without it"]
+    assert run.unlocked
+
+
+def test_a_rank_verified_again_is_no_longer_down_and_a_single_host_asks_once():
+    ranks = Ranks()
+    ranks.post("sglang", "t2", "down")
+    ranks.post("sglang", "t2", None)
+    assert ranks.down("sglang", ["t2", "t3"]) == {}
+    run = Rank0Run(ranks)
+    run.call = lambda request, on_stderr=None, last=False: run.calls.append((request, last)) or \
+        protocol.VerifyResult(services=[protocol.ServiceReport(name="sglang")])
+    verify_flow._ask(run, [protocol.ServiceCheck(name="sglang", port=30000)], {}, last=True)
+    assert [(r.answer_within, last) for r, last in run.calls] == [(None, True)]  # one call, the lock with it
