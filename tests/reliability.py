@@ -54,6 +54,9 @@ FOUND = {
                          "now and then) left systemd with the unit before: the file already as wanted, every later deploy "
                          "restarted the old definition and failed its verify. A restart now reloads first a unit whose "
                          "file changed since systemd loaded it.",
+    "shared-subnet": "With two test workers, the second worker's site shared a /24 with the benchmark's: the bench "
+                     "smoke test's sweep removed its service address, and its hosts lost their package index. Every "
+                     "site now has a /24 and a prefix of its own, and a test reads them all.",
 }
 
 

@@ -131,8 +131,8 @@ def test_a_stopped_rank_fails_rank_0s_verify_at_once_naming_it(sandbox):
         t2.run("systemctl", "stop", "sglang")
         deadline = time.monotonic() + 60  # rank 0 crashes with its peer gone and is started again
         while time.monotonic() < deadline:
-            now = t1.run("systemctl", "show", "sglang", "-p", "InvocationID,SubState", "--value").stdout.split()
-            if now[:1] != [first] and now[1:] == ["running"]:
+            now = [t1.run("systemctl", "show", "sglang", "-p", p, "--value").stdout.strip() for p in ("InvocationID", "SubState")]
+            if now[0] != first and now[1] == "running":
                 break
             time.sleep(0.5)
         else:

@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +22,7 @@ def test_logins_runs_the_default_logins_and_a_test_that_names_its_own_gets_them(
         f"test_two_rollbacks_restore_n_minus_1_then_n_minus_2[{login}]" for login in ("root", "ubuntu-sudo-pass")]
 
 
+@pytest.mark.found("shared-subnet")
 def test_every_sandbox_site_has_a_subnet_and_a_prefix_of_its_own():
     """Sites run side by side (two test workers, the benchmarks, tests that make their own): one
     that shares another's /24 takes over its addresses and, swept, removes its service address
