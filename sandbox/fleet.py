@@ -79,7 +79,11 @@ def built_once(build):
     @functools.wraps(build)
     def locked(*args, **kwargs):
         CACHE.mkdir(parents=True, exist_ok=True)
-        with open(CACHE / f".{build.__module__}.{build.__qualname__}.lock", "a") as lock:
+        # 0600: another user who could open it could hold its lock, and every build with it
+        fd = os.open(CACHE / f".{build.__module__}.{build.__qualname__}.lock",
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "r+") as lock:
+            os.fchmod(fd, 0o600)
             fcntl.flock(lock, fcntl.LOCK_EX)
             return build(*args, **kwargs)
     return locked

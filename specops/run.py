@@ -51,20 +51,24 @@ class Ranks:
     for every rank, fails at once naming it (flows/verify.py) instead of waiting its whole timeout."""
 
     def __init__(self):
-        self._down: dict[tuple[str, str], str] = {}
+        self._down: dict[tuple[str, str], tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def post(self, service: str, node: str, down: str | None) -> None:
-        """`down`: why the node's rank is not serving; None: it serves, or is being verified again."""
+        """`down`: the state of the node's unit, which is not running and not about to; None: it
+        serves, or is being verified again."""
         with self._lock:
             if down:
-                self._down[(service, node)] = down
+                self._down[(service, node)] = (down, time.monotonic())
             else:
                 self._down.pop((service, node), None)
 
-    def down(self, service: str, nodes: list[str]) -> dict[str, str]:
+    def down(self, service: str, nodes: list[str], since: float) -> dict[str, str]:
+        """The nodes found down since `since` (time.monotonic()): what a verify before a rollback
+        found is not what the rollback's finds."""
         with self._lock:
-            return {n: self._down[(service, n)] for n in nodes if (service, n) in self._down}
+            return {n: self._down[(service, n)][0] for n in nodes
+                    if (service, n) in self._down and self._down[(service, n)][1] >= since}
 
 
 class HostRun:
@@ -73,6 +77,7 @@ class HostRun:
     def __init__(self, host: Host, roles: list, opts: Options, out: Reporter, ranks: Ranks | None = None):
         self.host, self.roles, self.opts, self.out = host, roles, opts, out
         self.ranks = ranks or Ranks()
+        self.verified_at = 0.0  # when this host's last verify ended (time.monotonic()): Ranks since then
         self.report = HostReport(host.name)
         self.plan: list[tuple[Any, list[Op]]] = []
         for role in roles:

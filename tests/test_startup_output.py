@@ -82,7 +82,8 @@ def test_a_real_bar_ends_no_line_until_it_is_done():
 @pytest.mark.parametrize("chunks", ["each", "all at once"])
 def test_the_relay_makes_each_redraw_a_line_whose_count_is_read(chunks):
     rows = relayed(loading_bar(5), chunks)
-    assert all(redraw for redraw, _ in rows)
+    # each a redraw, but the last when its newline came in the same read: the bar's last state, kept
+    assert all(redraw for redraw, _ in rows[:-1]) and rows[-1][0] == (chunks == "each")
     phases = [phase(text) for _, text in rows]
     assert [p for i, p in enumerate(phases) if phases[i - 1:i] != [p]] == [f"loading weights {i}/5" for i in range(6)]
     assert phases.count("loading weights 5/5") == 2  # tqdm draws the last state again as it closes
@@ -92,6 +93,20 @@ def test_the_graph_capture_bar_and_sglangs_own_phase_lines_are_named():
     rows = relayed(capture_bar([1, 2, 4, 8]))
     assert phase(rows[-1][1]) == "capturing CUDA graphs: batch size 1 (4/4)"
     assert "capturing CUDA graphs: batch size 8 (1/4)" in [phase(t) for _, t in rows]
+    # The other loaders' bars (weight_utils.py), as tqdm draws them
+    for desc, fmt in [("Loading pt checkpoint shards", BAR_FORMAT), ("Multi-thread loading shards", BAR_FORMAT),
+                      ("Loading safetensors using Fastsafetensor loader", "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"),
+                      ("Loading safetensors using Runai Model Streamer", None)]:
+        out = Writes()
+        for _ in tqdm(range(3), desc=desc, bar_format=fmt, file=out, mininterval=0):
+            pass
+        assert phase(relayed(out.writes)[-1][1]) == "loading weights 3/3", desc
+    out = Writes()  # prefill_cuda_graph_runner.py
+    bar = tqdm([512, 256], file=out, mininterval=0)
+    for n in bar:
+        bar.set_description(f"Capturing prefill shape (num_tokens={n} avail_mem=30.00 GB)")
+    bar.close()
+    assert phase(relayed(out.writes)[-1][1]) == "capturing prefill CUDA graphs: 256 tokens (2/2)"
     # 0.5.23's lines (model_runner.py, kv_cache_configurator.py, cuda_graph_setup.py, eagle_worker_v2.py,
     # http_server.py), with its logger's prefix
     assert [phase("[2026-12-05 10:00:00 TP0] " + line) for line in [
@@ -144,31 +159,51 @@ def test_the_failure_tail_shows_each_bar_at_its_last_state():
     assert "\r" not in last_states(rows, 25)
 
 
-def test_the_relay_ends_with_its_server_though_a_leftover_holds_the_pipe(tmp_path):
-    """A scheduler left behind (it ignores SIGTERM, or left the cgroup) keeps the pipe open for
-    ever; the unit must still stop, so the relay ends once the process that started it has."""
+def test_the_relay_carries_a_killed_servers_last_words_and_ends_with_it(tmp_path):
+    """The launcher's own relay_stderr, under a server that does what SGLang does on its way out
+    (kill_process_tree: SIGKILL to each of its children, then its traceback, then exit), beside
+    a leftover that escaped it and writes to the pipe every 0.3 s for a minute.  The relay is
+    nobody's child, so it lives to carry the last words, and it ends with the server anyway:
+    the unit must stop."""
     script = tmp_path / "server.py"
     script.write_text(f"""
-import os, subprocess, sys, time
-read, write = os.pipe()
-relay = subprocess.Popen([sys.executable, {str(LAUNCHER)!r}, "--relay"], stdin=read, close_fds=True)
-os.close(read)
-print(relay.pid, flush=True)
-if os.fork() == 0:  # the leftover: holds the write end, says something late, lives on
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # not our test's pipe: only the relay writes there
-    time.sleep(0.5); os.write(write, b"\\rLoading:  50% Completed | 1/2"); time.sleep(60); os._exit(0)
-os.write(write, b"server line\\n")
-time.sleep(1.5)
+import os, signal, subprocess, sys, time
+sys.path.insert(0, {str(LAUNCHER.parent)!r})
+import launch
+st = os.fstat(2)
+os.environ["JOURNAL_STREAM"] = "%d:%d" % (st.st_dev, st.st_ino)  # what systemd sets
+launch.relay_stderr()
+if os.fork() == 0:  # the leftover: not the server's child, chatty, on the pipe for a minute
+    if os.fork() == 0:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        for _ in range(200):
+            os.write(2, b"\\rLoading:  50% Completed | 1/2")
+            time.sleep(0.3)
+    os._exit(0)
+os.wait()
+sys.stderr.write("server line\\n")
+sys.stderr.flush()
+scheduler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+time.sleep(1)
+for pid in filter(str.isdigit, os.listdir("/proc")):  # kill_process_tree
+    try:
+        if open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[1] == str(os.getpid()):
+            os.kill(int(pid), signal.SIGKILL)
+    except OSError:
+        pass
+os.write(2, b"Traceback (most recent call last): the last words\\n")
+os._exit(1)
 """)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
-    relay = int(proc.stdout.readline())
     t0 = time.monotonic()
-    out = proc.stdout.read()  # until every holder of our stdout is gone: the server, and the relay
+    proc = subprocess.run([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          timeout=90)  # ends when every holder of its stderr has: the server and the relay
     took = time.monotonic() - t0
-    proc.wait()
-    assert out.splitlines() == [b"server line", launch.REDRAW + b"Loading:  50% Completed | 1/2"]
-    assert took < 10, took  # the leftover lives 60 s
-    assert exited(relay)
+    lines = proc.stderr.splitlines()
+    # (a line may follow a redraw of the leftover's that came in the same read: as a terminal shows it)
+    assert [line for line in lines if line.endswith(b"server line")], lines[:5]
+    assert [line for line in lines if line.endswith(b"Traceback (most recent call last): the last words")], lines[-5:]
+    assert launch.REDRAW + b"Loading:  50% Completed | 1/2" in lines
+    assert took < 10, took  # the leftover writes for a minute
 
 
 def exited(pid: int, within: float = 5) -> bool:
@@ -193,8 +228,31 @@ def test_the_live_line_names_the_gpu_memory_the_services_own_processes_gained(mo
             {"unit": "other", "earlier": False, "mib": 4000}, {"unit": "sglang", "earlier": True, "mib": 700}]
     monkeypatch.setattr(gpus, "gpu_fact", lambda names=(): {"present": True, "apps": apps})
     assert startup._gpu_used("sglang") == 62669
+    apps[0]["mib"] = None  # [N/A] per process: the GPUs' whole use, rather than nothing
+    monkeypatch.setattr(gpus, "gpu_fact", lambda names=(): {"present": True, "apps": apps,
+                                                             "gpus": [{"memory.used": 70000}, {"memory.used": None}]})
+    assert startup._gpu_used("sglang") == 70000
     watch = Startup("sglang", None, PROGRESS, 60)
     watch.phase, watch.gpu_at_line, watch.gpu = "loading weights 61/163", 62669, 68096
     assert watch.words() == "loading weights 61/163: GPU memory 61.2 -> 66.5 GiB"
     watch.gpu_at_line = watch.gpu  # a line came since
     assert watch.words() == "loading weights 61/163"
+
+
+def test_a_redraw_split_over_reads_and_another_processs_line_after_one():
+    lines = launch.Lines()
+    assert lines.feed(b"\rLoading:  37% Completed | 61/1") == [launch.REDRAW + b"Loading:  37% Completed | 61/1\n"]
+    # another process's line, read after the redraw was shown: a line of its own, never collapsed
+    assert lines.feed(b"[TP3] Scheduler hit an exception\n") == [b"[TP3] Scheduler hit an exception\n"]
+    # both in one read: one line, as a terminal shows it, plain (kept whole in a tail)
+    assert lines.feed(b"\rLoading:  38% Completed | 62/163[TP1] error\n") == [
+        b"Loading:  38% Completed | 62/163[TP1] error\n"]
+    # a tqdm clear (spaces between two carriage returns) makes no line; the line after it is plain
+    assert lines.feed(b"\r      \r[t] after the clear\n") == [b"[t] after the clear\n"]
+    rows = [json.dumps({"MESSAGE": "[t] Load weight begin.", "PRIORITY": "6"}),
+            json.dumps({"MESSAGE": "Loading:  37% Completed | 61/1", "PRIORITY": "7"}),
+            json.dumps({"MESSAGE": "[TP3] Scheduler hit an exception", "PRIORITY": "6"}),
+            json.dumps({"MESSAGE": ["twice", "given"], "PRIORITY": "6"}),  # journalctl: a field logged twice
+            json.dumps({"MESSAGE": None, "PRIORITY": "6"})]  # journalctl: a field over 4096 bytes without --all
+    assert last_states(rows, 25).splitlines() == [
+        "[t] Load weight begin.", "Loading:  37% Completed | 61/1", "[TP3] Scheduler hit an exception", "twice given"]

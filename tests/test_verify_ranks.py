@@ -1,6 +1,7 @@
 """Rank 0's verify while another rank is down: it asks its agent in slices and looks, between
 them, at what the other ranks' verifies found (run.Ranks).  No fleet: a run whose agent answers
 "starting" until told otherwise."""
+import time
 from types import SimpleNamespace
 
 from specops import protocol
@@ -13,12 +14,12 @@ class Rank0Run:
 
     def __init__(self, ranks):
         self.ranks, self.calls, self.unlocked = ranks, [], False
-        self.host = SimpleNamespace(name="t1")
+        self.host, self.verified_at = SimpleNamespace(name="t1"), 0.0
 
     def call(self, request, on_stderr=None, last=False):
         self.calls.append(request)
         if len(self.calls) == 2:  # meanwhile, rank 1's verify (another thread) finds its unit stopped
-            self.ranks.post("sglang", "t2", "unit sglang is inactive/dead, /health: None")
+            self.ranks.post("sglang", "t2", "unit sglang is inactive/dead")
         if len(self.calls) == 10:  # its ceiling: what it says without the look at the other ranks
             return protocol.VerifyResult(services=[protocol.ServiceReport(name=c.name, failures=["not ready"])
                                                    for c in request.services])
@@ -38,15 +39,29 @@ def test_a_rank_found_down_ends_rank_0s_wait_naming_it():
     res = verify_flow._ask(run, [check], {"sglang": ["t1", "t2"]}, last=True)
     assert len(run.calls) == 2 and all(r.answer_within == verify_flow.LOOK_EVERY for r in run.calls)
     assert res.services[0].failures == [
-        "rank 1 on t2 is down (unit sglang is inactive/dead, /health: None): this rank 0 cannot be ready without it"]
+        "rank 1 on t2 is down (unit sglang is inactive/dead): this rank 0 cannot be ready without it"]
     assert run.unlocked
+    assert [r.resume for r in run.calls] == [False, True]  # the agent's wait goes on between slices
+
+
+def test_what_a_rank_was_found_before_this_verify_began_does_not_fail_it():
+    """A deploy that fails is rolled back on every node, and verified again: rank 1's "down"
+    from before is not the rollback's."""
+    ranks = Ranks()
+    ranks.post("sglang", "t2", "unit sglang is inactive/dead")
+    run = Rank0Run(ranks)
+    run.verified_at = time.monotonic()
+    run.call = lambda request, on_stderr=None, last=False: run.calls.append(request) or protocol.VerifyResult(
+        services=[protocol.ServiceReport(name="sglang", starting=len(run.calls) < 3, health_statuses=[503])])
+    res = verify_flow._ask(run, [protocol.ServiceCheck(name="sglang", port=30000)], {"sglang": ["t1", "t2"]}, False)
+    assert len(run.calls) == 3 and res.services[0].failures == [] and res.services[0].health_statuses == [503]
 
 
 def test_a_rank_verified_again_is_no_longer_down_and_a_single_host_asks_once():
     ranks = Ranks()
     ranks.post("sglang", "t2", "down")
     ranks.post("sglang", "t2", None)
-    assert ranks.down("sglang", ["t2", "t3"]) == {}
+    assert ranks.down("sglang", ["t2", "t3"], since=0) == {}
     run = Rank0Run(ranks)
     run.call = lambda request, on_stderr=None, last=False: run.calls.append((request, last)) or \
         protocol.VerifyResult(services=[protocol.ServiceReport(name="sglang")])

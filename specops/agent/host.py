@@ -147,8 +147,11 @@ def journal(unit, lines=25, invocation=None):
     if invocation is None:
         _, out = run_quiet(["systemctl", "show", unit, "-p", "InvocationID", "--value"])
         invocation = out.strip()
-    match = ["_SYSTEMD_INVOCATION_ID=" + invocation] if invocation else ["-u", unit]
-    _, out = run_quiet(["journalctl", *match, "-n", str(lines * 20), "--no-pager", "-o", "json",
+    # The run's own lines, and what systemd (PID 1: a trusted field, where any user may log an
+    # INVOCATION_ID of their own) said of it: "Main process exited, code=killed", an OOM kill.
+    match = ["_SYSTEMD_INVOCATION_ID=" + invocation, "+", "INVOCATION_ID=" + invocation, "_PID=1"] \
+        if invocation else ["-u", unit]
+    _, out = run_quiet(["journalctl", *match, "-n", str(lines * 20), "--no-pager", "-o", "json", "--all",
                         "--output-fields=MESSAGE,PRIORITY"])
     return last_states(out.splitlines(), lines)
 
@@ -162,8 +165,9 @@ def last_states(rows, lines):
         except ValueError:
             continue
         message = entry.get("MESSAGE")
-        if isinstance(message, list):  # journalctl's form for bytes that are not printable text
-            message = bytes(message).decode(errors="replace")
+        if isinstance(message, list):  # bytes that are not printable text, or a field logged twice
+            message = " ".join(m for m in message if isinstance(m, str)) or \
+                bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode(errors="replace")
         if not isinstance(message, str):
             continue
         states = [part for part in message.split("\r") if part.strip()]

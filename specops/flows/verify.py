@@ -2,6 +2,8 @@
 intended, and show what was found."""
 from __future__ import annotations
 
+import time
+
 from .. import protocol, services
 from ..errors import SpecopsError
 from ..run import HostRun
@@ -35,9 +37,10 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
             run.ranks.post(name, run.host.name, None)  # verified again: what an earlier verify found is old
     res = _ask(run, wanted, {c.name: spans[c.name]["nodes"] for c in wanted
                              if c.name in spans and not spans[c.name]["node_rank"]}, last)
+    run.verified_at = time.monotonic()
     for s in res.services:
         if s.name in spans and spans[s.name]["node_rank"]:
-            run.ranks.post(s.name, run.host.name, "; ".join(s.failures) or None)
+            run.ranks.post(s.name, run.host.name, s.rank_down)
     # Merged by service: a later verify of one service (after a baseline) keeps the others'.
     found = {s["name"]: s for s in run.report.extra.get("verify") or []}
     found.update({s.name: protocol.to_dict(s) for s in res.services})
@@ -77,17 +80,25 @@ def _ask(run: HostRun, wanted: list[protocol.ServiceCheck], nodes: dict[str, lis
     if not nodes:
         return run.call(protocol.Verify(services=wanted), last=last, on_stderr=say)
     done: dict[str, protocol.ServiceReport] = {}
+    statuses: dict[str, list] = {c.name: [] for c in wanted}  # /health's answers over all the slices
+    resume = False
     while len(done) < len(wanted):
         todo = [c for c in wanted if c.name not in done]
-        res = run.call(protocol.Verify(services=todo, answer_within=LOOK_EVERY), on_stderr=say)
-        done.update((s.name, s) for s in res.services if not s.starting)
+        res = run.call(protocol.Verify(services=todo, answer_within=LOOK_EVERY, resume=resume), on_stderr=say)
+        resume = True
+        for s in res.services:
+            statuses[s.name] += [x for x in s.health_statuses if statuses[s.name][-1:] != [x]]
+            if not s.starting:
+                done[s.name] = s
         for c in todo:
-            down = run.ranks.down(c.name, nodes.get(c.name, [])[1:])
+            down = run.ranks.down(c.name, nodes.get(c.name, [])[1:], since=run.verified_at)
             if c.name not in done and down:
                 node, why = next(iter(down.items()))
-                rank = nodes[c.name].index(node)
                 done[c.name] = protocol.ServiceReport(name=c.name, failures=[
-                    f"rank {rank} on {node} is down ({why}): this rank 0 cannot be ready without it"])
+                    f"rank {nodes[c.name].index(node)} on {node} is down ({why}): this rank 0 cannot be ready "
+                    f"without it"])
+    for name, s in done.items():
+        s.health_statuses = statuses[name]
     if last:
         run.unlock()
     return protocol.VerifyResult(services=[done[c.name] for c in wanted])

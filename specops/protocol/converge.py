@@ -90,9 +90,11 @@ class VerifyResult:
 class Verify:
     """Wait for each service to be ready, then compare what runs with what was intended.
     answer_within (seconds): answer then, with a service still starting reported `starting`;
-    the next Verify resumes its wait (rank 0's, while the controller looks at the other ranks)."""
+    the next Verify, with resume, goes on with its wait (rank 0's, while the controller looks at
+    the other ranks); without resume, a wait starts afresh."""
     services: List[ServiceCheck]
     answer_within: Optional[float] = None
+    resume: bool = False
     Result = VerifyResult
 
 

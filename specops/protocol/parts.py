@@ -92,6 +92,7 @@ class ServiceReport:
     members: Optional[Dict[str, Any]] = None  # a router's: url → {is_healthy, load, id}
     not_serving: Optional[str] = None  # a router's: why a generation through it failed (peek)
     starting: bool = False  # still starting when a Verify with answer_within answered: nothing else checked
+    rank_down: Optional[str] = None  # a rank > 0 whose unit is not running and not about to: its state
 
 
 @message

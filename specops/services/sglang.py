@@ -21,12 +21,15 @@ from . import ServiceKind, register
 # Completed | {n_fmt}/{total_fmt} [...]"), the Fastsafetensor loader's and the CUDA graph runner's
 # with tqdm's own "{l_bar}{bar}| {n_fmt}/{total_fmt} [...]".
 PROGRESS = [
-    [r"(?:Loading safetensors checkpoint shards|Multi-thread loading (?:pt checkpoint )?shards|Loading safetensors "
-     r"using Fastsafetensor loader):\s*\d+%[^|]*\|(?:[^|]*\|)? (\d+)/(\d+)", "loading weights {}/{}"],
+    # Every loader's bar (weight_utils.py: safetensors, np_cache, pt, multi-thread, Fastsafetensor,
+    # InstantTensor, Runai Model Streamer), in BAR_FORMAT or tqdm's own.
+    [r"(?:Loading|Multi-thread loading) [^:]*:\s*\d+%[^|]*\|(?:[^|]*\|)? (\d+)/(\d+)", "loading weights {}/{}"],
     [r"Load weight begin", "loading weights"],
     [r"Load weight end", "weights loaded"],
     [r"Memory pool end", "KV cache allocated"],
     [r"Capturing batches \(bs=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)", "capturing CUDA graphs: batch size {} ({}/{})"],
+    [r"Capturing prefill shape \(num_tokens=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)",
+     "capturing prefill CUDA graphs: {} tokens ({}/{})"],
     [r"Capture cuda graph begin", "capturing CUDA graphs"],  # SGLang before 0.5
     [r"Capture cuda graph end", "CUDA graphs captured"],
     [r"Capture (.+?) (?:(?:CUDA|cuda) graph )?begin\.", "capturing {} CUDA graphs"],

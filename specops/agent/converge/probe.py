@@ -18,7 +18,7 @@ from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 CONTENT_LIMIT = 2 * 1024 * 1024
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
               "ExecMainStartTimestampMonotonic", "ExecMainPID", "MainPID", "NRestarts",
-              "ControlGroup", "FragmentPath", "UnitFileState", "Result", "InvocationID", "User")
+              "ControlGroup", "FragmentPath", "UnitFileState", "Result", "InvocationID", "User", "Job")
 
 
 def file_fact(path, want_content=None, allowed=()):

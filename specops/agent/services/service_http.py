@@ -200,39 +200,13 @@ def _ours(svc, report, listener):
 
 
 
-def _rank_running(svc, report):
-    """A multi-node service's rank > 0 serves only a health check (SGLang's dummy health server):
-    its unit runs, its port is the unit's, and /health answers 200.  Rank 0's verify, which
-    needs every rank joined, says the rest."""
-    t0, u, status = time.time(), unit_fact(svc.name), None
-    while time.time() - t0 < svc.timeout:
-        running = (u.get("ActiveState"), u.get("SubState")) == ("active", "running")
-        if running and listeners.Listener(svc.name, svc.port, u).problem() is None:
-            try:
-                status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5)
-            except OSError:
-                status = "no answer"
-            if status == 200:
-                report.checks.append("rank > 0: unit %s running, %s 200 (the API is rank 0's)"
-                                     % (svc.name, svc.endpoints.ready))
-                _stale_check(svc, report, u)
-                return report
-        elif u.get("ActiveState") in ("failed", "inactive"):  # stopped, or failed for good: not coming
-            break
-        time.sleep(0.5)  # a rank whose peer restarted is restarted by systemd and joins again
-        u = unit_fact(svc.name)
-    report.failures.append("unit %s is %s/%s, %s: %s: this node's rank is not serving" % (
-        svc.name, u.get("ActiveState"), u.get("SubState"), svc.endpoints.ready, status))
-    report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
-    return report
-
-
 def verify_service(svc, answer_by=None):
     """One service: ready, really the service on its port, serving its model, running the intended
     arguments, generating (with its speculative stats), and not running older code than its files."""
     report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
     if not svc.http:
-        return _rank_running(svc, report)
+        from specops.agent.services.ranks import rank_running  # ranks builds on this module
+        return rank_running(svc, report)
     unit = _wait_ready(svc, report, key, answer_by)
     if unit is None:
         return report
@@ -266,6 +240,9 @@ def verify_service(svc, answer_by=None):
 def verify(req):
     """Answer a protocol.Verify."""
     answer_by = time.time() + req.answer_within if req.answer_within else None
+    if not req.resume:
+        for s in req.services:
+            _STARTS.pop(s.name, None)
     return protocol.VerifyResult(services=[verify_service(s, answer_by) for s in req.services])
 
 

@@ -101,7 +101,10 @@ def _gpu_used(unit):
     there, not in the cgroup.  Another user's job growing is not this start's progress."""
     from specops.agent.services.gpus import gpu_fact
     gpu = gpu_fact([unit])
-    return sum(a["mib"] or 0 for a in gpu.get("apps", []) if a["unit"] == unit and not a["earlier"])
+    own = [a["mib"] for a in gpu.get("apps", []) if a["unit"] == unit and not a["earlier"]]
+    if None in own:  # nvidia-smi cannot tell per process (MIG, some containers): the GPUs' whole use
+        return sum(g["memory.used"] or 0 for g in gpu.get("gpus", []))
+    return sum(own)
 
 
 def _memory(control_group):

@@ -14,7 +14,7 @@ module that reads VAR when it needs it: SGLang reads SGL_FORCE_SHUTDOWN after SI
 stop that need not drain sends SIGNAME first.  Nothing outside the process can change its
 environment once it runs (a drop-in or `systemctl set-environment` reaches only later starts).
 
---relay (under systemd, started by the launcher itself): the module's stderr, which carries its
+--relay PID (under systemd, started by the launcher): the module's stderr, which carries its
 log and its progress bars, reaches the journal through this relay, a line per update.  tqdm
 redraws a bar with \\r and ends a line only when the bar is done, and journald stores a line only
 once it ends: without the relay a 20-minute weight load shows in the journal only at its end.  Its
@@ -30,76 +30,110 @@ import select
 import signal
 import subprocess
 import sys
+import time
 
 REDRAW = b"<7>"  # journald's level prefix (SyslogLevelPrefix=, on by default): a redraw is debug
 
 
 class Lines:
     """What the module writes, as the journal's lines: one per \\n, as journald makes them, and
-    each \\r-redraw at once, marked REDRAW (a bar's redraws collapse to their last state when read:
-    agent/host.py journal).  Text that follows a redraw already shown starts a line of its own."""
+    each \\r-redraw at once, marked REDRAW (a bar's redraws collapse to their last state when
+    read: agent/host.py journal).  Text read after a redraw was shown starts a line of its own
+    (another process's, usually); a line that ends (\\n) after a redraw within one read, which is
+    the bar's last state or text written after it, is a plain line: nothing in it is collapsed."""
 
     MAX = 48 * 1024  # journald's LineMax: it cuts a longer line there
 
     def __init__(self):
         self.pending, self.redraw, self.shown = b"", False, False
 
-    def _line(self, out):
-        if self.pending or not self.redraw:
-            out.append((REDRAW if self.redraw else b"") + self.pending + b"\n")
-        self.pending, self.shown = b"", False
-
     def feed(self, data):
         out = []
         for piece in re.split(b"([\r\n])", data):
-            if piece in (b"\r", b"\n"):
-                if not self.shown and (self.pending or piece == b"\n"):  # a redraw ends no empty line
-                    self._line(out)
-                self.pending, self.shown, self.redraw = b"", False, piece == b"\r"
+            if piece == b"\r":
+                if self.pending.strip() and not self.shown:
+                    out.append((REDRAW if self.redraw else b"") + self.pending + b"\n")
+                self.pending, self.shown, self.redraw = b"", False, True
+            elif piece == b"\n":
+                if not self.shown and (self.pending or not self.redraw):  # "\r\n" ends one line
+                    out.append(self.pending + b"\n")
+                self.pending, self.shown, self.redraw = b"", False, False
             elif piece:
-                if self.shown:  # a log line written after a redraw, on the same line
-                    self.pending, self.shown, self.redraw = b"", False, False
-                self.pending += piece
+                if self.shown:  # after a redraw shown, another process's line (a rare split redraw too)
+                    self.pending, self.redraw = b"", False
+                self.pending, self.shown = self.pending + piece, False
                 if len(self.pending) >= self.MAX:
-                    self._line(out)
-        if self.redraw and self.pending and not self.shown:
+                    out.append((REDRAW if self.redraw else b"") + self.pending + b"\n")
+                    self.pending = b""
+        if self.redraw and self.pending.strip() and not self.shown:
             out.append(REDRAW + self.pending + b"\n")
             self.shown = True
         return out
 
     def flush(self):
-        out = []
-        if self.pending and not self.shown:
-            self._line(out)
-        return out
+        return [self.pending + b"\n"] if self.pending and not self.shown else []
 
 
-def relay():
-    """--relay: stdin to stdout as Lines, until the end of stdin or of the process that started
-    it (the server): a leftover of the server may hold the pipe for ever, and the unit must stop."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # it carries the server's last words
+def gone(proc):
+    """Whether the process whose /proc directory `proc` holds open has ended (a zombie has): the
+    directory stays that process's, whoever gets its pid next."""
+    if proc is None:
+        return True
+    try:
+        with open(os.open("stat", os.O_RDONLY, dir_fd=proc)) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def relay(server):
+    """--relay PID: stdin to stdout as Lines, until the end of stdin or of the server (PID): a
+    leftover of the server may hold the pipe, and write to it, for ever, and the unit must stop.
+    Nobody's child (relay_stderr), so a server that kills its children on the way out (SGLang's
+    kill_process_tree) leaves it to carry its last words."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    server, lines = os.getppid(), Lines()
+    try:
+        proc = os.open("/proc/%d" % server, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # gone already: what is in the pipe, then out
+        proc = None
+    lines, look = Lines(), 0.0
     try:
         while True:
-            if not select.select([0], [], [], 1.0)[0]:
-                if os.getppid() != server and not select.select([0], [], [], 0.2)[0]:
+            if time.monotonic() >= look:
+                look = time.monotonic() + 1.0
+                if gone(proc):
+                    _drain(lines, time.monotonic() + 0.5)
                     break
+            if not select.select([0], [], [], 1.0)[0]:
                 continue
             data = os.read(0, 65536)
             if not data:
                 break
-            for line in lines.feed(data):
-                os.write(1, line)
-        for line in lines.flush():
-            os.write(1, line)
+            _write(lines.feed(data))
+        _write(lines.flush())
     except OSError:  # the journal's end of the stream is gone
         pass
 
 
+def _drain(lines, deadline):
+    """What is in the pipe when the server has gone (its last words), for at most until deadline."""
+    while time.monotonic() < deadline and select.select([0], [], [], 0.1)[0]:
+        data = os.read(0, 65536)
+        if not data:
+            return
+        _write(lines.feed(data))
+
+
+def _write(lines):
+    for line in lines:
+        os.write(1, line)
+
+
 def relay_stderr():
     """Send this process's stderr, and its children's, through the relay, when it is the journal's
-    stream (systemd names it in JOURNAL_STREAM)."""
+    stream (systemd names it in JOURNAL_STREAM).  The relay is started by a child that leaves at
+    once, so that it is nobody's child; if it cannot start, stderr stays as it is."""
     try:
         st = os.fstat(2)
     except OSError:
@@ -107,8 +141,20 @@ def relay_stderr():
     if os.environ.get("JOURNAL_STREAM") != "%d:%d" % (st.st_dev, st.st_ino):
         return
     read, write = os.pipe()
-    subprocess.Popen([sys.executable, os.path.abspath(__file__), "--relay"], stdin=read, stderr=1, close_fds=True)
+    server = os.getpid()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.close(write)
+            subprocess.Popen([sys.executable, os.path.abspath(__file__), "--relay", str(server)],
+                             stdin=read, stdout=2, stderr=2, close_fds=True)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
     os.close(read)
+    if os.waitpid(middle, 0)[1] != 0:
+        os.close(write)
+        return
     sys.stderr.flush()
     os.dup2(write, 2)
     os.close(write)
@@ -128,8 +174,8 @@ class Scrubbed:
 
 
 def main():
-    if sys.argv[1:] == ["--relay"]:
-        return relay()
+    if sys.argv[1:2] == ["--relay"]:
+        return relay(int(sys.argv[2]))
     argv, secrets, extra = sys.argv[1:], [], []
     while argv[:1] == ["--secret"] and len(argv) >= 3:
         env, flag, argv = argv[1], argv[2], argv[3:]
