@@ -51,24 +51,25 @@ class Ranks:
     for every rank, fails at once naming it (flows/verify.py) instead of waiting its whole timeout."""
 
     def __init__(self):
-        self._down: dict[tuple[str, str], tuple[str, float]] = {}
+        self._down: dict[tuple[str, str], tuple[str, int]] = {}
         self._lock = threading.Lock()
 
-    def post(self, service: str, node: str, down: str | None) -> None:
+    def post(self, service: str, node: str, down: str | None, round_: int) -> None:
         """`down`: the state of the node's unit, which is not running and not about to; None: it
-        serves, or is being verified again."""
+        serves, or is being verified again.  `round_`: which verify of the service on its host
+        this is (1: the deploy's, 2: its rollback's, ...)."""
         with self._lock:
             if down:
-                self._down[(service, node)] = (down, time.monotonic())
+                self._down[(service, node)] = (down, round_)
             else:
                 self._down.pop((service, node), None)
 
-    def down(self, service: str, nodes: list[str], since: float) -> dict[str, str]:
-        """The nodes found down since `since` (time.monotonic()): what a verify before a rollback
-        found is not what the rollback's finds."""
+    def down(self, service: str, nodes: list[str], round_: int) -> dict[str, str]:
+        """The nodes found down by their verify of the same round: what the deploy's verify found
+        is not what the rollback's finds.  (A node whose rounds went otherwise is waited for.)"""
         with self._lock:
             return {n: self._down[(service, n)][0] for n in nodes
-                    if (service, n) in self._down and self._down[(service, n)][1] >= since}
+                    if (service, n) in self._down and self._down[(service, n)][1] == round_}
 
 
 class HostRun:
@@ -77,7 +78,7 @@ class HostRun:
     def __init__(self, host: Host, roles: list, opts: Options, out: Reporter, ranks: Ranks | None = None):
         self.host, self.roles, self.opts, self.out = host, roles, opts, out
         self.ranks = ranks or Ranks()
-        self.verified_at = 0.0  # when this host's last verify ended (time.monotonic()): Ranks since then
+        self.rounds: dict[str, int] = {}  # service → how many times this run has verified it here (Ranks)
         self.report = HostReport(host.name)
         self.plan: list[tuple[Any, list[Op]]] = []
         for role in roles:

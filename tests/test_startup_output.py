@@ -256,3 +256,12 @@ def test_a_redraw_split_over_reads_and_another_processs_line_after_one():
             json.dumps({"MESSAGE": None, "PRIORITY": "6"})]  # journalctl: a field over 4096 bytes without --all
     assert last_states(rows, 25).splitlines() == [
         "[t] Load weight begin.", "Loading:  37% Completed | 61/1", "[TP3] Scheduler hit an exception", "twice given"]
+
+
+def test_two_bars_one_after_the_other_each_keep_their_last_state():
+    """A bar's last state, then the next bar's redraws with no line between (tqdm's newline came
+    in a read of its own): the first bar's last state stays in the tail."""
+    rows = journal_rows(loading_bar(2)) + journal_rows(capture_bar([1, 2]))
+    tail = last_states(rows, 25).splitlines()
+    assert len(tail) == 2 and "| 2/2 [" in tail[0] and tail[0].startswith("Loading") and \
+        tail[1].startswith("Capturing batches (bs=1") and "2/2" in tail[1], tail

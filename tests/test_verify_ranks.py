@@ -1,7 +1,6 @@
 """Rank 0's verify while another rank is down: it asks its agent in slices and looks, between
 them, at what the other ranks' verifies found (run.Ranks).  No fleet: a run whose agent answers
 "starting" until told otherwise."""
-import time
 from types import SimpleNamespace
 
 from specops import protocol
@@ -14,12 +13,12 @@ class Rank0Run:
 
     def __init__(self, ranks):
         self.ranks, self.calls, self.unlocked = ranks, [], False
-        self.host, self.verified_at = SimpleNamespace(name="t1"), 0.0
+        self.host, self.rounds = SimpleNamespace(name="t1"), {"sglang": 1}
 
     def call(self, request, on_stderr=None, last=False):
         self.calls.append(request)
         if len(self.calls) == 2:  # meanwhile, rank 1's verify (another thread) finds its unit stopped
-            self.ranks.post("sglang", "t2", "unit sglang is inactive/dead")
+            self.ranks.post("sglang", "t2", "unit sglang is inactive/dead", 1)
         if len(self.calls) == 10:  # its ceiling: what it says without the look at the other ranks
             return protocol.VerifyResult(services=[protocol.ServiceReport(name=c.name, failures=["not ready"])
                                                    for c in request.services])
@@ -44,24 +43,26 @@ def test_a_rank_found_down_ends_rank_0s_wait_naming_it():
     assert [r.resume for r in run.calls] == [False, True]  # the agent's wait goes on between slices
 
 
-def test_what_a_rank_was_found_before_this_verify_began_does_not_fail_it():
+def test_what_the_deploys_verify_found_does_not_fail_the_rollbacks():
     """A deploy that fails is rolled back on every node, and verified again: rank 1's "down"
-    from before is not the rollback's."""
+    from the deploy's verify (posted even after rank 0's ended) is not the rollback's."""
     ranks = Ranks()
-    ranks.post("sglang", "t2", "unit sglang is inactive/dead")
     run = Rank0Run(ranks)
-    run.verified_at = time.monotonic()
+    run.rounds["sglang"] = 2  # rank 0's rollback verify
+    ranks.post("sglang", "t2", "unit sglang is inactive/dead", 1)
+    statuses = iter([["no listener"], ["no listener", 503], [503, 200]])
     run.call = lambda request, on_stderr=None, last=False: run.calls.append(request) or protocol.VerifyResult(
-        services=[protocol.ServiceReport(name="sglang", starting=len(run.calls) < 3, health_statuses=[503])])
+        services=[protocol.ServiceReport(name="sglang", starting=len(run.calls) < 3, health_statuses=next(statuses))])
     res = verify_flow._ask(run, [protocol.ServiceCheck(name="sglang", port=30000)], {"sglang": ["t1", "t2"]}, False)
-    assert len(run.calls) == 3 and res.services[0].failures == [] and res.services[0].health_statuses == [503]
+    assert len(run.calls) == 3 and res.services[0].failures == []
+    assert res.services[0].health_statuses == ["no listener", 503, 200]  # over the slices, each change once
 
 
 def test_a_rank_verified_again_is_no_longer_down_and_a_single_host_asks_once():
     ranks = Ranks()
-    ranks.post("sglang", "t2", "down")
-    ranks.post("sglang", "t2", None)
-    assert ranks.down("sglang", ["t2", "t3"], since=0) == {}
+    ranks.post("sglang", "t2", "down", 1)
+    ranks.post("sglang", "t2", None, 1)
+    assert ranks.down("sglang", ["t2", "t3"], 1) == {}
     run = Rank0Run(ranks)
     run.call = lambda request, on_stderr=None, last=False: run.calls.append((request, last)) or \
         protocol.VerifyResult(services=[protocol.ServiceReport(name="sglang")])

@@ -156,6 +156,13 @@ def journal(unit, lines=25, invocation=None):
     return last_states(out.splitlines(), lines)
 
 
+def _bar(text):
+    """Which bar a redraw is of: its description, up to its percentage or a parenthesis ("" for a
+    bar drawn before it had one)."""
+    import re
+    return re.split(r"\s*\d+%|\(", text, 1)[0].strip().rstrip(":")
+
+
 def last_states(rows, lines):
     """The last `lines` of journalctl -o json's rows, each bar at its last state (journal)."""
     entries = []
@@ -172,10 +179,10 @@ def last_states(rows, lines):
             continue
         states = [part for part in message.split("\r") if part.strip()]
         text = clean(states[-1] if states else message).rstrip()
-        redraw = entry.get("PRIORITY") == "7"
-        if redraw and entries and entries[-1][1]:
-            entries.pop()  # the bar's earlier state (its first draw may come before its description)
-        entries.append((text, redraw))
+        bar = _bar(text) if entry.get("PRIORITY") == "7" else None
+        if bar is not None and entries and entries[-1][1] in (bar, ""):
+            entries.pop()  # the bar's earlier state, or a first draw made before its description was set
+        entries.append((text, bar))
     return "\n".join(text for text, _ in entries[-lines:])
 
 

@@ -2,8 +2,6 @@
 intended, and show what was found."""
 from __future__ import annotations
 
-import time
-
 from .. import protocol, services
 from ..errors import SpecopsError
 from ..run import HostRun
@@ -33,14 +31,14 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
         return
     spans = {svc["name"]: svc for svc in run.host.get("services") or [] if svc.get("nnodes")}
     for name in spans.keys() & {c.name for c in wanted}:
+        run.rounds[name] = run.rounds.get(name, 0) + 1
         if spans[name]["node_rank"]:
-            run.ranks.post(name, run.host.name, None)  # verified again: what an earlier verify found is old
+            run.ranks.post(name, run.host.name, None, run.rounds[name])  # what an earlier verify found is old
     res = _ask(run, wanted, {c.name: spans[c.name]["nodes"] for c in wanted
                              if c.name in spans and not spans[c.name]["node_rank"]}, last)
-    run.verified_at = time.monotonic()
     for s in res.services:
         if s.name in spans and spans[s.name]["node_rank"]:
-            run.ranks.post(s.name, run.host.name, s.rank_down)
+            run.ranks.post(s.name, run.host.name, s.rank_down, run.rounds[s.name])
     # Merged by service: a later verify of one service (after a baseline) keeps the others'.
     found = {s["name"]: s for s in run.report.extra.get("verify") or []}
     found.update({s.name: protocol.to_dict(s) for s in res.services})
@@ -91,7 +89,7 @@ def _ask(run: HostRun, wanted: list[protocol.ServiceCheck], nodes: dict[str, lis
             if not s.starting:
                 done[s.name] = s
         for c in todo:
-            down = run.ranks.down(c.name, nodes.get(c.name, [])[1:], since=run.verified_at)
+            down = run.ranks.down(c.name, nodes.get(c.name, [])[1:], run.rounds.get(c.name, 1))
             if c.name not in done and down:
                 node, why = next(iter(down.items()))
                 done[c.name] = protocol.ServiceReport(name=c.name, failures=[

@@ -82,17 +82,21 @@ def gone(proc):
     try:
         with open(os.open("stat", os.O_RDONLY, dir_fd=proc)) as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
+    except (ProcessLookupError, FileNotFoundError):
         return True
+    except (OSError, IndexError):  # not known to be gone: ending early would break the server's stderr
+        return False
 
 
 def relay(server):
     """--relay PID: stdin to stdout as Lines, until the end of stdin or of the server (PID): a
     leftover of the server may hold the pipe, and write to it, for ever, and the unit must stop.
-    Nobody's child (relay_stderr), so a server that kills its children on the way out (SGLang's
-    kill_process_tree) leaves it to carry its last words."""
+    It forks and its first process leaves at once, so that it is nobody's child: a server that
+    kills its children on the way out (SGLang's kill_process_tree) leaves it its last words."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    if os.fork():
+        os._exit(0)
     try:
         proc = os.open("/proc/%d" % server, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:  # gone already: what is in the pipe, then out
@@ -132,27 +136,26 @@ def _write(lines):
 
 def relay_stderr():
     """Send this process's stderr, and its children's, through the relay, when it is the journal's
-    stream (systemd names it in JOURNAL_STREAM).  The relay is started by a child that leaves at
-    once, so that it is nobody's child; if it cannot start, stderr stays as it is."""
+    stream (systemd names it in JOURNAL_STREAM); if the relay cannot start, stderr stays as it is."""
     try:
         st = os.fstat(2)
     except OSError:
         return
     if os.environ.get("JOURNAL_STREAM") != "%d:%d" % (st.st_dev, st.st_ino):
         return
-    read, write = os.pipe()
-    server = os.getpid()
-    middle = os.fork()
-    if middle == 0:
-        try:
-            os.close(write)
-            subprocess.Popen([sys.executable, os.path.abspath(__file__), "--relay", str(server)],
-                             stdin=read, stdout=2, stderr=2, close_fds=True)
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
-    os.close(read)
-    if os.waitpid(middle, 0)[1] != 0:
+    try:
+        read, write = os.pipe()
+    except OSError:
+        return
+    try:  # no fork here (the server's interpreter may run threads already): the relay forks itself
+        started = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--relay", str(os.getpid())],
+                                   stdin=read, stdout=2, stderr=2, close_fds=True)
+    except OSError:
+        os.close(write)
+        return
+    finally:
+        os.close(read)
+    if started.wait() != 0:
         os.close(write)
         return
     sys.stderr.flush()
