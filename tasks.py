@@ -10,7 +10,7 @@ from roles import (draft_config, gpu_stack, model_patches, models, router, route
 from specops import cli
 from specops.output import perfpage
 from specops.output import releases as releases_out
-from specops.flows import gate, pipeline, rolling, specbench
+from specops.flows import gate, patching, pipeline, rolling, specbench
 from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import SpecopsError
@@ -42,6 +42,34 @@ def bootstrap(c, sel):
     cli.play(pipeline.bootstrap, BOOTSTRAP, sel, task="bootstrap")
 
 
+@fleet_task(*SELECT, file="The file inside the sglang package (srt/models/deepseek_v2.py), or its .patch",
+            edited="A local edited copy of FILE: write FILE.patch, a diff against the host's installed one",
+            fetch="Write the host's installed FILE here, to edit", rebase="Rebase FILE.patch onto the SGLang of "
+            "the stack the inventory now asks for (built on the host by a deploy): writes FILE.patch.<version>, "
+            "or, on conflicts, FILE.merge-<version> with their markers")
+def patch(c, sel, file, edited=None, fetch=False, rebase=False):
+    """Make a patch to an SGLang file (FILE: its path inside the sglang package, e.g.
+    srt/models/deepseek_v2.py) from the file installed in the host's stack: --fetch it to edit,
+    --edited to write the diff, --rebase to carry an existing diff onto a new SGLang version.
+    Everything is written locally for review; nothing is written onto the host."""
+    if [bool(edited), fetch, rebase].count(True) != 1:
+        raise Exit("give one of --fetch, --edited PATH, --rebase", code=2)
+    hosts = cli.select(sel)
+    if len(hosts) != 1:
+        raise Exit("inv patch reads one host's SGLang: give --host", code=2)
+    rel, diff = patching.target(model_patches.patch_root(hosts[0]), file)
+    if edited:
+        body = lambda run: patching.make(run, rel, Path(edited).expanduser(), diff)  # noqa: E731
+    elif fetch:
+        body = lambda run: patching.fetch(run, rel, Path(Path(rel).name))  # noqa: E731
+    else:
+        if not diff.is_file():
+            raise Exit(f"{diff} does not exist: nothing to rebase", code=2)
+        body = lambda run: patching.rebase(run, diff, rel)  # noqa: E731
+    for r in cli.play(body, [], sel, task="patch", quiet=True, stream=sys.stderr):
+        print(r.result)
+
+
 @fleet_task(*SELECT, "json", "break_lock", to="Release stamp to restore (default: the one before current)")
 def rollback(c, sel, to=None):
     """Restore the previous release (or --to STAMP): files, bytecode purge, reload, restart, verify."""
@@ -55,6 +83,8 @@ def releases(c, sel):
     columns = releases_out.width()
     for r in reports:
         for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
+            print(line)
+        for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else []):
             print(line)
 
 
@@ -178,5 +208,5 @@ def sandbox_down(c):
     sandbox_tasks.down()
 
 
-ns = Collection(deploy, bootstrap, rollback, releases, stop, gpu_window, spec_bench, report, verify, status, facts)
+ns = Collection(deploy, bootstrap, rollback, releases, patch, stop, gpu_window, spec_bench, report, verify, status, facts)
 ns.add_collection(Collection("sandbox", sandbox_up, sandbox_down))

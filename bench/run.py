@@ -63,7 +63,7 @@ def patch_files(work: Path) -> Path:
         path = root / "srt/models" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = "".join(f"    ({i}, {i * 7919 % 104729}, 'w{i:06d}'),\n" for i in range(6000))
-        path.write_text(f'"""Benchmark patch of {name}."""\nMODEL_CODE = "bench"\nCAPTURES_EMBEDDING = False\n'
+        path.write_text(f'"""Benchmark patch of {name}."""\n# specops-base: sglang 0.5.23\nMODEL_CODE = "bench"\nCAPTURES_EMBEDDING = False\n'
                         f"ENTRY_CLASSES = 'LlamaForCausalLM'\nTABLE = [\n{rows}]\n")
     return root
 

@@ -1,8 +1,10 @@
-"""The GPU Python stack in the service venv: torch for the driver's CUDA, fla, sglang, pinned.
+"""The GPU Python stack: torch for the driver's CUDA, fla, sglang and the other pins.
 
-Installs only what differs (one pip call), checks the result by importing in the venv,
-and makes no pip call at all when everything is already right.  Packages come from the
-torch variant index plus a package index, or, air-gapped, from a wheelhouse pushed over SSH.
+By default the stack is an immutable venv of its own (specops/sglang/stack.py), built once
+with uv beside the one that serves, and checked by importing in it; a deploy whose stack is
+built makes no install call at all.  A host that sets `venv:` manages that venv itself: what
+differs is installed there with pip, in place.  Packages come from the torch variant index
+plus a package index, or, air-gapped, from a wheelhouse pushed over SSH (uv with them).
 """
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -12,6 +14,7 @@ from specops import protocol
 from specops.errors import UsageError
 from specops.ops import Change, Op, PlanError
 from specops.services import of_kind, venv_of
+from specops.sglang import stack
 from specops.sglang.spec import venv_python
 from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
@@ -131,6 +134,60 @@ class PythonPackages(Op):
         return pip_sources(self.host, index_for(variant, (self.torch or {}).get("index_url")) if variant else None)
 
 
+class Stack(Op):
+    """The host's stack: its immutable venv, built with uv beside the one that serves."""
+
+    def __init__(self, host):
+        self.host, self.definition, self.path = host, stack.defines(host), venv_of(host)
+        self.torch = host.get("torch")
+
+    def wants(self):
+        return protocol.Probe(venvs=[self.path], gpu=bool(self.torch), stacks=True)
+
+    def plan(self, facts, ctx):
+        target = f"stack {self.path}"
+        variant = variant_for(self.torch.get("cuda", "auto"), facts.gpu, self.host.name) if self.torch else None
+        v = facts.venv(self.path)
+        if v.get("exists"):
+            if v.get("broken"):
+                raise PlanError(f"stack {self.path} is broken: {v['broken']}; remove it to have it rebuilt")
+            if self.torch and v.get("torch_cuda") != cuda_of(variant):
+                raise PlanError(f"stack {self.path} has torch for CUDA {v.get('torch_cuda')}, but the driver now "
+                                f"wants {variant}: set torch.cuda to the variant you want")
+            return self._change(target, "ok")
+        specs, expect = [], {}
+        if self.torch:
+            specs.append(f"torch=={self.torch['version']}+{variant}")
+            expect.update({"torch": self.torch["version"], "torch.version.cuda": cuda_of(variant)})
+        for dist, var in stack.PINNED:
+            if self.host.get(var):
+                specs.append(f"{dist}=={self.host[var]['version']}")
+                expect[dist] = self.host[var]["version"]
+        specs += self.definition["packages"]
+        in_cache = any(s["packages"].get("torch") == expect.get("torch") and
+                       s["packages"].get("torch.version.cuda") == expect.get("torch.version.cuda")
+                       for s in facts.stacks)
+        first = index_for(variant, (self.torch or {}).get("index_url")) if variant else None
+        facts.assume_venv(self.path, {"exists": True, "packages": {"sglang": expect.get("sglang")},
+                                      "torch_cuda": expect.get("torch.version.cuda"), "planned": True})
+        return self._change(target, "build with uv: " + " ".join(specs), [protocol.BuildStack(
+            path=self.path, python=self.definition["python"], specs=specs, sources=uv_sources(self.host, first),
+            uv_pip_args=pip_sources(self.host), defines=self.definition, need=stack.need(self.host, in_cache),
+            check=IMPORT_CHECK, expect=expect, desc=f"build stack {self.path} ({' '.join(specs)})")])
+
+
+def uv_sources(host, first_index=None):
+    """uv's index arguments: the wheelhouse alone (air-gapped), or the torch variant's index
+    (`first_index`, asked first, as uv asks an --index before the --default-index) with the
+    package index and extra index behind it."""
+    if host.get("wheelhouse"):
+        return ["--no-index", "--find-links", REMOTE_WHEELHOUSE]
+    out = ["--index", first_index] if first_index else []
+    if host.get("extra_index"):
+        out += ["--index", host["extra_index"]]
+    return out + ["--default-index", host.get("package_index") or PYPI]
+
+
 def pip_sources(host, first_index=None):
     """pip's index arguments for this host: its wheelhouse (air-gapped), or `first_index` (the
     torch variant's) then its package index and extra index."""
@@ -148,10 +205,11 @@ def pip_sources(host, first_index=None):
 
 
 def ops(host):
+    wheelhouse = [Wheelhouse(host["wheelhouse"])] if host.get("wheelhouse") else []
+    if stack.defines(host):
+        return wheelhouse + [Stack(host)]
     venv = venv_of(host)
-    out = [Venv(venv, host.get("python"))]
-    if host.get("wheelhouse"):
-        out.append(Wheelhouse(host["wheelhouse"]))
+    out = [Venv(venv, host.get("python"))] + wheelhouse
     if host.get("torch") or host.get("fla") or host.get("sglang"):
         out.append(PythonPackages(host, venv))
     return out

@@ -1,14 +1,23 @@
 """Patched SGLang model files: compiled by the service's own interpreter, placed atomically,
-their bytecode purged, the service restarted."""
+their bytecode purged, the service restarted.
+
+A patch is a unified diff against SGLang's file (`<file>.patch`), applied to the file of the
+version installed in the stack, or a whole file that says which upstream file it replaces
+(specops/sglang/patchfile.py).  Either is refused, before anything changes, when the installed
+upstream file is not one it fits.
+"""
+import base64
 import posixpath
 from pathlib import Path
 
+from specops import protocol
 from specops.ops import handlers
 from specops.errors import UsageError
-from specops.layout import BYTECODE_LINE, CHECKED_HASH
-from specops.ops import File, PurgeBytecode
+from specops.layout import BYTECODE_LINE, CHECKED_HASH, UPSTREAM_DIR
+from specops.ops import File, PlanError, PurgeBytecode
 from specops.services import of_kind, venv_of
-from specops.services.sglang import patch_key
+from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
+from specops.sglang import patchfile
 from specops.sglang.spec import venv_python
 
 NAME = "model_patches"
@@ -70,6 +79,46 @@ def provides_embedding_capture(host, svc: dict) -> bool:
                for rel in svc.get("patches") or [])
 
 
+class Patched(File):
+    """A patched file whose content depends on the installed upstream file: a diff applied to it,
+    or a whole file checked against it."""
+
+    def __init__(self, key, rel, text: bytes, any_base: bool, **kw):
+        super().__init__(key, text, **kw)
+        self.rel, self.text, self.any_base = patched_file(rel), text, any_base
+        self.diff = rel.endswith(DIFF_SUFFIX)
+
+    def wants(self):
+        return protocol.Probe(files=[self.path], upstream=[self.path],
+                              content={self.path: "always" if self.diff else self.sha256})
+
+    def plan(self, facts, ctx):
+        up = facts.upstream(self.path)
+        if facts.venv(self.path.split(":")[1]).get("planned"):  # check mode, before a new stack is built
+            return self._change(self.label, f"{'apply the diff to' if self.diff else 'replace'} the new stack's file")
+        version = up.get("version") or "?"
+        if self.diff:
+            if up.get("content_b64") is None:
+                raise PlanError(f"{self.label}: the upstream file of sglang {version} is not on the host (the "
+                                f"installed file differs from what its RECORD says, and no copy was kept); "
+                                f"rebuild the stack to apply {self.rel}{DIFF_SUFFIX} to it")
+            upstream = base64.b64decode(up["content_b64"])
+            self.content = patchfile.apply(self.text.decode(), upstream.decode(), self.rel, version).encode()
+            self.sha256 = patchfile.upstream_sha256(self.content)
+        else:
+            patchfile.check_whole_file(self.text.decode(), self.rel, version, up.get("sha256"), self.any_base)
+        c = super().plan(facts, ctx)
+        f = facts.file(self.path)
+        if self.diff and c.actions and up.get("sha256") and not f.get("kept_upstream"):
+            # Keep the upstream file before it is replaced: the diff is applied to it again later.
+            kept = f"{UPSTREAM_DIR}/{up['sha256']}"
+            c.actions[:0] = [protocol.Mkdir(path=UPSTREAM_DIR, mode="0755", desc=f"create {UPSTREAM_DIR}"),
+                             protocol.Write(path=kept, data=up["content_b64"], mode="0644",
+                                            desc=f"keep sglang {version}'s {self.rel} (upstream)")]
+            facts.assume_file(self.path, kept_upstream=True)
+        return c
+
+
 def ops(host):
     venv = venv_of(host)
     patches: dict[str, list[str]] = {}  # one file may serve several services in a venv
@@ -79,12 +128,12 @@ def ops(host):
             patches.setdefault(rel, []).append(handlers.restart(svc["name"]))
     out = []
     for rel, restarts in patches.items():
-        key, label = patch_key(venv, rel), f"sglang/{rel}"
+        key, label = patch_key(venv, rel), f"sglang/{patched_file(rel)}"
         # -I -S: compiling needs no site-packages, whose .pth files cost a big venv's start much CPU
-        validate = [venv_python(venv), "-I", "-S", "-c", COMPILE, "{}..."] if rel.endswith(".py") else None
-        out.append(File(key, patch_source(host, rel, host.name).read_bytes(), mode="0644", owner=None,
-                        group=None, validate=validate, notify=restarts, label=label,
-                        validator=f"compiling with {venv_python(venv)}"))
-        if rel.endswith(".py"):
+        validate = [venv_python(venv), "-I", "-S", "-c", COMPILE, "{}..."] if patched_file(rel).endswith(".py") else None
+        out.append(Patched(key, rel, patch_source(host, rel, host.name).read_bytes(), bool(host.get("patch_any_base")),
+                           mode="0644", owner=None, group=None, validate=validate, notify=restarts, label=label,
+                           validator=f"compiling with {venv_python(venv)}"))
+        if patched_file(rel).endswith(".py"):
             out.append(PurgeBytecode(key, label=label, notify=restarts))
     return out

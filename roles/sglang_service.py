@@ -85,7 +85,7 @@ def ops_for_service(svc, venv):
         Preflight(svc, venv, unit),
         unit,
         Service(svc["name"], state="started", enabled=True, unit=kind_of(svc).unit(svc)),
-        RunningCode(svc["name"], kind_of(svc).managed(svc, venv)),
+        RunningCode(svc["name"], kind_of(svc).managed(svc, venv), kind_of(svc).weights(svc)),
     ]
 
 

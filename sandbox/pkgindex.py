@@ -2,9 +2,10 @@
 
 Layout as the real world has it: /whl/<variant>/ per torch variant (like
 download.pytorch.org/whl/cu128) and /simple/ for everything else (like PyPI).  It holds
-the stand-in CUDA torch wheels, the SGLang simulator, the real CPU torch from
-PIP_FIND_LINKS, the real flash-linear-attention with its dependencies, the real
-huggingface_hub the hosts fetch weights with, and the real sglang-router.
+the stand-in CUDA torch wheels, the SGLang simulator (each release of provision.SIM_VERSIONS),
+the real CPU torch from PIP_FIND_LINKS, the real flash-linear-attention with its dependencies,
+the real huggingface_hub the hosts fetch weights with, the real sglang-router, and the real uv
+that builds the hosts' stacks.
 """
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ import time
 from pathlib import Path
 
 from sandbox import fleet, provision, torch_standin
-from specops.layout import HF_PIN
+from specops.layout import HF_PIN, UV_PIN
 
 STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
 REAL = ["torch==2.13.0", "flash-linear-attention==0.6.0"]
 HUB = [f"huggingface-hub=={HF_PIN}"]
 ROUTER = ["sglang-router==0.3.2"]  # the real router (a Rust binary in a wheel; runs on CPU)
+UV = [f"uv=={UV_PIN}"]  # a Rust binary in a py3-none-manylinux wheel, no dependencies
 PORT = 8631
 
 
@@ -55,13 +57,14 @@ def real_wheels(wanted: list[str] = REAL, name: str = "real") -> Path:
 
 
 def standin_wheels(path: Path) -> Path:
-    """The stand-in torch wheels and the simulator's, built afresh into `path` (the site's own: the
-    simulator may have changed since the last run)."""
+    """The stand-in torch wheels and the simulator's (every release), built afresh into `path` (the
+    site's own: the simulator may have changed since the last run)."""
     shutil.rmtree(path, ignore_errors=True)
     version, variants = STANDIN_TORCH
     for v in variants:
         torch_standin.build(path, version, v)
-    provision.sim_wheel(path)  # with its dependencies (setproctitle) beside it
+    for sim in provision.SIM_VERSIONS:
+        provision.sim_wheel(path, sim)  # with its dependencies (setproctitle) beside it
     return path
 
 
@@ -71,7 +74,7 @@ def build(root: Path) -> Path:
     (root / "files").mkdir(parents=True)
     by_index: dict[str, dict[str, list[Path]]] = {}
     wheels = [*standin_wheels(root.parent / "wheels-standin").glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl"),
-              *real_wheels(ROUTER, "router").glob("*.whl")]
+              *real_wheels(ROUTER, "router").glob("*.whl"), *real_wheels(UV, "uv").glob("*.whl")]
     for wheel in sorted(set(wheels), key=lambda w: (w.name, str(w))):
         if (root / "files" / wheel.name).exists():
             continue  # the same wheel from two sets

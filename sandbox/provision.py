@@ -26,7 +26,13 @@ from sandbox import fleet, logins, wheels
 HERE = Path(__file__).resolve().parent
 SIM_SRC = HERE / "sglang_sim"
 VENV = "/opt/sglang/venv"
-SIM_VERSION = "0.5.23"
+SIM_VERSION = "0.5.23"  # the one the gpubox layer pre-installs
+# The releases the package index offers, oldest first: one tree, and each release's own files
+# laid over it from sglang_sim/versions/<version>/, every earlier release's first, as a release
+# keeps what the one before it changed (that directory's README says how they differ).
+# SIM_FAILING's server fails at start, whatever its flags.
+SIM_VERSIONS = ("0.5.23", "0.5.24", "0.5.25")
+SIM_FAILING = "0.5.25"
 
 MODELS = {
     "tiny-llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -84,13 +90,19 @@ def sim_deps() -> Path:
     return path
 
 
-def sim_wheel(dest: Path) -> Path:
-    """The simulator as the wheel sglang-0.5.23-py3-none-any.whl, with its dependencies beside it."""
+def sim_wheel(dest: Path, version: str = SIM_VERSION) -> Path:
+    """The simulator as the wheel sglang-<version>-py3-none-any.whl, with its dependencies beside
+    it: the tree with the overlays up to that release's, and a version.py that says that release
+    (the tree's own says 0.5.23, for running it from source)."""
+    if version not in SIM_VERSIONS:
+        raise ValueError(f"no simulator release {version!r}: one of {', '.join(SIM_VERSIONS)}")
     for dep in sim_deps().glob("*.whl"):
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy(dep, dest / dep.name)
-    return wheels.from_tree(dest, "sglang", SIM_VERSION, SIM_SRC, "sglang", requires=SIM_REQUIRES,
-                            summary="specops sandbox stand-in for SGLang")
+    overlays = [SIM_SRC / "versions" / v for v in SIM_VERSIONS[:SIM_VERSIONS.index(version) + 1]]
+    return wheels.from_tree(dest, "sglang", version, SIM_SRC, "sglang", overlays=overlays,
+                            generated={"sglang/version.py": f'__version__ = "{version}"\n'.encode()},
+                            requires=SIM_REQUIRES, summary="specops sandbox stand-in for SGLang")
 
 
 def _in_container(root: Path, script: str, network: bool = False) -> None:

@@ -36,7 +36,18 @@ def build(dest: Path, name: str, version: str, files: dict[str, bytes],
     return path
 
 
-def from_tree(dest: Path, name: str, version: str, root: Path, package: str, **kw) -> Path:
-    files = {str(p.relative_to(root)): p.read_bytes()
-             for p in sorted((root / package).rglob("*.py")) if "__pycache__" not in p.parts}
+def _py_files(root: Path, package: str) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted((root / package).rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def from_tree(dest: Path, name: str, version: str, root: Path, package: str, overlays: list[Path] = (),
+              generated: dict[str, bytes] | None = None, **kw) -> Path:
+    """The package's .py files under root; then, overlay by overlay, those under each overlay root
+    (holding <package>/... of its own) replace the files of the same path or add to them; then
+    `generated` (path -> content) replaces all.  One tree thus gives several releases."""
+    files = _py_files(root, package)
+    for overlay in overlays:
+        files.update(_py_files(overlay, package))
+    files.update(generated or {})
     return build(dest, name, version, files, **kw)

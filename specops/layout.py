@@ -49,6 +49,17 @@ PEER_DIR = HOME + "/peer"                  # <id>/: the key of a copy from a pee
 HF_PIN = "2.4.0"                           # the huggingface_hub that fetches weights
 APPLY_JOURNAL = HOME + "/apply.json"       # a batch's progress while it changes things (kept if cut off)
 
+# Python stacks: one immutable venv per distinct stack (interpreter, torch and its CUDA variant,
+# fla, sglang, the other pins), named by the hash of what defines it, built by uv beside the one
+# that serves.  A release names the stack it runs; rollback points the unit back at an older one.
+STACKS_DIR = "/opt/specops/venvs"          # <hash>/ (a stack), .build-<hash>-<random>/ (one being built)
+STACK_FILE = "specops-stack.json"          # inside a stack: what defines it, written last
+UV_PIN = "0.13.9"                          # the uv that builds stacks (TOOLS_DIR/uv-<pin>)
+UV_CACHE = "/var/cache/specops/uv"         # uv's cache: stacks hard-link their files from it
+# A patched file's upstream content, kept by the sha256 its package's RECORD gives it (hex), so a
+# diff patch can be applied again to the file it was cut against once the installed one is patched.
+UPSTREAM_DIR = HOME + "/upstream"
+
 # Services.
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/specops"                   # <service>.env, mode 0600: the secrets

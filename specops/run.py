@@ -91,6 +91,7 @@ class HostRun:
         self.lock_token: str | None = None  # set while this run holds the host's lock
         self.last_call = time.monotonic()
         self.applied: list = []             # writes and removals done, for undo
+        self.acted = False                  # any action done (a build, a fetch, a restart)
         self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
         self.keep_lock = False  # a "last" call keeps the lock: the body gives it back later (rolling)
         self.quick: set[str] = set()  # services whose stop need not drain (out of their routers, --no-drain)
@@ -195,6 +196,7 @@ class HostRun:
         res = self.call(protocol.Apply(actions=actions, allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
         done = {r["index"] for r in res.results}
+        self.acted = self.acted or bool(done)
         self.applied += [a for i, a in enumerate(actions)
                          if i in done and isinstance(a, (protocol.Write, protocol.Remove))]
         if not res.ok:

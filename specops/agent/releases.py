@@ -15,9 +15,11 @@ from specops import protocol
 from specops.agent.services import units
 from specops.agent.host import ActionError, group_name, sha256, sha256_file, user_name
 from specops.agent.converge.venvs import resolve_key
+from specops.agent.converge import stacks
 from specops.agent.converge.bytecode import purge
 from specops.agent.safefs import UnsafePath, copy_out, read_file, remove
 from specops.agent.converge.stage import Staged
+from specops.agent.weights import read_manifest
 from specops.layout import RELEASES, RELEASES_KEPT, unit_path
 
 
@@ -99,11 +101,27 @@ def record(req):
 
 
 def _prune():
-    keep = current()
+    """Keep the newest RELEASES_KEPT releases, the current one and the deployed one before it (what
+    rollback goes back to), then the stacks those name: a stack goes only when none does."""
+    now = current()
     names = sorted(n for n in os.listdir(RELEASES) if n != "current" and not n.endswith(".tmp"))
+    deployed = [m["stamp"] for m in manifests() if m.get("status") == "deployed"]
+    before = [s for s in deployed if now and s < now][-1:]
     for n in names[:-RELEASES_KEPT]:
-        if n != keep:
+        if n != now and n not in before:
             shutil.rmtree(os.path.join(RELEASES, n), ignore_errors=True)
+    kept = {m.get("venv") for m in manifests()}
+    if kept - {None}:  # hosts with releases from before stacks name none: their venv is the user's
+        stacks.prune(kept)
+
+
+def uses():
+    """stack path → the stamps of the releases that run it."""
+    out = {}
+    for m in manifests():
+        if m.get("venv"):
+            out.setdefault(m["venv"], []).append(m["stamp"])
+    return out
 
 
 def releases(req):
@@ -114,7 +132,8 @@ def releases(req):
          "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
          "summary": m.get("summary", ""), "verify": m.get("verify", []),
          "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
-         "spec": m.get("spec", {}), "packages": m.get("packages", {})} for m in manifests()])
+         "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
+         "weights": m.get("weights", {})} for m in manifests()], stacks=stacks.stacks(uses()))
 
 
 def _figures(perf):
@@ -250,4 +269,17 @@ def rollback(req):
              req.services)
     _set_current(target["stamp"])
     return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
-                                   verify=target.get("verify", []))
+                                   verify=target.get("verify", []), notes=_weights_differ(target))
+
+
+def _weights_differ(target):
+    """One line per weights directory whose content is not what `target` ran: rollback puts back
+    files and stacks, never weights."""
+    out = []
+    for dest, then in sorted((target.get("weights") or {}).items()):
+        now = (read_manifest(dest) or {}).get("digest")
+        if then.get("digest") and now != then["digest"]:
+            out.append("weights in %s differ from what %s ran (%s then, %s now): rollback does not restore "
+                       "weights" % (dest, target["stamp"], (then.get("commit") or then["digest"])[:12],
+                                    ((read_manifest(dest) or {}).get("commit") or now or "none")[:12]))
+    return out

@@ -29,7 +29,7 @@ def deploy(run: HostRun, bench=None) -> None:
         # A no-op deploy has nothing of its own to undo: what failed is what already ran.
         run.report.notes.append("nothing to undo")
         raise SpecopsError(f"{failure}; nothing to undo: this deploy changed nothing") from None
-    if run.applied:
+    if run.applied or run.acted:  # a restart for new weights is a release too
         record(run, ctx.release_dir, last=not perf)
     for i, result in enumerate(perf):
         run.call(protocol.PerfRecord(perf=result, stamp=ctx.release_dir.rsplit("/", 1)[1] if run.applied else None),
@@ -68,8 +68,14 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
 def record(run: HostRun, directory: str, last: bool = True) -> None:
     """Snapshot what is now deployed into the release, with what it replaced; move current."""
     kinds = services.of_host(run.host)
-    packages = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
+    venv = services.venv_of(run.host)
+    packages = (run.facts.venv(venv).get("packages") if run.facts else {}) or {}
+    weights = {}
+    for dest in sorted({d for k, s in kinds for d in k.weights(s)}):
+        m = ((run.facts.data.get("weights") or {}).get(dest) or {}).get("manifest") or {} if run.facts else {}
+        weights[dest] = {"commit": m.get("commit"), "digest": m.get("digest"), "source": m.get("source")}
     manifest = {"services": _names(run), "spec": {s["name"]: k.intended(s) for k, s in kinds},
+                "venv": venv, "weights": weights,
                 "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
                 "verified": [{k: r.get(k) for k in ("name", "checks", "generate", "notes")}
                              for r in run.report.extra.get("verify") or []],
@@ -93,6 +99,9 @@ def _rollback(run: HostRun, to: str | None) -> None:
     run.say(f"rolled back {res.replaced} → {res.to}: restored {len(res.restored)} file(s)")
     for path in res.restored:
         run.say(f"  restored {path}")
+    for note in res.notes:
+        run.say(note)
+        run.report.notes.append(note)
     run.report.notes.append(f"now on {res.to}")
     verify_mod.verify(run, res.verify, last=True)
 

@@ -79,7 +79,10 @@ def collect(run: HostRun) -> dict:
                              "healthy": (have.get(w.url) or {}).get("is_healthy"), "load": (have.get(w.url) or {}).get("load")}
                             for w in router_kind.workers_of(run.host, svc)]
     gpu, warnings = _gpu(facts, active)
-    summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified]}
+    kept = run.call(protocol.Releases())
+    summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
+               "venv": services.venv_of(run.host), "current": kept.current,
+               "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks]}
     run.report.extra["status"] = summary
     return summary
 
@@ -109,5 +112,8 @@ def table(results: dict[str, dict]) -> str:
                 f"{w['worker']} ({w['url']}): " + ("in the router, " + ("healthy" if w["healthy"] else "NOT healthy")
                                                   + f", load {w['load']}" if w["in_router"] else "NOT in the router"))
                 for w in s.get("workers") or []]
+        if res.get("stacks"):
+            lines.append(f"{host}: stack {res['venv']} (release {res.get('current') or 'none'}); "
+                         f"{len(res['stacks'])} stack(s) kept: {sum(s['new'] for s in res['stacks']) / 2**30:.2f} GiB")
         lines += [f"{host}: WARNING: {w}" for w in res.get("gpu_warnings", [])]
     return "\n".join(lines)

@@ -133,10 +133,13 @@ HOST_VARS = {
     "torch": {"version": str, "cuda": str, "index_url": str},
     "fla": {"version": str},
     "sglang": {"version": str},
+    "packages": [str],                # other pins of the stack (name==version)
+    "stack_need_gib": NUMBER,         # free disk a new stack needs before it is built (specops/sglang/stack.py)
     "package_index": str,
     "extra_index": str,
     "wheelhouse": str,
     "patch_dir": str,
+    "patch_any_base": bool,          # take whole-file patches whatever upstream file they were cut from
     "allow_shared_dirs": [str],  # directories other users can write to, where specops may write anyway
     "router_address": str,       # how routers reach this host's services (default: address)
     "node_address": str,         # how the other nodes of a multi-node service reach this one (rank 0)

@@ -76,6 +76,13 @@ class Facts:
         """name → size of the files in a directory."""
         return (self.data.get("listings") or {}).get(directory, {})
 
+    def upstream(self, key: str) -> dict:
+        return (self.data.get("upstream") or {}).get(key) or {}
+
+    @property
+    def stacks(self) -> list[dict]:
+        return self.data.get("stacks") or []
+
     def check(self, name: str) -> int:
         return self.data["checks"][name]
 
@@ -105,11 +112,12 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
     """One probe for every op: lists unioned in order, mappings merged, flags or'ed."""
     out = protocol.Probe()
     for w in parts:
-        for k in ("files", "units", "venvs", "listdirs", "weights"):
+        for k in ("files", "units", "venvs", "listdirs", "weights", "upstream"):
             getattr(out, k).extend(x for x in getattr(w, k) if x not in getattr(out, k))
         out.content.update(w.content)
         out.checks.update(w.checks)
         out.gpu = out.gpu or w.gpu
+        out.stacks = out.stacks or w.stacks
         out.lock_peek = out.lock_peek or w.lock_peek
     return out
 

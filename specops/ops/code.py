@@ -62,17 +62,20 @@ class PurgeBytecode(Op):
             path=f["path"], sha256=f["sha256"], desc=f"purge bytecode of {self.label}")])
 
 
+WEIGHTS_EVENT = "weights:"
+
+
 class RunningCode(Op):
     """A running service must have started after every file it runs from last changed; if not,
     the change is its restart."""
 
-    def __init__(self, service: str, sources: list[str]):
-        self.service, self.sources = service, sources
+    def __init__(self, service: str, sources: list[str], weights: list[str] = ()):
+        self.service, self.sources, self.weights = service, sources, list(weights)
         self.notify = (handlers.restart(service),)
 
     def wants(self):
         return protocol.Probe(units=[self.service], files=[*self.sources, STATE_FILE],
-                              content=dict(STATE_WANTS.content))
+                              content=dict(STATE_WANTS.content), weights=self.weights)
 
     def plan(self, facts, ctx):
         target = f"running code of {self.service}"
@@ -88,8 +91,14 @@ class RunningCode(Op):
                 events.append((f["mtime"], f["path"]))
             if f.get("path") in purges:
                 events.append((purges[f["path"]]["purged_at"], f"the bytecode purge of {f['path']}"))
+        for dest in self.weights:  # the manifest says when the weights' content last changed
+            changed_at = ((facts.data.get("weights", {}).get(dest) or {}).get("manifest") or {}).get("changed_at")
+            if changed_at:
+                events.append((changed_at, WEIGHTS_EVENT + dest))
         if not restart_stamp_is_stale(started, events):
             return self._change(target, "ok")
-        change = self._change(target, f"running old code: started before {max(events)[1]} changed; restart",
-                              notify=list(self.notify))
+        what = max(events)[1]
+        why = (f"weights changed since the server started ({what[len(WEIGHTS_EVENT):]})"
+               if what.startswith(WEIGHTS_EVENT) else f"running old code: started before {what} changed")
+        change = self._change(target, f"{why}; restart", notify=list(self.notify))
         return dataclasses.replace(change, stale=True)

@@ -31,6 +31,20 @@ def lines(host: str, releases: list[dict], columns: int | None = None) -> list[s
     return out
 
 
+def stack_lines(host: str, stacks: list[dict]) -> list[str]:
+    """The host's stacks (venvs), the releases that run each, and the disk they take together
+    (files shared by hard links counted once)."""
+    if not stacks:
+        return []
+    out = [f"{host:<12}   stacks: {len(stacks)} kept, {sum(s['new'] for s in stacks) / 2**30:.2f} GiB on disk together"]
+    for s in stacks:
+        pk = s.get("packages") or {}
+        names = ", ".join(f"{k} {v}" for k, v in sorted(pk.items()) if k in ("sglang", "torch") and "failed" not in str(v))
+        out.append(f"{'':<14} {s['path']}  {names or '-'}  {s['bytes'] / 2**20:.0f} MiB of files, "
+                   f"{s['new'] / 2**20:.0f} MiB its own  releases: {', '.join(s['releases']) or 'none'}")
+    return out
+
+
 def perf_line(perf: dict) -> str:
     """One service's result in a release's perf.json in one line, for `inv releases`."""
     levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))

@@ -19,7 +19,10 @@ class ProbeResult:
     [Process], driver, unknown [fields nvidia-smi could not report], error};
     lock: {acquired, token, holder, running [an earlier run's commands]} when taken, {held, holder}
     when peeked; weights: dest →
-    {manifest (or None), differ [files whose size or mtime moved], free (bytes)}."""
+    {manifest (or None), differ [files whose size or mtime moved], free (bytes)};
+    stacks: [{path, defines, packages}] the complete stacks on the host; upstream: pkg key →
+    {path, version (of its package), sha256 (what the package's RECORD says it installed),
+    content_b64 (that upstream content, from the file or the kept copy; None when neither is)}."""
     time: float
     hostname: str
     python: str
@@ -29,6 +32,8 @@ class ProbeResult:
     listings: Dict[str, Dict[str, int]] = DICT
     checks: Dict[str, int] = DICT
     weights: Dict[str, Any] = DICT
+    stacks: List[Dict[str, Any]] = LIST
+    upstream: Dict[str, Any] = DICT
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None
     interrupted: Optional[Dict[str, Any]] = None  # a batch an earlier run was cut off in: {holder, done, not_done}
@@ -38,7 +43,8 @@ class ProbeResult:
 class Probe:
     """Gather every fact a plan needs in one pass.  `content`: key → the sha256 the controller
     would write; the host sends the old content back only when it differs ("always": always).
-    `checks`: name → shell command whose exit status is the fact.  `lock_acquire` takes the
+    `checks`: name → shell command whose exit status is the fact.  `upstream`: pkg keys whose
+    installed upstream file (what a patch applies to) is wanted.  `lock_acquire` takes the
     host lock first (and gathers nothing if it is held); `lock_peek` only reads it."""
     files: List[str] = LIST
     content: Dict[str, str] = DICT
@@ -47,6 +53,8 @@ class Probe:
     listdirs: List[str] = LIST
     checks: Dict[str, str] = DICT
     weights: List[str] = LIST
+    stacks: bool = False
+    upstream: List[str] = LIST
     gpu: bool = False
     allow_shared_dirs: List[str] = LIST
     lock_peek: bool = False

@@ -70,6 +70,7 @@ class ServiceCheck:
     min_accept_length: Optional[float] = None
     baseline_tok_s: Optional[float] = None
     managed: List[str] = LIST
+    weights: List[str] = LIST  # weights directories it runs: their content must not be newer than its start
     endpoints: Endpoints = Factory(Endpoints)
     generate_body: Dict[str, Any] = DICT  # {"text"/"sampling_params"}; prompt filled in
     members: List[str] = LIST  # URLs endpoints.members must list, healthy (a router's workers)
@@ -239,6 +240,26 @@ class FetchWeights:
     token_env: str = "HF_TOKEN"
     pip_args: List[str] = LIST  # where the tool venv's pip finds huggingface_hub
     verify: bool = False
+    desc: str = ""
+
+
+@action("build-stack")
+class BuildStack:
+    """Build the immutable venv `path` (layout.STACKS_DIR/<key>) with uv, beside the stack that
+    serves: refused before anything moves when the disk has less than `need` bytes free; built in
+    a directory of its own, checked (`expect`: what importing its packages must report, by the
+    `check` code), described in its layout.STACK_FILE (`defines`), then renamed into place.
+    `uv_pip_args`: where pip finds the pinned uv for its tool venv; `sources`: uv's index
+    arguments; `specs`: the requirements.  Its result: {built, seconds, bytes}."""
+    path: str
+    python: str
+    specs: List[str]
+    sources: List[str]
+    uv_pip_args: List[str]
+    defines: Dict[str, Any]
+    need: int
+    check: str
+    expect: Dict[str, Any]
     desc: str = ""
 
 

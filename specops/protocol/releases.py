@@ -35,9 +35,12 @@ class ReleaseRecord:
 class ReleasesResult:
     """current stamp, and every release [{stamp, status, services, current, summary, spec,
     verify (the checks), verified (what verify found: name, checks, generate, notes),
-    packages, files: {path: sha256}, perf: {service: spec-bench result} or None}]."""
+    packages, venv (the stack it runs), weights (service → what it ran), files: {path: sha256},
+    perf: {service: spec-bench result} or None}]; stacks: [{path, packages, built_at, releases
+    (the stamps that run it), bytes (its files), new (bytes no stack listed before it shares)}]."""
     current: Optional[str]
     releases: List[Dict[str, Any]]
+    stacks: List[Dict[str, Any]] = LIST
 
 
 @request("releases")
@@ -66,11 +69,13 @@ class Undo:
 
 @message
 class RollbackResult:
-    """The release now current (`to`), the one it replaced, the files put back, how to verify."""
+    """The release now current (`to`), the one it replaced, the files put back, how to verify,
+    and what it did not put back."""
     to: str
     replaced: Optional[str]
     restored: List[str]
     verify: List[ServiceCheck] = LIST
+    notes: List[str] = LIST  # what rollback did not put back (weights that differ from the release's)
 
 
 @request("rollback")

@@ -13,7 +13,8 @@ from typing import Any
 
 from .. import protocol
 from ..errors import UsageError
-from ..layout import DEFAULT_PORT, DEFAULT_VENV, LAUNCHER
+from ..layout import DEFAULT_PORT, LAUNCHER
+from ..sglang import stack
 
 
 # The launcher's signal for quick_stop_env, sent by the agent before a stop that need not drain
@@ -79,6 +80,11 @@ class ServiceKind:
         """Every managed file the running service depends on: it must have started after them."""
         raise NotImplementedError
 
+    def weights(self, svc: dict) -> list[str]:
+        """The weights directories it runs, which specops brings in (a `weights:` source): a
+        change of their content restarts it, and the release records what they were."""
+        return []
+
     def secrets(self, svc: dict) -> list[str]:
         """Inventory values that must never be printed."""
         return [v for v in (svc.get("env_secret") or {}).values() if v]
@@ -109,7 +115,8 @@ def of_kind(host, name: str) -> list[dict]:
 
 
 def venv_of(host) -> str:
-    return host.get("venv", DEFAULT_VENV)
+    """The venv the host's SGLang services run: its stack's (specops/sglang/stack.py)."""
+    return stack.venv_of(host)
 
 
 def unit_refs(host, quick=()) -> dict[str, protocol.UnitRef]:

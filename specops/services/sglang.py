@@ -9,8 +9,9 @@ top level; /generate answers with meta_info; its children retitle themselves
 from __future__ import annotations
 
 from .. import protocol
-from ..layout import API_KEY_ENV, DEFAULT_VENV, LAUNCHER, env_file, pkg_key, unit_path
+from ..layout import API_KEY_ENV, LAUNCHER, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
+from ..sglang import stack
 from ..sglang.spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
@@ -38,9 +39,17 @@ PROGRESS = [
 ]
 
 
+DIFF_SUFFIX = ".patch"  # a patch that is a unified diff against SGLang's file, not the whole file
+
+
+def patched_file(rel: str) -> str:
+    """The file inside the sglang package a patch (whole file or diff) makes."""
+    return rel[:-len(DIFF_SUFFIX)] if rel.endswith(DIFF_SUFFIX) else rel
+
+
 def patch_key(venv: str, rel: str) -> str:
     """A patched file, by its path inside the sglang package."""
-    return pkg_key(venv, f"sglang/{rel}")
+    return pkg_key(venv, f"sglang/{patched_file(rel)}")
 
 
 def draft_config_path(svc: dict) -> str:
@@ -80,7 +89,7 @@ class SGLang(ServiceKind):
             timeout=v.get("timeout", 3600), stall_timeout=v.get("stall_timeout", 300), progress=PROGRESS,
             prompt=v.get("prompt", "The capital of France is"),
             min_accept_length=v.get("min_accept_length"), baseline_tok_s=v.get("baseline_tok_s"),
-            managed=self.managed(svc, host.get("venv", DEFAULT_VENV)),
+            managed=self.managed(svc, stack.venv_of(host)), weights=self.weights(svc),
             endpoints=self.endpoints, http=serves_http(svc),
             generate_body={"text": None, "sampling_params": {"temperature": 0}})
 
@@ -90,6 +99,11 @@ class SGLang(ServiceKind):
         if svc.get("draft_config"):
             out.append(draft_config_path(svc))
         return out
+
+    def weights(self, svc):
+        draft = (svc.get("speculative") or {}).get("draft_model_path")
+        return [p.rstrip("/") for p, source in ((svc["model_path"], svc.get("weights")),
+                                               (draft, svc.get("draft_weights"))) if p and source]
 
     def secrets(self, svc):
         return super().secrets(svc) + ([svc["api_key"]] if svc.get("api_key") else [])

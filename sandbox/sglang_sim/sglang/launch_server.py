@@ -48,6 +48,12 @@ SGL_FORCE_SHUTDOWN true in the process's environment when the watchdog looks (os
 that moment), it exits without waiting for the requests.
   SGLANG_SIM_PEER_LOSS      "hang": a rank whose peer is gone hangs in its collective (until
                             NCCL's watchdog, minutes later) instead of exiting at once
+  SGLANG_SIM_GPU_REGISTRY   where processes register as GPU compute apps (default
+                            /run/sglang-sim/gpu, what the nvidia-smi stand-in reads): a test that
+                            runs the server outside a sandbox host points it elsewhere
+
+Releases: the package index carries several (sandbox/provision.py SIM_VERSIONS), built from this
+tree with each one's overlay (versions/README.md); the shared code never asks which it is.
 """
 import importlib
 import json
@@ -66,7 +72,7 @@ from sglang.sim_perf import Model
 from sglang.srt.server_args import prepare_server_args
 from sglang.version import __version__
 
-GPU_REGISTRY = "/run/sglang-sim/gpu"
+GPU_REGISTRY = os.environ.get("SGLANG_SIM_GPU_REGISTRY", "/run/sglang-sim/gpu")
 ARCH_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                 "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v2"}
 # configure_logger (srt/utils/common.py): stderr, where its tqdm bars go too
@@ -158,7 +164,10 @@ def stream_now(length, interval, finished):
 
 
 def make_handler(args, model_module, model_config, capture):
+    # model_code_version: the release the loaded model file is from (None: a file that does not
+    # say, as a whole-file patch may not), so patched code of one release is told from another's
     info_extra = {"version": __version__, "model_code": model_module.MODEL_CODE,
+                  "model_code_version": getattr(model_module, "FILE_VERSION", None),
                   "model_code_file": model_module.__file__, "aux_hidden_state_capture": capture}
 
     class Handler(BaseHTTPRequestHandler):
@@ -392,7 +401,8 @@ def main(argv=None):
         sys.exit(1)
     arch = (model_config.get("architectures") or ["LlamaForCausalLM"])[0]
     module = importlib.import_module("sglang.srt.models." + ARCH_MODULES.get(arch, "llama"))
-    log.info("Loaded model code %s from %s (MODEL_CODE=%s)", module.__name__, module.__file__, module.MODEL_CODE)
+    log.info("Loaded model code %s from %s (MODEL_CODE=%s, FILE_VERSION=%s)", module.__name__, module.__file__,
+             module.MODEL_CODE, getattr(module, "FILE_VERSION", None))
     capture = eagle3_capture_layers(args, model_config, module)
     State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens)
     if os.environ.get("SGLANG_SIM_FAIL_WITHOUT_SPEC") and not args.speculative_algorithm:

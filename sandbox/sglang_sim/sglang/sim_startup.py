@@ -16,6 +16,8 @@ import time
 
 from tqdm import tqdm
 
+from sglang.srt.model_loader import loader
+
 # sglang/srt/utils/common.py
 BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
 CAPTURE_BS = [1, 2, 4, 8]  # captured largest first (decode_cuda_graph_runner.py: reversed)
@@ -25,6 +27,7 @@ GPU_TOTAL_GB = 79.10
 def load(seconds, shards, speculative, registry, gpus):
     """Block until the child has loaded and captured; exit as it did when it failed."""
     if not shards:
+        loader.load_model()  # a release that fails to load raises here (versions/0.5.25)
         time.sleep(seconds)
         return
     child = multiprocessing.get_context("spawn").Process(
@@ -43,6 +46,7 @@ def _scheduler(seconds, shards, speculative, registry, gpus):
     stall = int(os.environ.get("SGLANG_SIM_STALL_AFTER", "-1"))
     per_shard_mb = int(os.environ.get("SGLANG_SIM_SHARD_MB", "500"))
     avail = lambda used_mb: GPU_TOTAL_GB - used_mb / 1024.0  # noqa: E731
+    loader.load_model()  # as in load(): the child dies with the traceback, and the server with it
     log.info("Load weight begin. avail mem=%.2f GB", avail(0))
     t0, used = time.time(), 0
     for i in tqdm(range(shards), desc="Loading safetensors checkpoint shards", bar_format=BAR_FORMAT,

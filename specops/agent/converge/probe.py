@@ -12,6 +12,7 @@ from specops import protocol
 from specops.agent import lock, safefs, weights
 from specops.agent.services.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name
+from specops.agent.converge import stacks, upstream
 from specops.agent.converge.venvs import resolve_key, venv_fact
 from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 
@@ -140,6 +141,10 @@ def probe(req):
             facts.files[key] = {"path": None, "exists": False, "unresolved": True}
         else:
             facts.files[key] = file_fact(path, req.content.get(key), req.allow_shared_dirs)
+    for key in req.upstream:
+        facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs)
+    if req.stacks:
+        facts.stacks = stacks.listing()
     for name in req.units:
         facts.units[name] = unit_fact(name)
     for d in req.listdirs:

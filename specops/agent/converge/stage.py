@@ -9,7 +9,7 @@ import json
 import os
 
 from specops import protocol
-from specops.agent.converge import bytecode
+from specops.agent.converge import bytecode, checks, stacks
 from specops.agent import safefs, weights
 from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
@@ -114,38 +114,6 @@ def refusal(action, message):
     return error
 
 
-def _compare_expect(got, expect, what):
-    diffs = ["%s: intended %s, effective %s" % (k, v, got.get(k)) for k, v in sorted(expect.items())
-             if got.get(k) != v]
-    if diffs:
-        raise ActionError("%s: %s" % (what, "; ".join(diffs)))
-    return got
-
-
-def preflight(a):
-    """The installed SGLang's own resolver, on these exact arguments, before anything restarts."""
-    if not os.path.exists(a.python):
-        raise ActionError("host preflight for %s cannot run: %s does not exist" % (a.service, a.python))
-    rc, out, err = run_owned([a.python, "-c", a.script], input=json.dumps([a.argv]))
-    if rc != 0:
-        raise ActionError("host preflight could not run SGLang's resolver in %s: %s"
-                          % (a.python, clean(err.strip()[-500:])))
-    result = json.loads(out)[0]
-    if not result["ok"]:
-        raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
-    return _compare_expect(result["values"], a.expect, "host preflight (the installed SGLang's own resolver) "
-                                                       "refuses %s" % a.service)
-
-
-def expect(a):
-    """Run code with an interpreter; its JSON answer must hold the expected values."""
-    rc, out, err = run_owned([a.python, "-c", a.code])
-    if rc != 0:
-        lines = [l for l in err.strip().splitlines() if l.strip()]
-        raise ActionError("%s: %s" % (a.what, clean(" | ".join(lines[-2:])) or "exit %d" % rc))
-    return _compare_expect(json.loads(out), a.expect, a.what)
-
-
 DO = {
     protocol.Mkdir: lambda a, allowed: safefs.make_dir(a.path, int(a.mode or "0755", 8), *ids(a.owner, a.group),
                                                        allowed=allowed),
@@ -156,8 +124,9 @@ DO = {
     protocol.DaemonReload: lambda a, allowed: units.daemon_reload(a.units),
     protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),
     protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),
-    protocol.Preflight: lambda a, allowed: preflight(a),
-    protocol.Expect: lambda a, allowed: expect(a),
+    protocol.Preflight: lambda a, allowed: checks.preflight(a),
+    protocol.Expect: lambda a, allowed: checks.expect(a),
+    protocol.BuildStack: stacks.build,
     protocol.FetchWeights: weights.fetch,
     protocol.RecordWeights: weights.record,
 }

@@ -14,6 +14,7 @@ from specops.agent.host import clean, journal, read_state, say
 from specops.agent.converge.probe import unit_fact
 from specops.agent.services.startup import Startup
 from specops.agent.converge.venvs import resolve_key
+from specops.agent.weights import read_manifest
 from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
 
 
@@ -184,11 +185,18 @@ def _stale_check(svc, report, unit):
             events.append((os.stat(path).st_mtime, path))
         if path in purges:
             events.append((purges[path]["purged_at"], "the bytecode purge of " + path))
-    if restart_stamp_is_stale(started, events):
-        newest = max(events)
-        report.failures.append("running old code: the service started at %s, before %s changed at %s"
-                               % (time.strftime("%H:%M:%S", time.gmtime(started)), newest[1],
-                                  time.strftime("%H:%M:%S", time.gmtime(newest[0]))))
+    weights = []
+    for dest in svc.weights:
+        changed_at = (read_manifest(dest) or {}).get("changed_at")
+        if changed_at:
+            weights.append((changed_at, dest))
+    if restart_stamp_is_stale(started, events + weights):
+        newest = max(events + weights)
+        at = (time.strftime("%H:%M:%S", time.gmtime(started)), time.strftime("%H:%M:%S", time.gmtime(newest[0])))
+        report.failures.append("weights changed since the server started: it started at %s, the weights in %s "
+                               "changed at %s" % (at[0], newest[1], at[1]) if newest in weights else
+                               "running old code: the service started at %s, before %s changed at %s"
+                               % (at[0], newest[1], at[1]))
         report.stale = True
 
 

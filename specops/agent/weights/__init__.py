@@ -84,8 +84,20 @@ def _free(path):
     return st.f_bavail * st.f_frsize
 
 
+def content_digest(files):
+    """What the weights are, by content: the sha256 of every file's name and sha256."""
+    return hashlib.sha256(json.dumps(sorted((n, (f or {}).get("sha256")) for n, f in files.items())).encode()
+                          ).hexdigest()
+
+
 def write_manifest(dest, manifest):
-    """Written whole (fsync'd, renamed) in the root-only WEIGHTS_DIR."""
+    """Written whole (fsync'd, renamed) in the root-only WEIGHTS_DIR, with the content `digest` and
+    `changed_at`: when that digest last changed (what a server that started before it runs old
+    weights by)."""
+    manifest = dict(manifest, digest=content_digest(manifest.get("files") or {}))
+    old = read_manifest(dest) or {}
+    same = old.get("digest") == manifest["digest"] and old.get("changed_at")
+    manifest["changed_at"] = old["changed_at"] if same else time.time()
     os.makedirs(WEIGHTS_DIR, mode=0o700, exist_ok=True)
     path = manifest_path(dest)
     tmp = "%s.%d.tmp" % (path, os.getpid())

@@ -1,7 +1,8 @@
 """Sandbox model file, patched: captures the embedding output for EAGLE-3 layer id -1."""
 # specops: provides embedding-capture
+# specops-base: sglang 0.5.23
 
-# padded to the upstream size (stale-bytecode trap test) ---------
+# sized as upstream (stale pyc trap)
 MODEL_CODE = "patched: embedding capture"
 CAPTURES_EMBEDDING = True
 ENTRY_CLASSES = "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM"

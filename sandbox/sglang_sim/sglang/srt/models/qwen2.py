@@ -1,6 +1,11 @@
-"""Stand-in model module: the server imports it at startup and reports MODEL_CODE,
-so a test can tell which source the running process really loaded."""
+"""A stand-in model file; srt/models/__init__.py says what's reported."""
+import logging
+
+logger = logging.getLogger(__name__)
 
 MODEL_CODE = "upstream"
 CAPTURES_EMBEDDING = False  # layer id -1 (the embedding output) needs a patched file
+
+
 ENTRY_CLASSES = "Qwen2ForCausalLM"
+FILE_VERSION = "0.5.23"

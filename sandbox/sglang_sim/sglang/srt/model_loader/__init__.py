@@ -1,0 +1,1 @@
+"""Stand-in for SGLang's model loader package (srt/model_loader)."""

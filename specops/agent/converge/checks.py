@@ -1,0 +1,42 @@
+"""Checks a batch runs on the host: the installed SGLang's own resolver before anything
+changes (preflight), and what an interpreter must report after an install (expect)."""
+import json
+import os
+
+from specops.agent.host import ActionError, clean, run_owned
+
+
+def compare(got, expect, what):
+    diffs = ["%s: intended %s, effective %s" % (k, v, got.get(k)) for k, v in sorted(expect.items())
+             if got.get(k) != v]
+    if diffs:
+        raise ActionError("%s: %s" % (what, "; ".join(diffs)))
+    return got
+
+
+def preflight(a):
+    """The installed SGLang's own resolver, on these exact arguments, before anything restarts."""
+    if not os.path.exists(a.python):
+        raise ActionError("host preflight for %s cannot run: %s does not exist" % (a.service, a.python))
+    rc, out, err = run_owned([a.python, "-c", a.script], input=json.dumps([a.argv]))
+    if rc != 0:
+        raise ActionError("host preflight could not run SGLang's resolver in %s: %s"
+                          % (a.python, clean(err.strip()[-500:])))
+    result = json.loads(out)[0]
+    if not result["ok"]:
+        raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
+    return compare(result["values"], a.expect, "host preflight (the installed SGLang's own resolver) "
+                                                       "refuses %s" % a.service)
+
+
+def expect(a):
+    return expect_in(a.python, a.code, a.expect, a.what)
+
+
+def expect_in(python, code, expected, what):
+    """Run code with an interpreter; its JSON answer must hold the expected values."""
+    rc, out, err = run_owned([python, "-c", code])
+    if rc != 0:
+        lines = [l for l in err.strip().splitlines() if l.strip()]
+        raise ActionError("%s: %s" % (what, clean(" | ".join(lines[-2:])) or "exit %d" % rc))
+    return compare(json.loads(out), expected, what)

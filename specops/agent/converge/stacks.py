@@ -1,0 +1,190 @@
+"""Python stacks on the host: each an immutable venv under layout.STACKS_DIR, named by the hash
+of what defines it, built by uv from its cache (hard links) beside the stack that serves, and
+removed only when no kept release names it.
+
+A stack is complete once its STACK_FILE is in it: it is built in a directory of its own
+(STACKS_DIR/.build-<key>-<random>) and renamed into place only after its packages import, so
+an interrupted build never leaves a half stack where a release could point.
+"""
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from specops.agent import safefs
+from specops.agent.converge.checks import expect_in
+from specops.agent.host import ActionError, on_interrupt, run_streamed, say
+from specops.layout import STACK_FILE, STACKS_DIR, TOOLS_DIR, UV_CACHE, UV_PIN
+
+BUILD_PREFIX = ".build-"
+
+
+def is_stack_name(name):
+    return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
+
+
+def stack_of(path):
+    """What a complete stack says defines it (None: not a stack of ours, or not complete)."""
+    if os.path.dirname(path) != STACKS_DIR or not is_stack_name(os.path.basename(path)):
+        return None
+    try:
+        with open(os.path.join(path, STACK_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def remove_tree(path):
+    """Remove a directory right under STACKS_DIR, which must be ours: no link on the way, writable
+    by root alone.  shutil.rmtree follows no link inside it (it walks by fd on Linux)."""
+    fd, real = safefs.open_dir(STACKS_DIR)
+    safefs.close((fd, real))
+    if real != STACKS_DIR or os.path.dirname(path) != STACKS_DIR:
+        raise ActionError("%s: not specops's own stacks directory (%s)" % (path, real))
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+
+
+def _free(path):
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def uv_tool(pip_args):
+    """The pinned uv in a tool venv of its own, made once (from the package index or wheelhouse)."""
+    venv = os.path.join(TOOLS_DIR, "uv-" + UV_PIN)
+    uv = os.path.join(venv, "bin", "uv")
+    if not os.path.exists(os.path.join(venv, ".complete")):
+        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
+        run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
+        run_streamed([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                      *pip_args, "uv==" + UV_PIN], "install uv " + UV_PIN)
+        open(os.path.join(venv, ".complete"), "w").close()
+    return uv
+
+
+def _uv_env():
+    # Only what specops says reaches uv: no user config, no index or cache from root's environment,
+    # and never a Python downloaded from the internet.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(UV_CACHE_DIR=UV_CACHE, UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_NO_PROGRESS="1",
+               UV_LINK_MODE="hardlink")
+    return env
+
+
+def sweep_builds():
+    """Remove what an interrupted build left (the host lock is held: no build is running)."""
+    try:
+        names = os.listdir(STACKS_DIR)
+    except OSError:
+        return
+    for n in names:
+        if n.startswith(BUILD_PREFIX):
+            remove_tree(os.path.join(STACKS_DIR, n))
+
+
+def build(a, allowed=()):
+    """Answer a protocol.BuildStack (see there)."""
+    if os.path.dirname(a.path) != STACKS_DIR or not is_stack_name(os.path.basename(a.path)):
+        raise ActionError("not a stack path: %s" % a.path)
+    if stack_of(a.path) is not None:
+        return {"built": False}
+    free = _free(STACKS_DIR)
+    if free < a.need:
+        raise ActionError("building the stack %s needs %.1f GiB free on %s; %.1f GiB free: nothing was changed"
+                          % (os.path.basename(a.path), a.need / 2**30, STACKS_DIR, free / 2**30))
+    t0 = time.time()
+    uv = uv_tool(a.uv_pip_args)
+    safefs.make_dir(os.path.dirname(STACKS_DIR), 0o755, 0, 0, parents=True)
+    safefs.make_dir(STACKS_DIR, 0o755, 0, 0)
+    safefs.make_dir(os.path.dirname(UV_CACHE), 0o755, 0, 0, parents=True)
+    safefs.make_dir(UV_CACHE, 0o700, 0, 0)
+    sweep_builds()
+    if os.path.lexists(a.path):  # ours (a stack name) but not complete: built again
+        remove_tree(a.path)
+    tmp = tempfile.mkdtemp(prefix="%s%s-" % (BUILD_PREFIX, os.path.basename(a.path)), dir=STACKS_DIR)
+    os.chmod(tmp, 0o755)
+    forget = on_interrupt(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    try:
+        env = _uv_env()
+        # --relocatable: its scripts find their interpreter relative to themselves, so the finished
+        # stack works after the rename into place.
+        run_streamed([uv, "venv", "--quiet", "--relocatable", "--python", a.python, tmp], "uv venv", env=env)
+        python = os.path.join(tmp, "bin", "python")
+        run_streamed([uv, "pip", "install", "--python", python, *a.sources, *a.specs],
+                     "uv pip install " + " ".join(a.specs), env=env)
+        got = expect_in(python, a.check, a.expect, "the new stack %s imports" % os.path.basename(a.path))
+        with open(os.path.join(tmp, STACK_FILE), "w") as f:
+            json.dump(dict(a.defines, packages=got, built_at=time.time()), f, indent=1, sort_keys=True)
+        os.rename(tmp, a.path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        forget()
+    size = tree_size(a.path, set())
+    say("  stack %s built in %.1fs: %.1f MiB of new files" % (os.path.basename(a.path), time.time() - t0, size / 2**20))
+    return {"built": True, "seconds": round(time.time() - t0, 1), "bytes": size}
+
+
+def tree_size(root, seen):
+    """Bytes on disk of the files under root not already in `seen` (inodes): hard links are counted
+    once across every tree measured with the same `seen`."""
+    total = 0
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            try:
+                st = os.lstat(os.path.join(d, n))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def listing():
+    """The complete stacks on the host, what defines each and its packages (no sizes: cheap)."""
+    try:
+        names = sorted(n for n in os.listdir(STACKS_DIR) if is_stack_name(n))
+    except OSError:
+        return []
+    out = []
+    for n in names:
+        info = stack_of(os.path.join(STACKS_DIR, n))
+        if info is not None:
+            out.append({"path": os.path.join(STACKS_DIR, n), "packages": info.get("packages") or {},
+                        "defines": {k: v for k, v in info.items() if k not in ("packages", "built_at")}})
+    return out
+
+
+def stacks(uses):
+    """The stacks on the host, each with the releases that name it (`uses`: path → [stamps]) and
+    its size: `bytes` counts its files alone, `new` only those no stack listed before it shares
+    (so the `new` figures add up to what the stacks take together)."""
+    try:
+        names = sorted(n for n in os.listdir(STACKS_DIR) if is_stack_name(n))
+    except OSError:
+        return []
+    out, seen = [], set()
+    for n in names:
+        path = os.path.join(STACKS_DIR, n)
+        info = stack_of(path)
+        if info is None:
+            continue
+        out.append({"path": path, "packages": info.get("packages") or {}, "built_at": info.get("built_at"),
+                    "releases": uses.get(path, []), "bytes": tree_size(path, set()), "new": tree_size(path, seen)})
+    return out
+
+
+def prune(kept):
+    """Remove every complete stack no kept release names (`kept`: their paths)."""
+    removed = []
+    for s in stacks({}):
+        if s["path"] not in kept:
+            remove_tree(s["path"])
+            removed.append(s["path"])
+    return removed

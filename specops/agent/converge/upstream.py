@@ -1,0 +1,62 @@
+"""The upstream file a patch applies to: what a package's wheel installed at a path (its RECORD
+says the sha256), and that content, from the file itself while it is unpatched, else from the
+copy kept in layout.UPSTREAM_DIR when it was first patched."""
+import base64
+import hashlib
+import os
+import re
+
+from specops.agent.converge.venvs import resolve_key
+from specops.agent.safefs import UnsafePath, read_file
+from specops.layout import UPSTREAM_DIR, split_pkg_key
+
+
+def record_sha256(site, package, version, inner):
+    """The hex sha256 the package's RECORD gives <package>/<inner> (None: not listed)."""
+    norm = re.sub(r"[-_.]+", "_", package).lower()
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return None
+    for n in names:
+        if not n.endswith(".dist-info") or re.sub(r"[-_.]+", "_", n[:-10].rpartition("-")[0]).lower() != norm:
+            continue
+        if version and n[:-10].rpartition("-")[2] != version:
+            continue
+        try:
+            with open(os.path.join(site, n, "RECORD")) as f:
+                for line in f:
+                    path, _, rest = line.rstrip("\n").partition(",")
+                    if path == "%s/%s" % (package, inner):
+                        algo, _, b64 = rest.split(",")[0].partition("=")
+                        if algo != "sha256" or not b64:
+                            return None
+                        return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+        except OSError:
+            return None
+    return None
+
+
+def _content(path, want):
+    try:
+        data = read_file(path)
+    except UnsafePath:
+        return None
+    return data if data is not None and hashlib.sha256(data).hexdigest() == want else None
+
+
+def fact(key, venvs, allowed=()):
+    """Answer one key of a probe's `upstream` (see protocol.ProbeResult)."""
+    path = resolve_key(key, venvs)
+    venv, package, inner = split_pkg_key(key)
+    v = venvs.get(venv) or {}
+    version = (v.get("packages") or {}).get(package)
+    base = (v.get("dirs") or {}).get(package)
+    if path is None or base is None:
+        return {"path": None, "version": version, "sha256": None, "content_b64": None}
+    want = record_sha256(os.path.dirname(base), package, version, inner)
+    data = None
+    if want:
+        data = _content(path, want) or _content(os.path.join(UPSTREAM_DIR, want), want)
+    return {"path": path, "version": version, "sha256": want,
+            "content_b64": base64.b64encode(data).decode() if data is not None else None}

@@ -1,0 +1,52 @@
+"""A host's Python stack: what defines it, and the immutable venv that holds it.
+
+A stack is the interpreter, torch with its CUDA variant, fla, sglang and the other pins.
+Each distinct one is a venv of its own, layout.STACKS_DIR/<key>, the key a hash of that
+definition: a new SGLang is a new venv built beside the one that serves, a release names the
+venv it runs, and rollback points the unit back at an older one without a pip call.  A host
+whose inventory sets `venv:` manages that venv itself (pip in place, no rollback of packages);
+so does a host that pins no package (it runs what is installed there).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ..layout import DEFAULT_VENV, STACKS_DIR
+
+PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and its host var
+GiB = 2**30
+# The free disk a stack needs before it is built, unless the inventory says (stack_need_gib): a
+# CUDA torch with SGLang's dependencies unpacks to several GB, and uv's cache holds them once more
+# the first time; a stack whose torch is already in uv's cache costs links and the new packages.
+NEED_FIRST_TORCH = 12 * GiB
+NEED_OTHERWISE = 2 * GiB
+
+
+def defines(host) -> dict | None:
+    """What defines the host's stack (None: the host manages its venv, or pins nothing)."""
+    if host.get("venv") or not any(host.get(k) for k in ("torch", "fla", "sglang", "packages")):
+        return None
+    torch = host.get("torch")
+    return {"python": host.get("python") or "python3",
+            "torch": {k: torch.get(k) for k in ("version", "cuda", "index_url")} if torch else None,
+            **{dist: (host.get(var) or {}).get("version") for dist, var in PINNED},
+            "packages": sorted(host.get("packages") or [])}
+
+
+def key(definition: dict) -> str:
+    return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def venv_of(host) -> str:
+    """The venv a host's SGLang services run: its stack's, or the one it manages itself."""
+    definition = defines(host)
+    if definition is None:
+        return host.get("venv", DEFAULT_VENV)
+    return f"{STACKS_DIR}/{key(definition)}"
+
+
+def need(host, torch_in_cache: bool) -> int:
+    if host.get("stack_need_gib") is not None:
+        return int(float(host["stack_need_gib"]) * GiB)
+    return NEED_OTHERWISE if torch_in_cache or not host.get("torch") else NEED_FIRST_TORCH
