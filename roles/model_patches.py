@@ -13,7 +13,7 @@ from pathlib import Path
 from specops import protocol
 from specops.ops import handlers
 from specops.errors import UsageError
-from specops.layout import BYTECODE_LINE, CHECKED_HASH, UPSTREAM_DIR
+from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PlanError, PurgeBytecode
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
@@ -109,12 +109,10 @@ class Patched(File):
             patchfile.check_whole_file(self.text.decode(), self.rel, version, up.get("sha256"), self.any_base)
         c = super().plan(facts, ctx)
         f = facts.file(self.path)
-        if self.diff and c.actions and up.get("sha256") and not f.get("kept_upstream"):
+        if self.diff and c.actions and up.get("sha256") and not up.get("kept") and not f.get("kept_upstream"):
             # Keep the upstream file before it is replaced: the diff is applied to it again later.
-            kept = f"{UPSTREAM_DIR}/{up['sha256']}"
-            c.actions[:0] = [protocol.Mkdir(path=UPSTREAM_DIR, mode="0755", desc=f"create {UPSTREAM_DIR}"),
-                             protocol.Write(path=kept, data=up["content_b64"], mode="0644",
-                                            desc=f"keep sglang {version}'s {self.rel} (upstream)")]
+            c.actions[:0] = [protocol.KeepUpstream(sha256=up["sha256"], data=up["content_b64"],
+                                                   desc=f"keep sglang {version}'s {self.rel} (upstream)")]
             facts.assume_file(self.path, kept_upstream=True)
         return c
 

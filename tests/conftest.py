@@ -113,13 +113,16 @@ class Sandbox:
         return h
 
     def inventory(self, hosts: dict[str, dict], group_vars: dict | None = None) -> Path:
-        """Write an inventory for these fleet hosts: {name: extra vars}."""
+        """Write an inventory for these fleet hosts: {name: extra vars}.  Every host runs the venv
+        the gpubox layer made (a `venv:` of the user's) unless group_vars says {"venv": None}: then
+        specops builds the host's stack."""
         entries = {}
         for name, extra in hosts.items():
             h = self.fleet[name] if name in FLEET_HOSTS else None
             base = provision.host_vars(h) if h else {}
             entries[name] = {**base, **extra}
-        doc = {"all": {"vars": {"venv": provision.VENV, **(group_vars or {})},
+        shared = {k: v for k, v in {"venv": provision.VENV, **(group_vars or {})}.items() if v is not None}
+        doc = {"all": {"vars": shared,
                        "children": {"fleet": {"hosts": entries}}}}
         path = self.tmp / "inventory"
         path.mkdir(exist_ok=True)

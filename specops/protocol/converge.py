@@ -22,7 +22,8 @@ class ProbeResult:
     {manifest (or None), differ [files whose size or mtime moved], free (bytes)};
     stacks: [{path, defines, packages}] the complete stacks on the host; upstream: pkg key →
     {path, version (of its package), sha256 (what the package's RECORD says it installed),
-    content_b64 (that upstream content, from the file or the kept copy; None when neither is)}."""
+    content_b64 (that upstream content, from the file or the kept copy; None when neither is),
+    kept (the copy is in layout.UPSTREAM_DIR)}."""
     time: float
     hostname: str
     python: str

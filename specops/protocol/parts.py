@@ -243,6 +243,16 @@ class FetchWeights:
     desc: str = ""
 
 
+@action("keep-upstream")
+class KeepUpstream:
+    """Keep an upstream file's content (base64 `data`) as layout.UPSTREAM_DIR/<sha256> before a
+    diff patch replaces it, so the diff can be applied to it again.  Content-addressed: the agent
+    refuses data of another sha256, and no undo or rollback removes it."""
+    sha256: str
+    data: str
+    desc: str = ""
+
+
 @action("build-stack")
 class BuildStack:
     """Build the immutable venv `path` (layout.STACKS_DIR/<key>) with uv, beside the stack that

@@ -9,7 +9,7 @@ import json
 import os
 
 from specops import protocol
-from specops.agent.converge import bytecode, checks, stacks
+from specops.agent.converge import bytecode, checks, stacks, upstream
 from specops.agent import safefs, weights
 from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
@@ -127,6 +127,7 @@ DO = {
     protocol.Preflight: lambda a, allowed: checks.preflight(a),
     protocol.Expect: lambda a, allowed: checks.expect(a),
     protocol.BuildStack: stacks.build,
+    protocol.KeepUpstream: lambda a, allowed: upstream.keep(a, allowed),
     protocol.FetchWeights: weights.fetch,
     protocol.RecordWeights: weights.record,
 }

@@ -7,6 +7,8 @@ import os
 import re
 
 from specops.agent.converge.venvs import resolve_key
+from specops.agent import safefs
+from specops.agent.host import ActionError
 from specops.agent.safefs import UnsafePath, read_file
 from specops.layout import UPSTREAM_DIR, split_pkg_key
 
@@ -55,8 +57,26 @@ def fact(key, venvs, allowed=()):
     if path is None or base is None:
         return {"path": None, "version": version, "sha256": None, "content_b64": None}
     want = record_sha256(os.path.dirname(base), package, version, inner)
-    data = None
+    data = kept = None
     if want:
-        data = _content(path, want) or _content(os.path.join(UPSTREAM_DIR, want), want)
-    return {"path": path, "version": version, "sha256": want,
+        kept = _content(os.path.join(UPSTREAM_DIR, want), want)
+        data = _content(path, want) or kept
+    return {"path": path, "version": version, "sha256": want, "kept": kept is not None,
             "content_b64": base64.b64encode(data).decode() if data is not None else None}
+
+
+def keep(a, allowed=()):
+    """Answer a protocol.KeepUpstream (see there)."""
+    data = base64.b64decode(a.data)
+    if hashlib.sha256(data).hexdigest() != a.sha256 or len(a.sha256) != 64:
+        raise ActionError("the upstream copy does not have the sha256 %s it is named by" % a.sha256)
+    path = os.path.join(UPSTREAM_DIR, a.sha256)
+    if _content(path, a.sha256) is None:
+        safefs.make_dir(UPSTREAM_DIR, 0o755, 0, 0)
+        stage = safefs.StageDir(path)
+        try:
+            stage.write(data, 0o644, 0, 0)
+            stage.commit()
+        except BaseException:
+            stage.remove()
+            raise
