@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from specops.ops import handlers
 from specops import protocol
 from specops.errors import UsageError
+from specops.layout import UV_PIN
 from specops.ops import Change, Op, PlanError
 from specops.services import of_kind, venv_of
 from specops.sglang import stack
@@ -207,6 +208,9 @@ def pip_sources(host, first_index=None):
 def ops(host):
     wheelhouse = [Wheelhouse(host["wheelhouse"])] if host.get("wheelhouse") else []
     if stack.defines(host):
+        if wheelhouse and not any(w.name.startswith(f"uv-{UV_PIN}-") for w in wheelhouse[0].wheels):
+            raise UsageError(f"{host.name}: the wheelhouse {wheelhouse[0].local} has no uv {UV_PIN} wheel, which builds "
+                             f"the stack: add it (pip download uv=={UV_PIN}), or set venv: to manage the venv yourself")
         return wheelhouse + [Stack(host)]
     venv = venv_of(host)
     out = [Venv(venv, host.get("python"))] + wheelhouse

@@ -97,9 +97,9 @@ def test_each_shared_fact_is_defined_once():
             offenders[str(path.relative_to(ROOT))] = sorted(map(str, found))
     assert offenders == {}
     from specops.agent import lock, releases
-    from specops.agent.services import service_http
+    from specops.agent.services import asking
     assert lock.LOCK_DIR is layout.LOCK_DIR and releases.RELEASES is layout.RELEASES
-    assert service_http.API_KEY_ENV is layout.API_KEY_ENV
+    assert asking.API_KEY_ENV is layout.API_KEY_ENV
 
 
 def test_the_engine_imports_no_role():
@@ -167,3 +167,31 @@ def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
     assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
     (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
     assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)
+
+
+def test_the_agent_has_no_import_circle():
+    """No agent module imports, at any depth and at any place in its code, one that imports it back
+    (releases ↔ stage ↔ units, routing ↔ service_http were such circles)."""
+    import ast
+    agent = ROOT / "specops" / "agent"
+    deps = {}
+    for path in agent.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        deps[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specops.agent"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    deps[name].add(full if (ROOT / full.replace(".", "/")).with_suffix(".py").exists()
+                                   or (ROOT / full.replace(".", "/")).is_dir() else node.module)
+    circles = set()
+
+    def walk(start, node, path):
+        for d in deps.get(node, ()):
+            if d == start:
+                circles.add(" -> ".join(path + [d]))
+            elif d in deps and d not in path:
+                walk(start, d, path + [d])
+    for name in deps:
+        walk(name, name, [name])
+    assert circles == set()

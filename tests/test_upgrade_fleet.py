@@ -5,11 +5,14 @@ call, refusals before anything changes, manual rollback across versions, pruning
 The simulator reports what it really imported: `model_code` (the patched line) and
 `model_code_version` (the FILE_VERSION of the upstream file the patch was applied to)."""
 import json
+import shutil
+import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import load_json, unit_prop
+from conftest import ROOT, load_json, unit_prop
 from sandbox import provision
 from specops.sglang import patchfile, stack
 
@@ -34,8 +37,8 @@ def diff_patch(root, line='MODEL_CODE = "patched: diff"', old='MODEL_CODE = "ups
     return path
 
 
-def host_vars(index, version, patch_dir, patches=(LLAMA + ".patch",), **extra):
-    svc = provision.bare_service(patches=list(patches))
+def host_vars(index, version, patch_dir, patches=(LLAMA + ".patch",), svc=None, **extra):
+    svc = provision.bare_service(patches=list(patches), **(svc or {}))
     return {"services": [svc], "sglang": {"version": version}, "patch_dir": str(patch_dir),
             "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{index.url}/whl/{{variant}}"},
             "package_index": f"{index.url}/simple", **extra}
@@ -62,14 +65,16 @@ def running(h):
     return i["model_code"], i.get("model_code_version")
 
 
-def count_uv(h):
+def count_uv(h, slow=0):
     """Every uv call on the host, logged by a wrapper in front of the pinned uv (and no pip is in a
-    stack: uv venv seeds none, so a stack cannot be changed by pip behind uv's back)."""
+    stack: uv venv seeds none, so a stack cannot be changed by pip behind uv's back).  `slow`:
+    seconds each `uv pip` waits first, so a test can interrupt a build while it runs."""
     uv = f"/var/lib/specops/tools/uv-{stack_uv_pin()}/bin/uv"
     if not h.path(uv + ".real").exists():
         h.run("mv", uv, uv + ".real")
-        h.path(uv).write_text(f"#!/bin/sh\necho \"$(date +%s.%N) $*\" >> {UV_LOG}\nexec {uv}.real \"$@\"\n")
-        h.run("chmod", "755", uv)
+    h.path(uv).write_text(f"#!/bin/sh\necho \"$(date +%s.%N) $*\" >> {UV_LOG}\n"
+                          f"[ \"$1\" = pip ] && sleep {slow}\nexec {uv}.real \"$@\"\n")
+    h.run("chmod", "755", uv)
     h.run("rm", "-f", UV_LOG)
 
 
@@ -120,6 +125,7 @@ def _upgrade(sandbox, pkg_index, tmp_path_factory):
             "second": current(h)}
 
 
+@pytest.mark.reliability("second-run", "idempotence")
 def test_upgrade_carries_the_diff_patch_and_keeps_the_old_stack(sandbox, upgraded):
     h, v23, v24 = upgraded["h"], upgraded["v23"], upgraded["v24"]
     assert running(h) == ("patched: diff", "0.5.24")  # 0.5.24's own file, with the patch applied
@@ -142,6 +148,7 @@ def test_upgrade_carries_the_diff_patch_and_keeps_the_old_stack(sandbox, upgrade
     assert "stacks: 2 kept" in res.stdout and "GiB on disk together" in res.stdout, res.stdout
 
 
+@pytest.mark.reliability("start-failure", "fault")
 def test_failing_version_rolls_back_to_the_previous_stack_without_an_install(sandbox, pkg_index, upgraded):
     h, v24 = upgraded["h"], upgraded["v24"]
     v25 = host_vars(pkg_index, "0.5.25", upgraded["patches"])
@@ -161,6 +168,8 @@ def test_failing_version_rolls_back_to_the_previous_stack_without_an_install(san
     assert res.returncode == 0, res.stdout + res.stderr
     line = next(l for l in res.stdout.splitlines() if l.startswith("t4 ") and "sglang" in l)
     assert " none " in line, res.stdout
+    assert f"t4: stack {venv_for(v24)} (release {upgraded['second']}); 2 stack(s) kept" in res.stdout, res.stdout
+    assert not h.path(venv_for(v25)).exists()  # no kept release runs it (the undone one names none)
     res, rep = run(sandbox, "t4", v24)
     assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
 
@@ -217,3 +226,158 @@ def snapshot(h):
                    ).stdout.split()
     return {"sha": h.run("sha256sum", *files).stdout, "releases": h.run("ls", RELEASES).stdout,
             "started": unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")}
+
+
+def test_weights_changed_under_a_running_server(sandbox, pkg_index, upgraded, tmp_path):
+    """Weights pushed by a deploy that was then refused (a bad patch) changed under the running
+    server: status and verify say so; the next deploy restarts it and records a release."""
+    h = upgraded["h"]
+    weights = tmp_path / "tiny-llama"
+    shutil.copytree(provision.controller_models() / "tiny-llama", weights)
+    config = json.loads((weights / "config.json").read_text())
+    (weights / "config.json").write_text(json.dumps({**config, "specops_test_revision": 2}, indent=2))
+    bad = tmp_path / "bad"
+    diff_patch(bad, also=('ENTRY_CLASSES = "LlamaForCausalLM"', 'ENTRY_CLASSES = "LlamaForCausalLM"  # ours'))
+    source = {"weights": {"source": "controller", "path": str(weights)}}
+    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
+    res, rep = run(sandbox, "t4", host_vars(pkg_index, "0.5.24", bad, svc=source))
+    assert res.returncode == 1 and "does not apply" in rep["error"], res.stdout[-2000:]
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started  # not restarted: old weights
+    good = host_vars(pkg_index, "0.5.24", upgraded["patches"], svc=source)
+    res, _ = run(sandbox, "t4", good, task="status")
+    line = next(l for l in res.stdout.splitlines() if l.startswith("t4 ") and "sglang" in l)
+    assert "weights changed since the server started (/models/tiny-llama)" in line, res.stdout
+    res, rep = run(sandbox, "t4", good, task="verify")
+    assert res.returncode == 1 and "weights changed since the server started" in res.stdout, res.stdout[-2000:]
+    before = current(h)
+    res, rep = run(sandbox, "t4", good)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != started
+    after = current(h)
+    assert after != before  # a release of its own: what runs changed
+    recorded = manifest(h, after)["weights"]["/models/tiny-llama"]
+    assert recorded["digest"] and recorded["digest"] != manifest(h, before)["weights"]["/models/tiny-llama"]["digest"]
+    res, rep = run(sandbox, "t4", good)
+    assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
+    # back to a release that ran other weights: said in one line, not claimed restored
+    res, rep = run(sandbox, "t4", good, task="rollback")
+    assert res.returncode == 0, res.stdout[-3000:]
+    said = [l for l in res.stdout.splitlines() if l.split()[1:2] == ["weights"]]  # its line (the recap repeats it)
+    assert len(said) == 1 and "/models/tiny-llama" in said[0], res.stdout
+    res, rep = run(sandbox, "t4", good, "--to", after, task="rollback")
+    assert res.returncode == 0 and "rollback does not restore weights" not in res.stdout, res.stdout[-3000:]
+
+
+def test_a_stack_goes_only_when_no_kept_release_names_it(sandbox, pkg_index, upgraded):
+    h, v23, v24 = upgraded["h"], upgraded["v23"], upgraded["v24"]
+    other = dict(v24, packages=["tqdm==4.70.1"])  # a third stack: only one more pin
+    for hv in (other, v23):
+        res, rep = run(sandbox, "t4", hv)
+        assert res.returncode == 0, res.stdout[-3000:]
+    assert h.path(venv_for(other)).exists() and h.path(venv_for(v24)).exists()
+    for i in range(4):  # releases of v23 alone (a unit change each) push the older ones out
+        hv = dict(v23, services=[dict(v23["services"][0], env={"SGLANG_SIM_STARTUP_DELAY": "0", "N": str(i)})])
+        res, rep = run(sandbox, "t4", hv)
+        assert res.returncode == 0, res.stdout[-3000:]
+        named = {manifest(h, s).get("venv") for s in h.run("ls", RELEASES).stdout.split() if s != "current"}
+        for venv in (venv_for(other), venv_for(v24), venv_for(v23)):
+            assert h.path(venv).exists() == (venv in named), (i, venv, named)
+    assert not h.path(venv_for(other)).exists() and not h.path(venv_for(v24)).exists()
+    assert h.path(venv_for(v23)).exists()
+    # the previous release's stack stays while current runs another
+    res, rep = run(sandbox, "t4", v24)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert h.path(venv_for(v24)).exists() and h.path(venv_for(v23)).exists()
+    assert running(h) == ("patched: diff", "0.5.24")
+
+
+def test_a_stack_the_disk_cannot_hold_is_refused_before_a_byte_moves(sandbox, pkg_index, upgraded):
+    h = upgraded["h"]
+    hv = dict(upgraded["v24"], packages=["tqdm==4.70.1"], stack_need_gib=1e6)
+    before = snapshot(h)
+    res, rep = run(sandbox, "t4", hv)
+    assert res.returncode == 1
+    assert "needs 1000000.0 GiB free on /opt/specops/venvs" in rep["error"] and "GiB free" in rep["error"], rep["error"]
+    assert snapshot(h) == before
+    assert not h.path(venv_for(hv)).exists()
+    assert h.run("sh", "-c", "ls -a /opt/specops/venvs | grep -c build || true").stdout.strip() == "0"
+
+
+@pytest.mark.reliability("sigint", "fault")
+def test_ctrl_c_while_a_stack_builds_leaves_the_previous_release_serving(sandbox, pkg_index, upgraded):
+    h = upgraded["h"]
+    hv = dict(upgraded["v24"], packages=["tqdm==4.70.1"])
+    before = snapshot(h)
+    count_uv(h, slow=30)
+    code, out = sandbox.interrupt("deploy", "--host", "t4", inventory=sandbox.inventory({"t4": hv}, {"venv": None}),
+                                  when="build stack /opt", before=lambda: time.sleep(2))
+    count_uv(h)
+    assert code != 0 and "+ tqdm" not in out, out[-2000:]
+    assert snapshot(h) == before, out[-3000:]
+    assert running(h) == ("patched: diff", "0.5.24")
+    assert h.run("sh", "-c", "ls -a /opt/specops/venvs | grep -c build || true").stdout.strip() == "0", out[-2000:]
+    res, rep = run(sandbox, "t4", hv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    res, rep = run(sandbox, "t4", hv)
+    assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
+
+
+def test_inv_patch_writes_a_diff_and_rebases_it_locally(sandbox, pkg_index, upgraded, tmp_path):
+    h = upgraded["h"]
+    patches = tmp_path / "p"
+    v23 = dict(upgraded["v23"], patch_dir=str(patches))
+    inv23 = sandbox.inventory({"t4": v23}, {"venv": None})
+    work = tmp_path / "work"
+    work.mkdir()
+    res = subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), "patch", "--host", "t4", LLAMA, "--fetch"],
+                         cwd=work, capture_output=True, text=True, env={**_env(), "SPECOPS_INVENTORY": str(inv23)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    fetched = work / "llama.py"
+    assert fetched.read_text() == UPSTREAM["0.5.23"]
+    fetched.write_text(fetched.read_text().replace('MODEL_CODE = "upstream"', 'MODEL_CODE = "patched: made"'))
+    before = snapshot(h)
+    res = sandbox.inv("patch", "--host", "t4", LLAMA, "--edited", str(fetched), inventory=inv23)
+    assert res.returncode == 0, res.stdout + res.stderr
+    made = patches / (LLAMA + ".patch")
+    assert made.read_text().startswith("# specops-base: sglang 0.5.23")
+    # rebased onto the stack the inventory now asks for (0.5.24, built on the host)
+    inv24 = sandbox.inventory({"t4": dict(upgraded["v24"], patch_dir=str(patches))}, {"venv": None})
+    res = sandbox.inv("patch", "--host", "t4", LLAMA, "--rebase", inventory=inv24)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rebased = (patches / (LLAMA + ".patch.0.5.24")).read_text()
+    assert patchfile.base_of(rebased).version == "0.5.24"
+    assert 'MODEL_CODE = "patched: made"' in patchfile.apply(rebased, UPSTREAM["0.5.24"], LLAMA, "0.5.24")
+    # a change to a line 0.5.24 also changed: conflicts, written for review, exit 1
+    made.write_text(patchfile.make(LLAMA, UPSTREAM["0.5.23"], UPSTREAM["0.5.23"].replace(
+        'ENTRY_CLASSES = "LlamaForCausalLM"', 'ENTRY_CLASSES = "LlamaForCausalLM, Ours"'), "0.5.23",
+        patchfile.upstream_sha256(UPSTREAM["0.5.23"].encode())))
+    res = sandbox.inv("patch", "--host", "t4", LLAMA, "--rebase", inventory=inv24)
+    assert res.returncode == 1 and "conflict" in res.stdout + res.stderr, res.stdout + res.stderr
+    merged = (patches / "srt/models/llama.py.merge-0.5.24").read_text()
+    assert "<<<<<<<" in merged and ">>>>>>>" in merged
+    assert snapshot(h) == before  # nothing written onto the host
+
+
+def _env():
+    import os
+    return dict(os.environ)
+
+
+def test_a_host_with_todays_single_venv_moves_to_a_stack_with_one_restart(sandbox, pkg_index):
+    """A box deployed into the one venv (the gpubox layer's /opt/sglang/venv, as before stacks)
+    moves to its stack on its next deploy: built beside, the unit pointed at it, one restart."""
+    h = sandbox.reset("t5")
+    pins = {"services": [provision.sandbox_service()], "sglang": {"version": "0.5.23"},
+            "package_index": f"{pkg_index.url}/simple"}
+    res = sandbox.inv("deploy", "--host", "t5", inventory=sandbox.inventory({"t5": pins}))  # venv: the layer's
+    assert res.returncode == 0, res.stdout[-3000:]
+    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
+    res, rep = run(sandbox, "t5", pins)  # no venv: the stack
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert res.stdout.count("handler: restart sglang") == 1, res.stdout
+    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != started
+    assert f"{venv_for(pins)}/bin/python" in h.path("/etc/systemd/system/sglang.service").read_text()
+    assert info(h)["model_code_file"].startswith(venv_for(pins) + "/")
+    assert h.path("/opt/sglang/venv/bin/python").exists()  # the old venv is the user's to remove
+    res, rep = run(sandbox, "t5", pins)
+    assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]

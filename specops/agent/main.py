@@ -20,7 +20,7 @@ HANDLERS = {
     "unlock": ("lock", "unlock"),
     "renew": ("lock", "renew"),
     "stop": ("services.units", "stop"),
-    "start": ("services.units", "start"),
+    "start": ("releases", "start"),
     "release_record": ("releases", "record"),
     "releases": ("releases", "releases"),
     "undo": ("releases", "undo"),

@@ -16,7 +16,7 @@ from specops import protocol
 from specops.agent.services import http, listeners
 from specops.agent.host import ActionError, journal, on_interrupt, run_quiet, say
 from specops.agent.services.procs import Unit, remember_invocation
-from specops.agent.services.service_http import _redacted
+from specops.agent.services.asking import redacted
 from specops.agent.services.units import stop_unit
 from specops.layout import BASELINE_PREFIX, env_file
 
@@ -46,7 +46,7 @@ def start(req):
     # systemd expands $VAR in a transient unit's command as in ExecStart=; $$ is a plain $.
     rc, out = run_quiet(argv + ["--"] + [a.replace("$", "$$") for a in req.argv])
     if rc != 0:
-        raise ActionError("the baseline server did not start: %s" % _redacted(req.service, out.strip()[-300:]))
+        raise ActionError("the baseline server did not start: %s" % redacted(req.service, out.strip()[-300:]))
     # If this agent's session ends before the controller restored the service (Ctrl-C, a lost
     # link, a killed controller), the baseline goes and the service comes back without it.
     on_interrupt(lambda: _restore(name, req.service))
@@ -65,7 +65,7 @@ def start(req):
             pass
         if not Unit(name).active:
             raise ActionError("the baseline server exited before it was ready: %s"
-                              % _redacted(req.service, journal(name, 10)))
+                              % redacted(req.service, journal(name, 10)))
         time.sleep(0.5)
     raise ActionError("the baseline server was not ready within %.0f s: %s"
-                      % (req.timeout, _redacted(req.service, journal(name, 10))))
+                      % (req.timeout, redacted(req.service, journal(name, 10))))

@@ -18,7 +18,7 @@ import time
 from specops import protocol
 from specops.agent.services import http, listeners
 from specops.agent.host import ActionError, say
-from specops.agent.services.service_http import api_key
+from specops.agent.services.asking import api_key
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
 

@@ -7,7 +7,7 @@ import time
 from specops.agent.converge.probe import unit_fact
 from specops.agent.host import journal
 from specops.agent.services import listeners
-from specops.agent.services.service_http import _http, _redacted, _stale_check
+from specops.agent.services import asking, running
 
 
 def rank_running(svc, report):
@@ -16,16 +16,16 @@ def rank_running(svc, report):
     needs every rank joined, says the rest."""
     t0, u, status = time.time(), unit_fact(svc.name), None
     while time.time() - t0 < svc.timeout:
-        running = (u.get("ActiveState"), u.get("SubState")) == ("active", "running")
-        if running and listeners.Listener(svc.name, svc.port, u).problem() is None:
+        up = (u.get("ActiveState"), u.get("SubState")) == ("active", "running")
+        if up and listeners.Listener(svc.name, svc.port, u).problem() is None:
             try:
-                status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5)
+                status, _ = asking.call(svc, "GET", svc.endpoints.ready, timeout=5)
             except OSError:
                 status = "no answer"
             if status == 200:
                 report.checks.append("rank > 0: unit %s running, %s 200 (the API is rank 0's)"
                                      % (svc.name, svc.endpoints.ready))
-                _stale_check(svc, report, u)
+                running.stale_check(svc, report, u)
                 return report
         elif u.get("ActiveState") in ("failed", "inactive") and u.get("Job") in (None, "", "0"):  # none queued
             report.rank_down = "unit %s is %s/%s" % (svc.name, u.get("ActiveState"), u.get("SubState"))
@@ -34,5 +34,5 @@ def rank_running(svc, report):
         u = unit_fact(svc.name)
     report.failures.append("unit %s is %s/%s, %s: %s: this node's rank is not serving" % (
         svc.name, u.get("ActiveState"), u.get("SubState"), svc.endpoints.ready, status))
-    report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
+    report.journal = asking.redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
     return report

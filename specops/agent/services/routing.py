@@ -16,12 +16,12 @@ from specops import protocol
 from specops.agent.services import listeners
 from specops.agent.host import ActionError, clean, run_quiet, say
 from specops.agent.services.procs import Unit
-from specops.agent.services.service_http import _http, api_key
+from specops.agent.services import asking
 
 
 def listed(svc, key):
     """url → {"is_healthy", "load", "id"} for what endpoints.members lists."""
-    status, raw = _http(svc, "GET", svc.endpoints.members, timeout=10, key=key)
+    status, raw = asking.call(svc, "GET", svc.endpoints.members, timeout=10, key=key)
     if status != 200:
         raise ValueError("%s answered %s" % (svc.endpoints.members, status))
     return {w.get("url"): {"is_healthy": w.get("is_healthy"), "load": w.get("load"), "id": w.get("id")}
@@ -119,7 +119,7 @@ class Guarded:
     every keyed request (a service that dies mid-wait frees its port for anyone)."""
 
     def __init__(self, svc):
-        self.svc, self.listener, self._key = svc, listeners.Listener(svc.name, svc.port), api_key(svc.name)
+        self.svc, self.listener, self._key = svc, listeners.Listener(svc.name, svc.port), asking.api_key(svc.name)
 
     def key(self):
         problem = self.listener.problem()
@@ -146,7 +146,7 @@ def not_serving(svc, key):
     body = dict(svc.generate_body or {}, text=svc.prompt)
     body["sampling_params"] = dict(body.get("sampling_params") or {}, max_new_tokens=1)
     try:
-        status, raw = _http(svc, "POST", svc.endpoints.generate, body, timeout=30, key=key)
+        status, raw = asking.call(svc, "POST", svc.endpoints.generate, body, timeout=30, key=key)
     except OSError as e:
         return "%s: %s" % (svc.endpoints.generate, e)
     return None if status == 200 else "%s answered %s: %s" % (
@@ -187,7 +187,7 @@ def remove(req):
     if entry is not None:
         if not re.match(r"^[A-Za-z0-9_.-]+$", str(entry.get("id"))):
             raise ActionError("router %s: a worker id that is not a plain name: %r" % (svc.name, entry.get("id")))
-        status, raw = _http(svc, "DELETE", "/workers/%s" % entry["id"], key=guard.key())
+        status, raw = asking.call(svc, "DELETE", "/workers/%s" % entry["id"], key=guard.key())
         if status not in (200, 202, 204):
             raise ActionError("router %s: DELETE /workers/%s answered %s" % (svc.name, entry["id"], status))
     res = _wait(svc, guard, lambda have: req.url not in have, req.timeout, "taking out " + req.url)
@@ -202,7 +202,7 @@ def add(req):
         return protocol.MembersResult(absent=True)
     guard = Guarded(svc)
     if req.url not in listed(svc, guard.key()):
-        status, raw = _http(svc, "POST", "/workers", {"url": req.url}, key=guard.key())
+        status, raw = asking.call(svc, "POST", "/workers", {"url": req.url}, key=guard.key())
         if status not in (200, 201, 202):
             raise ActionError("router %s: POST /workers answered %s: %s" % (svc.name, status, raw[:200]))
     res = _wait(svc, guard, lambda have: (have.get(req.url) or {}).get("is_healthy"), req.timeout,
@@ -212,7 +212,7 @@ def add(req):
 
 
 def _load(svc, key, path):
-    status, raw = _http(svc, "GET", path, timeout=10, key=key)
+    status, raw = asking.call(svc, "GET", path, timeout=10, key=key)
     if status != 200:
         raise ActionError("%s %s answered %s" % (svc.name, path, status))
     loads = json.loads(raw).get("loads") or []

@@ -5,67 +5,17 @@ protocol.ServiceCheck, from the service's kind on the controller; nothing here k
 one kind of service from another.
 """
 import json
-import os
 import time
 
 from specops import protocol
-from specops.agent.services import http, listeners, procs
-from specops.agent.host import clean, journal, read_state, say
+from specops.agent.services import asking, listeners, procs, ranks, routing, running
+from specops.agent.host import clean, journal, say
 from specops.agent.converge.probe import unit_fact
 from specops.agent.services.startup import Startup
-from specops.agent.converge.venvs import resolve_key
-from specops.agent.weights import read_manifest
-from specops.layout import API_KEY_ENV, env_file, restart_stamp_is_stale
 
 
 GENERATE_TIMEOUT = 600  # seconds one verification generation may take
 READY_POLL = 0.25  # seconds between asks while a service starts: its readiness is seen this late at most
-
-
-def _http(svc, method, path, body=None, timeout=30, key=None):
-    headers = {"Authorization": "Bearer " + key} if key and path not in svc.endpoints.public else {}
-    data = json.dumps(body).encode() if body is not None else None
-    res = http.request(svc.host, svc.port, method, path, data, headers, timeout)
-    return res.status, res.body
-
-
-def env_value(line):
-    """The value of KEY="..." as specops writes it (\\ " ` $ escaped with a backslash)."""
-    value = line.split("=", 1)[1].strip()
-    if not (value.startswith('"') and value.endswith('"') and len(value) >= 2):
-        return value
-    out, chars = [], iter(value[1:-1])
-    for ch in chars:
-        out.append(next(chars, "") if ch == "\\" else ch)
-    return "".join(out)
-
-
-def secrets(name):
-    """Every value in the service's 0600 env file: the API key, HF_TOKEN and the like."""
-    try:
-        with open(env_file(name)) as f:
-            return [env_value(line) for line in f if "=" in line and not line.startswith("#")]
-    except OSError:
-        return []
-
-
-def _redacted(name, text):
-    """The journal tail goes back to the controller: no secret of the service's goes with it."""
-    for value in sorted((v for v in secrets(name) if len(v) >= 4), key=len, reverse=True):
-        text = text.replace(value, "***")
-    return text
-
-
-def api_key(name):
-    """The service's API key, from its 0600 env file: no secret travels in a request or a manifest."""
-    try:
-        with open(env_file(name)) as f:
-            for line in f:
-                if line.startswith(API_KEY_ENV + "="):
-                    return env_value(line)
-    except OSError:
-        pass
-    return None
 
 
 _STARTS = {}  # service → the start being waited for, kept when a Verify answers before it ends
@@ -87,11 +37,11 @@ def _wait_ready(svc, report, key, answer_by=None):
         if u.get("ActiveState") in ("failed", "inactive") or u.get("SubState") == "auto-restart":
             report.failures.append("unit %s is %s/%s after %.1fs: the server exited" % (
                 svc.name, u.get("ActiveState"), u.get("SubState"), time.time() - t0))
-            report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
+            report.journal = asking.redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
             _STARTS.pop(svc.name, None)
             return None
         try:
-            status, _ = _http(svc, "GET", svc.endpoints.ready, timeout=5, key=key)
+            status, _ = asking.call(svc, "GET", svc.endpoints.ready, timeout=5, key=key)
         except OSError:
             status = "no listener"
         if not report.health_statuses or report.health_statuses[-1] != status:
@@ -112,7 +62,7 @@ def _wait_ready(svc, report, key, answer_by=None):
                 now - t0, svc.endpoints.ready, status, watch.phase or "nothing logged")
         if failure:
             report.failures.append(failure)
-            report.journal = _redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
+            report.journal = asking.redacted(svc.name, journal(svc.name, invocation=u.get("InvocationID")))
             _STARTS.pop(svc.name, None)
             return None
         words = watch.words()
@@ -130,9 +80,9 @@ def _wait_ready(svc, report, key, answer_by=None):
 
 
 def _info(svc, key, timeout=30):
-    status, raw = _http(svc, "GET", svc.endpoints.info, timeout=timeout, key=key)
+    status, raw = asking.call(svc, "GET", svc.endpoints.info, timeout=timeout, key=key)
     if status == 404 and svc.endpoints.info_fallback:
-        status, raw = _http(svc, "GET", svc.endpoints.info_fallback, timeout=timeout, key=key)
+        status, raw = asking.call(svc, "GET", svc.endpoints.info_fallback, timeout=timeout, key=key)
     return status, (json.loads(raw) if status == 200 else {})
 
 
@@ -155,7 +105,7 @@ def _generate(svc, report, key):
     body["sampling_params"] = dict(body.get("sampling_params") or {}, max_new_tokens=svc.max_new_tokens,
                                    temperature=0)
     t0 = time.time()
-    status, raw = _http(svc, "POST", svc.endpoints.generate, body, timeout=min(svc.timeout, GENERATE_TIMEOUT), key=key)
+    status, raw = asking.call(svc, "POST", svc.endpoints.generate, body, timeout=min(svc.timeout, GENERATE_TIMEOUT), key=key)
     wall = time.time() - t0
     if status != 200:
         report.failures.append("%s answered %s: %s" % (svc.endpoints.generate, status, clean(raw[:200].decode(
@@ -175,31 +125,6 @@ def _generate(svc, report, key):
     return True
 
 
-def _stale_check(svc, report, unit):
-    """The process must have started after every managed file changed (else it runs old code)."""
-    started = unit.get("ExecMainStartTimestamp")
-    purges, events = read_state().get("purges", {}), []
-    for key in svc.managed:
-        path = resolve_key(key)
-        if path and os.path.exists(path):
-            events.append((os.stat(path).st_mtime, path))
-        if path in purges:
-            events.append((purges[path]["purged_at"], "the bytecode purge of " + path))
-    weights = []
-    for dest in svc.weights:
-        changed_at = (read_manifest(dest) or {}).get("changed_at")
-        if changed_at:
-            weights.append((changed_at, dest))
-    if restart_stamp_is_stale(started, events + weights):
-        newest = max(events + weights)
-        at = (time.strftime("%H:%M:%S", time.gmtime(started)), time.strftime("%H:%M:%S", time.gmtime(newest[0])))
-        report.failures.append("weights changed since the server started: it started at %s, the weights in %s "
-                               "changed at %s" % (at[0], newest[1], at[1]) if newest in weights else
-                               "running old code: the service started at %s, before %s changed at %s"
-                               % (at[0], newest[1], at[1]))
-        report.stale = True
-
-
 def _ours(svc, report, listener):
     problem = listener.problem()
     if problem:
@@ -211,10 +136,9 @@ def _ours(svc, report, listener):
 def verify_service(svc, answer_by=None):
     """One service: ready, really the service on its port, serving its model, running the intended
     arguments, generating (with its speculative stats), and not running older code than its files."""
-    report, key = protocol.ServiceReport(name=svc.name), api_key(svc.name)
+    report, key = protocol.ServiceReport(name=svc.name), asking.api_key(svc.name)
     if not svc.http:
-        from specops.agent.services.ranks import rank_running  # ranks builds on this module
-        return rank_running(svc, report)
+        return ranks.rank_running(svc, report)
     unit = _wait_ready(svc, report, key, answer_by)
     if unit is None:
         return report
@@ -223,7 +147,7 @@ def verify_service(svc, answer_by=None):
     if not _ours(svc, report, listener):
         return report
     if svc.endpoints.models:
-        status, raw = _http(svc, "GET", svc.endpoints.models, key=key)
+        status, raw = asking.call(svc, "GET", svc.endpoints.models, key=key)
         ids = [m.get("id") for m in json.loads(raw).get("data", [])] if status == 200 else []
         if svc.served_model_name and svc.served_model_name not in ids:
             report.failures.append("%s lists %s, not %s" % (svc.endpoints.models, ids or status, svc.served_model_name))
@@ -236,12 +160,11 @@ def verify_service(svc, answer_by=None):
         return report
     _compare(svc, info, report)
     if svc.members:
-        from specops.agent.services.routing import members_check  # routing builds on this module
-        if not members_check(svc, report, key, listener):
+        if not routing.members_check(svc, report, key, listener):
             return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
         return report
-    _stale_check(svc, report, unit)
+    running.stale_check(svc, report, unit)
     return report
 
 
@@ -264,7 +187,7 @@ def peek(req):
             continue
         problem = listeners.Listener(svc.name, svc.port).problem()
         try:
-            status, info = ("not ours: %s" % problem, {}) if problem else _info(svc, api_key(svc.name), timeout=5)
+            status, info = ("not ours: %s" % problem, {}) if problem else _info(svc, asking.api_key(svc.name), timeout=5)
         except (OSError, ValueError):
             status, info = "no answer", {}
         if status != 200:
@@ -272,12 +195,11 @@ def peek(req):
         else:
             _compare(svc, info, report)
             if svc.endpoints.members:
-                from specops.agent.services.routing import listed, not_serving
                 try:
-                    report.members = listed(svc, api_key(svc.name))
+                    report.members = routing.listed(svc, asking.api_key(svc.name))
                 except (OSError, ValueError) as e:
                     report.failures.append(str(e))
                 if listeners.Listener(svc.name, svc.port).problem() is None:  # the key goes only to it
-                    report.not_serving = not_serving(svc, api_key(svc.name))
+                    report.not_serving = routing.not_serving(svc, asking.api_key(svc.name))
         out.append(report)
     return protocol.VerifyResult(services=out)

@@ -179,14 +179,3 @@ def stop(req):
         report.failures += _unowned_failures(report)
         reports.append(report)
     return protocol.StopResult(services=reports, gpus=_used(_gpu()))
-
-
-def start(req):
-    """Answer a protocol.Start; the controller then verifies as the current release says."""
-    from specops.agent.releases import current_manifest
-    names = [r.name for r in req.services]
-    for ref in req.services:
-        start_unit(ref, [n for n in names if n != ref.name])
-    manifest = current_manifest()
-    return protocol.StartResult(started=[r.name for r in req.services],
-                                verify=manifest.get("verify") if manifest else None)

@@ -1,0 +1,102 @@
+"""A second stack venv (only sglang differs) built with uv against pip, measured side by side.
+
+    python bench/stacks.py            # writes bench/stacks.md and its section of BENCHMARKS.md
+
+One bare sandbox host (a site of its own) and the sandbox package index, with the real CPU
+torch 2.13.0 and flash-linear-attention 0.6.0.  Each tool builds a first venv (torch, fla,
+sglang 0.5.23: its cache is then warm, as on a host that already runs a stack), then a second
+with sglang 0.5.24 alone changed.  Reported for the second: wall time, and the disk it adds
+(`du` over both venvs, hard-linked files counted once, minus the first alone); uv's cache and
+pip's are not counted, as they are the same wheels for both.  The commands are the ones
+specops runs for a stack (agent/converge/stacks.py) and for a venv the user manages (pip).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import sections  # noqa: E402
+from sandbox import fleet, pkgindex, provision  # noqa: E402
+from specops.layout import UV_PIN  # noqa: E402
+
+SITE = fleet.Site("soz", "192.168.241", Path("/var/lib/specops-bench-stacks"))
+MARK, END = sections.markers("stacks")
+SPECS = ["torch==2.13.0+cpu", "flash-linear-attention==0.6.0"]
+
+
+def timed(h: fleet.Host, *argv: str) -> float:
+    t0 = time.perf_counter()
+    h.run(*argv)
+    return time.perf_counter() - t0
+
+
+def du(h: fleet.Host, *paths: str) -> int:
+    """Bytes on disk under paths, each inode once (GNU du counts a hard link once per run)."""
+    return int(h.run("du", "-s", "-B1", "-c", *paths).stdout.split()[-2])
+
+
+def measure() -> dict:
+    f = fleet.Fleet(["s1"], layers=[provision.layer("bare")], site=SITE).up()
+    index = None
+    try:
+        index = pkgindex.Index(f.site).start()
+        h = f.hosts[0]
+        url = index.url
+        trusted = url.split("//")[1].split(":")[0]
+        h.run("python3", "-m", "venv", "/opt/bench/uv-tool")
+        h.run("/opt/bench/uv-tool/bin/pip", "install", "-q", "--index-url", f"{url}/simple", "--trusted-host", trusted,
+              f"uv=={UV_PIN}")
+        uv = "/opt/bench/uv-tool/bin/uv"
+        env = ["env", "UV_CACHE_DIR=/var/cache/bench-uv", "UV_PYTHON_DOWNLOADS=never", "UV_NO_CONFIG=1"]
+        out = {}
+        for tool in ("uv", "pip"):
+            times = []
+            for name, sglang in (("a", "0.5.23"), ("b", "0.5.24")):
+                venv = f"/opt/bench/{tool}-{name}"
+                specs = [*SPECS, f"sglang=={sglang}"]
+                if tool == "uv":
+                    t = timed(h, *env, uv, "venv", "--quiet", "--relocatable", "--python", "python3", venv)
+                    t += timed(h, *env, uv, "pip", "install", "--quiet", "--python", f"{venv}/bin/python",
+                               "--index", f"{url}/whl/cpu", "--default-index", f"{url}/simple", *specs)
+                else:
+                    t = timed(h, "python3", "-m", "venv", venv)
+                    t += timed(h, f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check",
+                               "--index-url", f"{url}/whl/cpu", "--extra-index-url", f"{url}/simple",
+                               "--trusted-host", trusted, *specs)
+                times.append(t)
+            first, both = du(h, f"/opt/bench/{tool}-a"), du(h, f"/opt/bench/{tool}-a", f"/opt/bench/{tool}-b")
+            out[tool] = {"first_s": round(times[0], 1), "second_s": round(times[1], 1),
+                         "first_mib": round(first / 2**20, 1), "second_adds_mib": round((both - first) / 2**20, 1)}
+        return out
+    finally:
+        if index:
+            index.stop()
+        f.down()
+
+
+def markdown(r: dict) -> str:
+    rows = [f"| {tool} | {v['first_s']} | {v['first_mib']} | {v['second_s']} | {v['second_adds_mib']} |"
+            for tool, v in r.items()]
+    return "\n".join([
+        MARK, "## A second stack: uv against pip", "",
+        "A venv of the real CPU torch 2.13.0, flash-linear-attention 0.6.0 and sglang 0.5.23 (the simulator), then a "
+        "second with only sglang 0.5.24 changed, from the sandbox package index on one host; each tool's cache warm "
+        "from the first. The second venv's disk is what it adds beside the first (hard links counted once).", "",
+        "| tool | first venv (s) | first venv (MiB) | second venv (s) | second venv adds (MiB) |",
+        "|---|---|---|---|---|", *rows, "",
+        f"Measured {time.strftime('%Y-%m-%d')}; reproduce with `.venv/bin/python bench/stacks.py` (as root, "
+        "nothing else running).", END])
+
+
+def main() -> None:
+    result = measure()
+    sections.publish("stacks", result, markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Stacks without a fleet: what names a stack, the build a missing one plans, the disk it asks
+for, and which stacks a release pruning keeps (the agent's own code, on a directory of the test's)."""
+import json
+import os
+
+import pytest
+
+from roles import gpu_stack
+from specops import inventory, protocol
+from specops.errors import UsageError
+from specops.layout import DEFAULT_VENV, STACKS_DIR
+from specops.ops import Context, Facts
+from specops.sglang import stack
+
+PINS = {"torch": {"version": "2.9.1", "cuda": "auto", "index_url": "http://ix/whl/{variant}"},
+        "sglang": {"version": "0.5.23"}, "package_index": "http://ix/simple"}
+GPU = {"present": True, "driver": "575.57.08", "gpus": []}
+
+
+def host(tmp_path, **over):
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {**PINS, **over}}}}))
+    return inventory.load(tmp_path / "hosts.yml").hosts["box"]
+
+
+def test_a_stack_is_named_by_what_defines_it(tmp_path):
+    a = stack.venv_of(host(tmp_path))
+    assert a.startswith(STACKS_DIR + "/") and len(a.rsplit("/", 1)[1]) == 16
+    assert stack.venv_of(host(tmp_path)) == a  # the same pins, the same stack
+    assert stack.venv_of(host(tmp_path, sglang={"version": "0.5.24"})) != a
+    assert stack.venv_of(host(tmp_path, packages=["tqdm==4.70.1"])) != a
+    assert stack.venv_of(host(tmp_path, package_index="http://other/simple")) == a  # where from is not what
+    assert stack.venv_of(host(tmp_path, venv="/opt/mine")) == "/opt/mine"  # the user's own venv
+    assert stack.venv_of({"services": []}) == DEFAULT_VENV  # nothing pinned: what is installed there
+
+
+def plan(h, facts):
+    (op,) = [o for o in gpu_stack.ops(h) if isinstance(o, gpu_stack.Stack)]
+    return op.plan(Facts({"venvs": {}, "gpu": GPU, **facts}), Context("box", False))
+
+
+def test_a_missing_stack_is_one_build_with_the_variant_index_asked_first(tmp_path):
+    h = host(tmp_path)
+    c = plan(h, {})
+    (build,) = c.actions
+    assert isinstance(build, protocol.BuildStack) and build.path == stack.venv_of(h)
+    assert build.specs == ["torch==2.9.1+cu128", "sglang==0.5.23"]
+    # uv asks an --index before the --default-index: torch's variant first, everything else after
+    assert build.sources == ["--index", "http://ix/whl/cu128", "--default-index", "http://ix/simple"]
+    assert build.expect == {"torch": "2.9.1", "torch.version.cuda": "12.8", "sglang": "0.5.23"}
+    assert build.need == stack.NEED_FIRST_TORCH
+    cached = {"stacks": [{"path": "/x", "packages": {"torch": "2.9.1", "torch.version.cuda": "12.8"}}]}
+    assert plan(h, cached).actions[0].need == stack.NEED_OTHERWISE  # its torch is in uv's cache already
+    assert plan(host(tmp_path, stack_need_gib=1.5), {}).actions[0].need == int(1.5 * 2**30)
+
+
+def test_a_built_stack_is_never_installed_into(tmp_path):
+    h = host(tmp_path)
+    ok = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.8", "packages": {}}}}
+    assert plan(h, ok).actions == []
+    wrong = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.6", "packages": {}}}}
+    with pytest.raises(Exception, match="wants cu128: set torch.cuda"):
+        plan(h, wrong)
+
+
+def test_an_air_gapped_stack_needs_uv_in_the_wheelhouse(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "sglang-0.5.23-py3-none-any.whl").write_bytes(b"x")
+    with pytest.raises(UsageError, match="has no uv"):
+        gpu_stack.ops(host(tmp_path, wheelhouse=str(wheels)))
+    (wheels / "uv-0.13.9-py3-none-manylinux_2_17_x86_64.whl").write_bytes(b"x")
+    assert gpu_stack.ops(host(tmp_path, wheelhouse=str(wheels)))
+
+
+@pytest.fixture
+def agent_dirs(tmp_path, monkeypatch):
+    """The agent's releases and stacks directories, in the test's own directory."""
+    from specops.agent import releases
+    from specops.agent.converge import stacks
+    rel, st = tmp_path / "releases", tmp_path / "venvs"
+    rel.mkdir(mode=0o700)
+    st.mkdir(mode=0o755)
+    monkeypatch.setattr(releases, "RELEASES", str(rel))
+    monkeypatch.setattr(stacks, "STACKS_DIR", str(st))
+    return releases, stacks, rel, st
+
+
+def release(rel, st, stamp, venv, status="deployed"):
+    d = rel / stamp
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"stamp": stamp, "status": status,
+                                                 "venv": str(st / venv) if venv else None}))
+
+
+def make_stack(st, name):
+    (st / name).mkdir()
+    (st / name / "specops-stack.json").write_text("{}")
+
+
+def test_pruning_keeps_every_stack_a_kept_release_names(agent_dirs):
+    releases, stacks, rel, st = agent_dirs
+    a, b, c = "a" * 16, "b" * 16, "c" * 16
+    for name in (a, b, c):
+        make_stack(st, name)
+    release(rel, st, "r1", c)
+    release(rel, st, "r2", b)               # the deployed release before current
+    release(rel, st, "r3", a)               # current, after a rollback to it
+    for i in range(4, 10):                  # newer releases, undone: they name no stack
+        release(rel, st, f"r{i}", None, status="rolled-back")
+    os.symlink("r3", rel / "current")
+    releases._prune()
+    assert sorted(os.listdir(st)) == [a, b]  # c: its release went; the current and previous stay
+    assert sorted(n for n in os.listdir(rel) if n != "current") == ["r2", "r3", "r5", "r6", "r7", "r8", "r9"]
+
+
+def test_a_stack_without_its_file_or_outside_the_directory_is_never_pruned(agent_dirs):
+    releases, stacks, rel, st = agent_dirs
+    make_stack(st, "a" * 16)
+    (st / ("b" * 16)).mkdir()               # not a complete stack of ours (no specops-stack.json)
+    (st / "mine").mkdir()                   # not a stack's name
+    release(rel, st, "r1", "a" * 16)
+    os.symlink("r1", rel / "current")
+    assert stacks.prune({str(st / ("z" * 16))}) == [str(st / ("a" * 16))]
+    assert sorted(os.listdir(st)) == ["b" * 16, "mine"]
