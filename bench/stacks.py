@@ -12,9 +12,14 @@ specops runs for a stack (agent/converge/stacks.py) and for a venv the user mana
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -23,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from bench import sections  # noqa: E402
 from sandbox import fleet, pkgindex, provision  # noqa: E402
 from specops.layout import UV_PIN  # noqa: E402
+from specops.sglang import patchfile  # noqa: E402
 
 SITE = fleet.Site("soz", "192.168.241", Path("/var/lib/specops-bench-stacks"))
 MARK, END = sections.markers("stacks")
@@ -72,6 +78,7 @@ def measure() -> dict:
             first, both = du(h, f"/opt/bench/{tool}-a"), du(h, f"/opt/bench/{tool}-a", f"/opt/bench/{tool}-b")
             out[tool] = {"first_s": round(times[0], 1), "second_s": round(times[1], 1),
                          "first_mib": round(first / 2**20, 1), "second_adds_mib": round((both - first) / 2**20, 1)}
+        out["rollback"] = rollbacks(f, h, url)
         return out
     finally:
         if index:
@@ -79,9 +86,43 @@ def measure() -> dict:
         f.down()
 
 
+def inv(work: Path, *args) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "invoke", *args, "--quiet"], cwd=ROOT, text=True, capture_output=True,
+                         env={**os.environ, "SPECOPS_INVENTORY": str(work)}, timeout=1800)
+    return time.perf_counter() - t0, res.stdout + res.stderr if res.returncode == 0 else "failed: " + res.stdout
+
+
+def rollbacks(f: fleet.Fleet, h: fleet.Host, url: str) -> dict:
+    """specops itself: 0.5.23 then 0.5.24 (a diff patch carried), then the failing 0.5.25 (built, started,
+    undone) and a manual rollback across the version change."""
+    provision.write_known_hosts(f)
+    work = Path(tempfile.mkdtemp(prefix="specops-stacks-"))
+    rel = "srt/models/llama.py"
+    upstream = (provision.SIM_SRC / "sglang" / rel).read_text()
+    (work / "patches" / rel).parent.mkdir(parents=True)
+    (work / "patches" / (rel + ".patch")).write_text(patchfile.make(
+        rel, upstream, upstream.replace('"upstream"', '"patched"'), "0.5.23", patchfile.upstream_sha256(upstream.encode())))
+
+    def write(version):
+        host = {**provision.host_vars(h), "services": [provision.bare_service(patches=[rel + ".patch"])],
+                "sglang": {"version": version}, "patch_dir": str(work / "patches"), "package_index": f"{url}/simple"}
+        (work / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {h.name: host}}}, sort_keys=False))
+        return work
+    times = {}
+    for step, version, task in (("first", "0.5.23", "bootstrap"), ("upgrade", "0.5.24", "deploy"),
+                                ("failing", "0.5.25", "deploy"), ("manual", "0.5.24", "rollback")):
+        took, out = inv(write(version), task, "--host", h.name)
+        if (step == "failing") != out.startswith("failed"):
+            raise SystemExit(f"{step}: {out[-3000:]}")
+        times[step] = round(took, 1)
+    return times
+
+
 def markdown(r: dict) -> str:
     rows = [f"| {tool} | {v['first_s']} | {v['first_mib']} | {v['second_s']} | {v['second_adds_mib']} |"
-            for tool, v in r.items()]
+            for tool, v in r.items() if tool in ("uv", "pip")]
+    rb = r["rollback"]
     return "\n".join([
         MARK, "## A second stack: uv against pip", "",
         "A venv of the real CPU torch 2.13.0, flash-linear-attention 0.6.0 and sglang 0.5.23 (the simulator), then a "
@@ -89,6 +130,11 @@ def markdown(r: dict) -> str:
         "from the first. The second venv's disk is what it adds beside the first (hard links counted once).", "",
         "| tool | first venv (s) | first venv (MiB) | second venv (s) | second venv adds (MiB) |",
         "|---|---|---|---|---|", *rows, "",
+        "Through specops on the same host (a bare box, weights pushed; the simulator starts in 1 s), whole tasks "
+        "with their verify:", "",
+        "| bootstrap 0.5.23 (s) | upgrade to 0.5.24 (s) | deploy of the failing 0.5.25, undone (s) | "
+        "`inv rollback` to 0.5.23, no install (s) |", "|---|---|---|---|",
+        f"| {rb['first']} | {rb['upgrade']} | {rb['failing']} | {rb['manual']} |", "",
         f"Measured {time.strftime('%Y-%m-%d')}; reproduce with `.venv/bin/python bench/stacks.py` (as root, "
         "nothing else running).", END])
 

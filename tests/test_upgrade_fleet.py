@@ -322,6 +322,37 @@ def test_ctrl_c_while_a_stack_builds_leaves_the_previous_release_serving(sandbox
     assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
 
 
+@pytest.mark.reliability("ssh-cut", "fault")
+def test_a_connection_cut_while_a_stack_builds_leaves_the_previous_release_serving(sandbox, pkg_index, upgraded):
+    import threading
+    h = upgraded["h"]
+    hv = dict(upgraded["v24"], packages=["tqdm==4.70.1", "setproctitle==1.3.6"])
+    before = snapshot(h)
+    count_uv(h, slow=30)
+    results = {}
+    t = threading.Thread(target=lambda: results.update(r=run(sandbox, "t4", hv)))
+    t.start()
+    building = lambda: h.run("sh", "-c", "ls -a /opt/specops/venvs | grep -c '^.build-' || true").stdout.strip()  # noqa: E731
+    deadline = time.monotonic() + 60
+    while building() == "0" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert building() == "1", "the build never began"
+    h.run("pkill", "-KILL", "-f", "sshd: root@notty")  # cut the connection
+    t.join(120)
+    count_uv(h)
+    res, rep = results["r"]
+    assert res.returncode != 0
+    deadline = time.monotonic() + 10
+    while building() != "0" and time.monotonic() < deadline:
+        time.sleep(0.2)  # the agent ends its command and removes the build when its channel goes
+    assert building() == "0"
+    assert snapshot(h) == before and running(h) == ("patched: diff", "0.5.24")
+    res, rep = run(sandbox, "t4", hv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    res, rep = run(sandbox, "t4", hv)
+    assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
+
+
 def test_inv_patch_writes_a_diff_and_rebases_it_locally(sandbox, pkg_index, upgraded, tmp_path):
     h = upgraded["h"]
     patches = tmp_path / "p"
