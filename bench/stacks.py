@@ -88,9 +88,10 @@ def measure() -> dict:
 
 def inv(work: Path, *args) -> tuple[float, str]:
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "invoke", *args, "--quiet"], cwd=ROOT, text=True, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, text=True, capture_output=True,
                          env={**os.environ, "SPECOPS_INVENTORY": str(work)}, timeout=1800)
-    return time.perf_counter() - t0, res.stdout + res.stderr if res.returncode == 0 else "failed: " + res.stdout
+    out = res.stdout + res.stderr
+    return time.perf_counter() - t0, out if res.returncode == 0 else "failed: " + out
 
 
 def rollbacks(f: fleet.Fleet, h: fleet.Host, url: str) -> dict:

@@ -289,6 +289,8 @@ def test_a_stack_goes_only_when_no_kept_release_names_it(sandbox, pkg_index, upg
     assert res.returncode == 0, res.stdout[-3000:]
     assert h.path(venv_for(v24)).exists() and h.path(venv_for(v23)).exists()
     assert running(h) == ("patched: diff", "0.5.24")
+    res, rep = run(sandbox, "t4", v24)
+    assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
 
 
 def test_a_stack_the_disk_cannot_hold_is_refused_before_a_byte_moves(sandbox, pkg_index, upgraded):
