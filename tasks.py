@@ -84,7 +84,8 @@ def releases(c, sel):
     for r in reports:
         for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
             print(line)
-        for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else []):
+        for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else [],
+                                             r.result.uv_cache if r.result else 0):
             print(line)
 
 

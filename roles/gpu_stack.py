@@ -54,7 +54,7 @@ class Venv(Op):
 
     def plan(self, facts, ctx):
         v = facts.venv(self.path)
-        if v.get("exists"):
+        if v.get("exists") and any(s["path"] == self.path for s in facts.stacks):  # built whole
             if v.get("broken"):
                 raise PlanError(f"venv {self.path} is broken: {v['broken']}")
             if self.python and not (v["version"] + ".").startswith(self.python + "."):
@@ -149,7 +149,7 @@ class Stack(Op):
         target = f"stack {self.path}"
         variant = variant_for(self.torch.get("cuda", "auto"), facts.gpu, self.host.name) if self.torch else None
         v = facts.venv(self.path)
-        if v.get("exists"):
+        if v.get("exists") and any(s["path"] == self.path for s in facts.stacks):  # built whole
             if v.get("broken"):
                 raise PlanError(f"stack {self.path} is broken: {v['broken']}; remove it to have it rebuilt")
             if self.torch and v.get("torch_cuda") != cuda_of(variant):
@@ -168,12 +168,16 @@ class Stack(Op):
         in_cache = any(s["packages"].get("torch") == expect.get("torch") and
                        s["packages"].get("torch.version.cuda") == expect.get("torch.version.cuda")
                        for s in facts.stacks)
+        need, free = stack.need(self.host, in_cache), facts.data.get("stacks_free")
+        if free is not None and free < need:
+            raise PlanError(f"building the stack {self.path} needs {need / 2**30:.1f} GiB free on "
+                            f"{self.path.rsplit('/', 1)[0]}; {free / 2**30:.1f} GiB free: nothing was changed")
         first = index_for(variant, (self.torch or {}).get("index_url")) if variant else None
         facts.assume_venv(self.path, {"exists": True, "packages": {"sglang": expect.get("sglang")},
                                       "torch_cuda": expect.get("torch.version.cuda"), "planned": True})
         return self._change(target, "build with uv: " + " ".join(specs), [protocol.BuildStack(
             path=self.path, python=self.definition["python"], specs=specs, sources=uv_sources(self.host, first),
-            uv_pip_args=pip_sources(self.host), defines=self.definition, need=stack.need(self.host, in_cache),
+            uv_pip_args=pip_sources(self.host), defines=self.definition, need=need,
             check=IMPORT_CHECK, expect=expect, desc=f"build stack {self.path} ({' '.join(specs)})")])
 
 

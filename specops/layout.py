@@ -55,7 +55,7 @@ APPLY_JOURNAL = HOME + "/apply.json"       # a batch's progress while it changes
 STACKS_DIR = "/opt/specops/venvs"          # <hash>/ (a stack), .build-<hash>-<random>/ (one being built)
 STACK_FILE = "specops-stack.json"          # inside a stack: what defines it, written last
 UV_PIN = "0.13.9"                          # the uv that builds stacks (TOOLS_DIR/uv-<pin>)
-UV_CACHE = "/var/cache/specops/uv"         # uv's cache: stacks hard-link their files from it
+UV_CACHE = "/opt/specops/uv-cache"         # uv's cache: stacks hard-link their files from it (so: one filesystem)
 # A patched file's upstream content, kept by the sha256 its package's RECORD gives it (hex), so a
 # diff patch can be applied again to the file it was cut against once the installed one is patched.
 UPSTREAM_DIR = HOME + "/upstream"

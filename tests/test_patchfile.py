@@ -175,11 +175,37 @@ def test_make_refuses_no_change():
 
 
 def test_digests():
+    """The agent reads the installed file's sha256 from its wheel's RECORD (urlsafe base64)."""
+    from specops.agent.converge import upstream
     data = b"def f():\n    return 1\n"
     hexdigest = hashlib.sha256(data).hexdigest()
     assert patchfile.upstream_sha256(data) == hexdigest
     record = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-    assert patchfile.record_digest_to_hex(record) == hexdigest
-    assert patchfile.record_digest_to_hex("md5=abcd") is None
-    assert patchfile.record_digest_to_hex("") is None
-    assert patchfile.record_digest_to_hex("sha256=abc") is None
+    assert upstream.record_digest_to_hex(record) == hexdigest
+    assert upstream.record_digest_to_hex("md5=abcd") is None
+    assert upstream.record_digest_to_hex("") is None
+    assert upstream.record_digest_to_hex("sha256=abc") is None
+
+
+def test_the_agent_finds_a_file_in_its_packages_record(tmp_path):
+    from specops.agent.converge import upstream
+    data = b"MODEL_CODE = 'upstream'\n"
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+    for version, line in (("0.5.22", "sglang/srt/models/llama.py,sha256=AAAA,3\n"),
+                          ("0.5.23", f"sglang/srt/models/llama.py,sha256={digest},{len(data)}\n")):
+        (tmp_path / f"sglang-{version}.dist-info").mkdir()
+        (tmp_path / f"sglang-{version}.dist-info" / "RECORD").write_text(line)
+    got = upstream.record_sha256(str(tmp_path), "sglang", "0.5.23", "srt/models/llama.py")
+    assert got == hashlib.sha256(data).hexdigest()  # the installed version's RECORD, not another's
+    assert upstream.record_sha256(str(tmp_path), "sglang", "0.5.23", "srt/models/other.py") is None
+    assert upstream.record_sha256(str(tmp_path), "sglang", "0.5.22", "srt/models/llama.py") is None  # malformed
+
+
+def test_a_hunk_is_placed_only_where_it_is_unambiguous():
+    up = "x = 1\nA\nB\nC\ny = 2\nA\nB\nC\n"
+    diff = patchfile.make(REL, "A\nB\nC\n", "A\nB2\nC\n", "0.5.23", SHA_OLD)
+    with pytest.raises(PatchError, match="hunk 1 of 1"):
+        patchfile.apply(diff, up, REL, "0.5.24")  # the context stands twice, neither at its line
+    no_context = "--- a/sglang/%s\n+++ b/sglang/%s\n@@ -2 +2 @@\n-B\n+B2\n" % (REL, REL)
+    with pytest.raises(PatchError, match="no context lines"):
+        patchfile.apply(no_context, "A\nB\nC\n", REL, "0.5.23")

@@ -55,11 +55,32 @@ def test_a_missing_stack_is_one_build_with_the_variant_index_asked_first(tmp_pat
 
 def test_a_built_stack_is_never_installed_into(tmp_path):
     h = host(tmp_path)
-    ok = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.8", "packages": {}}}}
+    listed = [{"path": stack.venv_of(h), "packages": {}}]
+    ok = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.8", "packages": {}}}, "stacks": listed}
     assert plan(h, ok).actions == []
-    wrong = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.6", "packages": {}}}}
+    wrong = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.6", "packages": {}}}, "stacks": listed}
     with pytest.raises(Exception, match="wants cu128: set torch.cuda"):
         plan(h, wrong)
+    # a venv at the stack's path without its stack file (a cut build or removal) is built again
+    half = {"venvs": {stack.venv_of(h): {"exists": True, "torch_cuda": "12.8", "packages": {}}}}
+    assert isinstance(plan(h, half).actions[0], protocol.BuildStack)
+
+
+def test_a_stack_the_disk_cannot_hold_is_refused_at_plan_time(tmp_path):
+    with pytest.raises(Exception, match=r"needs 12.0 GiB free on /opt/specops/venvs; 3.0 GiB free"):
+        plan(host(tmp_path), {"stacks_free": 3 * 2**30})
+    assert plan(host(tmp_path), {"stacks_free": 13 * 2**30}).actions
+
+
+def test_index_urls_reach_pip_and_uv_in_their_environment_not_their_command_line():
+    from specops.agent.converge import stacks as agent_stacks
+    uv = agent_stacks.as_env(["--index", "http://u:pw@a/whl/cu128", "--index", "http://b/x",
+                              "--default-index", "http://u:pw@c/simple"], agent_stacks.UV_ENV)
+    assert uv == {"UV_INDEX": "http://u:pw@a/whl/cu128 http://b/x", "UV_DEFAULT_INDEX": "http://u:pw@c/simple"}
+    pip = agent_stacks.as_env(["--no-index", "--find-links", "/w"], agent_stacks.PIP_ENV)
+    assert pip == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/w"}
+    with pytest.raises(Exception, match="not an index option: --pre"):
+        agent_stacks.as_env(["--pre"], agent_stacks.UV_ENV)
 
 
 def test_an_air_gapped_stack_needs_uv_in_the_wheelhouse(tmp_path):
@@ -113,12 +134,29 @@ def test_pruning_keeps_every_stack_a_kept_release_names(agent_dirs):
     assert sorted(n for n in os.listdir(rel) if n != "current") == ["r2", "r3", "r5", "r6", "r7", "r8", "r9"]
 
 
-def test_a_stack_without_its_file_or_outside_the_directory_is_never_pruned(agent_dirs):
+def test_a_release_that_cannot_be_read_stops_pruning(agent_dirs):
     releases, stacks, rel, st = agent_dirs
+    make_stack(st, "a" * 16)
+    make_stack(st, "b" * 16)
+    release(rel, st, "r1", "a" * 16)
+    (rel / "r2").mkdir()
+    (rel / "r2" / "manifest.json").write_text("{half")  # it might name b: b stays
+    os.symlink("r1", rel / "current")
+    releases._prune()
+    assert sorted(os.listdir(st)) == ["a" * 16, "b" * 16]
+
+
+def test_a_stack_without_its_file_or_outside_the_directory_is_never_pruned(agent_dirs, monkeypatch, tmp_path):
+    releases, stacks, rel, st = agent_dirs
+    units = tmp_path / "units"
+    units.mkdir()
+    monkeypatch.setattr(stacks, "UNIT_DIR", str(units))
+    make_stack(st, "c" * 16)
+    (units / "x.service").write_text(f"[Service]\nExecStart={st / ('c' * 16)}/bin/python -m x\n")
     make_stack(st, "a" * 16)
     (st / ("b" * 16)).mkdir()               # not a complete stack of ours (no specops-stack.json)
     (st / "mine").mkdir()                   # not a stack's name
     release(rel, st, "r1", "a" * 16)
     os.symlink("r1", rel / "current")
     assert stacks.prune({str(st / ("z" * 16))}) == [str(st / ("a" * 16))]
-    assert sorted(os.listdir(st)) == ["b" * 16, "mine"]
+    assert sorted(os.listdir(st)) == ["b" * 16, "c" * 16, "mine"]  # c: a unit file runs it

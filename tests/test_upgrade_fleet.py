@@ -129,6 +129,11 @@ def _upgrade(sandbox, pkg_index, tmp_path_factory):
 def test_upgrade_carries_the_diff_patch_and_keeps_the_old_stack(sandbox, upgraded):
     h, v23, v24 = upgraded["h"], upgraded["v23"], upgraded["v24"]
     assert running(h) == ("patched: diff", "0.5.24")  # 0.5.24's own file, with the patch applied
+    # the same on disk, whatever a server reports: the stack's file is 0.5.24's, patched
+    diff = (upgraded["patches"] / (LLAMA + ".patch")).read_text()
+    for version, hv in (("0.5.24", v24), ("0.5.23", v23)):
+        on_disk = h.path(f"{venv_for(hv)}/lib/python3.11/site-packages/sglang/{LLAMA}").read_text()
+        assert on_disk == patchfile.apply(diff, UPSTREAM[version], LLAMA, version), version
     assert venv_for(v23) != venv_for(v24)
     for venv in (venv_for(v23), venv_for(v24)):
         assert h.path(f"{venv}/specops-stack.json").exists(), (venv, h.run("ls", "-la", "/opt/specops/venvs").stdout,

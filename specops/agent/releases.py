@@ -1,10 +1,10 @@
 """Releases on the host: RELEASES/<stamp>/{manifest.json, files/, previous/} and `current`.
 
 `files/` is a snapshot of every managed file as a release deployed it, `previous/` what
-that deploy replaced.  Undo puts back one deploy's `previous/`; rollback rebuilds the
-state as of an older release from its snapshot and the later releases' `previous/`.
+that deploy replaced; the manifest also names the release's stack and weights.  Recording one,
+listing them, their spec-bench figures, pruning (releases, then the stacks none names), and
+starting the current one's services.  Putting one back is restore.py.
 """
-import base64
 import json
 import os
 import shutil
@@ -13,14 +13,11 @@ import time
 
 from specops import protocol
 from specops.agent.services import units
-from specops.agent.host import ActionError, group_name, sha256, sha256_file, user_name
+from specops.agent.host import ActionError, group_name, sha256_file, user_name
 from specops.agent.converge.venvs import resolve_key
 from specops.agent.converge import stacks
-from specops.agent.converge.bytecode import purge
-from specops.agent.safefs import UnsafePath, copy_out, read_file, remove
-from specops.agent.converge.stage import Staged
-from specops.agent.weights import read_manifest
-from specops.layout import RELEASES, RELEASES_KEPT, unit_path
+from specops.agent.safefs import UnsafePath, copy_out
+from specops.layout import RELEASES, RELEASES_KEPT
 
 
 def manifests():
@@ -92,8 +89,12 @@ def record(req):
         previous[path] = _snapshot_fact(kept) if how == "backup" and os.path.exists(kept) else None
     manifest = dict(req.manifest, stamp=req.stamp, status=req.status, files=files, previous=previous,
                     recorded_at=time.time())
-    with open(os.path.join(d, "manifest.json"), "w") as f:
+    path = os.path.join(d, "manifest.json")
+    with open(path + ".tmp", "w") as f:  # whole or not at all: pruning reads which stacks it names
         json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
     if req.status == "deployed":
         _set_current(req.stamp)
     _prune()
@@ -110,8 +111,11 @@ def _prune():
     for n in names[:-RELEASES_KEPT]:
         if n != now and n not in before:
             shutil.rmtree(os.path.join(RELEASES, n), ignore_errors=True)
-    kept = {m.get("venv") for m in manifests()}
-    if kept - {None}:  # hosts with releases from before stacks name none: their venv is the user's
+    left = manifests()
+    kept = {m.get("venv") for m in left}
+    # A release whose manifest cannot be read might name any stack: then none is removed.
+    readable = len(left) == len([n for n in os.listdir(RELEASES) if n != "current" and not n.endswith(".tmp")])
+    if readable and kept - {None}:  # hosts with releases from before stacks name none: their venv is the user's
         stacks.prune(kept)
 
 
@@ -127,13 +131,14 @@ def uses():
 def releases(req):
     """Answer a protocol.Releases (with each release's perf.json, when spec-bench measured it)."""
     now = current()
+    kept, cache = stacks.stacks(uses())
     return protocol.ReleasesResult(current=now, releases=[
         {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
          "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
          "summary": m.get("summary", ""), "verify": m.get("verify", []),
          "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
          "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
-         "weights": m.get("weights", {})} for m in manifests()], stacks=stacks.stacks(uses()))
+         "weights": m.get("weights", {})} for m in manifests()], stacks=kept, uv_cache=cache)
 
 
 def _figures(perf):
@@ -171,118 +176,6 @@ def record_perf(req):
         json.dump(perf, f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
     return protocol.RecordResult(stamp=stamp, files=1)
-
-
-def _state_at(target, deployed):
-    """path → content source (or None: absent) that puts the host back to release `target`."""
-    later = [m for m in deployed if m["stamp"] > target["stamp"]]
-    want = {}
-    for m in later:  # earliest first: the content a path had before it was first changed after target
-        for path, prev in m.get("previous", {}).items():
-            if path not in target["files"] and path not in want:
-                want[path] = os.path.join(RELEASES, m["stamp"], "previous", path.lstrip("/")) if prev else None
-    for path in target["files"]:
-        want[path] = os.path.join(RELEASES, target["stamp"], "files", path.lstrip("/"))
-    return want
-
-
-def _current_sha(path, allowed):
-    try:
-        data = read_file(path, allowed)
-    except UnsafePath:
-        return "unsafe"
-    return None if data is None else sha256(data).hexdigest()
-
-
-def _restore(want, allowed=()):
-    """Put files back atomically (root-owned, as specops writes everything); purge bytecode of
-    restored modules.  Returns what changed."""
-    changed, restored = [], {}
-    for path, src in sorted(want.items()):
-        if src is None:
-            if _current_sha(path, allowed) is not None:
-                remove(path, None, allowed)
-                changed.append(path)
-            continue
-        with open(src, "rb") as f:
-            data = f.read()
-        digest = sha256(data).hexdigest()
-        if _current_sha(path, allowed) == digest:
-            continue
-        mode = "%04o" % stat.S_IMODE(os.lstat(src).st_mode)
-        Staged(protocol.Write(path=path, data=base64.b64encode(data).decode(), mode=mode), allowed).write().commit()
-        changed.append(path)
-        restored[path] = digest
-    for path, digest in restored.items():
-        if path.endswith(".py"):
-            purge(protocol.Purge(path=path, sha256=digest), allowed)
-    return changed
-
-
-def _restart(refs, daemon_reload, known=()):
-    if daemon_reload:
-        units.daemon_reload()
-    names = {r.name for r in refs} | {r.name for r in known}
-    for ref in refs:
-        units.restart(ref, sorted(names - {ref.name}))
-
-
-def _refs(names, known):
-    """UnitRefs for unit names: as the request describes them, else with the defaults."""
-    by_name = {r.name: r for r in known}
-    return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
-
-
-def undo(req):
-    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
-    d = os.path.join(RELEASES, req.stamp)
-    want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
-            for p, how in req.previous.items()}
-    # A unit this deploy created goes away: stop it (leftovers accounted) while systemd still
-    # knows it, and restart only the units that stay.
-    gone = [r for r in req.services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
-    names = [r.name for r in req.services]
-    for ref in gone:
-        units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
-    changed = _restore(want, req.allow_shared_dirs)
-    _restart([r for r in req.services if r not in gone], any(p.endswith(".service") for p in changed),
-             req.services)
-    manifest = current_manifest()
-    return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
-
-
-def rollback(req):
-    """Answer a protocol.Rollback: back to the release before current (or `to`)."""
-    deployed = [m for m in manifests() if m.get("status") == "deployed"]
-    now = current()
-    if req.to:
-        target = next((m for m in deployed if m["stamp"] == req.to), None)
-        if target is None:
-            raise ActionError("no deployed release %s (see inv releases)" % req.to)
-    else:
-        older = [m for m in deployed if now and m["stamp"] < now]
-        if not older:
-            raise ActionError("no release before %s to roll back to" % (now or "the first deploy"))
-        target = older[-1]
-    changed = _restore(_state_at(target, deployed), req.allow_shared_dirs)
-    _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
-             req.services)
-    _set_current(target["stamp"])
-    return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
-                                   verify=target.get("verify", []), notes=_weights_differ(target))
-
-
-def _weights_differ(target):
-    """One line per weights directory whose content is not what `target` ran: rollback puts back
-    files and stacks, never weights."""
-    out = []
-    for dest, then in sorted((target.get("weights") or {}).items()):
-        now = (read_manifest(dest) or {}).get("digest")
-        if then.get("digest") and now != then["digest"]:
-            out.append("weights in %s differ from what %s ran (%s then, %s now): rollback does not restore "
-                       "weights" % (dest, target["stamp"], (then.get("commit") or then["digest"])[:12],
-                                    ((read_manifest(dest) or {}).get("commit") or now or "none")[:12]))
-    return out
 
 
 def start(req):

@@ -82,7 +82,8 @@ def collect(run: HostRun) -> dict:
     kept = run.call(protocol.Releases())
     summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
                "venv": services.venv_of(run.host), "current": kept.current,
-               "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks]}
+               "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks],
+               "uv_cache": kept.uv_cache}
     run.report.extra["status"] = summary
     return summary
 
@@ -114,6 +115,7 @@ def table(results: dict[str, dict]) -> str:
                 for w in s.get("workers") or []]
         if res.get("stacks"):
             lines.append(f"{host}: stack {res['venv']} (release {res.get('current') or 'none'}); "
-                         f"{len(res['stacks'])} stack(s) kept: {sum(s['new'] for s in res['stacks']) / 2**30:.2f} GiB")
+                         f"{len(res['stacks'])} stack(s) kept: {sum(s['new'] for s in res['stacks']) / 2**30:.2f} GiB, "
+                         f"uv's cache {res.get('uv_cache', 0) / 2**30:.2f} GiB more")
         lines += [f"{host}: WARNING: {w}" for w in res.get("gpu_warnings", [])]
     return "\n".join(lines)

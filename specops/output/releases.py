@@ -31,12 +31,13 @@ def lines(host: str, releases: list[dict], columns: int | None = None) -> list[s
     return out
 
 
-def stack_lines(host: str, stacks: list[dict]) -> list[str]:
+def stack_lines(host: str, stacks: list[dict], uv_cache: int = 0) -> list[str]:
     """The host's stacks (venvs), the releases that run each, and the disk they take together
-    (files shared by hard links counted once)."""
+    (files shared by hard links counted once), with what uv's cache holds beside them."""
     if not stacks:
         return []
-    out = [f"{host:<12}   stacks: {len(stacks)} kept, {sum(s['new'] for s in stacks) / 2**30:.2f} GiB on disk together"]
+    out = [f"{host:<12}   stacks: {len(stacks)} kept, {sum(s['new'] for s in stacks) / 2**30:.2f} GiB on disk together"
+           f" (and uv's cache {uv_cache / 2**30:.2f} GiB more)"]
     for s in stacks:
         pk = s.get("packages") or {}
         names = ", ".join(f"{k} {v}" for k, v in sorted(pk.items()) if k in ("sglang", "torch") and "failed" not in str(v))

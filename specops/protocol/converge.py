@@ -34,6 +34,7 @@ class ProbeResult:
     checks: Dict[str, int] = DICT
     weights: Dict[str, Any] = DICT
     stacks: List[Dict[str, Any]] = LIST
+    stacks_free: Optional[int] = None  # free bytes where stacks are built (with `stacks`)
     upstream: Dict[str, Any] = DICT
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None

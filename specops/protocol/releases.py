@@ -37,10 +37,12 @@ class ReleasesResult:
     verify (the checks), verified (what verify found: name, checks, generate, notes),
     packages, venv (the stack it runs), weights (service → what it ran), files: {path: sha256},
     perf: {service: spec-bench result} or None}]; stacks: [{path, packages, built_at, releases
-    (the stamps that run it), bytes (its files), new (bytes no stack listed before it shares)}]."""
+    (the stamps that run it), bytes (its files), new (bytes no stack listed before it shares)}];
+    uv_cache: the bytes of uv's cache no stack shares."""
     current: Optional[str]
     releases: List[Dict[str, Any]]
     stacks: List[Dict[str, Any]] = LIST
+    uv_cache: int = 0
 
 
 @request("releases")

@@ -16,8 +16,6 @@ outward from the stated line, in order, never overlapping the previous hunk.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
 import hashlib
 import re
@@ -63,19 +61,6 @@ class _Hunk:
 
 def upstream_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def record_digest_to_hex(record_field: str) -> str | None:
-    """A wheel RECORD hash ("sha256=<urlsafe base64, no padding>") as hex; None for another
-    algorithm, an empty field or a malformed digest."""
-    algo, _, digest = (record_field or "").partition("=")
-    if algo != "sha256" or not digest:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4))
-    except (binascii.Error, ValueError):
-        return None
-    return raw.hex() if len(raw) == 32 else None
 
 
 def base_of(text: str) -> Base | None:
@@ -156,12 +141,12 @@ def _hunks(diff_text, rel, name):
 
 
 def _find(bodies, old, guess, lo, hi):
-    """The first index in lo..hi, nearest guess, where `old` stands in `bodies`."""
-    for d in range(max(guess - lo, hi - guess) + 1):
-        for pos in (guess + d, guess - d):
-            if lo <= pos <= hi and bodies[pos:pos + len(old)] == old:
-                return pos
-    return None
+    """Where `old` stands in `bodies` within lo..hi: at `guess`, or else at the one place it
+    stands (a context found at several offsets is ambiguous, and not guessed at)."""
+    if lo <= guess <= hi and bodies[guess:guess + len(old)] == old:
+        return guess
+    found = [pos for pos in range(lo, hi + 1) if bodies[pos:pos + len(old)] == old]
+    return found[0] if len(found) == 1 else None
 
 
 def apply(diff_text: str, upstream: str, rel: str, version: str) -> str:
@@ -175,6 +160,9 @@ def apply(diff_text: str, upstream: str, rel: str, version: str) -> str:
     out, cursor, shift = [], 0, 0
     for n, h in enumerate(hunks, 1):
         old = h.old
+        if not any(kind == " " for kind, _ in h.ops):
+            raise PatchError(f"{name}: hunk {n} ({h.header}) has no context lines, so where it goes in "
+                             f"sglang {version}'s {rel} cannot be checked; cut it with context (diff -u)")
         # A hunk with no old lines (diff -U0) inserts after its stated line.
         guess = h.old_start - (1 if old else 0) + shift
         hi = len(up) - len(old)

@@ -18,7 +18,7 @@ def preflight(a):
     """The installed SGLang's own resolver, on these exact arguments, before anything restarts."""
     if not os.path.exists(a.python):
         raise ActionError("host preflight for %s cannot run: %s does not exist" % (a.service, a.python))
-    rc, out, err = run_owned([a.python, "-c", a.script], input=json.dumps([a.argv]))
+    rc, out, err = run_owned([a.python, "-I", "-c", a.script], input=json.dumps([a.argv]))
     if rc != 0:
         raise ActionError("host preflight could not run SGLang's resolver in %s: %s"
                           % (a.python, clean(err.strip()[-500:])))
@@ -35,7 +35,7 @@ def expect(a):
 
 def expect_in(python, code, expected, what):
     """Run code with an interpreter; its JSON answer must hold the expected values."""
-    rc, out, err = run_owned([python, "-c", code])
+    rc, out, err = run_owned([python, "-I", "-c", code])  # -I: not a module from the working directory
     if rc != 0:
         lines = [l for l in err.strip().splitlines() if l.strip()]
         raise ActionError("%s: %s" % (what, clean(" | ".join(lines[-2:])) or "exit %d" % rc))

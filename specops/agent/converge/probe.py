@@ -144,7 +144,7 @@ def probe(req):
     for key in req.upstream:
         facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs)
     if req.stacks:
-        facts.stacks = stacks.listing()
+        facts.stacks, facts.stacks_free = stacks.listing(), stacks.free()
     for name in req.units:
         facts.units[name] = unit_fact(name)
     for d in req.listdirs:

@@ -8,14 +8,16 @@ an interrupted build never leaves a half stack where a release could point.
 """
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 
 from specops.agent import safefs
 from specops.agent.converge.checks import expect_in
 from specops.agent.host import ActionError, on_interrupt, run_streamed, say
-from specops.layout import STACK_FILE, STACKS_DIR, TOOLS_DIR, UV_CACHE, UV_PIN
+from specops.layout import STACK_FILE, STACKS_DIR, TOOLS_DIR, UNIT_DIR, UV_CACHE, UV_PIN
 
 BUILD_PREFIX = ".build-"
 
@@ -46,11 +48,47 @@ def remove_tree(path):
         shutil.rmtree(path)
 
 
+def free():
+    """Free bytes where stacks are built."""
+    return _free(STACKS_DIR)
+
+
 def _free(path):
     while not os.path.isdir(path):
         path = os.path.dirname(path)
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+# pip's and uv's index options, as the environment variables each reads them from: an index URL
+# may carry a password, and a command line is readable by every user of the host.
+PIP_ENV = {"--index-url": "PIP_INDEX_URL", "--extra-index-url": "PIP_EXTRA_INDEX_URL",
+           "--trusted-host": "PIP_TRUSTED_HOST", "--find-links": "PIP_FIND_LINKS", "--no-index": "PIP_NO_INDEX"}
+UV_ENV = {"--index": "UV_INDEX", "--default-index": "UV_DEFAULT_INDEX", "--find-links": "UV_FIND_LINKS",
+          "--no-index": "UV_NO_INDEX"}
+
+
+def as_env(args, names):
+    """pip's or uv's index arguments as environment variables (several values: space-separated)."""
+    env, i = {}, 0
+    while i < len(args):
+        name = names.get(args[i])
+        if name is None:
+            raise ActionError("not an index option: %s" % args[i])
+        if args[i] == "--no-index":
+            env[name], i = "1", i + 1
+            continue
+        env[name] = (env[name] + " " + args[i + 1]) if name in env else args[i + 1]
+        i += 2
+    return env
+
+
+def _clean_env(extra):
+    # Only what specops says reaches pip and uv: no user config, no index or cache from root's
+    # environment, and never a Python downloaded from the internet.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(extra)
+    return env
 
 
 def uv_tool(pip_args):
@@ -60,19 +98,27 @@ def uv_tool(pip_args):
     if not os.path.exists(os.path.join(venv, ".complete")):
         safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
         run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
-        run_streamed([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                      *pip_args, "uv==" + UV_PIN], "install uv " + UV_PIN)
+        run_streamed([os.path.join(venv, "bin", "python"), "-I", "-m", "pip", "install", "-q",
+                      "--disable-pip-version-check", "uv==" + UV_PIN], "install uv " + UV_PIN,
+                     env=_clean_env(as_env(pip_args, PIP_ENV)))
         open(os.path.join(venv, ".complete"), "w").close()
     return uv
 
 
-def _uv_env():
-    # Only what specops says reaches uv: no user config, no index or cache from root's environment,
-    # and never a Python downloaded from the internet.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV", "PYTHON"))}
-    env.update(UV_CACHE_DIR=UV_CACHE, UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_NO_PROGRESS="1",
-               UV_LINK_MODE="hardlink")
-    return env
+def _uv_env(sources):
+    return _clean_env(dict(as_env(sources, UV_ENV), UV_CACHE_DIR=UV_CACHE, UV_PYTHON_DOWNLOADS="never",
+                           UV_NO_CONFIG="1", UV_NO_PROGRESS="1", UV_LINK_MODE="hardlink"))
+
+
+def writable_by_others(root):
+    """The first path under root that is not root's, or that its group or others may write (a
+    stack shares its files with uv's cache and with the other stacks: one such file is all of theirs)."""
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            st = os.lstat(os.path.join(d, n))
+            if not stat.S_ISLNK(st.st_mode) and (st.st_uid != 0 or st.st_mode & 0o022):
+                return os.path.join(d, n)
+    return None
 
 
 def sweep_builds():
@@ -92,31 +138,35 @@ def build(a, allowed=()):
         raise ActionError("not a stack path: %s" % a.path)
     if stack_of(a.path) is not None:
         return {"built": False}
+    safefs.make_dir(os.path.dirname(STACKS_DIR), 0o755, 0, 0, parents=True)
+    safefs.make_dir(STACKS_DIR, 0o755, 0, 0)
+    sweep_builds()  # before the disk is measured: what a cut build left is not in the way
     free = _free(STACKS_DIR)
     if free < a.need:
         raise ActionError("building the stack %s needs %.1f GiB free on %s; %.1f GiB free: nothing was changed"
                           % (os.path.basename(a.path), a.need / 2**30, STACKS_DIR, free / 2**30))
     t0 = time.time()
     uv = uv_tool(a.uv_pip_args)
-    safefs.make_dir(os.path.dirname(STACKS_DIR), 0o755, 0, 0, parents=True)
-    safefs.make_dir(STACKS_DIR, 0o755, 0, 0)
-    safefs.make_dir(os.path.dirname(UV_CACHE), 0o755, 0, 0, parents=True)
     safefs.make_dir(UV_CACHE, 0o700, 0, 0)
-    sweep_builds()
     if os.path.lexists(a.path):  # ours (a stack name) but not complete: built again
         remove_tree(a.path)
     tmp = tempfile.mkdtemp(prefix="%s%s-" % (BUILD_PREFIX, os.path.basename(a.path)), dir=STACKS_DIR)
     os.chmod(tmp, 0o755)
     forget = on_interrupt(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    umask = os.umask(0o022)  # what uv writes (and its cache, shared by every stack) is root's alone
     try:
-        env = _uv_env()
+        env = _uv_env(a.sources)
         # --relocatable: its scripts find their interpreter relative to themselves, so the finished
         # stack works after the rename into place.
         run_streamed([uv, "venv", "--quiet", "--relocatable", "--python", a.python, tmp], "uv venv", env=env)
         python = os.path.join(tmp, "bin", "python")
-        run_streamed([uv, "pip", "install", "--python", python, *a.sources, *a.specs],
-                     "uv pip install " + " ".join(a.specs), env=env)
+        run_streamed([uv, "pip", "install", "--python", python, *a.specs], "uv pip install " + " ".join(a.specs),
+                     env=env)
         got = expect_in(python, a.check, a.expect, "the new stack %s imports" % os.path.basename(a.path))
+        loose = writable_by_others(tmp)
+        if loose:
+            raise ActionError("the new stack %s has %s, which a user other than root could change; not used"
+                              % (os.path.basename(a.path), loose[len(tmp) + 1:]))
         with open(os.path.join(tmp, STACK_FILE), "w") as f:
             json.dump(dict(a.defines, packages=got, built_at=time.time()), f, indent=1, sort_keys=True)
         os.rename(tmp, a.path)
@@ -124,6 +174,7 @@ def build(a, allowed=()):
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
+        os.umask(umask)
         forget()
     size = tree_size(a.path, set())
     say("  stack %s built in %.1fs: %.1f MiB of new files" % (os.path.basename(a.path), time.time() - t0, size / 2**20))
@@ -164,27 +215,41 @@ def listing():
 def stacks(uses):
     """The stacks on the host, each with the releases that name it (`uses`: path → [stamps]) and
     its size: `bytes` counts its files alone, `new` only those no stack listed before it shares
-    (so the `new` figures add up to what the stacks take together)."""
-    try:
-        names = sorted(n for n in os.listdir(STACKS_DIR) if is_stack_name(n))
-    except OSError:
-        return []
+    (so the `new` figures add up to what the stacks take together); and the bytes of uv's cache
+    that no stack shares (what building them again would not download)."""
     out, seen = [], set()
-    for n in names:
-        path = os.path.join(STACKS_DIR, n)
-        info = stack_of(path)
-        if info is None:
-            continue
-        out.append({"path": path, "packages": info.get("packages") or {}, "built_at": info.get("built_at"),
-                    "releases": uses.get(path, []), "bytes": tree_size(path, set()), "new": tree_size(path, seen)})
-    return out
+    for s in listing():
+        out.append(dict(s, releases=uses.get(s["path"], []), bytes=tree_size(s["path"], set()),
+                        new=tree_size(s["path"], seen)))
+    return out, tree_size(UV_CACHE, seen) if os.path.isdir(UV_CACHE) else 0
 
 
 def prune(kept):
-    """Remove every complete stack no kept release names (`kept`: their paths)."""
+    """Remove every complete stack no kept release names (`kept`: their paths), nor any unit file.
+    Each is first renamed out of its name (atomic), so a cut removal leaves a build's leftovers,
+    swept later, never a half stack under a stack's name."""
+    kept = set(kept) | named_by_units()
     removed = []
-    for s in stacks({}):
+    for s in listing():
         if s["path"] not in kept:
-            remove_tree(s["path"])
+            gone = tempfile.mkdtemp(prefix="%s%s-gone-" % (BUILD_PREFIX, os.path.basename(s["path"])), dir=STACKS_DIR)
+            os.rename(s["path"], os.path.join(gone, "stack"))
+            remove_tree(gone)
             removed.append(s["path"])
     return removed
+
+
+def named_by_units():
+    """The stacks the unit files in UNIT_DIR run (an ExecStart names its interpreter)."""
+    out = set()
+    try:
+        names = [n for n in os.listdir(UNIT_DIR) if n.endswith(".service")]
+    except OSError:
+        return out
+    for n in names:
+        try:
+            with open(os.path.join(UNIT_DIR, n)) as f:
+                out.update(m.group(0) for m in re.finditer(re.escape(STACKS_DIR) + r"/[0-9a-f]{16}", f.read()))
+        except OSError:
+            continue
+    return out

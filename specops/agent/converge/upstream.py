@@ -2,6 +2,7 @@
 says the sha256), and that content, from the file itself while it is unpatched, else from the
 copy kept in layout.UPSTREAM_DIR when it was first patched."""
 import base64
+import binascii
 import hashlib
 import os
 import re
@@ -30,13 +31,23 @@ def record_sha256(site, package, version, inner):
                 for line in f:
                     path, _, rest = line.rstrip("\n").partition(",")
                     if path == "%s/%s" % (package, inner):
-                        algo, _, b64 = rest.split(",")[0].partition("=")
-                        if algo != "sha256" or not b64:
-                            return None
-                        return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+                        return record_digest_to_hex(rest.split(",")[0])
         except OSError:
             return None
     return None
+
+
+def record_digest_to_hex(field):
+    """A wheel RECORD hash ("sha256=<urlsafe base64, no padding>") as hex; None for another
+    algorithm, an empty field or a malformed digest."""
+    algo, _, digest = (field or "").partition("=")
+    if algo != "sha256" or not digest:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == 32 else None
 
 
 def _content(path, want):

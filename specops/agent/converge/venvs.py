@@ -91,7 +91,7 @@ def venv_fact(venv):
     known = _venv_cache().get(venv)
     if known and _venv_stamp(py, known["fact"].get("path", [])) == known["stamp"]:
         return known["fact"]
-    res = subprocess.run([py, "-c", VENV_PROBE], stdout=subprocess.PIPE,
+    res = subprocess.run([py, "-I", "-c", VENV_PROBE], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True)
     if res.returncode != 0:
         return {"exists": True, "broken": clean(res.stderr.strip()[-500:])}

@@ -96,8 +96,10 @@ def write_manifest(dest, manifest):
     weights by)."""
     manifest = dict(manifest, digest=content_digest(manifest.get("files") or {}))
     old = read_manifest(dest) or {}
-    same = old.get("digest") == manifest["digest"] and old.get("changed_at")
-    manifest["changed_at"] = old["changed_at"] if same else time.time()
+    if content_digest(old.get("files") or {}) == manifest["digest"]:
+        manifest["changed_at"] = old.get("changed_at", 0)  # 0: unchanged since before it was kept
+    else:
+        manifest["changed_at"] = time.time()
     os.makedirs(WEIGHTS_DIR, mode=0o700, exist_ok=True)
     path = manifest_path(dest)
     tmp = "%s.%d.tmp" % (path, os.getpid())

@@ -1,0 +1,145 @@
+"""Putting a release back on the host: undo of a failed deploy (its own backups), rollback to
+an older release (its snapshot and the later releases' backups), and the restart after either.
+Rollback points the unit back at the release's stack; it never installs anything."""
+import base64
+import os
+import stat
+
+from specops import protocol
+from specops.agent.converge.bytecode import purge
+from specops.agent.converge.stage import Staged
+from specops.agent.host import ActionError, sha256
+from specops.agent.releases import _set_current, current, current_manifest, manifests
+from specops.agent.safefs import UnsafePath, read_file, remove
+from specops.agent.services import units
+from specops.agent.weights import read_manifest
+from specops.layout import RELEASES, unit_path
+
+
+def _state_at(target, deployed):
+    """path → content source (or None: absent) that puts the host back to release `target`."""
+    later = [m for m in deployed if m["stamp"] > target["stamp"]]
+    want = {}
+    for m in later:  # earliest first: the content a path had before it was first changed after target
+        for path, prev in m.get("previous", {}).items():
+            if path not in target["files"] and path not in want:
+                want[path] = os.path.join(RELEASES, m["stamp"], "previous", path.lstrip("/")) if prev else None
+    for path in target["files"]:
+        want[path] = os.path.join(RELEASES, target["stamp"], "files", path.lstrip("/"))
+    return want
+
+
+def _current_sha(path, allowed):
+    try:
+        data = read_file(path, allowed)
+    except UnsafePath:
+        return "unsafe"
+    return None if data is None else sha256(data).hexdigest()
+
+
+def _restore(want, allowed=()):
+    """Put files back atomically (root-owned, as specops writes everything); purge bytecode of
+    restored modules.  Returns what changed."""
+    changed, restored = [], {}
+    for path, src in sorted(want.items()):
+        if src is None:
+            if _current_sha(path, allowed) is not None:
+                remove(path, None, allowed)
+                changed.append(path)
+            continue
+        with open(src, "rb") as f:
+            data = f.read()
+        digest = sha256(data).hexdigest()
+        if _current_sha(path, allowed) == digest:
+            continue
+        mode = "%04o" % stat.S_IMODE(os.lstat(src).st_mode)
+        Staged(protocol.Write(path=path, data=base64.b64encode(data).decode(), mode=mode), allowed).write().commit()
+        changed.append(path)
+        restored[path] = digest
+    for path, digest in restored.items():
+        if path.endswith(".py"):
+            purge(protocol.Purge(path=path, sha256=digest), allowed)
+    return changed
+
+
+def _restart(refs, daemon_reload, known=()):
+    if daemon_reload:
+        units.daemon_reload()
+    names = {r.name for r in refs} | {r.name for r in known}
+    for ref in refs:
+        units.restart(ref, sorted(names - {ref.name}))
+
+
+def _refs(names, known):
+    """UnitRefs for unit names: as the request describes them, else with the defaults."""
+    by_name = {r.name: r for r in known}
+    return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
+
+
+def undo(req):
+    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
+    d = os.path.join(RELEASES, req.stamp)
+    want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
+            for p, how in req.previous.items()}
+    # A unit this deploy created goes away: stop it (leftovers accounted) while systemd still
+    # knows it, and restart only the units that stay.
+    gone = [r for r in req.services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
+    names = [r.name for r in req.services]
+    for ref in gone:
+        units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
+    changed = _restore(want, req.allow_shared_dirs)
+    _restart([r for r in req.services if r not in gone], any(p.endswith(".service") for p in changed),
+             req.services)
+    manifest = current_manifest()
+    return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
+
+
+def rollback(req):
+    """Answer a protocol.Rollback: back to the release before current (or `to`)."""
+    deployed = [m for m in manifests() if m.get("status") == "deployed"]
+    now = current()
+    if req.to:
+        target = next((m for m in deployed if m["stamp"] == req.to), None)
+        if target is None:
+            raise ActionError("no deployed release %s (see inv releases)" % req.to)
+    else:
+        older = [m for m in deployed if now and m["stamp"] < now]
+        if not older:
+            raise ActionError("no release before %s to roll back to" % (now or "the first deploy"))
+        target = older[-1]
+    want = _state_at(target, deployed)
+    _runnable(target, want)
+    changed = _restore(want, req.allow_shared_dirs)
+    _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
+             req.services)
+    _set_current(target["stamp"])
+    return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
+                                   verify=target.get("verify", []), notes=_weights_differ(target))
+
+
+def _runnable(target, want):
+    """Refuse, before anything is put back, a release whose units would run an interpreter that is
+    no longer on the host (its stack pruned, or a venv of the user's removed)."""
+    for path, src in want.items():
+        if not (path.endswith(".service") and src):
+            continue
+        with open(src) as f:
+            line = next((l for l in f if l.startswith("ExecStart=")), "")
+        words = line[len("ExecStart="):].split()
+        python = words[0].lstrip("@-:+!") if words else ""
+        if python.startswith("/") and not os.path.exists(python):
+            raise ActionError("release %s runs %s, which is no longer on the host: nothing was changed"
+                              % (target["stamp"], python))
+
+
+def _weights_differ(target):
+    """One line per weights directory whose content is not what `target` ran: rollback puts back
+    files and stacks, never weights."""
+    out = []
+    for dest, then in sorted((target.get("weights") or {}).items()):
+        now = (read_manifest(dest) or {}).get("digest")
+        if then.get("digest") and now != then["digest"]:
+            out.append("weights in %s differ from what %s ran (%s then, %s now): rollback does not restore "
+                       "weights" % (dest, target["stamp"], (then.get("commit") or then["digest"])[:12],
+                                    ((read_manifest(dest) or {}).get("commit") or now or "none")[:12]))
+    return out
