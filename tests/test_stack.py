@@ -160,3 +160,17 @@ def test_a_stack_without_its_file_or_outside_the_directory_is_never_pruned(agent
     os.symlink("r1", rel / "current")
     assert stacks.prune({str(st / ("z" * 16))}) == [str(st / ("a" * 16))]
     assert sorted(os.listdir(st)) == ["b" * 16, "c" * 16, "mine"]  # c: a unit file runs it
+
+
+def test_a_new_stack_is_root_s_alone(tmp_path):
+    from specops.agent.converge import stacks as agent_stacks
+    (tmp_path / "site").mkdir()
+    lock = tmp_path / ".lock"
+    lock.write_text("")
+    os.chmod(lock, 0o666)  # as uv makes it
+    assert agent_stacks.root_only(str(tmp_path)) is None
+    assert oct(os.stat(lock).st_mode & 0o777) == "0o644"
+    theirs = tmp_path / "site" / "theirs.py"
+    theirs.write_text("")
+    os.chown(theirs, 65534, 65534)
+    assert agent_stacks.root_only(str(tmp_path)) == str(theirs)

@@ -110,14 +110,20 @@ def _uv_env(sources):
                            UV_NO_CONFIG="1", UV_NO_PROGRESS="1", UV_LINK_MODE="hardlink"))
 
 
-def writable_by_others(root):
-    """The first path under root that is not root's, or that its group or others may write (a
-    stack shares its files with uv's cache and with the other stacks: one such file is all of theirs)."""
+def root_only(root):
+    """Make every file under root writable by root alone (a stack shares its files with uv's
+    cache and with the other stacks: one file others could write is all of theirs; uv makes its
+    .lock 0666).  Returns the first path not root's, which no chmod makes safe, else None."""
     for d, dirs, files in os.walk(root):
         for n in dirs + files:
-            st = os.lstat(os.path.join(d, n))
-            if not stat.S_ISLNK(st.st_mode) and (st.st_uid != 0 or st.st_mode & 0o022):
-                return os.path.join(d, n)
+            path = os.path.join(d, n)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if st.st_uid != 0:
+                return path
+            if st.st_mode & 0o022:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
     return None
 
 
@@ -163,7 +169,7 @@ def build(a, allowed=()):
         run_streamed([uv, "pip", "install", "--python", python, *a.specs], "uv pip install " + " ".join(a.specs),
                      env=env)
         got = expect_in(python, a.check, a.expect, "the new stack %s imports" % os.path.basename(a.path))
-        loose = writable_by_others(tmp)
+        loose = root_only(tmp)
         if loose:
             raise ActionError("the new stack %s has %s, which a user other than root could change; not used"
                               % (os.path.basename(a.path), loose[len(tmp) + 1:]))
