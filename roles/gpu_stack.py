@@ -54,7 +54,7 @@ class Venv(Op):
 
     def plan(self, facts, ctx):
         v = facts.venv(self.path)
-        if v.get("exists") and any(s["path"] == self.path for s in facts.stacks):  # built whole
+        if v.get("exists"):
             if v.get("broken"):
                 raise PlanError(f"venv {self.path} is broken: {v['broken']}")
             if self.python and not (v["version"] + ".").startswith(self.python + "."):

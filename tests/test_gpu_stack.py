@@ -21,3 +21,13 @@ def test_the_import_check_names_what_it_imports(tmp_path):
     assert [a.desc for a in only.actions] == ["pip install sglang==0.5.23", "import sglang"]
     both = plan(tmp_path, {"sglang": {"version": "0.5.23"}, "fla": {"version": "0.3.2"}})
     assert both.actions[-1].desc == "import fla, sglang"
+
+
+def test_a_venv_of_the_users_is_no_stack_and_is_taken_as_it_is(tmp_path):
+    """A `venv:` of the user's that exists is ok whatever the host's stacks are (it is none)."""
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"venv": "/v",
+                                                                              "sglang": {"version": "0.5.23"}}}}}))
+    host = inventory.load(tmp_path / "hosts.yml").hosts["box"]
+    (op,) = [o for o in gpu_stack.ops(host) if isinstance(o, gpu_stack.Venv)]
+    facts = Facts({"venvs": {"/v": {"exists": True, "version": "3.11.2", "packages": {}}}, "stacks": []})
+    assert op.plan(facts, Context("box", False)).actions == []
