@@ -5,8 +5,8 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import (draft_config, gpu_stack, model_patches, models, router, router_stack, sglang_service,
-                   system_packages)
+from roles import (draft_config, gpu_stack, model_patches, models, patch_check, router, router_stack,
+                   sglang_service, system_packages)
 from specops import cli
 from specops.output import perfpage
 from specops.output import releases as releases_out
@@ -18,7 +18,7 @@ from specops.flows.facts import facts_probe
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
 
-DEPLOY = [models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router]
+DEPLOY = [patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router]
 BOOTSTRAP = [system_packages] + DEPLOY
 
 

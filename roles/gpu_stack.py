@@ -16,13 +16,13 @@ from specops.layout import UV_PIN
 from specops.ops import Change, Op, PlanError
 from specops.services import of_kind, venv_of
 from specops.sglang import stack
+from specops.sglang.stack import PYPI
 from specops.sglang.spec import venv_python
 from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"
 REPROBE = True  # installing sglang decides where later roles' patches go
 REMOTE_WHEELHOUSE = "/var/cache/specops/wheelhouse"
-PYPI = "https://pypi.org/simple"
 PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and what it imports
 MODULES = {"torch": "torch", **dict(PINNED)}
 IMPORT_CHECK = """import json, importlib.metadata as md

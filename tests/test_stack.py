@@ -174,3 +174,23 @@ def test_a_new_stack_is_root_s_alone(tmp_path):
     theirs.write_text("")
     os.chown(theirs, 65534, 65534)
     assert agent_stacks.root_only(str(tmp_path)) == str(theirs)
+
+
+def test_the_files_of_a_version_not_installed_come_from_its_wheel_in_memory(tmp_path):
+    """What the patch check reads before a stack is built: the wheel's file and its RECORD sha256."""
+    import base64
+    import hashlib
+    from sandbox import provision
+    from specops.agent.converge import wheelfiles
+    provision.sim_wheel(tmp_path / "wheels", "0.5.24")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    got = wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang", "version": "0.5.24",
+                           "files": ["sglang/srt/models/llama.py", "sglang/nope.py"], "wheelhouse": str(tmp_path / "wheels")})
+    want = (provision.SIM_SRC / "versions/0.5.24/sglang/srt/models/llama.py").read_bytes()
+    assert base64.b64decode(got["sglang/srt/models/llama.py"]["content_b64"]) == want
+    assert got["sglang/srt/models/llama.py"]["sha256"] == hashlib.sha256(want).hexdigest()
+    assert got["sglang/nope.py"] is None
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+    assert "no wheel of sglang 0.5.99" in wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang",
+                                                          "version": "0.5.99", "files": [],
+                                                          "wheelhouse": str(tmp_path / "wheels")})["error"]

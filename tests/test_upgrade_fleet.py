@@ -199,14 +199,15 @@ def test_a_diff_that_does_not_apply_is_refused_before_any_change(sandbox, pkg_in
     bad = tmp_path / "bad"
     # also touches ENTRY_CLASSES, which 0.5.24 changed: hunk 2 cannot apply there
     diff_patch(bad, also=('ENTRY_CLASSES = "LlamaForCausalLM"', 'ENTRY_CLASSES = "LlamaForCausalLM"  # ours'))
-    hv = host_vars(pkg_index, "0.5.24", bad)
     before = snapshot(h)
-    res, rep = run(sandbox, "t4", hv)
-    assert res.returncode == 1
-    assert "does not apply to sglang 0.5.24's srt/models/llama.py" in rep["error"] and "hunk" in rep["error"], \
-        rep["error"]
-    assert "\n" not in rep["error"]
-    assert snapshot(h) == before
+    # against a stack still to be built (its files read from the wheel: nothing moves) and a built one
+    for hv in (host_vars(pkg_index, "0.5.24", bad, packages=["tqdm==4.70.1"]), host_vars(pkg_index, "0.5.24", bad)):
+        res, rep = run(sandbox, "t4", hv)
+        assert res.returncode == 1
+        assert "hunk 2 of 2" in rep["error"] and "does not apply to sglang 0.5.24's srt/models/llama.py" in rep["error"], \
+            rep["error"]
+        assert "\n" not in rep["error"]
+        assert snapshot(h) == before
 
 
 def test_a_whole_file_cut_from_another_version_is_refused(sandbox, pkg_index, upgraded, tmp_path):
@@ -214,23 +215,28 @@ def test_a_whole_file_cut_from_another_version_is_refused(sandbox, pkg_index, up
     whole = tmp_path / "whole" / LLAMA
     whole.parent.mkdir(parents=True)
     whole.write_text("# specops-base: sglang 0.5.23\n" + UPSTREAM["0.5.23"].replace("upstream", "whole"))
-    hv = host_vars(pkg_index, "0.5.24", tmp_path / "whole", patches=[LLAMA])
     before = snapshot(h)
-    res, rep = run(sandbox, "t4", hv)
-    assert res.returncode == 1
-    assert "0.5.23" in rep["error"] and "0.5.24" in rep["error"], rep["error"]
-    assert snapshot(h) == before
+    for extra in ({"packages": ["tqdm==4.70.1"]}, {}):  # a stack still to be built, and a built one
+        hv = host_vars(pkg_index, "0.5.24", tmp_path / "whole", patches=[LLAMA], **extra)
+        res, rep = run(sandbox, "t4", hv)
+        assert res.returncode == 1
+        assert "0.5.23" in rep["error"] and "0.5.24" in rep["error"], rep["error"]
+        assert snapshot(h) == before
     res, rep = run(sandbox, "t4", {**hv, "patch_any_base": True}, "--check")
     assert res.returncode == 0, res.stdout[-2000:]
 
 
-def snapshot(h):
-    """What serves: the unit, env and launcher, every stack's patched file, the releases, the start."""
+def snapshot(h, strict=True):
+    """What serves: the unit, env and launcher, every stack's patched file, the releases, the start;
+    `strict`: and every file under /opt/specops and specops's tools, by name and size."""
     files = ["/etc/systemd/system/sglang.service", "/etc/specops/sglang.env", "/usr/local/lib/specops/launch.py"]
     files += h.run("sh", "-c", f"ls -d /opt/specops/venvs/*/lib/python3.11/site-packages/sglang/{LLAMA}"
                    ).stdout.split()
     return {"sha": h.run("sha256sum", *files).stdout, "releases": h.run("ls", RELEASES).stdout,
-            "started": unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")}
+            "started": unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic"),
+            # every file specops keeps stacks, uv and its tools in, by name and size: a build moves bytes there
+            "stacks": h.run("sh", "-c", "find /opt/specops /var/lib/specops/tools -xdev -printf '%p %s\n' | sort"
+                            " | sha256sum").stdout if strict else None}
 
 
 def test_weights_changed_under_a_running_server(sandbox, pkg_index, upgraded, tmp_path):
@@ -314,13 +320,13 @@ def test_a_stack_the_disk_cannot_hold_is_refused_before_a_byte_moves(sandbox, pk
 def test_ctrl_c_while_a_stack_builds_leaves_the_previous_release_serving(sandbox, pkg_index, upgraded):
     h = upgraded["h"]
     hv = dict(upgraded["v24"], packages=["tqdm==4.70.1"])
-    before = snapshot(h)
+    before = snapshot(h, strict=False)  # uv's cache and its wrapper move: what serves must not
     count_uv(h, slow=30)
     code, out = sandbox.interrupt("deploy", "--host", "t4", inventory=sandbox.inventory({"t4": hv}, {"venv": None}),
                                   when="build stack /opt", before=lambda: time.sleep(2))
     count_uv(h)
     assert code != 0 and "+ tqdm" not in out, out[-2000:]
-    assert snapshot(h) == before, out[-3000:]
+    assert snapshot(h, strict=False) == before, out[-3000:]
     assert running(h) == ("patched: diff", "0.5.24")
     assert h.run("sh", "-c", "ls -a /opt/specops/venvs | grep -c build || true").stdout.strip() == "0", out[-2000:]
     res, rep = run(sandbox, "t4", hv)
@@ -334,7 +340,7 @@ def test_a_connection_cut_while_a_stack_builds_leaves_the_previous_release_servi
     import threading
     h = upgraded["h"]
     hv = dict(upgraded["v24"], packages=["tqdm==4.70.1", "setproctitle==1.3.6"])
-    before = snapshot(h)
+    before = snapshot(h, strict=False)
     count_uv(h, slow=30)
     results = {}
     t = threading.Thread(target=lambda: results.update(r=run(sandbox, "t4", hv)))
@@ -353,7 +359,7 @@ def test_a_connection_cut_while_a_stack_builds_leaves_the_previous_release_servi
     while building() != "0" and time.monotonic() < deadline:
         time.sleep(0.2)  # the agent ends its command and removes the build when its channel goes
     assert building() == "0"
-    assert snapshot(h) == before and running(h) == ("patched: diff", "0.5.24")
+    assert snapshot(h, strict=False) == before and running(h) == ("patched: diff", "0.5.24")
     res, rep = run(sandbox, "t4", hv)
     assert res.returncode == 0, res.stdout[-3000:]
     res, rep = run(sandbox, "t4", hv)
@@ -385,6 +391,15 @@ def test_inv_patch_writes_a_diff_and_rebases_it_locally(sandbox, pkg_index, upgr
     rebased = (patches / (LLAMA + ".patch.0.5.24")).read_text()
     assert patchfile.base_of(rebased).version == "0.5.24"
     assert 'MODEL_CODE = "patched: made"' in patchfile.apply(rebased, UPSTREAM["0.5.24"], LLAMA, "0.5.24")
+    # the same onto a stack not built yet: 0.5.24's file read from its wheel, in memory on the host
+    unbuilt = dict(upgraded["v24"], patch_dir=str(patches), packages=["setproctitle==1.3.6"])
+    assert not h.path(venv_for(unbuilt)).exists()
+    (patches / (LLAMA + ".patch.0.5.24")).unlink()
+    res = sandbox.inv("patch", "--host", "t4", LLAMA, "--rebase", inventory=sandbox.inventory({"t4": unbuilt},
+                                                                                              {"venv": None}))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (patches / (LLAMA + ".patch.0.5.24")).read_text() == rebased
+    assert not h.path(venv_for(unbuilt)).exists()
     # a change to a line 0.5.24 also changed: conflicts, written for review, exit 1
     made.write_text(patchfile.make(LLAMA, UPSTREAM["0.5.23"], UPSTREAM["0.5.23"].replace(
         'ENTRY_CLASSES = "LlamaForCausalLM"', 'ENTRY_CLASSES = "LlamaForCausalLM, Ours"'), "0.5.23",

@@ -10,7 +10,7 @@ from .. import protocol, services
 from ..errors import SpecopsError, UsageError
 from ..run import HostRun
 from ..services.sglang import DIFF_SUFFIX, patch_key, patched_file
-from ..sglang import patchfile
+from ..sglang import patchfile, stack
 
 
 def _upstream(run: HostRun, venv: str, rel: str) -> tuple[str, str, str]:
@@ -57,11 +57,28 @@ def fetch(run: HostRun, rel: str, out: Path) -> str:
     return f"wrote {out}: sglang {version}'s {rel}, to edit"
 
 
+def _new_upstream(run: HostRun, rel: str) -> tuple[str, str, str]:
+    """The file of the SGLang the inventory asks for: installed in its stack, or, while the stack
+    is not built, read from its wheel in memory on the host."""
+    venv = services.venv_of(run.host)
+    if not stack.defines(run.host) or not run.host.get("sglang"):
+        return _upstream(run, venv, rel)
+    got = run.probe([], protocol.Probe(stacks=True, wheel_files=stack.wheel_request(run.host, [f"sglang/{rel}"])))
+    if any(s["path"] == venv for s in got.stacks):
+        return _upstream(run, venv, rel)
+    files = got.data.get("wheel_files") or {}
+    f = files.get(f"sglang/{rel}")
+    if f is None:
+        raise SpecopsError(f"{run.host.name}: sglang {run.host['sglang']['version']}'s {rel}: "
+                           f"{files.get('error') or 'not in its wheel'}")
+    return base64.b64decode(f["content_b64"]).decode(), run.host["sglang"]["version"], f["sha256"]
+
+
 def rebase(run: HostRun, patch: Path, rel: str) -> str:
     diff = patch.read_text()
     base = patchfile.base_of(diff)
     new_venv = services.venv_of(run.host)
-    new, new_version, new_sha = _upstream(run, new_venv, rel)
+    new, new_version, new_sha = _new_upstream(run, rel)
     old, old_version, _ = _older_stack(run, base.version if base else None, rel, new_venv)
     text, conflicts = patchfile.rebase(diff, old, new, rel, new_version, new_sha)
     if conflicts:

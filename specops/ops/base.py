@@ -118,6 +118,7 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
         out.checks.update(w.checks)
         out.gpu = out.gpu or w.gpu
         out.stacks = out.stacks or w.stacks
+        out.wheel_files = out.wheel_files or w.wheel_files
         out.lock_peek = out.lock_peek or w.lock_peek
     return out
 

@@ -36,6 +36,7 @@ class ProbeResult:
     stacks: List[Dict[str, Any]] = LIST
     stacks_free: Optional[int] = None  # free bytes where stacks are built (with `stacks`)
     upstream: Dict[str, Any] = DICT
+    wheel_files: Dict[str, Any] = DICT  # path in the wheel → {sha256, content_b64} or None; {} when built; {error}
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None
     interrupted: Optional[Dict[str, Any]] = None  # a batch an earlier run was cut off in: {holder, done, not_done}
@@ -46,7 +47,9 @@ class Probe:
     """Gather every fact a plan needs in one pass.  `content`: key → the sha256 the controller
     would write; the host sends the old content back only when it differs ("always": always).
     `checks`: name → shell command whose exit status is the fact.  `upstream`: pkg keys whose
-    installed upstream file (what a patch applies to) is wanted.  `lock_acquire` takes the
+    installed upstream file (what a patch applies to) is wanted.  `wheel_files`: {stack, dist,
+    version, files, indexes, wheelhouse}: while that stack is not built, those files of the
+    dist's wheel, read in memory from the indexes or the wheelhouse.  `lock_acquire` takes the
     host lock first (and gathers nothing if it is held); `lock_peek` only reads it."""
     files: List[str] = LIST
     content: Dict[str, str] = DICT
@@ -57,6 +60,7 @@ class Probe:
     weights: List[str] = LIST
     stacks: bool = False
     upstream: List[str] = LIST
+    wheel_files: Dict[str, Any] = DICT
     gpu: bool = False
     allow_shared_dirs: List[str] = LIST
     lock_peek: bool = False

@@ -15,6 +15,7 @@ import json
 from ..layout import DEFAULT_VENV, STACKS_DIR
 
 PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and its host var
+PYPI = "https://pypi.org/simple"
 GiB = 2**30
 # The free disk a stack needs before it is built, unless the inventory says (stack_need_gib): a
 # CUDA torch with SGLang's dependencies unpacks to several GB, and uv's cache holds them once more
@@ -50,3 +51,11 @@ def need(host, torch_in_cache: bool) -> int:
     if host.get("stack_need_gib") is not None:
         return int(float(host["stack_need_gib"]) * GiB)
     return NEED_OTHERWISE if torch_in_cache or not host.get("torch") else NEED_FIRST_TORCH
+
+
+def wheel_request(host, files: list[str]) -> dict:
+    """A probe's `wheel_files` for the host's sglang (agent/converge/wheelfiles.py): `files` (paths
+    in the wheel) while its stack is not built, read in memory from the indexes uv would ask."""
+    indexes = [i for i in (host.get("extra_index"), host.get("package_index") or PYPI) if i]
+    return {"stack": venv_of(host), "dist": "sglang", "version": host["sglang"]["version"], "files": files,
+            "indexes": indexes}

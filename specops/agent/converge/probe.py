@@ -145,6 +145,9 @@ def probe(req):
         facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs)
     if req.stacks:
         facts.stacks, facts.stacks_free = stacks.listing(), stacks.free()
+    if req.wheel_files:
+        from specops.agent.converge import wheelfiles  # only then: urllib costs the agent's start
+        facts.wheel_files = wheelfiles.fact(req.wheel_files)
     for name in req.units:
         facts.units[name] = unit_fact(name)
     for d in req.listdirs:
