@@ -194,3 +194,52 @@ def test_the_files_of_a_version_not_installed_come_from_its_wheel_in_memory(tmp_
     assert "no wheel of sglang 0.5.99" in wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang",
                                                           "version": "0.5.99", "files": [],
                                                           "wheelhouse": str(tmp_path / "wheels")})["error"]
+
+
+def test_a_wheel_from_an_index_keeps_its_credentials_on_their_host(tmp_path):
+    """PEP 503 page on one loopback address with a link that redirects to another: the wheel is
+    read, the credentials went to the index's host only, and never into an error."""
+    import hashlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from sandbox import provision
+    from specops.agent.converge import wheelfiles
+    wheel = provision.sim_wheel(tmp_path, "0.5.24")
+    data, seen = wheel.read_bytes(), []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            seen.append((self.server.server_address[0], self.path, self.headers.get("Authorization")))
+            if self.path == "/simple/sglang/":
+                body = (f'<a href="../../files/{wheel.name}#sha256={hashlib.sha256(data).hexdigest()}">'
+                        f"{wheel.name}</a>").encode()
+            elif self.path.startswith("/files/"):
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.2:{other.server_address[1]}/cdn/{wheel.name}")
+                self.end_headers()
+                return
+            else:
+                body = data
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    index, other = ThreadingHTTPServer(("127.0.0.1", 0), Handler), ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    for server in (index, other):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://user:s3cret@127.0.0.1:{index.server_address[1]}/simple"
+        got = wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang", "version": "0.5.24",
+                               "files": ["sglang/srt/models/llama.py"], "indexes": [url]})
+        assert got["sglang/srt/models/llama.py"]["content_b64"]
+        assert [(host, auth is not None) for host, _, auth in seen] == [
+            ("127.0.0.1", True), ("127.0.0.1", True), ("127.0.0.2", False)]
+        missing = wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang", "version": "0.5.99",
+                                   "files": [], "indexes": [url]})
+        assert "no wheel of sglang 0.5.99" in missing["error"] and "s3cret" not in missing["error"]
+    finally:
+        for server in (index, other):
+            server.shutdown()

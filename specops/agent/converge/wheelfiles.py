@@ -6,30 +6,72 @@ wheelhouse directory; nothing is written to disk.  Only when the stack is not bu
 stack's files are read where they are installed (upstream.py)."""
 import base64
 import hashlib
+import html
 import io
 import os
 import re
+import time
 import zipfile
+from http.client import HTTPException
+from urllib.error import HTTPError
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
-from urllib.request import Request, urlopen
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from specops.agent.converge import stacks
-from specops.agent.converge.upstream import record_digest_to_hex
 from specops.agent.host import clean
 
-TIMEOUT = 60
+FAILURES = (OSError, ValueError, HTTPException, zipfile.BadZipFile)  # a fetch that failed, however
+
+TIMEOUT = 60          # seconds a whole fetch may take (a slow trickle too)
+PAGE_MAX = 8 << 20    # bytes an index page may have
+WHEEL_MAX = 512 << 20  # bytes a wheel may have, and a file in it
+_USERINFO = re.compile(r"//[^/@\s]*@")
 
 
-def _get(url):
-    """GET with the credentials of the URL (if any) as a header, never kept in a log or an error."""
+class _Redirects(HTTPRedirectHandler):
+    """Redirects within http(s) only, never from https down to http, and the credentials kept
+    for the host they were given for."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        old, new = urlsplit(req.full_url), urlsplit(newurl)
+        if new.scheme not in ("http", "https") or (old.scheme, new.scheme) == ("https", "http"):
+            raise HTTPError(_USERINFO.sub("//", newurl), code, "redirect refused", headers, fp)
+        out = HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
+        if out is not None and new.netloc.rpartition("@")[2] != old.netloc.rpartition("@")[2]:
+            out.remove_header("Authorization")
+        return out
+
+
+_OPENER = build_opener(_Redirects)
+
+
+def _auth(url):
+    """(host[:port], Authorization header) of an index URL with credentials, else None."""
     parts = urlsplit(url)
-    headers = {}
-    if parts.username:
-        token = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
-        headers["Authorization"] = "Basic " + base64.b64encode(token.encode()).decode()
-        parts = parts._replace(netloc=parts.hostname + (":%d" % parts.port if parts.port else ""))
-    with urlopen(Request(urlunsplit(parts), headers=headers), timeout=TIMEOUT) as res:
-        return res.read()
+    if not parts.username:
+        return None
+    token = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
+    return parts.netloc.rpartition("@")[2], "Basic " + base64.b64encode(token.encode()).decode()
+
+
+def _get(url, limit, deadline, auth=None):
+    """(body, final URL) of a GET, with the index's credentials (`auth`) when it goes to the
+    index's own host; at most `limit` bytes, by `deadline`."""
+    parts = urlsplit(url)
+    parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    headers = {"Authorization": auth[1]} if auth and parts.netloc == auth[0] else {}
+    chunks, size = [], 0
+    with _OPENER.open(Request(urlunsplit(parts), headers=headers), timeout=TIMEOUT) as res:
+        while True:
+            if time.time() > deadline:
+                raise OSError("timed out after %ds" % TIMEOUT)
+            chunk = res.read(1 << 20)
+            if not chunk:
+                return b"".join(chunks), res.geturl()
+            size += len(chunk)
+            if size > limit:
+                raise OSError("more than %d MiB" % (limit >> 20))
+            chunks.append(chunk)
 
 
 def _wheel_name(dist, version):
@@ -46,18 +88,20 @@ def wheel(dist, version, indexes, wheelhouse):
                     return f.read()
         return None
     project = re.sub(r"[-_.]+", "-", dist).lower()
+    deadline = time.time() + TIMEOUT
     for index in indexes:
-        page = index.rstrip("/") + "/" + project + "/"
+        auth = _auth(index)
         try:
-            html = _get(page).decode("utf-8", "replace")
-        except OSError:
+            page, base = _get(index.rstrip("/") + "/" + project + "/", PAGE_MAX, deadline, auth)
+        except FAILURES:
             continue
-        for href in re.findall(r'href="([^"]+)"', html):
+        for href in re.findall(r"""href=["']([^"']+)["']""", page.decode("utf-8", "replace")):
+            href = html.unescape(href)
             name = unquote(href.split("#")[0].rsplit("/", 1)[-1])
             if name.lower().startswith(prefix) and name.endswith(".whl"):
-                data = _get(urljoin(page, href.replace("&amp;", "&")))
-                want = re.search(r"#sha256=([0-9a-f]{64})", href)
-                if want and hashlib.sha256(data).hexdigest() != want.group(1):
+                data, _ = _get(urljoin(base, href), WHEEL_MAX, deadline, auth)
+                want = re.search(r"#sha256=([0-9a-fA-F]{64})", href)
+                if want and hashlib.sha256(data).hexdigest() != want.group(1).lower():
                     raise OSError("%s: not the sha256 the index gives it" % name)
                 return data
     return None
@@ -69,25 +113,25 @@ def fact(req):
         return {}
     try:
         data = wheel(req["dist"], req["version"], req.get("indexes") or [], req.get("wheelhouse"))
-    except OSError as e:
-        return {"error": clean(str(e))[-300:]}
+    except FAILURES as e:
+        return {"error": clean(_USERINFO.sub("//", str(e)))[-300:]}
     if data is None:
         return {"error": "no wheel of %s %s in %s" % (req["dist"], req["version"],
                                                       req.get("wheelhouse") or "the package indexes")}
     out = {}
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        names = set(z.namelist())
-        record = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
-        digests = {}
-        if record:
-            for line in z.read(record).decode("utf-8", "replace").splitlines():
-                path, _, rest = line.partition(",")
-                digests[path] = record_digest_to_hex(rest.split(",")[0])
-        for path in req["files"]:
-            if path in names:
-                content = z.read(path)
-                out[path] = {"sha256": digests.get(path) or hashlib.sha256(content).hexdigest(),
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for path in req["files"]:
+                try:
+                    info = z.getinfo(path)
+                except KeyError:
+                    out[path] = None
+                    continue
+                if info.file_size > WHEEL_MAX:
+                    return {"error": "%s: %s is too large" % (req["dist"], path)}
+                content = z.read(info)  # its sha256 is its own: the wheel's RECORD is not trusted
+                out[path] = {"sha256": hashlib.sha256(content).hexdigest(),
                              "content_b64": base64.b64encode(content).decode()}
-            else:
-                out[path] = None
+    except zipfile.BadZipFile as e:
+        return {"error": "%s %s: not a wheel (%s)" % (req["dist"], req["version"], e)}
     return out
