@@ -132,7 +132,8 @@ class Index:
             self.proc.wait(10)
 
 
-SLOW_S = 3.0  # /slow/... answers like /... after this long: a pip that takes seconds per page
+SLOW_S = 12.0  # /slow/... answers like /... after this long (under pip's 15 s timeout): a pip that
+# takes tens of seconds for its pages, so a pip that was not killed is told from one that was
 
 
 def serve(address: str, port: int, root: str) -> None:

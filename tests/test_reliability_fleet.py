@@ -48,8 +48,9 @@ def test_health_timeout_rolls_back_with_journal(sandbox, record_property):
 @pytest.mark.reliability("sigint", "fault")
 def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_index):
     """Ctrl-C while pip runs on the host: pip is stopped at once, not left to finish.  The index
-    answers slowly (/slow/: 3 s a page), so pip would run on for seconds by itself; seen red with
-    the agent's process-group kill removed (pip lived on until it finished)."""
+    answers slowly (/slow/: 12 s a page), so pip would run on for a minute by itself; seen red with
+    the agent's process-group kill removed (pip lived on until it finished).  The bound is wide
+    (8 s) because these machines are shared: 3.2 s was once seen with the kill working."""
     h = sandbox.reset("t2", layers=[provision.layer("bare")])
 
     def host_vars(index):
@@ -70,10 +71,10 @@ def test_sigint_mid_apply_releases_lock_and_writes_nothing_half(sandbox, pkg_ind
 
     def pip_alive():
         return any(h.run("test", "-d", f"/proc/{pid}", check=False).returncode == 0 for pid in seen["pids"])
-    while pip_alive() and time.monotonic() - seen["at"] < 10:
+    while pip_alive() and time.monotonic() - seen["at"] < 30:
         time.sleep(0.1)
     gone_after = time.monotonic() - seen["at"]
-    assert not pip_alive() and gone_after < 2, f"pip lived {gone_after:.1f}s after Ctrl-C"
+    assert not pip_alive() and gone_after < 8, f"pip lived {gone_after:.1f}s after Ctrl-C"
     assert no_staging_left(h)
     assert not h.path("/etc/systemd/system/sglang.service").exists()  # written only after the packages
 
