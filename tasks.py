@@ -10,7 +10,7 @@ from roles import (draft_config, gpu_stack, model_patches, models, patch_check, 
 from specops import cli
 from specops.output import perfpage
 from specops.output import releases as releases_out
-from specops.flows import gate, patching, pipeline, rolling, specbench
+from specops.flows import gate, patching, pipeline, rolling, specbench, tuning, tuning_apply
 from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import SpecopsError
@@ -113,6 +113,37 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
              refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
 
+@fleet_task(*SELECT, "json", "break_lock", shorts=False, service="The service to tune (default: the host's only one)",
+            budget="The most restarts to spend (baseline and candidates; default: tune.budget, else one per "
+                   "setting); the service's own restart at the end is not counted",
+            at="The concurrency the objective reads (default: the gate's at_concurrency, else the lowest level)",
+            mean_speedup="Judge by the mean speedup over the load's levels instead of tok/s at one level",
+            itl_p99_ms="Leave out settings whose p99 inter-token latency is above this (milliseconds)",
+            concurrency="Levels of concurrency, comma-separated (default: the gate's load, else 1,8,32)",
+            requests="Requests per level of the full load (default: the gate's load, else 64)",
+            max_new_tokens="Tokens per request (default: the gate's load, else 128)",
+            apply="Write the winner into host_vars/HOST.yml (comments and order kept) and deploy it with "
+                  "--bench, so the service's gate (or, without one, the tune's objective) holds it")
+def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, itl_p99_ms=None,
+              concurrency=None, requests=None, max_new_tokens=None, apply=False):
+    """Which speculative settings pay off?  Searches the service's `tune:` space (default: one for its
+    algorithm), pruned with SGLang's rules, in one GPU window: the baseline once, then candidates as
+    transient units, a short load along a climb and the full load to the finalists.  The service is
+    always restarted on its own settings and verified (Ctrl-C too).  Prints the winner as inventory
+    lines, says when no settings beat serving without speculation or when the draft itself is the
+    limit, and keeps every figure in the release (tune.json)."""
+    try:
+        ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
+                               concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens)
+    except SpecopsError as e:
+        cli.exit_with(e)
+    reports = cli.play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
+                       services=[service] if service else None)
+    if apply:
+        tuning_apply.apply(sel, reports, lambda body: cli.play(
+            lambda run: rolling.deploy(run, body, drain=True), DEPLOY, sel, task="deploy"))
+
+
 @fleet_task(*SELECT, out="Where to write the page (default: report.html)")
 def report(c, sel, out="report.html"):
     """One self-contained HTML page (opens with no network): per host and service, the releases,
@@ -209,5 +240,6 @@ def sandbox_down(c):
     sandbox_tasks.down()
 
 
-ns = Collection(deploy, bootstrap, rollback, releases, patch, stop, gpu_window, spec_bench, report, verify, status, facts)
+ns = Collection(deploy, bootstrap, rollback, releases, patch, stop, gpu_window, spec_bench, spec_tune, report, verify,
+                status, facts)
 ns.add_collection(Collection("sandbox", sandbox_up, sandbox_down))

@@ -67,9 +67,11 @@ _DEFAULTS = {f.name: f.default for f in fields(Selection)}
 NUMBERS = {"forks": (1, None), "serial": (0, None), "max_fail": (0, 100)}
 
 
-def fleet_task(*shared: str, name: str | None = None, **own_help: str):
+def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own_help: str):
     """An invoke task whose body is `body(c, sel: Selection, **own options)`: the `shared`
-    options are declared once here (with their help) and arrive together in `sel`."""
+    options are declared once here (with their help) and arrive together in `sel`.  `shorts`
+    False: long options only (invoke runs out of letters for a task with many, and then gives
+    one a flag of its own, "--", that no one can type)."""
     def wrap(body: Callable) -> Any:
         params = list(inspect.signature(body).parameters.values())
         own = params[2:]
@@ -87,7 +89,8 @@ def fleet_task(*shared: str, name: str | None = None, **own_help: str):
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
         wrapper.__signature__ = inspect.Signature([params[0], *own, *extra])
         helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
-        return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help})
+        return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
+                    auto_shortflags=shorts)
     return wrap
 
 

@@ -23,6 +23,9 @@ from specops.agent.host import clean
 from specops.layout import CHILD_GRACE, CHILDREN_LOCK, LOCK_DIR, LOCK_GUARD, LOCK_HOLDER, LOCK_LEASE
 
 RELEASE_WAIT = 2 * CHILD_GRACE  # how long a give-back waits for the run's commands to be gone
+# how long a take waits for them: the agent of a run that has just given the lock back may still be
+# exiting (spec-tune --apply deploys right after its own run)
+ACQUIRE_WAIT = 3.0
 
 
 def guarded(work):
@@ -132,7 +135,7 @@ def acquire(holder, take_over=False):
     """{acquired: True, token, took_over?} or {acquired: False, holder, running?}.  `take_over`
     (--break-lock) takes the lock from a live holder; an expired one is taken over anyway; never
     while a command an earlier run started still runs, but with --break-lock (said: still_running)."""
-    left = running()
+    left = running(0 if take_over else ACQUIRE_WAIT)
     if left and not take_over:
         return {"acquired": False, "holder": shown(_read()), "running": left}
     got = _acquire(holder, take_over)

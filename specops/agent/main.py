@@ -29,6 +29,7 @@ HANDLERS = {
     "peer_copy": ("weights.peercopy", "copy"),
     "spec_bench": ("bench.specbench", "run"),
     "baseline_start": ("bench.baseline", "start"),
+    "startup": ("bench.baseline", "startup"),
     "perf_record": ("releases", "record_perf"),
     "router_members": ("services.routing", "members"),
     "router_remove": ("services.routing", "remove"),

@@ -137,25 +137,37 @@ def releases(req):
          "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
          "summary": m.get("summary", ""), "verify": m.get("verify", []),
          "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
+         "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline", "incumbent")),
          "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
          "weights": m.get("weights", {})} for m in manifests()], stacks=kept, uv_cache=cache)
 
 
-def _figures(perf):
-    """perf.json without the raw per-request timings (they stay in the file): what listings need."""
+def _raw_out(side):
+    return [{k: v for k, v in lv.items() if k != "raw"} if isinstance(lv, dict) else lv
+            for lv in side] if isinstance(side, list) else side
+
+
+def _figures(perf, sides=("spec", "baseline")):
+    """perf.json (or tune.json) without the raw per-request timings (they stay in the file): what
+    listings need.  A tune's candidates each hold levels of their own."""
     if not perf:
         return perf
     # A record of another shape is left to the controller to refuse: the listing must not fail on it.
-    levels = lambda side: [{k: v for k, v in lv.items() if k != "raw"} if isinstance(lv, dict) else lv  # noqa: E731
-                           for lv in side] if isinstance(side, list) else side
-    return {name: dict(r, **{side: levels(r.get(side) or []) for side in ("spec", "baseline")})
-            if isinstance(r, dict) else r for name, r in perf.items()}
+    out = {}
+    for name, r in perf.items():
+        if isinstance(r, dict):
+            r = dict(r, **{side: _raw_out(r.get(side) or []) for side in sides})
+            if isinstance(r.get("candidates"), list):
+                r["candidates"] = [dict(c, levels=_raw_out(c.get("levels") or [])) if isinstance(c, dict) else c
+                                   for c in r["candidates"]]
+        out[name] = r
+    return out
 
 
-def read_perf(stamp):
-    """A release's perf.json: service name → that service's latest spec-bench result."""
+def read_perf(stamp, kind="perf"):
+    """A release's perf.json (or tune.json): service name → that service's latest record."""
     try:
-        with open(os.path.join(RELEASES, stamp, "perf.json")) as f:
+        with open(os.path.join(RELEASES, stamp, kind + ".json")) as f:
             perf = json.load(f)
     except (OSError, ValueError):
         return None
@@ -170,8 +182,10 @@ def record_perf(req):
     stamp = req.stamp or current()
     if not stamp or not os.path.isfile(os.path.join(RELEASES, stamp, "manifest.json")):
         raise ActionError("no release %s to keep the result in (deploy first)" % (stamp or "yet"))
-    path = os.path.join(RELEASES, stamp, "perf.json")
-    perf = dict(read_perf(stamp) or {}, **{req.perf["service"]: req.perf})
+    if req.record not in ("perf", "tune"):
+        raise ActionError("no record of kind %r" % req.record)
+    path = os.path.join(RELEASES, stamp, req.record + ".json")
+    perf = dict(read_perf(stamp, req.record) or {}, **{req.perf["service"]: req.perf})
     with open(path + ".tmp", "w") as f:
         json.dump(perf, f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)

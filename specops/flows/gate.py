@@ -54,14 +54,15 @@ def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
     return [text for ok, text in checks(gate, perf, previous) if not ok]
 
 
-def gated(run) -> list[dict]:
+def gated(run, fallback: dict | None = None) -> list[dict]:
     """The bench of `inv deploy --bench` (pipeline.deploy's `bench`): the services' records, or
-    SpecopsError naming each rule a service failed."""
+    SpecopsError naming each rule a service failed.  `fallback`: service → the gate it is held to
+    when it has none of its own (spec-tune --apply's)."""
     # The release this deploy replaces (or, a no-op, the one it keeps): its record is "previous".
     current = next((r for r in run.call(protocol.Releases()).releases if r["current"]), None)
     results, failures = [], []
     for _, svc in services.of_host(run.host):
-        gate, name = svc.get("gate"), svc["name"]
+        gate, name = svc.get("gate") or (fallback or {}).get(svc["name"]), svc["name"]
         if not gate:
             continue
         if not svc.get("speculative"):

@@ -7,6 +7,7 @@ plain verdict, and keeps the result with the current release (perf.json).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
@@ -84,43 +85,60 @@ def measure(run, svc: dict, load: Load, unit: str | None = None) -> list[protoco
 
 
 def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[protocol.BenchLevel]:
-    """Inside a GPU window: stop the service (GPUs proven free), serve the target without
-    speculation as a transient unit, measure it, stop it (GPUs proven free again), and always
-    start the service again and verify it (against `deployed`, a deploy not recorded yet, else
-    the current release).  A worker is out of its routers meanwhile, and back once it verifies."""
-    return rolling.out_of_routers(run, lambda: _baseline(run, svc, load, deployed), [svc["name"]])
+    """Inside a GPU window, serve the target without speculation as a transient unit and measure it."""
+    argv = plain_argv(run, svc)  # refused before the window opens
+
+    def body(serve):
+        run.say("starting the baseline (no speculation)")
+        with serve(argv) as unit:
+            return measure(run, svc, load, unit=unit)
+    return window(run, svc, body, deployed)
 
 
-def _baseline(run, svc: dict, load: Load, deployed: list | None) -> list[protocol.BenchLevel]:
+def window(run, svc: dict, body, deployed: list | None = None):
+    """A GPU window: stop the service (GPUs proven free), run `body(serve)`, and always start the
+    service again and verify it (against `deployed`, a deploy not recorded yet, else the current
+    release).  `serve(argv, label=, what=)` is a context that runs argv as the transient unit
+    specops-baseline-<service> until it is ready and yields its name, then stops it, GPUs proven
+    free again.  A worker is out of its routers meanwhile, and back once it verifies."""
+    return rolling.out_of_routers(run, lambda: _window(run, svc, body, deployed), [svc["name"]])
+
+
+def _window(run, svc: dict, body, deployed: list | None):
+    name = svc["name"]
+    try:
+        pipeline.stop(run, [name])
+        run.say("GPU free")
+        return body(lambda argv, **kw: serving(run, svc, argv, **kw))
+    finally:
+        run.say(f"restarting {name}")
+        pipeline.start_and_verify(run, [name], deployed)
+
+
+@contextlib.contextmanager
+def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "the target without speculation"):
     name, kind = svc["name"], services.kind_of(svc)
-    argv = plain_argv(run, svc)
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = str(svc["cuda_visible_devices"])
     ref, transient = kind.unit(svc), BASELINE_PREFIX + name
+    check = _check(run, svc)
     try:
-        pipeline.stop(run, [name])
-        run.say("GPU free; starting the baseline (no speculation)")
-        check = _check(run, svc)
-        try:
-            run.call(protocol.BaselineStart(
-                service=name, argv=argv, port=check.port, host=check.host, properties=kind.properties(svc),
-                ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout),
-                on_stderr=lambda line: run.say(line.strip()))
-            return measure(run, svc, load, unit=transient)
-        finally:  # however the baseline went (it may not have started, or been cut off): stopped
-            res = run.call(protocol.Stop(services=[protocol.UnitRef(name=transient, gpus=ref.gpus,
-                                                                    titles=ref.titles, grace=ref.grace)],
-                                         others=list(services.unit_refs(run.host))),
-                           on_stderr=lambda line: run.say(line.strip()))
-            for s in res.services:
-                freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
-                run.say(f"baseline stopped; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
-                if s.failures or s.left:
-                    raise SpecopsError(f"the baseline left the GPUs busy: {'; '.join(s.failures) or s.left}")
-    finally:
-        run.say(f"restarting {name}")
-        pipeline.start_and_verify(run, [name], deployed)
+        run.call(protocol.BaselineStart(
+            service=name, argv=argv, port=check.port, host=check.host, properties=kind.properties(svc),
+            ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout, label=label, what=what),
+            on_stderr=lambda line: run.say(line.strip()))
+        yield transient
+    finally:  # however it went (it may not have started, or been cut off): stopped
+        res = run.call(protocol.Stop(services=[protocol.UnitRef(name=transient, gpus=ref.gpus,
+                                                                titles=ref.titles, grace=ref.grace)],
+                                     others=list(services.unit_refs(run.host))),
+                       on_stderr=lambda line: run.say(line.strip()))
+        for s in res.services:
+            freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
+            run.say(f"{label} stopped; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
+            if s.failures or s.left:
+                raise SpecopsError(f"the {label} left the GPUs busy: {'; '.join(s.failures) or s.left}")
 
 
 def plain_argv(run, svc: dict) -> list[str]:

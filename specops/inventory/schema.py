@@ -115,6 +115,10 @@ SERVICE = {
         "max_regression_pct": NUMBER,   # against the previous release's perf.json
         "load": {"concurrency": [int], "requests": int, "warmup": int, "max_new_tokens": int, "seed": int},
     },
+    "tune": {  # inv spec-tune's search space (specops/sglang/tuning.py; default: the algorithm's)
+        "num_steps": [int], "eagle_topk": [int], "num_draft_tokens": [int],
+        "budget": int,                  # the most restarts a tune may spend (--budget)
+    },
 }
 
 HOST_VARS = {

@@ -63,4 +63,21 @@ class BaselineStart:
     gpus: Optional[List[int]] = None
     timeout: float = 3600
     properties: Dict[str, str] = DICT
+    label: str = "baseline"  # how its progress lines name it ("candidate" for spec-tune's)
+    what: str = "the target without speculation"
     Result = BaselineResult
+
+
+@message
+class StartupResult:
+    """Seconds from the unit's main process start to its ready line (None: not in its journal)."""
+    seconds: Optional[float] = None
+
+
+@request("startup")
+class Startup:
+    """How long the current run of `unit` took to start: from systemd's start of its main process
+    to the first line of that run (its own journal lines only) matching `ready_line`."""
+    unit: str
+    ready_line: str
+    Result = StartupResult

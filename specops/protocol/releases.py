@@ -36,7 +36,8 @@ class ReleasesResult:
     """current stamp, and every release [{stamp, status, services, current, summary, spec,
     verify (the checks), verified (what verify found: name, checks, generate, notes),
     packages, venv (the stack it runs), weights (service → what it ran), files: {path: sha256},
-    perf: {service: spec-bench result} or None}]; stacks: [{path, packages, built_at, releases
+    perf: {service: spec-bench result} or None, tune: {service: spec-tune
+    record without its levels' raw timings} or None}]; stacks: [{path, packages, built_at, releases
     (the stamps that run it), bytes (its files), new (bytes no stack listed before it shares)}];
     uv_cache: the bytes of uv's cache no stack shares."""
     current: Optional[str]
@@ -92,7 +93,9 @@ class Rollback:
 @request("perf_record")
 class PerfRecord:
     """Keep a spec-bench result (`perf`: its service, figures, speedups, arguments, versions) in
-    the perf.json of release `stamp` (the current one when None), beside other services' results."""
+    the perf.json of release `stamp` (the current one when None), beside other services' results;
+    with `record` "tune", a spec-tune's record in tune.json instead."""
     perf: Dict[str, Any]
     stamp: Optional[str] = None
+    record: str = "perf"
     Result = RecordResult

@@ -16,6 +16,8 @@ from ..sglang.spec import bind_address, expectations, intended, launch_args
 from . import ServiceKind, register
 
 
+# The last line SGLang logs on start (srt/entrypoints/http_server.py): spec-tune times starts with it.
+READY_LINE = r"fired up and ready to roll"
 # What SGLang 0.5.23 logs while it starts, each line from its source (docs/ARCHITECTURE.md,
 # "SGLang's start-up lines"); the first match of a line wins, the last matching line is the phase.
 # The bars are tqdm's: weight_utils.py's with utils/common.py's BAR_FORMAT ("{desc}: {percentage:3.0f}%
@@ -35,7 +37,7 @@ PROGRESS = [
     [r"Capture cuda graph end", "CUDA graphs captured"],
     [r"Capture (.+?) (?:(?:CUDA|cuda) graph )?begin\.", "capturing {} CUDA graphs"],
     [r"Capture (.+?) (?:(?:CUDA|cuda) graph )?end\.", "{} CUDA graphs captured"],
-    [r"fired up and ready to roll", "ready to roll"],
+    [READY_LINE, "ready to roll"],
 ]
 
 

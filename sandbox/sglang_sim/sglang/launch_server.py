@@ -14,7 +14,8 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
                             redraw per weight shard, then the CUDA graph capture (default 0)
   SGLANG_SIM_STALL_AFTER    with SHARDS: hang silently, for ever, after this many shards
   SGLANG_SIM_SHARD_MB       with SHARDS: GPU memory the load takes per shard (default 500)
-  SGLANG_SIM_TOK_S, SGLANG_SIM_BATCH_COST, SGLANG_SIM_ACCEPT_LENGTH, SGLANG_SIM_DRAFT_COST,
+  SGLANG_SIM_TOK_S, SGLANG_SIM_BATCH_COST, SGLANG_SIM_ACCEPT_RATE, SGLANG_SIM_TREE_GAIN,
+  SGLANG_SIM_ACCEPT_LENGTH, SGLANG_SIM_DRAFT_COST,
   SGLANG_SIM_VERIFY_COST    the performance model: how long /generate takes (sim_perf.py)
   SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
                             like SGLang's: sglang::scheduler, sglang::scheduler_TP0, ...)
@@ -404,7 +405,8 @@ def main(argv=None):
     log.info("Loaded model code %s from %s (MODEL_CODE=%s, FILE_VERSION=%s)", module.__name__, module.__file__,
              module.MODEL_CODE, getattr(module, "FILE_VERSION", None))
     capture = eagle3_capture_layers(args, model_config, module)
-    State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens)
+    State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens,
+                       args.speculative_eagle_topk)
     if os.environ.get("SGLANG_SIM_FAIL_WITHOUT_SPEC") and not args.speculative_algorithm:
         log.error("RuntimeError: CUDA out of memory (the sandbox's knob: no start without speculation)")
         sys.exit(1)

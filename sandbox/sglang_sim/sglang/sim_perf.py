@@ -1,43 +1,64 @@
 """The simulator's performance model: how long each decode step of a request takes, with and
-without speculative decoding, given how many requests are running at once.
+without speculative decoding, given how many requests are running at once, and how many tokens
+a step yields for the speculative settings the server runs with.
 
 Only the simulator has this module; real SGLang measures instead.  The shape follows what a GPU
-does, so both outcomes of speculation happen for real:
+and a draft do, so that tuning has a true optimum that moves with the load:
 
-- a target decode step takes 1/TOK_S seconds for one running request, and BATCH_COST longer for
-  each other running request (a bigger batch: tok/s per request falls with concurrency, the
-  total rises less than linearly);
-- with speculation, a step is `num_steps` draft steps (DRAFT_COST of a target step each) plus one
-  target step that verifies `num_draft_tokens` tokens, which costs VERIFY_COST more per token
-  and per running request (at a big batch the target is compute-bound, and verifying is work);
-  each such step yields on average ACCEPT_LENGTH tokens (the bonus token included, as SGLang
-  counts: completion tokens ÷ verify steps).
+- a target decode step takes base(n) = (1 + BATCH_COST (n - 1)) / TOK_S seconds with n requests
+  running (a bigger batch: tok/s per request falls, the total rises less than linearly);
+- a speculative step is `num_steps` draft steps, DRAFT_COST base(n topk) each (the draft runs
+  topk tokens of each request), plus one target step that verifies `num_draft_tokens` tokens:
+  base(n) (1 + VERIFY_COST num_draft_tokens n)  (at a big batch the target is compute-bound, and
+  every verified token is work);
+- tokens per step (SGLang's accept length: completion tokens / verify steps, the bonus token
+  included) follow Leviathan et al. (2023) for a chain of gamma drafted tokens each accepted
+  with probability alpha:   L = (1 - alpha^(gamma + 1)) / (1 - alpha)
+  where gamma = min(num_steps, num_draft_tokens - 1), the tree's depth.  A tree (topk > 1)
+  spreads the draft tokens over w = min(topk, (num_draft_tokens - 1) / gamma) candidates per
+  depth; a sibling is correlated with the first choice, so it counts TREE_GAIN of an
+  independent try:   alpha_eff = 1 - (1 - alpha)^(1 + TREE_GAIN (w - 1)).
+  A chain (topk 1, num_draft_tokens = num_steps + 1) has w = 1 and alpha_eff = alpha.
 
-With a good draft (accept length 3.2, draft cost 0.15) speculation is ~2x faster alone and
-falls off with concurrency; with a poor one (accept length 1.2, draft cost 0.3) it is ~0.6x as
-fast even alone: the 54.8 against 90 tok/s case.
+With alpha 0.8 and draft cost 0.15, speculation is ~2x faster alone and falls off with
+concurrency, and more draft tokens pay alone but not at 32; with alpha 0.15 and draft cost 0.3
+it is slower than no draft whatever the settings, and its accept length hardly moves (1.2 to
+1.4): the 54.8 against 90 tok/s case, where the draft, not the settings, is the limit.
 
 Knobs (environment): SGLANG_SIM_TOK_S (default 100), SGLANG_SIM_BATCH_COST (0.03),
-SGLANG_SIM_ACCEPT_LENGTH (3.2), SGLANG_SIM_DRAFT_COST (0.15), SGLANG_SIM_VERIFY_COST (0.01).
+SGLANG_SIM_ACCEPT_RATE (alpha, 0.8), SGLANG_SIM_TREE_GAIN (0.5), SGLANG_SIM_DRAFT_COST (0.15),
+SGLANG_SIM_VERIFY_COST (0.01).  SGLANG_SIM_ACCEPT_LENGTH, when set, pins L whatever the settings
+(tests that need an exact number of steps).
 """
 import os
 import threading
 
 
-def _knob(name, default):
-    return float(os.environ.get("SGLANG_SIM_" + name, default))
+def _knob(name, default, env=None):
+    return float((os.environ if env is None else env).get("SGLANG_SIM_" + name, default))
+
+
+def accept_length(alpha, tree_gain, num_steps, topk, num_draft_tokens):
+    """Mean tokens per verify step for these settings (the formula in the module's docstring)."""
+    depth = max(1, min(num_steps, num_draft_tokens - 1))
+    width = min(topk, max(1.0, (num_draft_tokens - 1) / depth))
+    alpha = 1 - (1 - alpha) ** (1 + tree_gain * (width - 1))
+    return depth + 1.0 if alpha >= 1 else (1 - alpha ** (depth + 1)) / (1 - alpha)
 
 
 class Model:
     """One server's decode timing; `running` is kept by begin()/end() around each request."""
 
-    def __init__(self, speculative, num_steps=None, num_draft_tokens=None):
+    def __init__(self, speculative, num_steps=None, num_draft_tokens=None, eagle_topk=None):
         self.speculative = bool(speculative)
         self.num_steps = int(num_steps or 3)
         self.num_draft_tokens = int(num_draft_tokens or (self.num_steps + 1))
+        self.topk = int(eagle_topk or 1)
         self.tok_s = _knob("TOK_S", 100)
         self.batch_cost = _knob("BATCH_COST", 0.03)
-        self.accept = max(1.0, _knob("ACCEPT_LENGTH", 3.2))
+        pinned = os.environ.get("SGLANG_SIM_ACCEPT_LENGTH")
+        self.accept = max(1.0, float(pinned)) if pinned else accept_length(
+            _knob("ACCEPT_RATE", 0.8), _knob("TREE_GAIN", 0.5), self.num_steps, self.topk, self.num_draft_tokens)
         self.draft_cost = _knob("DRAFT_COST", 0.15)
         self.verify_cost = _knob("VERIFY_COST", 0.01)
         self.running = 0
@@ -61,7 +82,8 @@ class Model:
         if not self.speculative:
             return base, 1.0
         verify = base * (1.0 + self.verify_cost * self.num_draft_tokens * running)
-        return verify + self.num_steps * self.draft_cost * base, self.accept
+        draft = self.draft_cost * self.target_step(running * self.topk)  # the draft's batch: topk per request
+        return verify + self.num_steps * draft, self.accept
 
     def steps(self, max_new_tokens):
         """(seconds, tokens) per step until max_new_tokens: accepted tokens are whole, and they
@@ -74,3 +96,17 @@ class Model:
             owed -= tokens
             made += tokens
             yield seconds, tokens
+
+
+def steady_tok_s(env, concurrency, settings=None):
+    """Output tok/s with `concurrency` requests decoding at once, for knobs `env` (SGLANG_SIM_*)
+    and speculative `settings` (num_steps, eagle_topk, num_draft_tokens), or None without
+    speculation: the model above in closed form, the oracle tests judge spec-tune by."""
+    base = lambda n: (1.0 + _knob("BATCH_COST", 0.03, env) * (n - 1)) / _knob("TOK_S", 100, env)  # noqa: E731
+    if settings is None:
+        return concurrency / base(concurrency)
+    steps, topk, draft = settings
+    accept = accept_length(_knob("ACCEPT_RATE", 0.8, env), _knob("TREE_GAIN", 0.5, env), steps, topk, draft)
+    step = base(concurrency) * (1.0 + _knob("VERIFY_COST", 0.01, env) * draft * concurrency) \
+        + steps * _knob("DRAFT_COST", 0.15, env) * base(concurrency * topk)
+    return concurrency * accept / step

@@ -15,7 +15,7 @@ import time
 from specops import protocol
 from specops.agent.services import http, listeners
 from specops.agent.host import ActionError, journal, on_interrupt, run_quiet, say
-from specops.agent.services.procs import Unit, remember_invocation
+from specops.agent.services.procs import Unit, remember_invocation, show
 from specops.agent.services.asking import redacted
 from specops.agent.services.units import stop_unit
 from specops.layout import BASELINE_PREFIX, env_file
@@ -51,7 +51,7 @@ def start(req):
     # link, a killed controller), the baseline goes and the service comes back without it.
     on_interrupt(lambda: _restore(name, req.service))
     remember_invocation(name)
-    say("  baseline: %s started (the target without speculation)" % name)
+    say("  %s: %s started (%s)" % (req.label, name, req.what))
     deadline = time.time() + req.timeout
     while time.time() < deadline:
         try:
@@ -59,13 +59,37 @@ def start(req):
                 problem = listeners.Listener(name, req.port).problem()
                 if problem:  # what answers is not the baseline: it gets no key and no load
                     raise ActionError("port %d: %s; spec-bench sends it nothing" % (req.port, problem))
-                say("  baseline: ready")
+                say("  %s: ready" % req.label)
                 return protocol.BaselineResult(unit=name)
         except OSError:
             pass
         if not Unit(name).active:
-            raise ActionError("the baseline server exited before it was ready: %s"
-                              % redacted(req.service, journal(name, 10)))
+            raise ActionError("the %s server exited before it was ready: %s"
+                              % (req.label, redacted(req.service, journal(name, 10))))
         time.sleep(0.5)
-    raise ActionError("the baseline server was not ready within %.0f s: %s"
-                      % (req.timeout, redacted(req.service, journal(name, 10))))
+    raise ActionError("the %s server was not ready within %.0f s: %s"
+                      % (req.label, req.timeout, redacted(req.service, journal(name, 10))))
+
+
+def startup(req):
+    """Answer a protocol.Startup: the current run's start to its ready line, from its own journal
+    lines (_SYSTEMD_INVOCATION_ID is set by journald, so no other process can forge one)."""
+    import json
+    import re
+    props = show(req.unit, "InvocationID", "ExecMainStartTimestampMonotonic")
+    run, began = props.get("InvocationID"), props.get("ExecMainStartTimestampMonotonic", "0")
+    if not run or not began.isdigit() or began == "0":
+        return protocol.StartupResult()
+    _, out = run_quiet(["journalctl", "_SYSTEMD_INVOCATION_ID=" + run, "--no-pager", "-o", "json",
+                        "--output-fields=MESSAGE"], timeout=20)
+    ready = re.compile(req.ready_line)
+    for row in out.splitlines():
+        try:
+            entry = json.loads(row)
+        except ValueError:
+            continue
+        if isinstance(entry.get("MESSAGE"), str) and ready.search(entry["MESSAGE"]):
+            at = entry.get("__MONOTONIC_TIMESTAMP", "")
+            if at.isdigit() and int(at) >= int(began):
+                return protocol.StartupResult(seconds=round((int(at) - int(began)) / 1e6, 2))
+    return protocol.StartupResult()

@@ -1,0 +1,278 @@
+"""spec-tune's pure logic: the search space of a service's speculative settings, pruned with
+SGLang's rules, the search over it, the objective, and what the figures say.
+
+The space is a grid of asked values (`tune:` in the inventory, or the algorithm's default).  Each
+asked combination is resolved as SGLang would run it (rules.resolve): an adjusted one stands for
+what SGLang runs instead, so duplicates collapse; a refused one is dropped, as is a tree that
+cannot fill its draft tokens (see TREE_POOL).  What is left are `Settings`, each measured at
+most once per load.
+
+The search spends restarts, not load: it starts from what the service runs now (or the middle
+of the space), measures a candidate's neighbours with a short load (one step along one axis),
+moves to the best, and stops when no neighbour beats where it stands.  Throughput is unimodal
+along each axis (more steps, a wider tree or more draft tokens each buy accepted tokens with
+per-step cost), so the climb reaches the optimum without the grid.  The finalists (those within
+FINALIST_MARGIN of the best short figure) then get the full load: the second rung of a
+successive halving, which only the candidates that can still win reach.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import UsageError
+from .rules import resolve
+
+KNOBS = ("num_steps", "eagle_topk", "num_draft_tokens")
+# A default space per algorithm family (NEXTN, DeepSeek's MTP head, is EAGLE to SGLang):
+# SGLang's own scripts/playground/bench_speculative.py sweeps steps 1-7, topk 1-8, 2-32 tokens.
+DEFAULT_SPACES = {
+    "EAGLE": {"num_steps": [1, 3, 5, 7], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16, 32]},
+    "EAGLE3": {"num_steps": [1, 3, 5, 7], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16, 32]},
+    "NEXTN": {"num_steps": [1, 2, 3, 4], "eagle_topk": [1, 2, 4], "num_draft_tokens": [2, 4, 8]},
+    # a whole model drafts: every step costs, so chains and narrow trees
+    "STANDALONE": {"num_steps": [1, 2, 3, 4, 5], "eagle_topk": [1, 2], "num_draft_tokens": [2, 4, 8]},
+    # DFLASH runs one step and topk 1 (SGLang forces both): only the block of draft tokens varies
+    "DFLASH": {"num_draft_tokens": [4, 8, 16, 32]},
+}
+# SGLang's EAGLE tree (srt/speculative, build_tree_kernel_efficient_preprocess) picks
+# num_draft_tokens - 1 nodes with torch.topk over the draft's scores: topk from the root and
+# topk * topk at each further step.  Asking for more fails at the first verify, not at start.
+TREE_POOL = "a tree of num_steps {s} and topk {k} has {n} candidate nodes, fewer than num_draft_tokens - 1 = {d}"
+FINALIST_MARGIN = 0.05  # within 5% of the best short figure: noise on a shared box can be that much
+MOVE_MARGIN = 0.01      # the climb moves only for a gain above this
+KEEP_MARGIN = 0.03      # a winner must beat what the service runs now by this much to replace it
+FLAT_ACCEPT = 0.5       # accepted tokens gained across at least twice the draft tokens, below which
+FLAT_DRAFT_RATIO = 2    # the draft's own acceptance is the limit
+
+
+@dataclass(frozen=True, order=True)
+class Settings:
+    """The speculative settings SGLang runs with (after its own adjustments)."""
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+
+    def spec(self) -> dict:
+        return {k: getattr(self, k) for k in KNOBS}
+
+    def label(self) -> str:
+        return f"steps {self.num_steps}, topk {self.eagle_topk}, draft tokens {self.num_draft_tokens}"
+
+
+@dataclass
+class Pruned:
+    """An asked combination not measured as such: `runs_as` the settings SGLang would run
+    instead (measured under that name, when kept), or None when it cannot run at all."""
+    asked: dict
+    reason: str
+    runs_as: Settings | None = None
+
+
+@dataclass
+class Space:
+    candidates: list[Settings]
+    pruned: list[Pruned]
+    grid: int  # asked combinations: the restarts a full sweep needs (one per combination)
+
+    def summary(self) -> str:
+        adjusted = sum(1 for p in self.pruned if p.runs_as)
+        refused = len(self.pruned) - adjusted
+        return (f"{self.grid} combinations asked; {len(self.candidates)} distinct settings to search "
+                f"({adjusted} that SGLang would run as another, {refused} it would refuse or that cannot run)")
+
+
+def asked_space(svc: dict, space: dict | None) -> dict:
+    """The grid to search: the service's `tune` knobs over the algorithm's default space."""
+    algo = svc["speculative"]["algorithm"].upper()
+    if algo not in DEFAULT_SPACES:
+        raise UsageError(f"{svc['name']}: spec-tune searches draft-model settings "
+                         f"({', '.join(DEFAULT_SPACES)}); {algo} has none to search")
+    grid = dict(DEFAULT_SPACES[algo])
+    for knob, values in (space or {}).items():
+        if knob == "budget":
+            continue
+        if knob not in KNOBS:
+            raise UsageError(f"{svc['name']}: tune.{knob}: not a knob spec-tune searches ({', '.join(KNOBS)})")
+        if not isinstance(values, list) or not values or not all(isinstance(v, int) and v > 0 for v in values):
+            raise UsageError(f"{svc['name']}: tune.{knob} must be a list of positive integers")
+        grid[knob] = sorted(set(values))
+    return grid
+
+
+def prune(svc: dict, grid: dict) -> Space:
+    """Each asked combination resolved as SGLang would run it; duplicates collapse."""
+    spec = {k: v for k, v in svc["speculative"].items() if k not in KNOBS}
+    keys = [k for k in KNOBS if k in grid]
+    seen: dict[Settings, dict] = {}
+    pruned = []
+    combos = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+    for asked in combos:
+        ask = dict(spec, **asked)
+        if ask["algorithm"].upper() == "DFLASH" and ask.get("dflash_block_size") is not None:
+            ask["dflash_block_size"] = asked["num_draft_tokens"]  # SGLang wants the two equal
+        res = resolve(ask, page_size=svc.get("page_size"), attention_backend=svc.get("attention_backend"),
+                      max_running_requests=svc.get("max_running_requests"))
+        if res.errors:
+            pruned.append(Pruned(asked, res.errors[0].message()))
+            continue
+        eff = res.effective
+        runs = Settings(eff["speculative_num_steps"], eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"])
+        pool = runs.eagle_topk + (runs.num_steps - 1) * runs.eagle_topk ** 2
+        if runs.num_draft_tokens - 1 > pool:
+            pruned.append(Pruned(asked, TREE_POOL.format(s=runs.num_steps, k=runs.eagle_topk, n=pool,
+                                                         d=runs.num_draft_tokens - 1)))
+            continue
+        if res.adjustments or runs in seen:
+            why = "; ".join(f.message() for f in res.adjustments) or "the same settings as another combination"
+            pruned.append(Pruned(asked, why, runs))
+        seen.setdefault(runs, asked)
+    return Space(sorted(seen), pruned, len(combos))
+
+
+def neighbours(x: Settings, candidates: list[Settings]) -> list[Settings]:
+    """Every candidate near `x` on each knob: the next value either way, or within a factor of
+    two.  The knobs are coupled (a deeper or wider tree needs the draft tokens to fill it), so a
+    step along one alone can stall where a step along two pays; and ratios count beside list
+    positions because a chain's draft tokens (steps + 1) fall between the values asked for trees."""
+    values = {k: sorted({getattr(c, k) for c in candidates}) for k in KNOBS}
+
+    def near(c, k):
+        a, b = getattr(c, k), getattr(x, k)
+        return max(a, b) <= 2 * min(a, b) or abs(values[k].index(a) - values[k].index(b)) <= 1
+    return [c for c in candidates if c != x and all(near(c, k) for k in KNOBS)]
+
+
+def _toward(x: Settings, last: Settings | None, c: Settings) -> tuple:
+    """Order to try neighbours in: along the last move first (a pattern move), then the nearest."""
+    move = [0 if last is None else (getattr(x, k) > getattr(last, k)) - (getattr(x, k) < getattr(last, k)) for k in KNOBS]
+    way = [(getattr(c, k) > getattr(x, k)) - (getattr(c, k) < getattr(x, k)) for k in KNOBS]
+    agree = sum(1 for m, w in zip(move, way) if m and m == w) - sum(1 for m, w in zip(move, way) if m and w == -m)
+    return (-agree, sum(1 for w in way if w), c)
+
+
+def middle(candidates: list[Settings]) -> Settings:
+    """Where a search starts when the service's own settings are not in the space."""
+    values = {k: sorted({getattr(c, k) for c in candidates}) for k in KNOBS}
+    mid = {k: v[(len(v) - 1) // 2] for k, v in values.items()}
+    return min(candidates, key=lambda c: (sum(abs(values[k].index(getattr(c, k)) - values[k].index(mid[k]))
+                                              for k in KNOBS), c))
+
+
+@dataclass
+class Objective:
+    """What a candidate is judged by: output tok/s at concurrency `at` (default), or the mean
+    speedup over the load's levels (`mean`); candidates whose p99 inter-token latency exceeds
+    `max_itl_p99` seconds are out; a winner must beat the baseline by `min_speedup`."""
+    at: int
+    mean: bool = False
+    max_itl_p99: float | None = None
+    min_speedup: float = 1.0
+
+    def levels(self, load_levels: list[int]) -> list[int]:
+        """The levels a short load needs to judge a candidate."""
+        return list(load_levels) if self.mean else [self.at]
+
+    def speedup(self, figures: dict, base: dict) -> float | None:
+        """figures, base: concurrency → a level's figures."""
+        gains = [figures[c]["output_tok_s"] / base[c]["output_tok_s"] for c in figures
+                 if c in base and base[c].get("output_tok_s")]
+        if self.mean:
+            return sum(gains) / len(gains) if gains else None
+        b = base.get(self.at, {}).get("output_tok_s")
+        return figures[self.at]["output_tok_s"] / b if b and self.at in figures else None
+
+    def score(self, figures: dict, base: dict) -> tuple[float | None, str]:
+        """(the figure to maximise, or None with why it is out)."""
+        if any(f.get("failed") for f in figures.values()):
+            return None, "requests failed"
+        if self.max_itl_p99 is not None:
+            over = [c for c, f in figures.items() if (f.get("itl_p99") or 0) > self.max_itl_p99]
+            if over:
+                return None, (f"p99 inter-token latency {figures[over[0]]['itl_p99'] * 1000:.1f} ms at concurrency "
+                              f"{over[0]} is above {self.max_itl_p99 * 1000:.1f} ms")
+        if self.mean:
+            gain = self.speedup(figures, base)
+            return gain, "" if gain is not None else "no baseline to compare with"
+        return (figures[self.at]["output_tok_s"], "") if self.at in figures else (None, f"concurrency {self.at} not measured")
+
+    def describe(self) -> str:
+        what = "the mean speedup over the load's levels" if self.mean else f"output tok/s at concurrency {self.at}"
+        bound = f", p99 inter-token latency at most {self.max_itl_p99 * 1000:.0f} ms" if self.max_itl_p99 else ""
+        return f"{what}{bound}; it must beat serving without speculation by {self.min_speedup}x"
+
+
+@dataclass
+class Climb:
+    """The short-load rung: each measured candidate's score (None: infeasible or failed)."""
+    scores: dict = field(default_factory=dict)
+    path: list = field(default_factory=list)
+    budget_spent: bool = False
+
+    def best(self) -> Settings | None:
+        ok = [c for c, s in self.scores.items() if s is not None]
+        return max(ok, key=lambda c: (self.scores[c], -c.num_draft_tokens)) if ok else None
+
+
+def climb(candidates: list[Settings], measure: Callable[[Settings], float | None], start: Settings,
+          budget: int, known: dict | None = None) -> Climb:
+    """Hill-climb with `measure` (one restart each; at most `budget`); `known`: scores had
+    without a restart (what the service runs now, measured as it runs)."""
+    out = Climb(scores=dict(known or {}))
+    spent = 0
+
+    def probe(c):
+        nonlocal spent
+        if c in out.scores:
+            return
+        if spent >= budget:
+            out.budget_spent = True
+            return
+        spent += 1
+        out.scores[c] = measure(c)
+
+    x, last = start, None
+    probe(x)
+    out.path.append(x)
+    while True:  # first improvement: move on as soon as a neighbour beats where the climb stands
+        here = out.scores.get(x)
+        for n in sorted(neighbours(x, candidates), key=lambda c: _toward(x, last, c)):
+            probe(n)
+            if out.scores.get(n) is not None and (here is None or out.scores[n] > here * (1 + MOVE_MARGIN)):
+                break
+        best = out.best()
+        if best is None or best == x or (here is not None and out.scores[best] <= here * (1 + MOVE_MARGIN)):
+            return out
+        x, last = best, x
+        out.path.append(x)
+
+
+def finalists(c: Climb, most: int = 3) -> list[Settings]:
+    """Those the full load decides between: within FINALIST_MARGIN of the best short figure."""
+    best = c.best()
+    if best is None:
+        return []
+    top = c.scores[best]
+    near = [s for s, v in c.scores.items() if v is not None and v >= top * (1 - FINALIST_MARGIN)]
+    return sorted(near, key=lambda s: -c.scores[s])[:most]
+
+
+def draft_limit(accepts: dict) -> str | None:
+    """`accepts`: settings → accept length measured.  When the accept length barely moves while the
+    draft tokens at least double, the draft's own acceptance is the limit, not the settings."""
+    seen = {s: a for s, a in accepts.items() if a}
+    if len(seen) < 2:
+        return None
+    fewest = min(s.num_draft_tokens for s in seen)
+    most = max(s.num_draft_tokens for s in seen)
+    if most < FLAT_DRAFT_RATIO * fewest:
+        return None
+    low = max(a for s, a in seen.items() if s.num_draft_tokens == fewest)
+    high = max(a for s, a in seen.items() if s.num_draft_tokens == most)
+    if high - low >= FLAT_ACCEPT:
+        return None
+    return (f"the accept length barely moves with the draft tokens ({low:.2f} with {fewest} drafted, {high:.2f} "
+            f"with {most}): the draft's own acceptance is the limit, not the settings.  Check the draft config "
+            f"lint (inv deploy --check: the draft's hidden-state layers against the target), the embedding-"
+            f"capture patch on the target, and what the draft was trained on (this target's hidden states?)")

@@ -1,0 +1,144 @@
+"""spec-tune's pure logic (specops/sglang/tuning.py) against the simulator's performance model in
+closed form (sim_perf.steady_tok_s, the formula its docstring documents), and the write-back of
+the winner into a host's vars file.  No fleet."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from specops.errors import UsageError
+from specops.inventory import writeback
+from specops.sglang import tuning
+from specops.sglang.tuning import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("sim_perf", ROOT / "sandbox/sglang_sim/sglang/sim_perf.py")
+sim_perf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sim_perf)
+
+SVC = {"name": "sglang", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/d",
+                                         "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}
+ISSUE_SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16]}
+GOOD = {"SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_DRAFT_COST": "0.15"}
+SEEDS = {"SGLANG_SIM_ACCEPT_RATE": "0.1", "SGLANG_SIM_DRAFT_COST": "0.35"}
+
+
+def oracle(env, c):
+    return lambda s: sim_perf.steady_tok_s(env, c, (s.num_steps, s.eagle_topk, s.num_draft_tokens))
+
+
+def test_the_seeds_trap_is_never_a_candidate_and_the_pruning_says_why():
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    assert space.grid == 64 and len(space.candidates) < 64
+    assert Settings(1, 1, 16) not in space.candidates
+    trap = next(p for p in space.pruned if p.asked == {"num_steps": 1, "eagle_topk": 1, "num_draft_tokens": 16})
+    assert trap.runs_as == Settings(1, 1, 2) and "topk1-draft" in trap.reason
+    # a tree of 1 step and topk 2 has 2 nodes: 15 draft tokens cannot be picked from it
+    pool = next(p for p in space.pruned if p.asked == {"num_steps": 1, "eagle_topk": 2, "num_draft_tokens": 16})
+    assert pool.runs_as is None and "2 candidate nodes" in pool.reason
+    assert Settings(1, 2, 16) not in space.candidates
+    assert len(set(space.candidates)) == len(space.candidates)
+
+
+def test_a_bad_space_is_refused_in_one_line():
+    with pytest.raises(UsageError, match="tune.num_stepz: not a knob"):
+        tuning.asked_space(SVC, {"num_stepz": [1]})
+    with pytest.raises(UsageError, match="list of positive integers"):
+        tuning.asked_space(SVC, {"num_steps": [0, 2]})
+    with pytest.raises(UsageError, match="NGRAM has none to search"):
+        tuning.asked_space({**SVC, "speculative": {"algorithm": "NGRAM"}}, None)
+
+
+@pytest.mark.parametrize("c", [1, 4, 8, 32])
+def test_the_climb_finds_the_optimum_in_far_fewer_restarts_than_the_grid(c):
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    f = oracle(GOOD, c)
+    best = max(space.candidates, key=f)
+    climb = tuning.climb(space.candidates, f, Settings(3, 1, 4), budget=100)
+    restarts = 1 + len(climb.scores) + len(tuning.finalists(climb))  # baseline, climb, finalists' full load
+    assert f(climb.best()) >= 0.97 * f(best), (climb.best(), best)
+    assert restarts <= 0.4 * (space.grid + 1), restarts
+
+
+def test_the_optimum_alone_differs_from_the_optimum_at_32():
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    alone, busy = (max(space.candidates, key=oracle(GOOD, c)) for c in (1, 32))
+    assert alone == Settings(5, 4, 16) and busy == Settings(3, 1, 4)
+    assert oracle(GOOD, 32)(alone) < 0.9 * oracle(GOOD, 32)(busy)
+
+
+def test_the_budget_caps_the_restarts():
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    calls = []
+    climb = tuning.climb(space.candidates, lambda s: calls.append(s) or oracle(GOOD, 1)(s), Settings(3, 1, 4), budget=3)
+    assert len(calls) == 3 and climb.budget_spent
+
+
+def test_no_setting_pays_with_the_seeds_draft_and_its_accept_length_is_flat():
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    for c in (1, 8, 32):
+        base = sim_perf.steady_tok_s(SEEDS, c)
+        assert max(oracle(SEEDS, c)(s) for s in space.candidates) < base
+    accepts = {s: sim_perf.accept_length(0.1, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens)
+               for s in (Settings(1, 1, 2), Settings(3, 1, 4), Settings(3, 2, 8))}
+    assert "the draft's own acceptance is the limit" in tuning.draft_limit(accepts)
+    good = {s: sim_perf.accept_length(0.8, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens) for s in accepts}
+    assert tuning.draft_limit(good) is None
+    # too narrow a spread of draft tokens says nothing either way
+    assert tuning.draft_limit({Settings(1, 1, 2): 1.1, Settings(2, 1, 3): 1.1}) is None
+
+
+def test_the_objective_reads_one_level_or_the_mean_and_holds_the_latency_bound():
+    fig = {1: {"output_tok_s": 300.0, "itl_p99": 0.004}, 8: {"output_tok_s": 900.0, "itl_p99": 0.02}}
+    base = {1: {"output_tok_s": 100.0}, 8: {"output_tok_s": 1000.0}}
+    assert tuning.Objective(at=1).score(fig, base) == (300.0, "")
+    assert tuning.Objective(at=1, mean=True).score(fig, base)[0] == pytest.approx((3.0 + 0.9) / 2)
+    score, why = tuning.Objective(at=8, mean=True, max_itl_p99=0.01).score(fig, base)
+    assert score is None and "20.0 ms at concurrency 8 is above 10.0 ms" in why
+    assert tuning.Objective(at=1, max_itl_p99=0.01).score({1: fig[1]}, base)[0] == 300.0
+    assert tuning.Objective(at=1).score({1: {**fig[1], "failed": 2}}, base) == (None, "requests failed")
+
+
+def test_the_simulator_runs_the_formula_the_oracle_states(monkeypatch):
+    for k, v in GOOD.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SGLANG_SIM_ACCEPT_LENGTH", raising=False)
+    m = sim_perf.Model("EAGLE3", 5, 16, 4)
+    m.running = 1
+    seconds, tokens = m.step()
+    assert tokens == pytest.approx(sim_perf.accept_length(0.8, 0.5, 5, 4, 16))
+    assert tokens / seconds == pytest.approx(sim_perf.steady_tok_s(GOOD, 1, (5, 4, 16)))
+    # a chain: the Leviathan et al. formula itself
+    assert sim_perf.accept_length(0.8, 0.5, 3, 1, 4) == pytest.approx((1 - 0.8 ** 4) / (1 - 0.8))
+
+
+HOST_VARS = """\
+# t1: the box under the stairs
+services:
+  - name: sglang   # the one service
+    model_path: /models/tiny-llama
+    speculative:
+      algorithm: EAGLE3
+      draft_model_path: /models/tiny-llama-eagle3
+      num_steps: 3      # tuned by hand, 2026-11
+      eagle_topk: 1
+      num_draft_tokens: 4
+    port: 30000
+"""
+
+
+def test_the_winner_is_written_with_comments_and_order_kept_and_twice_is_a_no_op(tmp_path):
+    (tmp_path / "host_vars").mkdir()
+    path = tmp_path / "host_vars" / "t1.yml"
+    path.write_text(HOST_VARS)
+    assert writeback.vars_file(tmp_path, "t1") == path
+    assert writeback.write_speculative(path, "sglang", {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16})
+    text = path.read_text()
+    assert text == HOST_VARS.replace("num_steps: 3 ", "num_steps: 5 ").replace("eagle_topk: 1", "eagle_topk: 4") \
+        .replace("num_draft_tokens: 4", "num_draft_tokens: 16")
+    assert not writeback.write_speculative(path, "sglang", {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16})
+    assert path.read_text() == text
+    with pytest.raises(UsageError, match="no service 'other'"):
+        writeback.write_speculative(path, "other", {"num_steps": 1})
+    with pytest.raises(UsageError, match="no such file"):
+        writeback.vars_file(tmp_path, "t2")
