@@ -140,8 +140,11 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     reports = cli.play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
                        services=[service] if service else None)
     if apply:
-        tuning_apply.apply(sel, reports, lambda body: cli.play(
-            lambda run: rolling.deploy(run, body, drain=True), DEPLOY, sel, task="deploy"))
+        try:
+            tuning_apply.apply(sel, reports, lambda body: cli.play(
+                lambda run: rolling.deploy(run, body, drain=True), DEPLOY, sel, task="deploy"))
+        except SpecopsError as e:
+            cli.exit_with(e)
 
 
 @fleet_task(*SELECT, out="Where to write the page (default: report.html)")

@@ -90,6 +90,49 @@ def test_spec_tune_finds_the_known_optimum_applies_it_under_the_gate_and_twice_c
     assert res.returncode == 0, res.stdout[-5000:]
     assert (inv / "host_vars" / "t1.yml").read_text() == before
     assert "nothing to apply" in res.stdout and "gate passed" not in res.stdout
+    look_at_the_report(sandbox, inv, "t1", json.loads(h.path(SPEC).read_text())["sglang"])
+
+
+def look_at_the_report(sandbox, inv, name, rec):
+    """The report's tuning section as headless Chromium renders it (no network): a row per
+    measured candidate with its speedups, the winner marked, every pruned combination listed."""
+    import subprocess
+    from html.parser import HTMLParser
+    page = sandbox.tmp / "report.html"
+    res = sandbox.inv("report", "--host", name, "--out", str(page), inventory=inv)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run = subprocess.run(["unshare", "--net", "chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert "<table data-tune>" in run.stdout, run.stderr[-2000:]
+
+    class Read(HTMLParser):
+        rows, winners, pruned, cells, where = [], [], 0, [], None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "table":
+                self.where = "tune" if "data-tune" in a else None
+            if tag == "tr" and self.where == "tune":
+                self.rows.append([])
+                if "data-winner" in a:
+                    self.winners.append(len(self.rows) - 1)
+            if tag == "li" and self.where == "pruned":
+                self.pruned += 1
+            if tag == "ul" and "data-pruned" in a:
+                self.where = "pruned"
+
+        def handle_data(self, data):
+            if self.where == "tune" and self.rows and data.strip():
+                self.rows[-1].append(data.strip())
+    r = Read()
+    r.feed(run.stdout)
+    body = r.rows[1:]  # the header row first
+    assert len(body) == len(rec["candidates"]) and r.pruned == len(rec["pruned"])
+    for row, cand in zip(body, rec["candidates"]):
+        assert row[0].startswith(cand["label"]) and row[2] == f"{cand['speedup']['1']:.2f}x"
+    assert [body[i - 1][0] for i in r.winners] == [f"{c['label']} (winner)" for c in rec["candidates"]
+                                                    if c["settings"] == rec["winner"] and c["rung"] == "full"]
 
 
 def test_the_seeds_draft_pays_with_no_settings_and_is_named_as_the_limit(sandbox):

@@ -12,20 +12,18 @@ were refused; every text is escaped.
 """
 from __future__ import annotations
 
-import html
 import json
 import math
 import time
 
 from ..protocol import ROLLED_BACK
-from .charts import bar_chart, line_chart, stamp_labels
+from . import tunepage
+from .charts import _e, bar_chart, line_chart, stamp_labels
 
 FIGURES = ("output_tok_s", "accept_length", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 SHOWN_REFUSALS = 5  # a tampered file could name thousands; the page says how many more
 
 
-def _e(value) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def number(value) -> float | int | None:
@@ -199,6 +197,7 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
         at = str((gate or {}).get("at_concurrency") or min(latest["spec"], default=1))
         out += _per_release_charts(measured, at, gate or {})
         out.append(_levels_table(latest))
+    out += tunepage.section(releases, name)
     current = next((r for r in releases if r.get("current") is True), {})
     out += _verified(name, current)
     return "\n".join(out + ["</section>"])

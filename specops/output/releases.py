@@ -26,6 +26,8 @@ def lines(host: str, releases: list[dict], columns: int | None = None) -> list[s
         out.append(head + (shorten(rel["summary"], columns - len(head)) if columns else rel["summary"]))
         for name, perf in sorted((rel.get("perf") or {}).items()):
             out.append(f"{'':<14} perf {name}: {perf_line(perf)}")
+        for name, tune in sorted((rel.get("tune") or {}).items()):
+            out.append(f"{'':<14} tune {name}: {tune_line(tune)}")
         stamp, changed = since(releases, rel)
         out += [f"{'':<16} since {stamp}: {line}" for line in changed]
     return out
@@ -53,6 +55,15 @@ def perf_line(perf: dict) -> str:
     speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
     return "; ".join(p for p in (levels, f"accept length {accept[0]:.2f}" if accept else "",
                                  f"speedup {speed}" if speed else "") if p)
+
+
+def tune_line(tune: dict) -> str:
+    """One service's spec-tune record in one line: the verdict and what it cost."""
+    if not isinstance(tune, dict):
+        return "unreadable"
+    cands = tune.get("candidates") if isinstance(tune.get("candidates"), list) else []
+    return (f"{tune.get('verdict', '?')}; {len(cands)} measured, {len(tune.get('pruned') or [])} pruned, "
+            f"{tune.get('restarts', '?')} restarts (the grid: {tune.get('grid_restarts', '?')})")
 
 
 def compare(old: dict, new: dict) -> list[str]:

@@ -1,0 +1,54 @@
+"""The report's tuning section: a release's latest spec-tune (tune.json, read back from the host):
+the speedup of every candidate at every level it was measured at, the winner marked, and the
+combinations pruned before any restart with why.  Values are escaped and checked, as the rest of
+the page's: a record of another shape shows as "-", never as markup."""
+from __future__ import annotations
+
+from .charts import _e
+
+
+def _num(value) -> str:
+    return f"{value:.2f}x" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _latest(releases: list[dict], name: str) -> tuple[dict, dict] | None:
+    for r in reversed(releases):
+        rec = (r.get("tune") or {}).get(name) if isinstance(r.get("tune"), dict) else None
+        if isinstance(rec, dict):
+            return r, rec
+    return None
+
+
+def section(releases: list[dict], name: str) -> list[str]:
+    found = _latest(releases, name)
+    if not found:
+        return []
+    release, rec = found
+    cands = [c for c in rec.get("candidates") or [] if isinstance(c, dict)]
+    levels = sorted({int(c) for cand in cands for c in (cand.get("speedup") or {}) if str(c).isdigit()})
+    winner = rec.get("winner") if isinstance(rec.get("winner"), dict) else None
+    out = [f"<h3>Tuning ({_e(rec.get('at', '?'))}, release {_e(release.get('stamp'))})</h3>",
+           f"<p data-tune-verdict>{_e(rec.get('verdict', ''))}</p>",
+           f"<p>{_e(rec.get('restarts', '?'))} restarts (the full grid: {_e(rec.get('grid_restarts', '?'))}); "
+           f"objective: {_e((rec.get('objective') or {}).get('text', '?'))}</p>"]
+    if rec.get("draft_limit"):
+        out.append(f"<p data-draft-limit>{_e(rec['draft_limit'])}</p>")
+    out.append("<table data-tune><tr><th>settings</th><th>load</th>"
+               + "".join(f"<th>speedup @{c}</th>" for c in levels) + "</tr>")
+    for c in cands:
+        won = winner is not None and c.get("settings") == winner and c.get("rung") == "full"
+        speed = c.get("speedup") or {}
+        out.append(f"<tr{' data-winner' if won else ''}><td>{_e(c.get('label', '?'))}{' (winner)' if won else ''}"
+                   f"</td><td>{_e(c.get('rung', '?'))}</td>"
+                   + "".join(f"<td>{_num(speed.get(str(lv)))}</td>" for lv in levels) + "</tr>")
+    out.append("</table>")
+    if winner and not any(c.get("settings") == winner for c in cands):
+        out.append(f"<p data-winner>winner: what the service runs now ({_e(', '.join(f'{k} {v}' for k, v in winner.items()))})</p>")
+    pruned = [p for p in rec.get("pruned") or [] if isinstance(p, dict)]
+    if pruned:
+        out.append(f"<details><summary>{len(pruned)} combinations pruned before any restart</summary><ul data-pruned>")
+        for p in pruned:
+            asked = ", ".join(f"{_e(k)} {_e(v)}" for k, v in (p.get("asked") or {}).items())
+            out.append(f"<li>{asked}: {_e(p.get('reason', ''))}</li>")
+        out.append("</ul></details>")
+    return out
