@@ -282,3 +282,34 @@ def test_a_roll_ends_with_a_generation_through_the_router_and_status_says_when_i
     st = sandbox.inv("status", "--host", ROUTER, inventory=sandbox.tmp / "inventory")
     print(st.stdout)
     assert re.search(rf"^{ROUTER}: router router: NOT SERVING: /generate answered 5\d\d", st.stdout, re.M), st.stdout
+
+
+TUNE_KNOBS = {"SGLANG_SIM_TOK_S": "100", "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_DRAFT_COST": "0.15"}
+
+
+def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sandbox, serving):
+    """inv spec-tune on t1 (out of the router while it measures), then its winner in the workers'
+    vars and the ordinary rolling deploy, with the router's clients running: none fails."""
+    from sandbox.provision import sandbox_service
+    hosts, links, index = serving
+    inv = write_inventory(sandbox, hosts, links, index, knobs=TUNE_KNOBS, router={"retries": False})
+    doc = yaml.safe_load((inv / "hosts.yml").read_text())
+    doc["all"]["children"]["workers"]["hosts"]["t1"]["services"][0]["tune"] = {
+        "num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    res, _ = deploy(sandbox, inv, "--group", "workers")
+    assert res.returncode == 0, res.stdout[-4000:]
+    res = sandbox.inv("spec-tune", "--host", "t1", "--concurrency", "1", "--requests", "16", "--max-new-tokens", "64",
+                      inventory=inv, timeout=900)
+    assert res.returncode == 0 and "best: " in res.stdout, res.stdout[-4000:]
+    assert "t1 is out of router" in res.stdout or "out of router" in res.stdout
+    rec = json.loads(hosts["t1"].run("cat", "/var/lib/specops/releases/current/tune.json").stdout)["sglang"]
+    assert rec["changes"] and rec["winner"] != {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, res.stdout[-6000:]
+    spec = {**sandbox_service()["speculative"], **rec["winner"]}
+    res, rep, load = roll(sandbox, hosts, links, index, TUNE_KNOBS, workers_extra={w: {"speculative": spec} for w in WORKERS})
+    print(f"\nthe winner {rec['winner']} rolled to 3 workers, --serial 1, 16 clients through the router: {load}")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert load["failed"] == 0 and load["served"] > 20, load
+    for w in WORKERS:
+        info = json.loads(hosts[w].run("curl", "-s", "http://127.0.0.1:30000/server_info").stdout)
+        assert {k: info[f"speculative_{k}"] for k in rec["winner"]} == rec["winner"], (w, info)
