@@ -81,14 +81,14 @@ def short_load(load: specbench.Load, objective: tuning.Objective) -> specbench.L
 
 def say_space(run, space: tuning.Space) -> None:
     run.say(space.summary())
-    why: dict[str, list] = {}
+    by_rule: dict[str, list] = {}
     for p in space.pruned:
-        why.setdefault(p.reason, []).append(p)
-    for reason, ps in why.items():
+        by_rule.setdefault(p.rule, []).append(p)
+    for rule, ps in by_rule.items():
         ex = ps[0]
         asked = ", ".join(f"{k} {v}" for k, v in ex.asked.items())
-        run.say(f"  pruned {len(ps)}: {reason}" + (f" (e.g. {asked} runs as {ex.runs_as.label()})" if ex.runs_as
-                                                 else f" (e.g. {asked})"))
+        run.say(f"  pruned {len(ps)} [{rule}]: " + (f"e.g. {asked} runs as {ex.runs_as.label()}: " if ex.runs_as
+                                                  else f"e.g. {asked}: ") + ex.reason)
 
 
 def tune(run, name: str | None, ask: Ask) -> dict:
@@ -113,12 +113,13 @@ def tune(run, name: str | None, ask: Ask) -> dict:
     mine = {"short": specbench.measure(run, svc, short), "full": specbench.measure(run, svc, load)}
     budget = ask.budget or (svc.get("tune") or {}).get("budget") or len(space.candidates) + 1
     started = run.call(protocol.Startup(unit=services.kind_of(svc).unit(svc).name, ready_line=READY_LINE)).seconds
-    per = [lv.figures.get("seconds") or 0 for lv in mine["short"]]
-    load_s = sum(per)
-    each = f"{started:.0f} s start (its last, measured) + {load_s:.0f} s load" if started is not None else \
-        f"its start (not in its journal: unknown) + {load_s:.0f} s load"
+    short_s, full_s = (sum(lv.figures.get("seconds") or 0 for lv in mine[k]) for k in ("short", "full"))
+    long_runs = 1 + min(3, max(budget - 2, 0))  # the baseline and the finalists run the full load
+    each = f"{started:.0f} s start (its last, measured) + {short_s:.0f} s short load ({full_s:.0f} s full)" \
+        if started is not None else f"its start (not in its journal: unknown) + {short_s:.0f} s load"
     run.say(f"at most {budget} restarts (the grid would need {space.grid + 1}), each {each}"
-            + (f": at most {budget * (started + load_s) / 60:.1f} min" if started is not None else ""))
+            + (f": at most {(budget * started + (budget - long_runs) * short_s + long_runs * full_s) / 60:.1f} min"
+               if started is not None else ""))
     search = Search(run, svc, space, objective, load, short, budget)
     specbench.window(run, svc, lambda serve: search.search(serve, now, mine))
     out = search.record(now, mine)
@@ -182,7 +183,8 @@ class Search:
                                   "score": obj.score(figures(mine["full"]), base)[0]})
         finals = [s for s in tuning.finalists(self.climb) if s in full] or tuning.finalists(self.climb)
         judged = {s: (full[s] if s in full else next(m for m in self.measured if m["settings"] == s)) for s in finals}
-        best = max(judged, key=lambda s: judged[s]["score"] or 0, default=None)
+        judged = {s: m for s, m in judged.items() if m["score"] is not None}  # out on the full load: out
+        best = max(judged, key=lambda s: judged[s]["score"], default=None)
         said, winner, kept = [], None, False
         at = "the mean over the levels" if obj.mean else f"concurrency {obj.at}"
         if best is not None:

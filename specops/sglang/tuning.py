@@ -68,6 +68,7 @@ class Pruned:
     asked: dict
     reason: str
     runs_as: Settings | None = None
+    rule: str = "duplicate"  # rules.RULES's key, "tree-pool", or "duplicate"
 
 
 @dataclass
@@ -115,18 +116,18 @@ def prune(svc: dict, grid: dict) -> Space:
         res = resolve(ask, page_size=svc.get("page_size"), attention_backend=svc.get("attention_backend"),
                       max_running_requests=svc.get("max_running_requests"))
         if res.errors:
-            pruned.append(Pruned(asked, res.errors[0].message()))
+            pruned.append(Pruned(asked, res.errors[0].message(), rule=res.errors[0].rule))
             continue
         eff = res.effective
         runs = Settings(eff["speculative_num_steps"], eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"])
         pool = runs.eagle_topk + (runs.num_steps - 1) * runs.eagle_topk ** 2
         if runs.num_draft_tokens - 1 > pool:
             pruned.append(Pruned(asked, TREE_POOL.format(s=runs.num_steps, k=runs.eagle_topk, n=pool,
-                                                         d=runs.num_draft_tokens - 1)))
+                                                         d=runs.num_draft_tokens - 1), rule="tree-pool"))
             continue
         if res.adjustments or runs in seen:
             why = "; ".join(f.message() for f in res.adjustments) or "the same settings as another combination"
-            pruned.append(Pruned(asked, why, runs))
+            pruned.append(Pruned(asked, why, runs, res.adjustments[0].rule if res.adjustments else "duplicate"))
         seen.setdefault(runs, asked)
     return Space(sorted(seen), pruned, len(combos))
 
