@@ -142,3 +142,45 @@ def test_the_winner_is_written_with_comments_and_order_kept_and_twice_is_a_no_op
         writeback.write_speculative(path, "other", {"num_steps": 1})
     with pytest.raises(UsageError, match="no such file"):
         writeback.vars_file(tmp_path, "t2")
+
+
+class _Run:
+    class host:
+        name = "t1"
+
+    def say(self, text):
+        pass
+
+
+def _level(c, tok_s, accept=None):
+    from specops import protocol
+    return protocol.BenchLevel(concurrency=c, figures={"output_tok_s": tok_s, "accept_length": accept, "failed": 0})
+
+
+def _search(measured, base_tok_s=100.0, now=Settings(3, 1, 4), min_speedup=1.0):
+    """A Search whose window already ran: `measured` is [(settings, rung, tok/s, accept)]."""
+    from specops.flows import specbench
+    from specops.flows.tuning_search import Search
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    s = Search(_Run(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(), specbench.Load(), 20)
+    s.base = [_level(1, base_tok_s)]
+    for st, rung, tok_s, accept in measured:
+        s.measured.append({"settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)], "score": tok_s, "out": None})
+        if rung == "short":
+            s.climb.scores[st] = tok_s
+    return s.record(now)
+
+
+def test_the_verdict_names_the_winner_keeps_what_runs_within_3pct_and_refuses_what_does_not_pay():
+    a, b = Settings(3, 1, 4), Settings(5, 4, 16)
+    rec = _search([(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)])
+    assert rec["winner"] == b.spec() and rec["changes"] and rec["apply"] == b.spec()
+    assert rec["verdict"] == "best: steps 5, topk 4, draft tokens 16: 2.68x at concurrency 1"
+    assert rec["inventory_lines"][1:] == ["    num_steps: 5", "    eagle_topk: 4", "    num_draft_tokens: 16"]
+    # within 3% of what runs now: what runs stays, nothing to write
+    rec = _search([(a, "short", 264, 5.2), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 262, 5.2)])
+    assert rec["winner"] == a.spec() and rec["kept"] and not rec["changes"] and not rec["inventory_lines"]
+    # nothing reaches min_speedup: no winner, and the advice to serve without speculation
+    rec = _search([(a, "short", 90, 1.2), (b, "short", 95, 1.3), (b, "full", 96, 1.3)], min_speedup=1.0)
+    assert rec["winner"] is None and "serve sglang without speculation" in rec["verdict"]
+    assert "the best, steps 5, topk 4, draft tokens 16, is 0.96x" in rec["verdict"]

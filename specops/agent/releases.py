@@ -137,7 +137,7 @@ def releases(req):
          "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
          "summary": m.get("summary", ""), "verify": m.get("verify", []),
          "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
-         "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline", "incumbent")),
+         "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline",)),
          "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
          "weights": m.get("weights", {})} for m in manifests()], stacks=kept, uv_cache=cache)
 

@@ -115,6 +115,10 @@ def _window(run, svc: dict, body, deployed: list | None):
         pipeline.start_and_verify(run, [name], deployed)
 
 
+class GpusBusy(SpecopsError):
+    """A transient unit stopped, and its GPUs are not free: the window cannot go on."""
+
+
 @contextlib.contextmanager
 def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "the target without speculation"):
     name, kind = svc["name"], services.kind_of(svc)
@@ -138,7 +142,7 @@ def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "th
             freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
             run.say(f"{label} stopped; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
             if s.failures or s.left:
-                raise SpecopsError(f"the {label} left the GPUs busy: {'; '.join(s.failures) or s.left}")
+                raise GpusBusy(f"the {label} left the GPUs busy: {'; '.join(s.failures) or s.left}")
 
 
 def plain_argv(run, svc: dict) -> list[str]:

@@ -2,7 +2,11 @@
 kept: specops/inventory/writeback.py) and deployed with `--bench`, so a gate holds it: the
 service's own, or, when it has none, one made of the tune's objective (its min_speedup at its
 concurrency, with the tune's load).  A host whose file already holds the winner, or whose tune
-found nothing better than what it runs, or nothing that pays, is left alone."""
+found nothing better than what it runs, or nothing that pays, is left alone.
+
+Nothing half-done: every file is checked before the first is written, and if the deploy does not
+end well (a gate refused, a host failed, Ctrl-C) the files are put back as they were, so the
+inventory never asks for settings no gate held."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,22 +17,22 @@ from ..inventory import writeback
 
 
 def _fallback_gates(reports) -> dict:
-    """service → the gate a service without one is held to: what the tune asked of it."""
-    out = {}
+    """host → service → the gate a service without one is held to: what the tune asked of it."""
+    out: dict = {}
     for r in reports:
         rec = r.result or {}
         obj, load = rec.get("objective") or {}, rec.get("load") or {}
-        if rec.get("winner"):
-            out[rec["service"]] = {"min_speedup": obj.get("min_speedup", 1.0), "at_concurrency": obj.get("at"),
-                                   "load": {k: load[k] for k in ("concurrency", "requests", "warmup",
-                                                                 "max_new_tokens", "seed") if k in load}}
+        if rec.get("changes"):
+            out.setdefault(r.name, {})[rec["service"]] = {
+                "min_speedup": obj.get("min_speedup", 1.0), "at_concurrency": obj.get("at"),
+                "load": {k: load[k] for k in ("concurrency", "requests", "warmup", "max_new_tokens", "seed") if k in load}}
     return out
 
 
 def apply(sel, reports, deploy) -> None:
     """`deploy(body)` runs a deploy of the selection with `body` as pipeline.deploy's bench step."""
     inventory = Path(sel.inventory or DEFAULT_INVENTORY)
-    changed = []
+    todo = []
     for r in reports:
         rec = r.result or {}
         if not rec.get("changes"):
@@ -36,13 +40,24 @@ def apply(sel, reports, deploy) -> None:
                   f"({'what it runs is the best found' if rec.get('winner') else 'no settings pay off'})")
             continue
         path = writeback.vars_file(inventory, r.name)
-        if writeback.write_speculative(path, rec["service"], rec["winner"]):
-            print(f"{r.name}: wrote {', '.join(f'{k} {v}' for k, v in rec['winner'].items())} into {path}")
-            changed.append(r.name)
+        if writeback.write_speculative(path, rec["service"], rec["apply"], dry=True):
+            todo.append((r.name, path, rec))
         else:
             print(f"{r.name}: {path} already holds the winner: nothing to apply")
-    if not changed:
+    if not todo:
         return
-    fallback = _fallback_gates(reports)
-    sel.host, sel.group, sel.all = ",".join(changed), None, False
-    deploy(lambda run: pipeline.deploy(run, lambda run_: gate.gated(run_, fallback)))
+    before = {path: path.read_text() for _, path, _ in todo}
+    done = False
+    try:
+        for name, path, rec in todo:
+            writeback.write_speculative(path, rec["service"], rec["apply"])
+            print(f"{name}: wrote {', '.join(f'{k} {v}' for k, v in rec['apply'].items())} into {path}")
+        fallback = _fallback_gates(reports)
+        sel.host, sel.group, sel.all = ",".join(name for name, _, _ in todo), None, False
+        deploy(lambda run: pipeline.deploy(run, lambda run_: gate.gated(run_, fallback.get(run_.host.name))))
+        done = True
+    finally:
+        if not done:
+            for path, text in before.items():
+                writeback.put_back(path, text)
+                print(f"{path}: put back as it was (the winner was not deployed under a gate)")

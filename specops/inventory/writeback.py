@@ -23,11 +23,13 @@ def vars_file(inventory: Path, host: str) -> Path:
                      f"file that defines the host's service")
 
 
-def write_speculative(path: Path, service: str, values: dict) -> bool:
+def write_speculative(path: Path, service: str, values: dict, dry: bool = False) -> bool:
     """Set `values` under the service's `speculative:` in the vars file; False when they are there
-    already (the file is then left untouched, byte for byte)."""
+    already (the file is then left untouched, byte for byte).  `dry`: check that it can, write nothing."""
     from ruamel.yaml import YAML
     from ruamel.yaml.util import load_yaml_guess_indent
+    if path.is_symlink():
+        raise UsageError(f"{path}: a symbolic link: write the settings into {path.resolve()} yourself")
     text = path.read_text()
     _, indent, dash = load_yaml_guess_indent(text)  # the file's own indentation, kept
     yaml = YAML()  # round-trip mode
@@ -40,19 +42,30 @@ def write_speculative(path: Path, service: str, values: dict) -> bool:
         raise UsageError(f"{path}: defines no service {service!r} with `speculative:`: write the settings where "
                          f"the service is defined")
     spec = svc["speculative"]
+    if getattr(spec, "anchor", None) is not None and spec.anchor.value:
+        # an anchored mapping is shared by every alias of it: changing it would tune other services too
+        raise UsageError(f"{path}: {service}'s `speculative:` is the YAML anchor &{spec.anchor.value}, which other "
+                         f"entries may share: write the settings yourself")
     if all(spec.get(k) == v for k, v in values.items()):
         return False
+    if dry:
+        return True
     for k, v in values.items():
         spec[k] = v
     out = io.StringIO()
     yaml.dump(doc, out)
+    put_back(path, out.getvalue())
+    return True
+
+
+def put_back(path: Path, text: str) -> None:
+    """Replace the file whole by `text` (a new file renamed over it, its mode kept)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(out.getvalue())
+            f.write(text)
         os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
-    return True

@@ -8,12 +8,14 @@ cannot fill its draft tokens (see TREE_POOL).  What is left are `Settings`, each
 most once per load.
 
 The search spends restarts, not load: it starts from what the service runs now (or the middle
-of the space), measures a candidate's neighbours with a short load (one step along one axis),
-moves to the best, and stops when no neighbour beats where it stands.  Throughput is unimodal
-along each axis (more steps, a wider tree or more draft tokens each buy accepted tokens with
-per-step cost), so the climb reaches the optimum without the grid.  The finalists (those within
-FINALIST_MARGIN of the best short figure) then get the full load: the second rung of a
-successive halving, which only the candidates that can still win reach.
+of the space) and measures its neighbours with a short load (every candidate near it on each
+knob, diagonals included: the knobs are coupled), moves to the first that beats where it stands,
+and stops when none does.  Throughput mostly rises and then falls along these moves (more steps,
+a wider tree or more draft tokens each buy accepted tokens with per-step cost), so the climb
+usually ends at the optimum without the grid; it can end on a local one (BENCHMARKS.md says how
+often, over the simulator's formula).  The finalists (those within FINALIST_MARGIN of the best
+short figure) then get the full load: the second rung of a successive halving, which only the
+candidates that can still win reach.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import UsageError
-from .rules import resolve
+from .rules import EAGLE_FAMILY, resolve
 
 KNOBS = ("num_steps", "eagle_topk", "num_draft_tokens")
 # A default space per algorithm family (NEXTN, DeepSeek's MTP head, is EAGLE to SGLang):
@@ -93,6 +95,9 @@ def asked_space(svc: dict, space: dict | None) -> dict:
     grid = dict(DEFAULT_SPACES[algo])
     for knob, values in (space or {}).items():
         if knob == "budget":
+            if not isinstance(values, int) or isinstance(values, bool) or values < 2:
+                raise UsageError(f"{svc['name']}: tune.budget must be a whole number of restarts, 2 or more "
+                                 f"(the baseline and one candidate)")
             continue
         if knob not in KNOBS:
             raise UsageError(f"{svc['name']}: tune.{knob}: not a knob spec-tune searches ({', '.join(KNOBS)})")
@@ -110,9 +115,7 @@ def prune(svc: dict, grid: dict) -> Space:
     pruned = []
     combos = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
     for asked in combos:
-        ask = dict(spec, **asked)
-        if ask["algorithm"].upper() == "DFLASH" and ask.get("dflash_block_size") is not None:
-            ask["dflash_block_size"] = asked["num_draft_tokens"]  # SGLang wants the two equal
+        ask = speculative_for(svc["speculative"], asked)
         res = resolve(ask, page_size=svc.get("page_size"), attention_backend=svc.get("attention_backend"),
                       max_running_requests=svc.get("max_running_requests"))
         if res.errors:
@@ -121,7 +124,7 @@ def prune(svc: dict, grid: dict) -> Space:
         eff = res.effective
         runs = Settings(eff["speculative_num_steps"], eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"])
         pool = runs.eagle_topk + (runs.num_steps - 1) * runs.eagle_topk ** 2
-        if runs.num_draft_tokens - 1 > pool:
+        if eff["speculative_algorithm"] in EAGLE_FAMILY and runs.num_draft_tokens - 1 > pool:
             pruned.append(Pruned(asked, TREE_POOL.format(s=runs.num_steps, k=runs.eagle_topk, n=pool,
                                                          d=runs.num_draft_tokens - 1), rule="tree-pool"))
             continue
@@ -130,6 +133,16 @@ def prune(svc: dict, grid: dict) -> Space:
             pruned.append(Pruned(asked, why, runs, res.adjustments[0].rule if res.adjustments else "duplicate"))
         seen.setdefault(runs, asked)
     return Space(sorted(seen), pruned, len(combos))
+
+
+def speculative_for(spec: dict, values: dict) -> dict:
+    """The service's `speculative` mapping with these knob values: what a candidate runs with and
+    what --apply writes (DFLASH's block size follows its draft tokens: SGLang wants them equal)."""
+    out = dict(spec, **values)
+    if out["algorithm"].upper() == "DFLASH" and out.get("dflash_block_size") is not None \
+            and "num_draft_tokens" in values:
+        out["dflash_block_size"] = values["num_draft_tokens"]
+    return out
 
 
 def neighbours(x: Settings, candidates: list[Settings]) -> list[Settings]:
@@ -217,10 +230,9 @@ class Climb:
 
 
 def climb(candidates: list[Settings], measure: Callable[[Settings], float | None], start: Settings,
-          budget: int, known: dict | None = None) -> Climb:
-    """Hill-climb with `measure` (one restart each; at most `budget`); `known`: scores had
-    without a restart (what the service runs now, measured as it runs)."""
-    out = Climb(scores=dict(known or {}))
+          budget: int) -> Climb:
+    """Hill-climb with `measure` (one restart each; at most `budget`)."""
+    out = Climb()
     spent = 0
 
     def probe(c):
@@ -260,20 +272,20 @@ def finalists(c: Climb, most: int = 3) -> list[Settings]:
 
 
 def draft_limit(accepts: dict) -> str | None:
-    """`accepts`: settings → accept length measured.  When the accept length barely moves while the
-    draft tokens at least double, the draft's own acceptance is the limit, not the settings."""
+    """`accepts`: settings → accept length measured.  When the accept length hardly moves across
+    all the settings measured (less than FLAT_ACCEPT tokens from the lowest to the highest) while
+    their draft tokens span at least FLAT_DRAFT_RATIO times, the draft's own acceptance is the
+    limit, not the settings: a working draft gains tokens as it is given more to propose."""
     seen = {s: a for s, a in accepts.items() if a}
     if len(seen) < 2:
         return None
     fewest = min(s.num_draft_tokens for s in seen)
     most = max(s.num_draft_tokens for s in seen)
-    if most < FLAT_DRAFT_RATIO * fewest:
+    low, high = min(seen.values()), max(seen.values())
+    if most < FLAT_DRAFT_RATIO * fewest or high - low >= FLAT_ACCEPT:
         return None
-    low = max(a for s, a in seen.items() if s.num_draft_tokens == fewest)
-    high = max(a for s, a in seen.items() if s.num_draft_tokens == most)
-    if high - low >= FLAT_ACCEPT:
-        return None
-    return (f"the accept length barely moves with the draft tokens ({low:.2f} with {fewest} drafted, {high:.2f} "
-            f"with {most}): the draft's own acceptance is the limit, not the settings.  Check the draft config "
-            f"lint (inv deploy --check: the draft's hidden-state layers against the target), the embedding-"
-            f"capture patch on the target, and what the draft was trained on (this target's hidden states?)")
+    return (f"the accept length barely moves with the settings ({low:.2f} to {high:.2f} tokens a step, with "
+            f"{fewest} to {most} draft tokens): the draft's own acceptance is the limit, not the settings.  Check "
+            f"the draft config lint (inv deploy --check: the draft's hidden-state layers against the target), "
+            f"the embedding-capture patch on the target, and what the draft was trained on (this target's "
+            f"hidden states?)")

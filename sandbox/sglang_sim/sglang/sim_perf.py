@@ -21,9 +21,9 @@ and a draft do, so that tuning has a true optimum that moves with the load:
   A chain (topk 1, num_draft_tokens = num_steps + 1) has w = 1 and alpha_eff = alpha.
 
 With alpha 0.8 and draft cost 0.15, speculation is ~2x faster alone and falls off with
-concurrency, and more draft tokens pay alone but not at 32; with alpha 0.15 and draft cost 0.3
-it is slower than no draft whatever the settings, and its accept length hardly moves (1.2 to
-1.4): the 54.8 against 90 tok/s case, where the draft, not the settings, is the limit.
+concurrency, and more draft tokens pay alone but not at 32; with alpha 0.1 and draft cost 0.35
+it is slower than no draft whatever the settings, and its accept length hardly moves (1.1 to
+1.5): the 54.8 against 90 tok/s case, where the draft, not the settings, is the limit.
 
 Knobs (environment): SGLANG_SIM_TOK_S (default 100), SGLANG_SIM_BATCH_COST (0.03),
 SGLANG_SIM_ACCEPT_RATE (alpha, 0.8), SGLANG_SIM_TREE_GAIN (0.5), SGLANG_SIM_DRAFT_COST (0.15),

@@ -10,6 +10,7 @@ service's own env file (the API key goes to the server through the launcher, as 
 unit) and, like it, runs as root.  Stopping it goes through units.stop_unit, so its leftovers are
 accounted for and its GPU memory proven free like any service's.
 """
+import subprocess
 import time
 
 from specops import protocol
@@ -19,6 +20,9 @@ from specops.agent.services.procs import Unit, remember_invocation, show
 from specops.agent.services.asking import redacted
 from specops.agent.services.units import stop_unit
 from specops.layout import BASELINE_PREFIX, env_file
+
+
+STARTUP_LINES = 20000  # of a run's journal read for its ready line, at most
 
 
 def unit_name(service):
@@ -80,16 +84,25 @@ def startup(req):
     run, began = props.get("InvocationID"), props.get("ExecMainStartTimestampMonotonic", "0")
     if not run or not began.isdigit() or began == "0":
         return protocol.StartupResult()
-    _, out = run_quiet(["journalctl", "_SYSTEMD_INVOCATION_ID=" + run, "--no-pager", "-o", "json",
-                        "--output-fields=MESSAGE"], timeout=20)
     ready = re.compile(req.ready_line)
-    for row in out.splitlines():
-        try:
-            entry = json.loads(row)
-        except ValueError:
-            continue
-        if isinstance(entry.get("MESSAGE"), str) and ready.search(entry["MESSAGE"]):
-            at = entry.get("__MONOTONIC_TIMESTAMP", "")
-            if at.isdigit() and int(at) >= int(began):
-                return protocol.StartupResult(seconds=round((int(at) - int(began)) / 1e6, 2))
-    return protocol.StartupResult()
+    # oldest first, read as it comes and left as soon as the line is found: the ready line is near
+    # the start of a run, and a long run's journal can be large
+    proc = subprocess.Popen(["journalctl", "_SYSTEMD_INVOCATION_ID=" + run, "--no-pager", "-o", "json",
+                             "--output-fields=MESSAGE"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            universal_newlines=True)
+    try:
+        for n, row in enumerate(proc.stdout):
+            if n >= STARTUP_LINES:
+                break
+            try:
+                entry = json.loads(row)
+            except ValueError:
+                continue
+            if isinstance(entry.get("MESSAGE"), str) and ready.search(entry["MESSAGE"]):
+                at = entry.get("__MONOTONIC_TIMESTAMP", "")
+                if at.isdigit() and int(at) >= int(began):
+                    return protocol.StartupResult(seconds=round((int(at) - int(began)) / 1e6, 2))
+        return protocol.StartupResult()
+    finally:
+        proc.kill()
+        proc.wait()
