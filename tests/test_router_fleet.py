@@ -284,7 +284,7 @@ def test_a_roll_ends_with_a_generation_through_the_router_and_status_says_when_i
     assert re.search(rf"^{ROUTER}: router router: NOT SERVING: /generate answered 5\d\d", st.stdout, re.M), st.stdout
 
 
-TUNE_KNOBS = {"SGLANG_SIM_TOK_S": "100", "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_DRAFT_COST": "0.15"}
+TUNE_KNOBS = {"SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_DRAFT_COST": "0.15"}
 
 
 def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sandbox, serving):
@@ -299,17 +299,21 @@ def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sa
     (inv / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     res, _ = deploy(sandbox, inv, "--group", "workers")
     assert res.returncode == 0, res.stdout[-4000:]
-    res = sandbox.inv("spec-tune", "--host", "t1", "--concurrency", "1", "--requests", "16", "--max-new-tokens", "64",
+    res = sandbox.inv("spec-tune", "--host", "t1", "--concurrency", "1", "--requests", "16", "--max-new-tokens", "48",
                       inventory=inv, timeout=900)
     assert res.returncode == 0 and "best: " in res.stdout, res.stdout[-4000:]
     assert "sglang is out of router" in res.stdout, res.stdout[-4000:]
     rec = json.loads(hosts["t1"].run("cat", "/var/lib/specops/releases/current/tune.json").stdout)["sglang"]
     assert rec["changes"] and rec["winner"] != {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, res.stdout[-6000:]
-    spec = {**sandbox_service()["speculative"], **rec["winner"]}
-    res, rep, load = roll(sandbox, hosts, links, index, TUNE_KNOBS, workers_extra={w: {"speculative": spec} for w in WORKERS})
+    spec = {**sandbox_service()["speculative"], **rec["apply"]}
+    # the README's way: the winner in every worker's vars, a rolling deploy held by a gate
+    gate = {"min_accept_length": 3.0, "load": {"concurrency": [1], "requests": 8, "max_new_tokens": 32}}
+    res, rep, load = roll(sandbox, hosts, links, index, TUNE_KNOBS, "--bench",
+                          workers_extra={w: {"speculative": spec, "gate": gate} for w in WORKERS})
     print(f"\nthe winner {rec['winner']} rolled to 3 workers, --serial 1, 16 clients through the router: {load}")
     assert res.returncode == 0, res.stdout[-4000:]
     assert load["failed"] == 0 and load["served"] > 20, load
+    assert res.stdout.count("sglang: gate passed: accept length") == 3, res.stdout[-4000:]
     for w in WORKERS:
         info = json.loads(hosts[w].run("curl", "-s", "http://127.0.0.1:30000/server_info").stdout)
         assert {k: info[f"speculative_{k}"] for k in rec["winner"]} == rec["winner"], (w, info)

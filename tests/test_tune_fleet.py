@@ -18,17 +18,17 @@ sim_perf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sim_perf)
 
 SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16]}
-KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_TOK_S": "100", "SGLANG_SIM_DRAFT_COST": "0.15",
+KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_DRAFT_COST": "0.15",
          "SGLANG_SIM_ACCEPT_RATE": "0.8"}
 SEEDS = {**KNOBS, "SGLANG_SIM_ACCEPT_RATE": "0.1", "SGLANG_SIM_DRAFT_COST": "0.35"}
-LOAD = ("--concurrency", "1", "--requests", "16", "--max-new-tokens", "64")
+LOAD = ("--concurrency", "1", "--requests", "16", "--max-new-tokens", "48")
 SPEC = "/var/lib/specops/releases/current/tune.json"
 
 
-def write_inventory(sandbox, name, knobs, **over):
+def write_inventory(sandbox, name, knobs, space=SPACE):
     """hosts.yml plus host_vars/NAME.yml holding the service, with comments of a person's."""
     inv = sandbox.inventory({name: {}})
-    svc = sandbox_service(env=knobs, tune=SPACE, **over)
+    svc = sandbox_service(env=knobs, tune=space)
     text = yaml.safe_dump({"services": [svc]}, sort_keys=False)
     text = "# tuned by hand until now\n" + text.replace("num_steps: 3\n", "num_steps: 3  # the seeds' choice\n")
     (inv / "host_vars").mkdir(exist_ok=True)
@@ -73,7 +73,7 @@ def test_spec_tune_finds_the_known_optimum_applies_it_under_the_gate_and_twice_c
     print(f"winner {winner} at {oracle(winner):.1f} tok/s; optimum {best} at {oracle(best):.1f}; "
           f"{rec['restarts']} restarts against the grid's {rec['grid_restarts']}")
     assert oracle(winner) >= 0.97 * oracle(best), (winner, best)
-    assert rec["restarts"] <= 0.4 * rec["grid_restarts"] == 0.4 * 65
+    assert rec["restarts"] <= 0.4 * rec["grid_restarts"] and rec["grid_restarts"] == 65
     assert (1, 1, 16) not in space and kept  # the seeds' trap was pruned, never measured as such
     assert "[topk1-draft]: e.g." in res.stdout and "[tree-pool]: e.g." in res.stdout
     assert "at most" in res.stdout and "s start (its last, measured)" in res.stdout
@@ -141,7 +141,7 @@ def look_at_the_report(sandbox, inv, name, rec):
 
 def test_the_seeds_draft_pays_with_no_settings_and_is_named_as_the_limit(sandbox):
     h = sandbox.reset("t2")
-    inv = write_inventory(sandbox, "t2", SEEDS)
+    inv = write_inventory(sandbox, "t2", SEEDS, {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]})
     res = sandbox.inv("deploy", "--host", "t2", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
     before = (inv / "host_vars" / "t2.yml").read_text()

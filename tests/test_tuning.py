@@ -184,3 +184,15 @@ def test_the_verdict_names_the_winner_keeps_what_runs_within_3pct_and_refuses_wh
     rec = _search([(a, "short", 90, 1.2), (b, "short", 95, 1.3), (b, "full", 96, 1.3)], min_speedup=1.0)
     assert rec["winner"] is None and "serve sglang without speculation" in rec["verdict"]
     assert "the best, steps 5, topk 4, draft tokens 16, is 0.96x" in rec["verdict"]
+
+
+def test_a_plateau_does_not_stop_the_climb():
+    """Seen on the fleet: from steps 3 (a chain), the chain of 5 measured as fast, and the tree
+    that wins is a neighbour of the chain of 5 only.  The climb steps sideways onto the equal
+    neighbour and goes on (it stopped at its start before)."""
+    space = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [1, 3, 5], "eagle_topk": [1, 4],
+                                                       "num_draft_tokens": [4, 16]}))
+    f = oracle(GOOD, 1)
+    flat = lambda s: f(Settings(3, 1, 4)) if s == Settings(5, 1, 6) else f(s)  # noqa: E731
+    climb = tuning.climb(space.candidates, flat, Settings(3, 1, 4), budget=7)
+    assert climb.best() == Settings(5, 4, 16) and climb.path[1] == Settings(5, 1, 6)

@@ -44,6 +44,7 @@ DEFAULT_SPACES = {
 TREE_POOL = "a tree of num_steps {s} and topk {k} has {n} candidate nodes, fewer than num_draft_tokens - 1 = {d}"
 FINALIST_MARGIN = 0.05  # within 5% of the best short figure: noise on a shared box can be that much
 MOVE_MARGIN = 0.01      # the climb moves only for a gain above this
+SIDEWAYS = 2            # moves to an equal neighbour (a plateau) the climb may make when it would stop
 KEEP_MARGIN = 0.03      # a winner must beat what the service runs now by this much to replace it
 FLAT_ACCEPT = 0.5       # accepted tokens gained across at least twice the draft tokens, below which
 FLAT_DRAFT_RATIO = 2    # the draft's own acceptance is the limit
@@ -145,16 +146,16 @@ def speculative_for(spec: dict, values: dict) -> dict:
     return out
 
 
-def neighbours(x: Settings, candidates: list[Settings]) -> list[Settings]:
-    """Every candidate near `x` on each knob: the next value either way, or within a factor of
-    two.  The knobs are coupled (a deeper or wider tree needs the draft tokens to fill it), so a
-    step along one alone can stall where a step along two pays; and ratios count beside list
+def neighbours(x: Settings, candidates: list[Settings], reach: int = 1) -> list[Settings]:
+    """Every candidate near `x` on each knob: within `reach` values either way, or within a factor
+    of 2^reach (the climb uses 1).  The knobs are coupled (a deeper or wider tree needs the draft tokens to fill it),
+    so a step along one alone can stall where a step along two pays; and ratios count beside list
     positions because a chain's draft tokens (steps + 1) fall between the values asked for trees."""
     values = {k: sorted({getattr(c, k) for c in candidates}) for k in KNOBS}
 
     def near(c, k):
         a, b = getattr(c, k), getattr(x, k)
-        return max(a, b) <= 2 * min(a, b) or abs(values[k].index(a) - values[k].index(b)) <= 1
+        return max(a, b) <= 2 ** reach * min(a, b) or abs(values[k].index(a) - values[k].index(b)) <= reach
     return [c for c in candidates if c != x and all(near(c, k) for k in KNOBS)]
 
 
@@ -245,7 +246,7 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
         spent += 1
         out.scores[c] = measure(c)
 
-    x, last = start, None
+    x, last, sideways = start, None, 0
     probe(x)
     out.path.append(x)
     while True:  # first improvement: move on as soon as a neighbour beats where the climb stands
@@ -256,7 +257,12 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
                 break
         best = out.best()
         if best is None or best == x or (here is not None and out.scores[best] <= here * (1 + MOVE_MARGIN)):
-            return out
+            # a plateau: a neighbour as good (within noise) that has not been stood on may lead on
+            level = [c for c in neighbours(x, candidates) if out.scores.get(c) is not None and here is not None
+                     and out.scores[c] >= here * (1 - MOVE_MARGIN) and c not in out.path]
+            if not level or sideways == SIDEWAYS or out.budget_spent:
+                return out
+            best, sideways = max(level, key=lambda c: out.scores[c]), sideways + 1
         x, last = best, x
         out.path.append(x)
 
