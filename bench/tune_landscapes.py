@@ -4,18 +4,15 @@ accept rate, draft cost and concurrency varied, two spaces, two starting points.
 
     .venv/bin/python bench/tune_landscapes.py
 """
-import importlib.util
 import itertools
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from sandbox.oracle import sim_perf  # noqa: E402
 from specops.sglang import tuning  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("sim_perf", ROOT / "sandbox/sglang_sim/sglang/sim_perf.py")
-sim_perf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sim_perf)
 
 SVC = {"name": "s", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/d",
                                     "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}

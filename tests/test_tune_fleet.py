@@ -1,21 +1,18 @@
 """inv spec-tune on sandbox hosts: the simulator's accept length follows the settings
 (sandbox/sglang_sim/sglang/sim_perf.py), so the best settings are known in closed form
 (sim_perf.steady_tok_s) and the tuner is judged by them, not by its own figures."""
-import importlib.util
 import json
 import time
 
 import pytest
 import yaml
 
-from conftest import ROOT, load_json
+from conftest import load_json
+from sandbox.oracle import sim_perf
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR
 
 pytestmark = pytest.mark.fleet
-_spec = importlib.util.spec_from_file_location("sim_perf", ROOT / "sandbox/sglang_sim/sglang/sim_perf.py")
-sim_perf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sim_perf)
 
 SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16]}
 KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_DRAFT_COST": "0.15",

@@ -1,20 +1,15 @@
 """spec-tune's pure logic (specops/sglang/tuning.py) against the simulator's performance model in
 closed form (sim_perf.steady_tok_s, the formula its docstring documents), and the write-back of
 the winner into a host's vars file.  No fleet."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from specops.errors import UsageError
 from specops.inventory import writeback
+from sandbox.oracle import sim_perf
 from specops.sglang import tuning
 from specops.sglang.tuning import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sim_perf", ROOT / "sandbox/sglang_sim/sglang/sim_perf.py")
-sim_perf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sim_perf)
 
 SVC = {"name": "sglang", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/d",
                                          "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}
