@@ -43,14 +43,16 @@ def bootstrap(c, sel):
 
 
 @fleet_task(*SELECT, file="The file inside the sglang package (srt/models/deepseek_v2.py), or its .patch",
-            edited="A local edited copy of FILE: write FILE.patch, a diff against the host's installed one",
-            fetch="Write the host's installed FILE here, to edit", rebase="Rebase FILE.patch onto the SGLang of "
-            "the stack the inventory now asks for (built on the host by a deploy): writes FILE.patch.<version>, "
-            "or, on conflicts, FILE.merge-<version> with their markers")
+            edited="A local edited copy of FILE: write FILE.patch, a diff against the SGLang the inventory asks for",
+            fetch="Write FILE of the SGLang the inventory asks for here, to edit",
+            rebase="Carry FILE.patch onto the SGLang the inventory asks for: writes FILE.patch.<version>, or, on "
+            "conflicts, FILE.merge-<version> with diff3 markers (then --edited it)")
 def patch(c, sel, file, edited=None, fetch=False, rebase=False):
     """Make a patch to an SGLang file (FILE: its path inside the sglang package, e.g.
-    srt/models/deepseek_v2.py) from the file installed in the host's stack: --fetch it to edit,
-    --edited to write the diff, --rebase to carry an existing diff onto a new SGLang version.
+    srt/models/deepseek_v2.py) against the SGLang version the inventory asks for: --fetch it to
+    edit, --edited to write the diff, --rebase to carry an existing diff onto that version.  The
+    file comes from the host's stack when built, else from that version's wheel (the wheelhouse,
+    or the host's package indexes), so this works before the new version is deployed.
     Everything is written locally for review; nothing is written onto the host."""
     if [bool(edited), fetch, rebase].count(True) != 1:
         raise Exit("give one of --fetch, --edited PATH, --rebase", code=2)

@@ -4,7 +4,8 @@ their bytecode purged, the service restarted.
 A patch is a unified diff against SGLang's file (`<file>.patch`), applied to the file of the
 version installed in the stack, or a whole file that says which upstream file it replaces
 (specops/sglang/patchfile.py).  Either is refused, before anything changes, when the installed
-upstream file is not one it fits.
+upstream file is not one it fits, or when the patched file has a name error the upstream file
+has not (specops/sglang/patchlint.py: compiling cannot see those).
 """
 import base64
 import posixpath
@@ -17,7 +18,7 @@ from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PlanError, PurgeBytecode
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
-from specops.sglang import patchfile
+from specops.sglang import patchfile, patchlint
 from specops.sglang.spec import venv_python
 
 NAME = "model_patches"
@@ -79,13 +80,22 @@ def provides_embedding_capture(host, svc: dict) -> bool:
                for rel in svc.get("patches") or [])
 
 
+def applied(host, diff: str, upstream: str, rel: str, version: str) -> str:
+    """The diff applied and checked (patchlint); a hunk with no one place says how to carry it on."""
+    try:
+        return patchlint.apply_checked(diff, upstream, rel, version)
+    except patchfile.HunkError as e:
+        raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: inv patch --host {host.name} {rel} "
+                                  f"--rebase") from None
+
+
 class Patched(File):
     """A patched file whose content depends on the installed upstream file: a diff applied to it,
     or a whole file checked against it."""
 
-    def __init__(self, key, rel, text: bytes, any_base: bool, **kw):
+    def __init__(self, host, key, rel, text: bytes, any_base: bool, **kw):
         super().__init__(key, text, **kw)
-        self.rel, self.text, self.any_base = patched_file(rel), text, any_base
+        self.host, self.rel, self.text, self.any_base = host, patched_file(rel), text, any_base
         self.diff = rel.endswith(DIFF_SUFFIX)
 
     def wants(self):
@@ -103,10 +113,12 @@ class Patched(File):
                                 f"installed file differs from what its RECORD says, and no copy was kept); "
                                 f"rebuild the stack to apply {self.rel}{DIFF_SUFFIX} to it")
             upstream = base64.b64decode(up["content_b64"])
-            self.content = patchfile.apply(self.text.decode(), upstream.decode(), self.rel, version).encode()
+            self.content = applied(self.host, self.text.decode(), upstream.decode(), self.rel, version).encode()
             self.sha256 = patchfile.upstream_sha256(self.content)
         else:
             patchfile.check_whole_file(self.text.decode(), self.rel, version, up.get("sha256"), self.any_base)
+            if up.get("content_b64") is not None:
+                patchlint.check(base64.b64decode(up["content_b64"]).decode(), self.text.decode(), self.rel, version)
         c = super().plan(facts, ctx)
         f = facts.file(self.path)
         if self.diff and c.actions and up.get("sha256") and not up.get("kept") and not f.get("kept_upstream"):
@@ -129,7 +141,7 @@ def ops(host):
         key, label = patch_key(venv, rel), f"sglang/{patched_file(rel)}"
         # -I -S: compiling needs no site-packages, whose .pth files cost a big venv's start much CPU
         validate = [venv_python(venv), "-I", "-S", "-c", COMPILE, "{}..."] if patched_file(rel).endswith(".py") else None
-        out.append(Patched(key, rel, patch_source(host, rel, host.name).read_bytes(), bool(host.get("patch_any_base")),
+        out.append(Patched(host, key, rel, patch_source(host, rel, host.name).read_bytes(), bool(host.get("patch_any_base")),
                            mode="0644", owner=None, group=None, validate=validate, notify=restarts, label=label,
                            validator=f"compiling with {venv_python(venv)}"))
         if patched_file(rel).endswith(".py"):

@@ -2,19 +2,18 @@
 
 A new stack is built beside the one that serves, and a diff patch is applied to the installed
 file of its SGLang.  So that a patch that does not fit that version is refused before any byte
-moves (not after the stack is built), its files are read from the new version's wheel, in
-memory on the host (specops/agent/converge/wheelfiles.py), or from the controller's wheelhouse.
+moves (not after the stack is built), its files are read from the new version's wheel with the
+one reader (specops/agent/converge/wheelfiles.py): the controller's wheelhouse where the host
+has one, else in memory on the host from the indexes its stack is built from.  A diff must
+apply, and the patched file must add no run-time name error (specops/sglang/patchlint.py).
 Once the stack is built, model_patches checks against what is installed, as ever."""
-import base64
-import zipfile
-from pathlib import Path
-
-from roles.model_patches import patch_source
+from roles.model_patches import applied, patch_source
 from specops import protocol
+from specops.agent.converge.wheelfiles import SourceError
 from specops.ops import Op, PlanError
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patched_file
-from specops.sglang import patchfile, stack
+from specops.sglang import patchfile, patchlint, stack
 
 NAME = "patch_check"
 
@@ -28,42 +27,29 @@ class NewStackPatches(Op):
         self.files = [f"sglang/{patched_file(rel)}" for rel in patches]
 
     def wants(self):
-        if self.host.get("wheelhouse"):  # the controller has the wheel: read here, after the probe
-            return protocol.Probe(stacks=True)
         return protocol.Probe(stacks=True, wheel_files=stack.wheel_request(self.host, self.files))
 
     def plan(self, facts, ctx):
         target = f"patches against sglang {self.version}"
         if any(s["path"] == self.venv for s in facts.stacks):
             return self._change(target, "ok")  # its stack is built: model_patches reads the installed files
-        got = self._local() if self.host.get("wheelhouse") else facts.data.get("wheel_files") or {}
-        if "error" in got:
+        try:
+            got = stack.wheel_files(self.host, self.files, facts.data.get("wheel_files") or {})
+        except SourceError as e:
             raise PlanError(f"{self.host.name}: cannot read sglang {self.version}'s files to check the patches "
-                            f"before its stack is built: {got['error']}")
+                            f"before its stack is built: {e}") from None
         for rel, text in self.patches.items():
-            f = got.get(f"sglang/{patched_file(rel)}")
-            if f is None:
-                raise PlanError(f"{self.host.name}: patch {rel}: sglang {self.version} has no {patched_file(rel)}")
-            upstream = base64.b64decode(f["content_b64"]).decode()
+            inner = patched_file(rel)
+            data = got.get(f"sglang/{inner}")
+            if data is None:
+                raise PlanError(f"{self.host.name}: patch {rel}: sglang {self.version} has no {inner}")
             if rel.endswith(DIFF_SUFFIX):
-                patchfile.apply(text, upstream, patched_file(rel), self.version)
+                applied(self.host, text, data.decode(), inner, self.version)
             else:
-                patchfile.check_whole_file(text, patched_file(rel), self.version, f["sha256"],
+                patchfile.check_whole_file(text, inner, self.version, patchfile.upstream_sha256(data),
                                            bool(self.host.get("patch_any_base")))
+                patchlint.check(data.decode(), text, inner, self.version)
         return self._change(target, "ok")
-
-    def _local(self):
-        prefix = f"sglang-{self.version}-"
-        wheels = sorted(Path(self.host["wheelhouse"]).expanduser().glob(prefix + "*.whl"))
-        if not wheels:
-            return {"error": f"no {prefix}*.whl in the wheelhouse {self.host['wheelhouse']}"}
-        out = {}
-        with zipfile.ZipFile(wheels[0]) as z:
-            for path in self.files:
-                data = z.read(path) if path in z.namelist() else None
-                out[path] = None if data is None else {"sha256": patchfile.upstream_sha256(data),
-                                                       "content_b64": base64.b64encode(data).decode()}
-        return out
 
 
 def ops(host):

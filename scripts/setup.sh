@@ -30,4 +30,6 @@ echo "[setup] installing specops and its test tools into .venv"
 
 # The fleet's root filesystem and SGLang layer: built once (about a minute), then cached.
 .venv/bin/python -c 'from sandbox import provision; provision.layer("gpubox")'
+# The real sglang wheels whose files the patch tests read (never installed): downloaded once.
+.venv/bin/python -c 'from sandbox import real_sglang; real_sglang.wheels()'
 echo "[setup] ready"

@@ -7,7 +7,7 @@ import pytest
 
 from specops.errors import UsageError
 from specops.sglang import patchfile
-from specops.sglang.patchfile import Base, PatchError
+from specops.sglang.patchfile import Base, Conflict, PatchError
 
 REL = "srt/models/deepseek_v2.py"
 SHA_OLD = "a" * 64
@@ -145,7 +145,7 @@ def test_rebase_onto_an_upstream_changed_elsewhere_gives_a_patch_for_it():
     diff = patchfile.make(REL, old, edit(old), "0.5.23", SHA_OLD)
     new = module(top=["import os\n"] * 4, change={"return 30\n": "return 30  # upstream\n"})
     text, conflicts = patchfile.rebase(diff, old, new, REL, "0.5.24", SHA_NEW)
-    assert conflicts == 0
+    assert conflicts == []
     assert text.startswith(f"# specops-base: sglang 0.5.24 sha256:{SHA_NEW}\n--- a/sglang/{REL}\n")
     assert patchfile.apply(text, new, REL, "0.5.24") == edit(new)
     assert "return 30  # upstream\n" in edit(new)
@@ -156,10 +156,47 @@ def test_rebase_onto_an_upstream_changed_at_the_same_lines_shows_conflicts():
     diff = patchfile.make(REL, old, edit(old), "0.5.23", SHA_OLD)
     new = module(change={"return 50\n": "return 500\n"})
     text, conflicts = patchfile.rebase(diff, old, new, REL, "0.5.24", SHA_NEW)
-    assert conflicts == 1
-    assert ("<<<<<<< patched (sglang 0.5.23)\n    return -50\n=======\n    return 500\n"
-            ">>>>>>> sglang 0.5.24\n") in text
+    assert conflicts == [Conflict(2, 2, "@@ -99,7 +99,7 @@", (102, 102), "0.5.24")]
+    assert ("<<<<<<< patched (sglang 0.5.23)\n    return -50\n"
+            "||||||| sglang 0.5.23 (the patch's base)\n    return 50\n"
+            "=======\n    return 500\n>>>>>>> sglang 0.5.24\n") in text
     assert "return 3  # patched\n" in text  # the hunk that did not conflict is merged
+
+
+def test_a_conflict_names_its_hunk_and_its_lines_in_the_new_upstream():
+    old = module()
+    edited = edit(old).replace("return 30\n", "return -30\n")
+    diff = patchfile.make(REL, old, edited, "0.5.23", SHA_OLD)
+    # The new release adds 5 lines at the top and rewrites f30's line (old line 62) as two.
+    new = module(top=["import os\n"] * 5, change={"    return 30\n": "    y = 30\n    return y\n"})
+    text, conflicts = patchfile.rebase(diff, old, new, REL, "0.5.24", SHA_NEW)
+    assert [str(c) for c in conflicts] == ["hunk 2 of 3 (@@ -59,7 +59,7 @@) against sglang 0.5.24's lines 67-68"]
+    assert "".join(new.splitlines(True)[66:68]) == "    y = 30\n    return y\n"
+    assert ("<<<<<<< patched (sglang 0.5.23)\n    return -30\n"
+            "||||||| sglang 0.5.23 (the patch's base)\n    return 30\n"
+            "=======\n    y = 30\n    return y\n>>>>>>> sglang 0.5.24\n") in text
+    assert text.count("<<<<<<<") == 1 and "return 3  # patched\n" in text and "return -50\n" in text
+
+
+def test_a_conflict_two_hunks_reach_names_both():
+    old = module()
+    edited = old.replace("return 20\n", "return -20\n").replace("return 30\n", "return -30\n")
+    diff = patchfile.make(REL, old, edited, "0.5.23", SHA_OLD)
+    assert diff.count("\n@@ -") == 2
+    # Upstream rewrote f20 through f30 (old lines 41-62) into one function.
+    body = "".join(f"def f{i}():\n    return {i}\n" for i in range(20, 31))
+    new = old.replace(body, "def f20_to_30(i):\n    return i\n")
+    text, conflicts = patchfile.rebase(diff, old, new, REL, "0.5.24", SHA_NEW)
+    assert [(c.hunk, c.of, c.new_lines) for c in conflicts] == [(1, 2, (41, 42)), (2, 2, (41, 42))]
+    assert [c.header for c in conflicts] == [line for line in diff.splitlines() if line.startswith("@@")]
+    assert text.count("<<<<<<<") == 1
+
+
+def test_a_conflict_where_upstream_removed_the_lines_says_so():
+    assert str(Conflict(1, 2, "@@ -9,7 +9,6 @@", (40, 39), "0.5.24")) == (
+        "hunk 1 of 2 (@@ -9,7 +9,6 @@) against sglang 0.5.24's removal of its lines, before line 40")
+    assert str(Conflict(1, 1, "@@ -9,7 +9,6 @@", (40, 40))) == (
+        "hunk 1 of 1 (@@ -9,7 +9,6 @@) against the new upstream's line 40")
 
 
 def test_rebase_refuses_a_patch_upstream_already_has():
@@ -204,8 +241,14 @@ def test_the_agent_finds_a_file_in_its_packages_record(tmp_path):
 def test_a_hunk_is_placed_only_where_it_is_unambiguous():
     up = "x = 1\nA\nB\nC\ny = 2\nA\nB\nC\n"
     diff = patchfile.make(REL, "A\nB\nC\n", "A\nB2\nC\n", "0.5.23", SHA_OLD)
-    with pytest.raises(PatchError, match="hunk 1 of 1"):
+    with pytest.raises(PatchError) as e:
         patchfile.apply(diff, up, REL, "0.5.24")  # the context stands twice, neither at its line
+    assert str(e.value) == (f"patch sglang/{REL}.patch: hunk 1 of 1 (@@ -1,3 +1,3 @@) is ambiguous in sglang "
+                            f"0.5.24's {REL}: its lines stand at lines 2 and 6; cut it with more context (diff -U5)")
+    with pytest.raises(PatchError, match=r"its lines stand at lines 2, 6, 10, …; cut it"):
+        patchfile.apply(diff, up + "z = 3\nA\nB\nC\n" * 2, REL, "0.5.24")
+    # At its stated line it goes there, whatever else matches below.
+    assert patchfile.apply(diff, "A\nB\nC\nA\nB\nC\n", REL, "0.5.24") == "A\nB2\nC\nA\nB\nC\n"
     no_context = "--- a/sglang/%s\n+++ b/sglang/%s\n@@ -2 +2 @@\n-B\n+B2\n" % (REL, REL)
     with pytest.raises(PatchError, match="no context lines"):
         patchfile.apply(no_context, "A\nB\nC\n", REL, "0.5.23")

@@ -184,16 +184,17 @@ def test_the_files_of_a_version_not_installed_come_from_its_wheel_in_memory(tmp_
     from specops.agent.converge import wheelfiles
     provision.sim_wheel(tmp_path / "wheels", "0.5.24")
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    got = wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang", "version": "0.5.24",
-                           "files": ["sglang/srt/models/llama.py", "sglang/nope.py"], "wheelhouse": str(tmp_path / "wheels")})
+    got = wheelfiles.read("sglang", "0.5.24", ["sglang/srt/models/llama.py", "sglang/nope.py"],
+                          wheelhouse=str(tmp_path / "wheels"))
     want = (provision.SIM_SRC / "versions/0.5.24/sglang/srt/models/llama.py").read_bytes()
-    assert base64.b64decode(got["sglang/srt/models/llama.py"]["content_b64"]) == want
-    assert got["sglang/srt/models/llama.py"]["sha256"] == hashlib.sha256(want).hexdigest()
+    assert got["sglang/srt/models/llama.py"] == want
     assert got["sglang/nope.py"] is None
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
-    assert "no wheel of sglang 0.5.99" in wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang",
-                                                          "version": "0.5.99", "files": [],
-                                                          "wheelhouse": str(tmp_path / "wheels")})["error"]
+    with pytest.raises(wheelfiles.SourceError, match="no sglang 0.5.99"):
+        wheelfiles.read("sglang", "0.5.99", [], wheelhouse=str(tmp_path / "wheels"))
+    # a built stack's files are read where they are installed: the probe's answer is empty
+    assert wheelfiles.fact({"stack": "", "dist": "sglang", "version": "0.5.99", "files": [], "indexes": []}) == {
+        "error": "no wheelhouse and no package index to read sglang 0.5.99 from"}
 
 
 def test_a_wheel_from_an_index_keeps_its_credentials_on_their_host(tmp_path):
@@ -239,7 +240,8 @@ def test_a_wheel_from_an_index_keeps_its_credentials_on_their_host(tmp_path):
             ("127.0.0.1", True), ("127.0.0.1", True), ("127.0.0.2", False)]
         missing = wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang", "version": "0.5.99",
                                    "files": [], "indexes": [url]})
-        assert "no wheel of sglang 0.5.99" in missing["error"] and "s3cret" not in missing["error"]
+        assert missing["error"] == f"http://127.0.0.1:{index.server_address[1]}/simple: no sglang 0.5.99 there " \
+                                   f"(it has 0.5.24)", missing  # the index named, its credentials not
     finally:
         for server in (index, other):
             server.shutdown()

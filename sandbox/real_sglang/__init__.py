@@ -54,3 +54,36 @@ def resolve(argvs: list[list[str]]) -> list[dict]:
     if res.returncode != 0:
         raise RuntimeError(f"real sglang resolver failed: {res.stderr[-2000:]}")
     return json.loads(res.stdout)
+
+
+WHEELS = ("0.5.21", "0.5.23")  # real releases whose files the patch tests read (never installed)
+
+
+@fleet.built_once
+def wheels() -> Path:
+    """The real sglang wheels of WHEELS (27-39 MB each, no dependencies), downloaded once and
+    cached: read by the tests of anything that reads SGLang's own files (patches, rebases)."""
+    root = fleet.CACHE / ("wheels-sglang-real-" + "-".join(WHEELS))
+    if (root / ".complete").exists():
+        return root
+    tmp = Path(str(root) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fleet.log(f"downloading the real sglang {', '.join(WHEELS)} wheels (read only; cached afterwards)")
+    for v in WHEELS:  # one at a time: pip refuses two versions of one project in one call
+        subprocess.run(["python3", "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
+                        "-d", str(tmp), f"sglang=={v}"], check=True)
+    (tmp / ".complete").write_text("")
+    tmp.rename(root)
+    return root
+
+
+def wheel(version: str) -> Path:
+    return next(wheels().glob(f"sglang-{version}-*.whl"))
+
+
+def file_of(version: str, inner: str) -> str:
+    """A file of a real release, e.g. file_of("0.5.21", "srt/models/deepseek_v2.py")."""
+    import zipfile
+    with zipfile.ZipFile(wheel(version)) as z:
+        return z.read(f"sglang/{inner}").decode()

@@ -3,8 +3,9 @@ file (`<rel>.patch`, in the style of npm's patch-package) or a whole replacement
 
 Owns: reading a patch's base (`# specops-base: sglang <version> sha256:<hex>`, the upstream file
 it was cut from), applying a diff to the installed upstream text, checking a whole-file patch's
-base, cutting a diff (`make`) and carrying one onto a new SGLang release (`rebase`).  Pure text:
-the caller fetches the upstream file from the host and writes the result.
+base, cutting a diff (`make`) and carrying one onto a new SGLang release (`rebase`, naming each
+conflict's hunk and place).  Pure diff logic on text: the caller fetches the upstream file from
+the host and writes the result; whether the patched code would run is patchlint's.
 
 Libraries: whatthepatch reads the hunks' lines; merge3 (breezy's three-way merge) does the
 rebase; difflib writes diffs.  File headers, hunk headers and "\\ No newline" markers are read
@@ -12,7 +13,8 @@ here, around two whatthepatch gaps (see _hunks).  whatthepatch.apply_diff is not
 requires every hunk at its stated line numbers (lines added above a hunk, as between SGLang
 releases, make it fail), drops "\\ No newline at end of file" and line endings.  So each parsed
 hunk is placed here like GNU patch with fuzz 0: its old lines (context + removed) exactly, searched
-outward from the stated line, in order, never overlapping the previous hunk.
+outward from the stated line, in order, never overlapping the previous hunk; a context found at
+several places (none of them the stated line) is refused as ambiguous rather than guessed at.
 """
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ class PatchError(UsageError):
     """A patch that cannot be used with the installed SGLang: one line saying why."""
 
 
+class HunkError(PatchError):
+    """A hunk of a diff that has no one place in the upstream file: `inv patch --rebase` is the way on."""
+
+
 @dataclass(frozen=True)
 class Base:
     """The upstream file a patch was cut from."""
@@ -57,6 +63,23 @@ class _Hunk:
     @property
     def old(self):
         return [body for kind, body in self.ops if kind != "+"]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One patch hunk in one conflict of a rebase, and where that conflict stands in the new file."""
+    hunk: int                   # 1-based number of the hunk in the patch
+    of: int                     # how many hunks the patch has
+    header: str                 # the hunk's "@@ -a,b +c,d @@"
+    new_lines: tuple[int, int]  # 1-based, inclusive, in the new upstream; (n, n - 1) when it has none there
+    new_version: str = ""       # the new upstream's sglang version, for the message
+
+    def __str__(self):
+        start, end = self.new_lines
+        whose = f"sglang {self.new_version}'s" if self.new_version else "the new upstream's"
+        where = (f"{whose} lines {start}-{end}" if end > start else f"{whose} line {start}" if end == start
+                 else f"{whose} removal of its lines, before line {start}")
+        return f"hunk {self.hunk} of {self.of} ({self.header}) against {where}"
 
 
 def upstream_sha256(data: bytes) -> str:
@@ -141,23 +164,34 @@ def _hunks(diff_text, rel, name):
 
 
 def _find(bodies, old, guess, lo, hi):
-    """Where `old` stands in `bodies` within lo..hi: at `guess`, or else at the one place it
-    stands (a context found at several offsets is ambiguous, and not guessed at)."""
+    """The places `old` could go in `bodies` within lo..hi: [guess] when it stands there, else
+    every place it stands (none, one, or several: ambiguous)."""
     if lo <= guess <= hi and bodies[guess:guess + len(old)] == old:
-        return guess
-    found = [pos for pos in range(lo, hi + 1) if bodies[pos:pos + len(old)] == old]
-    return found[0] if len(found) == 1 else None
+        return [guess]
+    return [pos for pos in range(lo, hi + 1) if bodies[pos:pos + len(old)] == old]
+
+
+def _at_lines(places):
+    lines = [str(pos + 1) for pos in places[:3]]
+    if len(places) > 3:
+        return ", ".join(lines) + ", …"
+    return ", ".join(lines[:-1]) + " and " + lines[-1]
 
 
 def apply(diff_text: str, upstream: str, rel: str, version: str) -> str:
     """The patched file: the diff applied to the installed upstream text, each hunk exactly
     (fuzz 0) but wherever it now stands."""
+    return _apply(diff_text, upstream, rel, version)[0]
+
+
+def _apply(diff_text, upstream, rel, version):
+    """(the patched text, [(hunk, start, end)]: each hunk's old lines at upstream[start:end], 0-based)."""
     name = f"patch sglang/{rel}.patch"
     hunks = _hunks(diff_text, rel, name)
     up = _lines(upstream)
     bodies = [_body(line) for line in up]
     newline = "\r\n" if up and up[0].endswith("\r\n") else "\n"
-    out, cursor, shift = [], 0, 0
+    out, cursor, shift, placed = [], 0, 0, []
     for n, h in enumerate(hunks, 1):
         old = h.old
         if not any(kind == " " for kind, _ in h.ops):
@@ -166,12 +200,17 @@ def apply(diff_text: str, upstream: str, rel: str, version: str) -> str:
         # A hunk with no old lines (diff -U0) inserts after its stated line.
         guess = h.old_start - (1 if old else 0) + shift
         hi = len(up) - len(old)
-        pos = _find(bodies, old, guess, max(cursor, hi) if h.eof else cursor, hi)
-        if pos is None:
+        places = _find(bodies, old, guess, max(cursor, hi) if h.eof else cursor, hi)
+        if len(places) > 1:
+            raise HunkError(f"{name}: hunk {n} of {len(hunks)} ({h.header}) is ambiguous in sglang {version}'s "
+                             f"{rel}: its lines stand at lines {_at_lines(places)}; cut it with more context "
+                             f"(diff -U5)")
+        if not places:
             base = base_of(diff_text)
             cut = f" (cut from {_describe(base.version, None if base.version else base.sha256)})" if base else ""
-            raise PatchError(f"{name}: hunk {n} of {len(hunks)} ({h.header}) does not apply to "
+            raise HunkError(f"{name}: hunk {n} of {len(hunks)} ({h.header}) does not apply to "
                              f"sglang {version}'s {rel}{cut}")
+        pos = places[0]
         out += up[cursor:pos]
         start, at = len(out), pos
         for kind, body in h.ops:
@@ -184,7 +223,8 @@ def apply(diff_text: str, upstream: str, rel: str, version: str) -> str:
         if h.eof and len(out) > start:
             out[-1] = _body(out[-1]) + ("" if h.new_no_newline else newline)
         cursor, shift = at, pos - guess + shift
-    return "".join(out + up[cursor:])
+        placed.append((h, pos, at))
+    return "".join(out + up[cursor:]), placed
 
 
 def check_whole_file(text: str, rel: str, installed_version: str, installed_sha256: str | None,
@@ -220,21 +260,40 @@ def make(rel: str, upstream: str, edited: str, version: str, sha256: str) -> str
     return "".join(out)
 
 
+def _conflicts(merge, placed, new_version):
+    """A Conflict for each hunk whose old lines reach each conflict region of the merge."""
+    out = []
+    for region in merge.merge_regions():
+        if region[0] != "conflict":
+            continue
+        _, zstart, zend, _, _, bstart, bend = region
+        # An empty base range is a place between lines: a hunk touching it is in it.
+        mine = [(n, h) for n, (h, start, end) in enumerate(placed, 1)
+                if (start < zend and zstart < end if zend > zstart else start <= zstart <= end)]
+        if not mine:  # not expected (a's changes are inside its hunks), but a conflict is never dropped
+            n = min(range(len(placed)), key=lambda i: abs(placed[i][1] - zstart)) + 1
+            mine = [(n, placed[n - 1][0])]
+        out += [Conflict(n, len(placed), h.header, (bstart + 1, bend), new_version) for n, h in mine]
+    return out
+
+
 def rebase(diff_text: str, old_upstream: str, new_upstream: str, rel: str, new_version: str,
-           new_sha256: str) -> tuple[str, int]:
-    """The patch carried onto a new upstream file by a three-way merge: (a new .patch, 0), or
-    (the merged file with conflict markers, how many conflicts)."""
+           new_sha256: str) -> tuple[str, list[Conflict]]:
+    """The patch carried onto a new upstream file by a three-way merge: (a new .patch, []), or
+    (the merged file with diff3-style conflict markers, the base between ||||||| and =======,
+    [Conflict]: one per hunk per conflict region, so a region two hunks reach is listed twice)."""
     base = base_of(diff_text)
     old_version = base.version if base and base.version else "(unknown version)"
-    ours = apply(diff_text, old_upstream, rel, old_version)
+    ours, placed = _apply(diff_text, old_upstream, rel, old_version)
     merge = merge3.Merge3(_lines(old_upstream), _lines(ours), _lines(new_upstream))
-    conflicts = sum(1 for region in merge.merge_regions() if region[0] == "conflict")
+    conflicts = _conflicts(merge, placed, new_version)
     if conflicts:
-        merged = merge.merge_lines(name_a=f"patched (sglang {old_version})", name_b=f"sglang {new_version}")
+        merged = merge.merge_lines(name_a=f"patched (sglang {old_version})", name_b=f"sglang {new_version}",
+                                   name_base=f"sglang {old_version} (the patch's base)", base_marker="|||||||")
         # A last line without its newline would be glued to the marker after it.
         return "".join(line if line.endswith("\n") else line + "\n" for line in merged), conflicts
     merged = "".join(merge.merge_lines())
     if merged == new_upstream:
         raise PatchError(f"patch sglang/{rel}.patch: sglang {new_version}'s {rel} already has its changes; "
                          f"the patch can go")
-    return make(rel, new_upstream, merged, new_version, new_sha256), 0
+    return make(rel, new_upstream, merged, new_version, new_sha256), []

@@ -53,9 +53,29 @@ def need(host, torch_in_cache: bool) -> int:
     return NEED_OTHERWISE if torch_in_cache or not host.get("torch") else NEED_FIRST_TORCH
 
 
-def wheel_request(host, files: list[str]) -> dict:
-    """A probe's `wheel_files` for the host's sglang (agent/converge/wheelfiles.py): `files` (paths
-    in the wheel) while its stack is not built, read in memory from the indexes uv would ask."""
+def wheel_request(host, files: list[str], version: str | None = None) -> dict:
+    """A probe's `wheel_files` (agent/converge/wheelfiles.py): `files` (paths in the wheel) of
+    sglang `version` (default: the host's), read in memory on the host from the indexes its
+    stack is built from, while its stack is not built.  {} for a host with a wheelhouse: its
+    stack is built from that alone, and the controller reads it there (wheel_files)."""
+    if host.get("wheelhouse"):
+        return {}
     indexes = [i for i in (host.get("extra_index"), host.get("package_index") or PYPI) if i]
-    return {"stack": venv_of(host), "dist": "sglang", "version": host["sglang"]["version"], "files": files,
-            "indexes": indexes}
+    return {"stack": venv_of(host) if version is None else "", "dist": "sglang",
+            "version": version or host["sglang"]["version"], "files": files, "indexes": indexes}
+
+
+def wheel_files(host, files: list[str], answer: dict, version: str | None = None) -> dict[str, bytes | None]:
+    """`files` of sglang `version` (default: the host's) from its wheel: the controller's
+    wheelhouse where the host has one (and never an index then), else the probe's `answer` to
+    wheel_request.  SourceError (one line: which source failed, and why) when it cannot be read."""
+    import base64
+
+    from ..agent.converge import wheelfiles
+    version = version or host["sglang"]["version"]
+    if host.get("wheelhouse"):
+        from pathlib import Path
+        return wheelfiles.read("sglang", version, files, wheelhouse=str(Path(host["wheelhouse"]).expanduser()))
+    if "error" in answer:
+        raise wheelfiles.SourceError(answer["error"])
+    return {f: None if answer.get(f) is None else base64.b64decode(answer[f]["content_b64"]) for f in files}

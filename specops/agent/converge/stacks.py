@@ -138,6 +138,9 @@ def sweep_builds():
             remove_tree(os.path.join(STACKS_DIR, n))
 
 
+_NO_VERSION = re.compile(r"no version of ([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==\S+")
+
+
 def build(a, allowed=()):
     """Answer a protocol.BuildStack (see there)."""
     if os.path.dirname(a.path) != STACKS_DIR or not is_stack_name(os.path.basename(a.path)):
@@ -166,8 +169,19 @@ def build(a, allowed=()):
         # stack works after the rename into place.
         run_streamed([uv, "venv", "--quiet", "--relocatable", "--python", a.python, tmp], "uv venv", env=env)
         python = os.path.join(tmp, "bin", "python")
-        run_streamed([uv, "pip", "install", "--python", python, *a.specs], "uv pip install " + " ".join(a.specs),
-                     env=env)
+        install = [uv, "pip", "install", "--python", python, *a.specs]
+        try:
+            run_streamed(install, "uv pip install " + " ".join(a.specs), env=env)
+        except ActionError as e:
+            stale = _NO_VERSION.search(str(e))
+            if not stale:
+                raise
+            # uv answers from an index page it cached until the page's max-age (600 s on the public
+            # index): a version published since reads as none.  Once, the page asked again.
+            say("  uv saw no version %s in its cached index page: asking the index again "
+                "(--refresh-package %s)" % (stale.group(0)[len("no version of "):], stale.group(1)))
+            run_streamed(install[:3] + ["--refresh-package", stale.group(1)] + install[3:],
+                         "uv pip install --refresh-package %s %s" % (stale.group(1), " ".join(a.specs)), env=env)
         got = expect_in(python, a.check, a.expect, "the new stack %s imports" % os.path.basename(a.path))
         loose = root_only(tmp)
         if loose:

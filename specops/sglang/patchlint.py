@@ -1,0 +1,100 @@
+"""Whether a patched SGLang Python file would fail at run time where its upstream would not.
+
+Owns: the check beyond compiling.  A patch that compiles may still use a name that is not
+there (`residual` left over from another release); Python says so only when the line runs, on
+the GPU box, mid-request.  So the patched file is read with pyflakes and compared with the
+unpatched upstream file of the same version: only problems of the kinds that raise NameError
+or UnboundLocalError (undefined name, local used before assignment, undefined name in
+`__all__`) and only new ones count; what upstream already has is SGLang's, not the patch's.
+Style warnings (unused imports, `import *` usage…) are not looked at.  A file that does not
+parse is left to the compile step on the host, which names the syntax error.
+
+`apply_checked` is patchfile.apply followed by this check; patchfile itself stays pure diff logic
+and does not import this module.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import warnings
+from collections import Counter
+
+from pyflakes import messages
+from pyflakes.checker import Checker
+
+from . import patchfile
+from .patchfile import PatchError
+
+_KINDS = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
+_SHOWN = 3
+
+# sha256 of an upstream text → its problems' keys (None: it does not parse), since the same
+# upstream file is checked again for each host.
+_upstream_keys: dict[str, Counter | None] = {}
+
+
+def _messages(text, filename):
+    """pyflakes' run-time-failing messages for the text, or None when it does not parse."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarnings such as "\d" in upstream strings
+            tree = ast.parse(text, filename=filename)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte
+        return None
+    found = Checker(tree, filename=filename, withDoctest=False).messages
+    return sorted((m for m in found if isinstance(m, _KINDS)), key=lambda m: (m.lineno, m.col))
+
+
+def _key(m):
+    # UndefinedLocal's args carry the line of the outer binding, and pyflakes gives a bare string
+    # for a builtin's; the name alone is what moves with the file unchanged.
+    args = m.message_args if isinstance(m.message_args, tuple) else (m.message_args,)
+    return type(m).__name__, args[:1] if isinstance(m, messages.UndefinedLocal) else args
+
+
+def _text(m):
+    return f"line {m.lineno}: {m.message % m.message_args}"
+
+
+def problems(upstream: str, patched: str, filename: str) -> list[str]:
+    """The patched file's run-time name problems that its upstream file does not have, one line
+    each ("line N: undefined name 'residual'", N in the patched file); [] for a file that is not
+    Python (by its name) or that does not parse."""
+    if not filename.endswith(".py"):
+        return []
+    mine = _messages(patched, filename)
+    if not mine:
+        return []
+    digest = hashlib.sha256(upstream.encode("utf-8", "surrogatepass")).hexdigest()
+    if digest not in _upstream_keys:
+        theirs = _messages(upstream, filename)
+        # An upstream this Python cannot parse leaves nothing to compare with: no verdict.
+        _upstream_keys[digest] = None if theirs is None else Counter(_key(m) for m in theirs)
+    known = _upstream_keys[digest]
+    if known is None:
+        return []
+    known, new = Counter(known), []
+    for m in mine:
+        if known[_key(m)]:
+            known[_key(m)] -= 1
+        else:
+            new.append(_text(m))
+    return new
+
+
+def check(upstream: str, patched: str, rel: str, version: str) -> None:
+    """Refuse a patched sglang/<rel> with a name problem its upstream does not have."""
+    new = problems(upstream, patched, f"sglang/{rel}")
+    if not new:
+        return
+    shown = "; ".join(new[:_SHOWN]) + ("; …" if len(new) > _SHOWN else "")
+    such = "such problem" if len(new) == 1 else "such problems"
+    raise PatchError(f"patch sglang/{rel}.patch: the patched file would fail at run time on sglang {version}: "
+                     f"{shown} (pyflakes; the unpatched file has no {such})")
+
+
+def apply_checked(diff_text: str, upstream: str, rel: str, version: str) -> str:
+    """patchfile.apply, then the check above: the patched text, or a PatchError."""
+    patched = patchfile.apply(diff_text, upstream, rel, version)
+    check(upstream, patched, rel, version)
+    return patched

@@ -1,0 +1,244 @@
+"""The one reader of a version's files from its wheel (specops/agent/converge/wheelfiles.py), on
+loopback: the real sglang 0.5.23 wheel read by range requests and as a stream, the deadline
+inside every read, a member too large, hashes, and each failure named by its source."""
+import functools
+import hashlib
+import os
+import shutil
+import socket
+import threading
+import time
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sandbox import real_sglang
+from sandbox.httprange import Counter, RangeHandler
+from specops.agent.converge import wheelfiles
+from specops.agent.converge.wheelfiles import SourceError
+
+DEEPSEEK = "sglang/srt/models/deepseek_v2.py"
+
+
+def serve(root, honour_range=True):
+    counter = Counter()
+    handler = type("H", (RangeHandler,), {"honour_range": honour_range, "counter": counter})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, counter, f"http://127.0.0.1:{server.server_address[1]}/simple"
+
+
+def index_of(root, *wheels, sha=None):
+    """A PEP 503 index under root holding these wheels (linked), each with its #sha256."""
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    links = []
+    for w in wheels:
+        dest = root / "files" / w.name
+        if not dest.exists():
+            os.link(w, dest) if w.stat().st_dev == root.stat().st_dev else shutil.copy(w, dest)
+        digest = sha or hashlib.sha256(w.read_bytes()).hexdigest()
+        links.append(f'<a href="../../files/{w.name}#sha256={digest}">{w.name}</a>')
+    page = root / "simple" / "sglang" / "index.html"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("\n".join(links))
+    return root
+
+
+@pytest.fixture(scope="module")
+def real_index(tmp_path_factory):
+    root = index_of(tmp_path_factory.mktemp("index"), real_sglang.wheel("0.5.23"), real_sglang.wheel("0.5.21"))
+    return root
+
+
+def test_range_reads_move_under_5_mb_for_one_file_of_the_real_wheel(real_index):
+    server, counter, url = serve(real_index)
+    try:
+        stats = {}
+        got = wheelfiles.read("sglang", "0.5.23", [DEEPSEEK, "sglang/nope.py"], [url], stats=stats)
+    finally:
+        server.shutdown()
+    assert got[DEEPSEEK].decode() == real_sglang.file_of("0.5.23", "srt/models/deepseek_v2.py")
+    assert got["sglang/nope.py"] is None
+    wheel_size = real_sglang.wheel("0.5.23").stat().st_size
+    assert wheel_size > 30 << 20
+    wheel_bytes = sum(n for path, rng, n in counter.requests if path.endswith(".whl"))
+    assert all(rng for path, rng, n in counter.requests if path.endswith(".whl"))  # every GET of it a range
+    assert counter.sent < 5_000_000 and wheel_bytes == stats["moved"], (counter.sent, stats)
+    print(f"BENCH range read of {DEEPSEEK}: {counter.sent} bytes moved of a {wheel_size}-byte wheel")
+
+
+def test_a_server_that_ignores_range_is_read_as_a_stream_with_its_hash_checked(real_index, tmp_path):
+    server, counter, url = serve(real_index, honour_range=False)
+    try:
+        got = wheelfiles.read("sglang", "0.5.23", [DEEPSEEK], [url])
+        assert got[DEEPSEEK].decode() == real_sglang.file_of("0.5.23", "srt/models/deepseek_v2.py")
+        bad = index_of(tmp_path / "bad", real_sglang.wheel("0.5.23"), sha="0" * 64)
+        server2, _, url2 = serve(bad, honour_range=False)
+        try:
+            with pytest.raises(SourceError, match="hash mismatch: the wheel is not the sha256 the index gives it"):
+                wheelfiles.read("sglang", "0.5.23", [DEEPSEEK], [url2])
+        finally:
+            server2.shutdown()
+    finally:
+        server.shutdown()
+
+
+def _wheel(path, members, record=True):
+    """A small wheel with these members and (unless told) a RECORD of their true sha256."""
+    import base64
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        lines = []
+        for name, data in members.items():
+            z.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            lines.append(f"{name},sha256={digest},{len(data)}")
+        if record:
+            z.writestr("sglang-9.9.9.dist-info/RECORD", "\n".join(lines) + "\n")
+    return path
+
+
+def test_a_member_not_the_records_sha256_is_refused(tmp_path):
+    wheel = _wheel(tmp_path / "sglang-9.9.9-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
+    # the member's bytes changed after the RECORD was written: rewrite the zip with other bytes
+    with zipfile.ZipFile(wheel) as z:
+        record = z.read("sglang-9.9.9.dist-info/RECORD")
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(DEEPSEEK, b"x = 2\n")
+        z.writestr("sglang-9.9.9.dist-info/RECORD", record)
+    for honour in (True, False):
+        server, _, url = serve(index_of(tmp_path / f"i{honour}", wheel), honour_range=honour)
+        try:
+            with pytest.raises(SourceError, match=f"hash mismatch: {DEEPSEEK} is not what the wheel's RECORD says"):
+                wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [url])
+        finally:
+            server.shutdown()
+    with pytest.raises(SourceError, match="hash mismatch"):
+        wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], wheelhouse=str(tmp_path / "iTrue" / "files"))
+
+
+def test_a_200_mib_member_is_refused_before_it_is_read(tmp_path):
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open(DEEPSEEK, "w", force_zip64=True) as f:  # 200 MiB of zeros, about 200 KB deflated
+            block = bytes(1 << 20)
+            for _ in range(200):
+                f.write(block)
+    server, counter, url = serve(index_of(tmp_path / "index", wheel))
+    try:
+        with pytest.raises(SourceError, match=r"is 200 MiB, more than the 32 MiB"):
+            wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [url])
+    finally:
+        server.shutdown()
+    # only the tail moved (its central directory): never the member's data, at the wheel's start
+    assert [rng for path, rng, _ in counter.requests if path.endswith(".whl")] == [f"bytes=-{wheelfiles.TAIL}"]
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """Answers a page at once, then sends a wheel one byte every 2 s."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        if self.path.endswith("/sglang/"):
+            body = b'<a href="../../files/sglang-9.9.9-py3-none-any.whl">sglang-9.9.9-py3-none-any.whl</a>'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        try:
+            for _ in range(60):
+                self.wfile.write(b"P")
+                self.wfile.flush()
+                time.sleep(2)
+        except OSError:
+            pass
+
+
+def test_an_index_that_trickles_fails_at_the_deadline_not_later():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SourceError, match="timed out after 5s"):
+            wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [f"http://127.0.0.1:{server.server_address[1]}/simple"],
+                            timeout=5)
+        took = time.monotonic() - t0
+    finally:
+        server.shutdown()
+    assert 4.5 < took < 6.5, took
+
+
+def test_each_failure_names_its_source_and_why(tmp_path):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
+    refused = f"http://user:s3cret@127.0.0.1:{dead.getsockname()[1]}/simple"
+
+    class Auth(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(401 if "private" in self.path else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    wheel = _wheel(tmp_path / "sglang-0.5.21-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
+    listed, _, has = serve(index_of(tmp_path / "index", wheel))
+    port = server.server_address[1]
+    try:
+        with pytest.raises(SourceError) as e:
+            wheelfiles.read("sglang", "0.5.22", [DEEPSEEK],
+                            [refused, f"http://127.0.0.1:{port}/private", f"http://127.0.0.1:{port}/simple", has])
+    finally:
+        server.shutdown()
+        listed.shutdown()
+        dead.close()
+    said = str(e.value)
+    assert "s3cret" not in said and "user" not in said
+    parts = said.split("; ")
+    assert parts[0].endswith("unreachable (Connection refused)"), said
+    assert parts[1] == f"http://127.0.0.1:{port}/private: 401 Unauthorized (its credentials?)", said
+    assert parts[2] == f"http://127.0.0.1:{port}/simple: 404 Not Found (no such project there)", said
+    assert parts[3] == f"{has}: no sglang 0.5.22 there (it has 0.5.21)", said
+    with pytest.raises(SourceError, match=r"wheelhouse .*: no sglang 0.5.22 \(it has 0.5.21\)"):
+        wheelfiles.read("sglang", "0.5.22", [DEEPSEEK], wheelhouse=str(tmp_path / "index" / "files"))
+    with pytest.raises(SourceError, match="no wheelhouse and no package index"):
+        wheelfiles.read("sglang", "0.5.22", [DEEPSEEK], [])
+
+
+def test_a_wheelhouse_is_read_in_place_and_no_index_is_asked(tmp_path, monkeypatch):
+    from specops.sglang import stack
+    wheel = real_sglang.wheel("0.5.23")
+    host = {"wheelhouse": str(wheel.parent), "sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}}
+    assert stack.wheel_request(host, [DEEPSEEK]) == {}  # nothing for the host to fetch
+    monkeypatch.setattr(wheelfiles, "from_index", lambda *a, **k: pytest.fail("an index was asked"))
+    got = stack.wheel_files(host, [DEEPSEEK], {})
+    assert got[DEEPSEEK].decode() == real_sglang.file_of("0.5.23", "srt/models/deepseek_v2.py")
+    # no wheelhouse: the indexes the stack is built from, the public one only as uv's default
+    bare = {"sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}}
+    assert stack.wheel_request(bare, [DEEPSEEK])["indexes"] == [stack.PYPI]
+    named = dict(bare, package_index="http://mirror.example/simple")
+    assert stack.wheel_request(named, [DEEPSEEK])["indexes"] == ["http://mirror.example/simple"]
+
+
+def test_memory_stays_bounded_by_the_member_when_streaming(real_index):
+    """The stream parser holds the member, not the wheel: peak traced allocation far below the
+    39 MB wheel."""
+    import tracemalloc
+    server, _, url = serve(real_index, honour_range=False)
+    tracemalloc.start()
+    try:
+        wheelfiles.read("sglang", "0.5.23", [DEEPSEEK], [url])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        server.shutdown()
+    assert peak < 8 << 20, peak
