@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -98,6 +100,10 @@ def build(root: Path) -> Path:
     return root
 
 
+PID_FILE = "index.pid"  # under site.state: the index `inv sandbox.up` left running (JSON)
+LOG_FILE = "index.log"
+
+
 class Index:
     """The index, served on the fleet's service address (reached by hosts via their gateway)."""
 
@@ -108,28 +114,119 @@ class Index:
 
     @property
     def url(self) -> str:
-        return f"http://{fleet.service_address(self.site)}:{self.port}"
+        return url_of(self.site, self.port)
 
-    def start(self) -> "Index":
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "sandbox.pkgindex", "serve", fleet.service_address(self.site),
+                str(self.port), str(self.root)]
+
+    def start(self, detached: bool = False) -> "Index":
+        """Serve it.  `detached`: in a session of its own, to outlive this process (`inv sandbox.up`),
+        its pid and start time recorded in site.state/index.pid for `stop_recorded`."""
         fleet.service_address_up(self.site)
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox.pkgindex", "serve",
-                                      fleet.service_address(self.site), str(self.port), str(self.root)],
-                                     cwd=Path(__file__).resolve().parent.parent,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if detached:
+            log = open(self.site.state / LOG_FILE, "wb")
+            self.proc = subprocess.Popen(self.argv(), cwd=Path(__file__).resolve().parent.parent,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+            log.close()
+            _record(self.site, self.proc.pid, self.argv())  # at once: a failed start is cleaned up too
+        else:
+            self.proc = subprocess.Popen(self.argv(), cwd=Path(__file__).resolve().parent.parent,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         import socket
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 socket.create_connection((fleet.service_address(self.site), self.port), timeout=1).close()
                 return self
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError("package index did not start")
+        if detached:
+            stop_recorded(self.site)
+        raise RuntimeError(f"package index did not start on {self.url}"
+                           + (f" (exit status {self.proc.returncode})" if self.proc.poll() is not None else ""))
 
     def stop(self) -> None:
         if self.proc:
             self.proc.terminate()
             self.proc.wait(10)
+
+
+def url_of(site: fleet.Site, port: int = PORT) -> str:
+    return f"http://{fleet.service_address(site)}:{port}"
+
+
+# ---- the index `inv sandbox.up` leaves running, and `inv sandbox.down` stops ----
+
+def _record(site: fleet.Site, pid: int, argv: list[str]) -> None:
+    started = _process(pid)
+    (site.state / PID_FILE).write_text(json.dumps({"pid": pid, "start_time": started and started[0],
+                                                   "argv": argv}) + "\n")
+
+
+def _process(pid: int) -> tuple[str, list[str]] | None:
+    """(start time in clock ticks since boot, argv) of a live process; None if there is none (or a
+    zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    # fields[0] is stat's 3rd field (state): the start time, its 22nd, is fields[19]
+    return fields[19], [a.decode(errors="replace") for a in argv.split(b"\0")[:-1]]
+
+
+def _attributable(rec: dict) -> bool:
+    """The recorded process is still the index that was started: the same start time (a pid reused
+    since has another) and the command line of `-m sandbox.pkgindex serve ...`, as recorded."""
+    now = _process(rec["pid"])
+    return (now is not None and rec.get("start_time") is not None and now[0] == rec["start_time"]
+            and now[1] == rec.get("argv") and now[1][1:4] == ["-m", "sandbox.pkgindex", "serve"])
+
+
+def _read_record(site: fleet.Site) -> dict | None:
+    try:
+        rec = json.loads((site.state / PID_FILE).read_text())
+        int(rec["pid"])
+        return rec
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def recorded(site: fleet.Site) -> int | None:
+    """The pid of the site's detached index if it still runs (and is that index), else None."""
+    rec = _read_record(site)
+    return rec["pid"] if rec and _attributable(rec) else None
+
+
+def stop_recorded(site: fleet.Site, grace: float = 10) -> str:
+    """Stop the site's detached index: SIGTERM, wait, SIGKILL after `grace`; the pid file goes.  A
+    pid file whose process is not that index (gone, or its pid reused) is removed and nothing is
+    killed.  Returns "stopped", "stale" (a pid file, no such index) or "none" (no pid file)."""
+    path = site.state / PID_FILE
+    if not path.exists():
+        return "none"
+    rec = _read_record(site)
+    if rec is None or not _attributable(rec):
+        path.unlink(missing_ok=True)
+        return "stale"
+    pid = rec["pid"]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _attributable(rec):
+            break
+        os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not _attributable(rec):  # gone, or a zombie (its parent reaps it)
+                break
+            time.sleep(0.05)
+    if _attributable(rec):
+        raise RuntimeError(f"the package index (pid {pid}) did not stop")
+    path.unlink(missing_ok=True)
+    return "stopped"
 
 
 SLOW_S = 12.0  # /slow/... answers like /... after this long (under pip's 15 s timeout): a pip that

@@ -243,13 +243,39 @@ def remove_inventory(site: fleet.Site) -> None:
     (site.inventory_dir / "hosts.yml").unlink(missing_ok=True)
 
 
+def _shown(path: Path) -> Path:
+    """A path as a user in this repository types it."""
+    try:
+        return path.relative_to(HERE.parent)
+    except ValueError:
+        return path
+
+
 def inventory_yaml(f: fleet.Fleet) -> str:
+    """The sandbox hosts on a stack (no `venv:`): SGLang pinned, built by uv from the site's package
+    index (which `inv sandbox.up` serves), as a real fleet's upgrades go."""
+    from sandbox import pkgindex  # it imports this module
     write_known_hosts(f)
     # The seed's setup: an EAGLE-3 draft wired to the embedding output (-1), which needs the
     # patched model file that captures it.
     demo = sandbox_service(patches=["srt/models/llama.py"],
                            draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
     hosts = {h.name: {**host_vars(h), "services": [demo]} for h in f.hosts}
-    doc = {"all": {"children": {"sandbox": {"vars": {"venv": VENV}, "hosts": hosts}}}}
+    index = pkgindex.url_of(f.site)
+    torch_version, _ = pkgindex.STANDIN_TORCH
+    stack = {"sglang": {"version": SIM_VERSION},
+             "torch": {"version": torch_version, "cuda": "auto", "index_url": f"{index}/whl/{{variant}}"},
+             "package_index": f"{index}/simple"}
+    doc = {"all": {"children": {"sandbox": {"vars": stack, "hosts": hosts}}}}
+    other = next(v for v in SIM_VERSIONS if v not in (SIM_VERSION, SIM_FAILING))
     return ("# Written by `inv sandbox.up`; removed by `inv sandbox.down`.  Sandbox hosts only: never\n"
-            "# add real hosts here, and never point this inventory at a real fleet.\n" + yaml.safe_dump(doc, sort_keys=False))
+            "# add real hosts here, and never point this inventory at a real fleet.\n"
+            "#\n"
+            f"# SGLang versions on the sandbox's package index ({index}/simple/sglang/):\n"
+            f"# {', '.join(SIM_VERSIONS)} (the simulator; {SIM_FAILING} fails at start, on purpose: a failed\n"
+            "# upgrade is undone).  Each version is a stack: a venv of its own, built by uv on the host.\n"
+            f"# To upgrade, change `sglang: {{version: {SIM_VERSION}}}` below (e.g. to {other}), then\n"
+            f"#   inv deploy --inventory {_shown(f.site.inventory_dir)} --host {f.hosts[0].name}\n"
+            f"# The demo's patch srt/models/llama.py is a whole file cut from {SIM_VERSION}: another version\n"
+            "# refuses it before anything changes, unless `patch_any_base: true` is set beside `sglang:`.\n"
+            + yaml.safe_dump(doc, sort_keys=False))

@@ -2,13 +2,16 @@
 
 Sandbox hosts get an inventory of their own (never beside a real fleet's), so a task
 aimed at them must be pointed at it: `inv deploy --inventory sandbox/inventory --host sandbox`.
+Their SGLang is a stack built from the sandbox's package index (sandbox/pkgindex.py), which
+`up` starts as a process of its own that outlives it, and `down` stops.
 """
+import subprocess
 import sys
 from pathlib import Path
 
 from invoke import Exit
 
-from sandbox import fleet, logins, provision
+from sandbox import fleet, logins, pkgindex, provision
 
 
 LEGACY = Path(__file__).resolve().parent.parent / "inventory" / "sandbox.yml"
@@ -28,20 +31,60 @@ def up(hosts: int = 1, flavour: str = "root") -> None:
     _no_legacy_inventory()
     try:
         f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site, flavour=flavour).up()
-    except (fleet.BootError, ValueError) as e:
+        url = _index_up(site)
+    except (fleet.BootError, ValueError, RuntimeError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise Exit(code=1)
     path = provision.write_inventory(f)
+    other = next(v for v in provision.SIM_VERSIONS if v not in (provision.SIM_VERSION, provision.SIM_FAILING))
     print(f"{len(names)} sandbox host(s) up; their inventory: {path}\n"
-          f"  e.g. inv deploy --inventory {path} --host {names[0]}")
+          f"  e.g. inv deploy --inventory {path} --host {names[0]}\n"
+          f"package index: {url}/simple (running until `inv sandbox.down`; pid in {site.state / pkgindex.PID_FILE})\n"
+          f"  SGLang versions: {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} "
+          f"fails at start, on purpose)\n"
+          f"  the inventory pins {provision.SIM_VERSION}: to upgrade, set sglang: {{version: {other}}} there, "
+          f"and deploy (its comment says more)")
     if flavour == "ubuntu-sudo-pass":
         print(f"  sudo asks for ubuntu's password: add --ask-become-pass and type the one in "
               f"{site.state / 'become_pass'}")
 
 
+def _index_up(site: fleet.Site) -> str:
+    """The site's package index, serving on the service address: the one running is left alone
+    (the hosts' sweep took its address away: it gets it back), else it is built and started."""
+    url = pkgindex.url_of(site)
+    if pkgindex.recorded(site) is not None:
+        fleet.service_address_up(site)
+        fleet.log(f"package index already running at {url}")
+        return url
+    pkgindex.stop_recorded(site)  # a stale pid file goes (nothing is killed)
+    fleet.service_address_up(site)
+    if _answers(fleet.service_address(site), pkgindex.PORT):
+        raise RuntimeError(f"something not started by `inv sandbox.up` already listens on {url}: stop it first")
+    fleet.log("building the package index (stand-in torch, each SGLang simulator release)")
+    pkgindex.Index(site).start(detached=True)
+    return url
+
+
+def _answers(address: str, port: int) -> bool:
+    import socket
+    try:
+        socket.create_connection((address, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def down() -> None:
     site = fleet.DEFAULT_SITE
-    fleet.sweep(site)
+    try:
+        stopped = pkgindex.stop_recorded(site)
+    except RuntimeError as e:  # the hosts go all the same
+        stopped = e
+    fleet.sweep(site)  # the hosts, and the service address on lo
     provision.remove_inventory(site)
     _no_legacy_inventory()
-    print("sandbox hosts removed")
+    if isinstance(stopped, RuntimeError):
+        print(f"error: {stopped}", file=sys.stderr)
+        raise Exit(code=1)
+    print(("package index stopped; " if stopped == "stopped" else "") + "sandbox hosts removed")

@@ -1,9 +1,17 @@
 """The sandbox fleet itself: many hosts on one machine, and a host that does not boot."""
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sandbox import fleet, provision
+from conftest import ROOT
+from sandbox import fleet, pkgindex, provision
+from specops import inventory as inventory_mod
+from specops.sglang import stack
 
 pytestmark = pytest.mark.fleet
 
@@ -45,3 +53,89 @@ def test_a_host_that_does_not_boot_is_one_line_with_its_console(tmp_path):
     assert "\n" not in message and message.startswith("1 of 1 host(s) did not boot; first: k1:")
     assert "this host is broken on purpose" in message
     assert not Path(f"/run/netns/{site.prefix}-k1").exists()
+
+
+def _inv(*args: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real CLI, as a user runs it (no fleet fixture: `inv sandbox.up` boots its own host)."""
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+
+
+def _index_processes(address: str) -> list[int]:
+    """Every process serving a package index on `address`, found on the machine, not by a pid file."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if f"sandbox.pkgindex serve {address} " in cmd:
+            found.append(int(pid))
+    return found
+
+
+def test_sandbox_up_serves_the_package_index_its_stack_inventory_names_and_down_stops_it(tmp_path):
+    """The README's 'Upgrading SGLang' on the sandbox, as a new user follows it: `inv sandbox.up`
+    starts the site's package index (a process that outlives it) and says its versions; the
+    inventory it writes puts the host on a stack (no `venv:`, SGLang pinned) built from that index;
+    a second `sandbox.up` leaves the index alone; the upgrade its comment describes works; and
+    `inv sandbox.down` stops the index and takes its address off lo."""
+    site = fleet.Site("soi", "192.168.243", tmp_path / "site")
+    env = {"SPECOPS_SANDBOX_SITE": f"{site.prefix},{site.subnet},{site.state}"}
+    address = fleet.service_address(site)
+    url = f"http://{address}:{pkgindex.PORT}"
+    inv_dir = site.inventory_dir
+    h = fleet.Host("sandbox", 1, site)
+    pid = None
+    try:
+        up = _inv("sandbox.up", env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"package index: {url}/simple" in up.stdout
+        assert f"SGLang versions: {', '.join(provision.SIM_VERSIONS)}" in up.stdout
+        assert f"{provision.SIM_FAILING} fails at start, on purpose" in up.stdout
+        pid = pkgindex.recorded(site)
+        assert pid and _index_processes(address) == [pid]
+        # the index answers the host itself, over its veth, listing every release's wheel
+        page = h.run("curl", "-sf", f"{url}/simple/sglang/").stdout
+        for version in provision.SIM_VERSIONS:
+            assert f">sglang-{version}-py3-none-any.whl<" in page, page
+        # the inventory: a stack pinned to the preinstalled version, from that index; fla not pinned
+        (host,) = inventory_mod.load(inv_dir).select("sandbox", None)
+        assert "venv" not in host.vars and "fla" not in host.vars
+        assert host["sglang"] == {"version": provision.SIM_VERSION} == {"version": "0.5.23"}
+        assert host["torch"] == {"version": "2.9.1", "cuda": "auto", "index_url": f"{url}/whl/{{variant}}"}
+        assert host["package_index"] == f"{url}/simple"
+        assert stack.defines(host) is not None
+        text = (inv_dir / "hosts.yml").read_text()
+        assert f"# {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} fails at start" in text
+        assert "# To upgrade, change `sglang: {version: 0.5.23}` below (e.g. to 0.5.24), then" in text
+        # the README's first command: a second `sandbox.up` (the index left running), then deploy
+        first = _inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
+        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+        assert "package index already running" in first.stderr and pkgindex.recorded(site) == pid
+        recap = first.stdout.strip().splitlines()[-1]
+        assert "failed=0" in recap and "sglang verified" in recap, first.stdout[-3000:]
+        assert f"{stack.venv_of(host)}/bin/python" in h.path("/etc/systemd/system/sglang.service").read_text()
+        info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
+        assert info["version"] == "0.5.23" and info["model_code"] == "patched: embedding capture"
+        # the upgrade the inventory's comment describes: refused as it says, then done
+        doc = yaml.safe_load(text)
+        group = doc["all"]["children"]["sandbox"]["vars"]
+        group["sglang"]["version"] = "0.5.24"
+        upgraded = tmp_path / "upgraded"
+        upgraded.mkdir()
+        (upgraded / "hosts.yml").write_text(yaml.safe_dump(doc))
+        refused = _inv("deploy", "--inventory", str(upgraded), "--host", "sandbox", env=env)
+        assert refused.returncode == 1 and "was cut from sglang 0.5.23" in refused.stdout, refused.stdout[-3000:]
+        group["patch_any_base"] = True
+        (upgraded / "hosts.yml").write_text(yaml.safe_dump(doc))
+        upgrade = _inv("deploy", "--inventory", str(upgraded), "--host", "sandbox", env=env)
+        assert upgrade.returncode == 0 and "sglang verified" in upgrade.stdout, upgrade.stdout[-3000:]
+        assert json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)["version"] == "0.5.24"
+    finally:
+        down = _inv("sandbox.down", env=env)
+    assert down.returncode == 0 and "package index stopped" in down.stdout, down.stdout + down.stderr
+    assert _index_processes(address) == []
+    assert pid is None or not Path(f"/proc/{pid}").exists()
+    assert address not in fleet.sh("ip", "-o", "addr", "show", "dev", "lo").stdout
+    assert not (site.state / pkgindex.PID_FILE).exists() and not (inv_dir / "hosts.yml").exists()

@@ -2,6 +2,7 @@
 for, and which stacks a release pruning keeps (the agent's own code, on a directory of the test's)."""
 import json
 import os
+import re
 
 import pytest
 
@@ -245,3 +246,41 @@ def test_a_wheel_from_an_index_keeps_its_credentials_on_their_host(tmp_path):
     finally:
         for server in (index, other):
             server.shutdown()
+
+
+def test_uv_s_no_version_from_a_cached_page_is_asked_once_again_with_refresh(agent_dirs, monkeypatch):
+    """uv answers from the index page it cached until the page's max-age: a version published since
+    reads as none.  The build says so and asks once more with --refresh-package; any other
+    failure, or a second 'no version', stands."""
+    from specops.agent.host import ActionError
+    _, stacks, _, st = agent_dirs
+    monkeypatch.setattr(stacks, "UV_CACHE", str(st.parent / "uv-cache"))
+    monkeypatch.setattr(stacks, "uv_tool", lambda args: "/usr/bin/uv")
+    monkeypatch.setattr(stacks, "expect_in", lambda *a: {"sglang": "0.5.26"})
+    said, calls = [], []
+    monkeypatch.setattr(stacks, "say", said.append)
+    no_version = ("uv pip install failed (exit 1): error: No solution found when resolving dependencies | cause: "
+                  "Because there is no version of sglang==0.5.26 and you require sglang==0.5.26, we can conclude "
+                  "that your requirements are unsatisfiable.")
+
+    def uv(argv, desc, env=None):
+        calls.append(argv)
+        if argv[1] == "venv":
+            os.makedirs(os.path.join(argv[-1], "bin"))
+        elif answers:
+            raise ActionError(answers.pop(0))
+    monkeypatch.setattr(stacks, "run_streamed", uv)
+    build = protocol.BuildStack(path=str(st / ("a" * 16)), python="python3", specs=["sglang==0.5.26"], sources=[],
+                                uv_pip_args=[], defines={}, need=0, check="", expect={})
+    answers = [no_version]
+    assert stacks.build(build)["built"]
+    installs = [c for c in calls if c[1] == "pip"]
+    assert [c[2:4] for c in installs] == [["install", "--python"], ["install", "--refresh-package"]], installs
+    assert installs[1][4] == "sglang"
+    assert any("asking the index again (--refresh-package sglang)" in s for s in said), said
+    for failure in ([no_version, no_version], ["uv pip install failed (exit 1): error: 404 Not Found"]):
+        answers, calls[:] = list(failure), []
+        build.path = str(st / ("b" * 16))
+        with pytest.raises(ActionError, match=re.escape(failure[-1][:60])):
+            stacks.build(build)
+        assert len([c for c in calls if c[1] == "pip"]) == len(failure)  # one retry, and only for 'no version'
