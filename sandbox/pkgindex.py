@@ -4,8 +4,9 @@ Layout as the real world has it: /whl/<variant>/ per torch variant (like
 download.pytorch.org/whl/cu128) and /simple/ for everything else (like PyPI).  It holds
 the stand-in CUDA torch wheels, the SGLang simulator (each release of provision.SIM_VERSIONS),
 the real CPU torch from PIP_FIND_LINKS, the real flash-linear-attention with its dependencies,
-the real huggingface_hub the hosts fetch weights with, the real sglang-router, and the real uv
-that builds the hosts' stacks.
+the real huggingface_hub the hosts fetch weights with, the real sglang-router, the real uv
+that builds the hosts' stacks, and the real sglang 0.5.21 (read, never installed).  Files are
+served with range requests honoured, as real indexes' file hosts do.
 """
 from __future__ import annotations
 
@@ -21,13 +22,17 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox import fleet, provision, torch_standin
+from sandbox import fleet, provision, real_sglang, torch_standin
 from specops.layout import HF_PIN, UV_PIN
 
 STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
 REAL = ["torch==2.13.0", "flash-linear-attention==0.6.0"]
 HUB = [f"huggingface-hub=={HF_PIN}"]
 ROUTER = ["sglang-router==0.3.2"]  # the real router (a Rust binary in a wheel; runs on CPU)
+# The real sglang 0.5.21: a release whose files a patch is cut from and rebased off, read by range
+# requests on the hosts, never installed (no inventory pins it; the simulator has no 0.5.21).  The
+# real 0.5.23 is not here: a cp311 wheel would win over the simulator's 0.5.23 in uv's eyes.
+REAL_SGLANG = "0.5.21"
 UV = [f"uv=={UV_PIN}"]  # a Rust binary in a py3-none-manylinux wheel, no dependencies
 PORT = 8631
 
@@ -76,7 +81,8 @@ def build(root: Path) -> Path:
     (root / "files").mkdir(parents=True)
     by_index: dict[str, dict[str, list[Path]]] = {}
     wheels = [*standin_wheels(root.parent / "wheels-standin").glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl"),
-              *real_wheels(ROUTER, "router").glob("*.whl"), *real_wheels(UV, "uv").glob("*.whl")]
+              *real_wheels(ROUTER, "router").glob("*.whl"), *real_wheels(UV, "uv").glob("*.whl"),
+              real_sglang.wheel(REAL_SGLANG)]
     for wheel in sorted(set(wheels), key=lambda w: (w.name, str(w))):
         if (root / "files" / wheel.name).exists():
             continue  # the same wheel from two sets
@@ -234,14 +240,14 @@ SLOW_S = 12.0  # /slow/... answers like /... after this long (under pip's 15 s t
 
 
 def serve(address: str, port: int, root: str) -> None:
-    """The index over HTTP; /slow/<path> is <path> served late (tests interrupt a pip mid-run)."""
+    """The index over HTTP, with range requests; /slow/<path> is <path> served late (tests interrupt
+    a pip mid-run)."""
     import functools
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
-    class Handler(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    from sandbox.httprange import RangeHandler
 
+    class Handler(RangeHandler):  # range requests honoured, as real indexes' file hosts do
         def do_GET(self):
             if self.path.startswith("/slow/"):
                 time.sleep(SLOW_S)

@@ -31,8 +31,11 @@ SIM_VERSION = "0.5.23"  # the one the gpubox layer pre-installs
 # laid over it from sglang_sim/versions/<version>/, every earlier release's first, as a release
 # keeps what the one before it changed (that directory's README says how they differ).
 # SIM_FAILING's server fails at start, whatever its flags.
-SIM_VERSIONS = ("0.5.23", "0.5.24", "0.5.25")
-SIM_FAILING = "0.5.25"
+SIM_VERSIONS = ("0.5.23", "0.5.24", "0.5.25", "0.5.26")
+SIM_FAILING = "0.5.25"  # fails at start; the releases after it do not carry its failure
+# Releases that carry real SGLang files beside the simulator's own modules (which their server does
+# not import while it serves a llama): what a patch cut from a real release is applied to on a host.
+SIM_REAL_FILES = {"0.5.26": ("0.5.23", ["srt/models/deepseek_v2.py"])}  # release: (real release, files)
 
 MODELS = {
     "tiny-llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -92,16 +95,22 @@ def sim_deps() -> Path:
 
 def sim_wheel(dest: Path, version: str = SIM_VERSION) -> Path:
     """The simulator as the wheel sglang-<version>-py3-none-any.whl, with its dependencies beside
-    it: the tree with the overlays up to that release's, and a version.py that says that release
-    (the tree's own says 0.5.23, for running it from source)."""
+    it: the tree with the overlays up to that release's (never the failing one's but its own), the
+    real SGLang files SIM_REAL_FILES gives it, and a version.py that says that release (the tree's
+    own says 0.5.23, for running it from source)."""
     if version not in SIM_VERSIONS:
         raise ValueError(f"no simulator release {version!r}: one of {', '.join(SIM_VERSIONS)}")
     for dep in sim_deps().glob("*.whl"):
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy(dep, dest / dep.name)
-    overlays = [SIM_SRC / "versions" / v for v in SIM_VERSIONS[:SIM_VERSIONS.index(version) + 1]]
-    return wheels.from_tree(dest, "sglang", version, SIM_SRC, "sglang", overlays=overlays,
-                            generated={"sglang/version.py": f'__version__ = "{version}"\n'.encode()},
+    overlays = [SIM_SRC / "versions" / v for v in SIM_VERSIONS[:SIM_VERSIONS.index(version) + 1]
+                if v != SIM_FAILING or v == version]
+    generated = {"sglang/version.py": f'__version__ = "{version}"\n'.encode()}
+    if version in SIM_REAL_FILES:
+        from sandbox import real_sglang
+        real, files = SIM_REAL_FILES[version]
+        generated.update({f"sglang/{rel}": real_sglang.file_of(real, rel).encode() for rel in files})
+    return wheels.from_tree(dest, "sglang", version, SIM_SRC, "sglang", overlays=overlays, generated=generated,
                             requires=SIM_REQUIRES, summary="specops sandbox stand-in for SGLang")
 
 
@@ -231,16 +240,25 @@ def write_known_hosts(f: fleet.Fleet) -> Path:
     return path
 
 
+DEMO_PATCH = "srt/models/llama.py.patch"  # the demo's patch, a diff cut from 0.5.23 (files/patches)
+
+
 def write_inventory(f: fleet.Fleet) -> Path:
-    """The sandbox's own inventory directory (hosts.yml), never a real fleet's."""
+    """The sandbox's own inventory directory (hosts.yml, and patches/ with the demo's patch, copied
+    once so that `inv patch` edits the sandbox's copy, not this repository's), never a real fleet's."""
     path = f.site.inventory_dir
     path.mkdir(parents=True, exist_ok=True)
+    patch = path / "patches" / DEMO_PATCH
+    if not patch.exists():
+        patch.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(HERE.parent / "files" / "patches" / DEMO_PATCH, patch)
     (path / "hosts.yml").write_text(inventory_yaml(f))
     return path
 
 
 def remove_inventory(site: fleet.Site) -> None:
     (site.inventory_dir / "hosts.yml").unlink(missing_ok=True)
+    shutil.rmtree(site.inventory_dir / "patches", ignore_errors=True)
 
 
 def _shown(path: Path) -> Path:
@@ -258,14 +276,14 @@ def inventory_yaml(f: fleet.Fleet) -> str:
     write_known_hosts(f)
     # The seed's setup: an EAGLE-3 draft wired to the embedding output (-1), which needs the
     # patched model file that captures it.
-    demo = sandbox_service(patches=["srt/models/llama.py"],
+    demo = sandbox_service(patches=[DEMO_PATCH],
                            draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
     hosts = {h.name: {**host_vars(h), "services": [demo]} for h in f.hosts}
     index = pkgindex.url_of(f.site)
     torch_version, _ = pkgindex.STANDIN_TORCH
     stack = {"sglang": {"version": SIM_VERSION},
              "torch": {"version": torch_version, "cuda": "auto", "index_url": f"{index}/whl/{{variant}}"},
-             "package_index": f"{index}/simple"}
+             "package_index": f"{index}/simple", "patch_dir": str(f.site.inventory_dir / "patches")}
     doc = {"all": {"children": {"sandbox": {"vars": stack, "hosts": hosts}}}}
     other = next(v for v in SIM_VERSIONS if v not in (SIM_VERSION, SIM_FAILING))
     return ("# Written by `inv sandbox.up`; removed by `inv sandbox.down`.  Sandbox hosts only: never\n"
@@ -276,6 +294,6 @@ def inventory_yaml(f: fleet.Fleet) -> str:
             "# upgrade is undone).  Each version is a stack: a venv of its own, built by uv on the host.\n"
             f"# To upgrade, change `sglang: {{version: {SIM_VERSION}}}` below (e.g. to {other}), then\n"
             f"#   inv deploy --inventory {_shown(f.site.inventory_dir)} --host {f.hosts[0].name}\n"
-            f"# The demo's patch srt/models/llama.py is a whole file cut from {SIM_VERSION}: another version\n"
-            "# refuses it before anything changes, unless `patch_any_base: true` is set beside `sglang:`.\n"
+            f"# The demo's patch (patches/{DEMO_PATCH}, a diff cut from {SIM_VERSION}) conflicts with\n"
+            f"# {other}'s file: README.md, 'Upgrading SGLang', walks through it here.\n"
             + yaml.safe_dump(doc, sort_keys=False))

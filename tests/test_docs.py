@@ -18,6 +18,7 @@ TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "templates", 
 # patch folder (a patch is named by its path inside the sglang package, `srt/models/llama.py`).
 BASES = (ROOT, ROOT / "specops", ROOT / "files" / "patches")
 GENERATED = {"sandbox/inventory"}  # written by `inv sandbox.up` (git-ignored), named in the docs
+WRITTEN = re.compile(r"\.(merge|patch)-?\d[\w.]*$")  # what `inv patch --rebase` writes: FILE.merge-0.5.24
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -139,7 +140,7 @@ def tree_files() -> set[str]:
 def missing_paths(path: Path) -> list[str]:
     problems = []
     for p in tree_paths(path):
-        if p.rstrip("/") in GENERATED:
+        if any(p.rstrip("/") == g or p.startswith(g + "/") for g in GENERATED) or WRITTEN.search(p):
             continue
         if not any((base / p).exists() for base in BASES):
             problems.append(f"`{p}`: no such file or folder in the tree")

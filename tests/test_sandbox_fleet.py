@@ -1,17 +1,17 @@
 """The sandbox fleet itself: many hosts on one machine, and a host that does not boot."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import ROOT
 from sandbox import fleet, pkgindex, provision
 from specops import inventory as inventory_mod
-from specops.sglang import stack
+from specops.sglang import patchfile, stack
 
 pytestmark = pytest.mark.fleet
 
@@ -74,6 +74,28 @@ def _index_processes(address: str) -> list[int]:
     return found
 
 
+def readme_sandbox_steps() -> list[str]:
+    """The commands of README.md's "Trying it on the sandbox", one a line, comments taken off."""
+    text = (Path(ROOT) / "README.md").read_text()
+    block = text.split("### Trying it on the sandbox", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    steps = [line.split("  #")[0].strip() for line in block.splitlines()]
+    return [s for s in steps if s and not s.startswith("#") and not s.startswith("I=")]
+
+
+def resolve_docstring(merged: str) -> str:
+    """What a person makes of the demo patch's conflict: 0.5.24's docstring, with the patch's line."""
+    m = re.search(r'<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n', merged, re.S)
+    ours, theirs = m.groups()
+    note = ours.strip().splitlines()[-1]  # 'Patched: EAGLE-3 layer id -1 captures the embedding output."""'
+    resolved = theirs.rstrip().removesuffix('"""') + "\n\n" + note + "\n"
+    return merged[:m.start()] + resolved + merged[m.end():]
+
+
+def running(h) -> tuple[str, str]:
+    info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
+    return info["model_code"], info.get("model_code_version")
+
+
 def test_sandbox_up_serves_the_package_index_its_stack_inventory_names_and_down_stops_it(tmp_path):
     """The README's 'Upgrading SGLang' on the sandbox, as a new user follows it: `inv sandbox.up`
     starts the site's package index (a process that outlives it) and says its versions; the
@@ -118,20 +140,55 @@ def test_sandbox_up_serves_the_package_index_its_stack_inventory_names_and_down_
         assert f"{stack.venv_of(host)}/bin/python" in h.path("/etc/systemd/system/sglang.service").read_text()
         info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
         assert info["version"] == "0.5.23" and info["model_code"] == "patched: embedding capture"
-        # the upgrade the inventory's comment describes: refused as it says, then done
-        doc = yaml.safe_load(text)
-        group = doc["all"]["children"]["sandbox"]["vars"]
-        group["sglang"]["version"] = "0.5.24"
-        upgraded = tmp_path / "upgraded"
-        upgraded.mkdir()
-        (upgraded / "hosts.yml").write_text(yaml.safe_dump(doc))
-        refused = _inv("deploy", "--inventory", str(upgraded), "--host", "sandbox", env=env)
-        assert refused.returncode == 1 and "was cut from sglang 0.5.23" in refused.stdout, refused.stdout[-3000:]
-        group["patch_any_base"] = True
-        (upgraded / "hosts.yml").write_text(yaml.safe_dump(doc))
-        upgrade = _inv("deploy", "--inventory", str(upgraded), "--host", "sandbox", env=env)
-        assert upgrade.returncode == 0 and "sglang verified" in upgrade.stdout, upgrade.stdout[-3000:]
-        assert json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)["version"] == "0.5.24"
+        # README.md's "Trying it on the sandbox", step by step, as written
+        steps = readme_sandbox_steps()
+        hosts_yml, merge = inv_dir / "hosts.yml", inv_dir / "patches" / "srt/models/llama.py.merge-0.5.24"
+        patch = inv_dir / "patches" / provision.DEMO_PATCH
+        ran = 0
+        for step in steps:
+            if step.startswith("sed -i "):
+                old, new = re.match(r"sed -i 's/version: (\S+)\$/version: (\S+)/' ", step).groups()
+                text = hosts_yml.read_text()
+                assert text.count(f"version: {old}\n") == 1, text
+                hosts_yml.write_text(text.replace(f"version: {old}\n", f"version: {new}\n"))
+                version = new
+                continue
+            if step.startswith("$EDITOR"):
+                merged = merge.read_text()
+                merge.write_text(resolve_docstring(merged))
+                continue
+            args = step.split()[1:]  # after .venv/bin/inv
+            args = [a for a in args if a != "$I"]
+            args[1:1] = ["--inventory", str(inv_dir), "--host", "sandbox"]
+            args = [str(merge) if a.endswith("llama.py.merge-0.5.24") else a for a in args]
+            res = _inv(*args, env=env)
+            ran += 1
+            out = res.stdout + res.stderr
+            if "--check" in args:
+                assert res.returncode == 1, out[-3000:]
+                assert ("hunk 1 of 1 (@@ -1,10 +1,12 @@) does not apply to sglang 0.5.24's srt/models/llama.py "
+                        "(cut from sglang 0.5.23); carry it onto sglang 0.5.24 with: inv patch --host sandbox "
+                        "srt/models/llama.py --rebase") in out, out[-3000:]
+                assert not h.path(stack.venv_of({**host.vars, "sglang": {"version": "0.5.24"}})).exists()
+            elif "--rebase" in args:
+                assert res.returncode == 1, out[-3000:]
+                assert ("1 conflict(s) rebasing llama.py.patch from sglang 0.5.23 onto 0.5.24: hunk 1 of 1 "
+                        "(@@ -1,10 +1,12 @@) against sglang 0.5.24's lines 1-4") in out, out[-3000:]
+                assert f"Resolve them in {merge}" in out and "|||||||" in merge.read_text()
+            elif "--edited" in args:
+                assert res.returncode == 0, out[-3000:]
+                assert patchfile.base_of(patch.read_text()).version == "0.5.24"
+            elif args[0] == "deploy" and version == provision.SIM_FAILING:
+                assert res.returncode == 1 and "ROLLING BACK" in out and "verified" in out, out[-3000:]
+                assert running(h) == ("patched: embedding capture", "0.5.24")
+            elif args[0] == "deploy":
+                assert res.returncode == 0 and "sglang verified" in out, out[-3000:]
+                assert running(h) == ("patched: embedding capture", "0.5.24")
+                assert "hunk" not in out
+            elif args[0] == "rollback":
+                assert res.returncode == 0, out[-3000:]
+                assert running(h) == ("patched: embedding capture", "0.5.23")
+        assert ran == 6, steps  # every inv step of the README's was run, and checked
     finally:
         down = _inv("sandbox.down", env=env)
     assert down.returncode == 0 and "package index stopped" in down.stdout, down.stdout + down.stderr

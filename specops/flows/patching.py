@@ -28,8 +28,16 @@ def _installed(run: HostRun, venv: str, rel: str) -> tuple[str, str, str]:
     if not up.get("path"):
         raise SpecopsError(f"{run.host.name}: sglang/{rel} is not in the sglang installed in {venv}")
     if up.get("content_b64") is None:
-        raise SpecopsError(f"{run.host.name}: the upstream sglang/{rel} of sglang {up.get('version')} in {venv} "
-                           f"is not known (patched, and no copy kept)")
+        # Patched in place, with no copy kept (a whole-file patch): the wheel still has it, and the
+        # RECORD's sha256 says it is the one installed.
+        if not up.get("version"):
+            raise SpecopsError(f"{run.host.name}: the upstream sglang/{rel} in {venv} is not known (patched, no "
+                               f"copy kept, and no version to read its wheel)")
+        text, version, sha = _from_wheel(run, rel, up["version"])
+        if up.get("sha256") and sha != up["sha256"]:
+            raise SpecopsError(f"{run.host.name}: sglang {version}'s wheel has another {rel} (sha256 {sha[:8]}…) "
+                               f"than the one installed in {venv} ({up['sha256'][:8]}…)")
+        return text, version, sha
     return base64.b64decode(up["content_b64"]).decode(), up["version"], up["sha256"]
 
 
