@@ -240,3 +240,64 @@ def test_memory_stays_bounded_by_the_member_when_streaming(real_index):
         tracemalloc.stop()
         server.shutdown()
     assert peak < 8 << 20, peak
+
+
+def test_credentials_never_go_in_clear_from_an_https_index(tmp_path):
+    """An https index's credentials are not sent to an http link on its host (the scheme counts)."""
+    from specops.agent.converge.httpget import Client, Watch
+    seen = []
+
+    class Record(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    netloc = f"127.0.0.1:{server.server_address[1]}"
+    watch = Watch(10)
+    try:
+        for index in (f"https://user:s3cret@{netloc}/simple", f"http://user:s3cret@{netloc}/simple"):
+            Client(index, watch).open(f"http://{netloc}/files/x.whl").close()
+    finally:
+        watch.close()
+        server.shutdown()
+    assert seen[0] is None and seen[1] is not None, seen  # from the https index: none; the http one's own: yes
+
+
+def test_a_page_linking_another_scheme_is_not_followed(tmp_path):
+    """file:, ftp:, data: links on a hostile page: root reads no local file, and says why."""
+    root = tmp_path / "index"
+    (root / "simple" / "sglang").mkdir(parents=True)
+    (tmp_path / "secret").write_text("root only")
+    name = "sglang-9.9.9-py3-none-any.whl"
+    for link in (f"file://{tmp_path}/secret#{name}", f"data:,x#{name}"):
+        (root / "simple" / "sglang" / "index.html").write_text(f'<a href="{link.replace("#" + name, "")}/{name}">{name}</a>')
+        server, counter, url = serve(root)
+        try:
+            with pytest.raises(SourceError, match=r"only http\(s\) is followed"):
+                wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [url])
+        finally:
+            server.shutdown()
+
+
+def test_what_one_answer_holds_is_bounded_across_its_files(tmp_path):
+    """Each file under 32 MiB, three of them over the 64 MiB one answer may carry: refused."""
+    wheel = tmp_path / "sglang-9.9.9-py3-none-any.whl"
+    names = [f"sglang/big{i}.py" for i in range(3)]
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for n in names:
+            with z.open(n, "w") as f:
+                for _ in range(30):
+                    f.write(bytes(1 << 20))
+    for honour in (True, False):
+        server, _, url = serve(index_of(tmp_path / f"i{honour}", wheel), honour_range=honour)
+        try:
+            with pytest.raises(SourceError, match="more than 64 MiB together"):
+                wheelfiles.read("sglang", "9.9.9", names, [url])
+        finally:
+            server.shutdown()

@@ -117,14 +117,19 @@ class Client(object):
         self.auth = None
         if parts.username:
             token = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
-            self.auth = (parts.netloc.rpartition("@")[2], "Basic " + base64.b64encode(token.encode()).decode())
+            self.auth = (parts.scheme, parts.netloc.rpartition("@")[2],
+                         "Basic " + base64.b64encode(token.encode()).decode())
 
     def open(self, url, headers=None):
+        """A GET of an http(s) URL (a page may link anything: file:, ftp:, data: are refused)."""
         parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise SourceError("a link to %s: only http(s) is followed" % (parts.scheme or "a relative path"))
         parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
         headers = dict(headers or {})
-        if self.auth and parts.netloc == self.auth[0]:
-            headers["Authorization"] = self.auth[1]
+        # The credentials go to the index's own host, and never in clear from an https index.
+        if self.auth and parts.netloc == self.auth[1] and parts.scheme in (self.auth[0], "https"):
+            headers["Authorization"] = self.auth[2]
         return self.opener.open(Request(urlunsplit(parts), headers=headers), timeout=self.watch.left())
 
     def read(self, res, n):

@@ -29,6 +29,7 @@ FAILURES = (OSError, ValueError, HTTPException, zipfile.BadZipFile)  # a fetch t
 TIMEOUT = 60            # seconds a whole read may take (a trickle too)
 PAGE_MAX = 8 << 20      # bytes an index page may have
 MEMBER_MAX = 32 << 20   # bytes a file read from a wheel may have (a model file is a few hundred KB)
+ANSWER_MAX = 64 << 20   # bytes the files of one read may have together (they travel in one answer)
 DIRECTORY_MAX = 16 << 20  # bytes a wheel's central directory may have
 TAIL = 256 << 10        # bytes asked first from a wheel's end: its central directory, most often
 CHUNK = 256 << 10       # bytes asked at a time inside a wheel
@@ -96,6 +97,7 @@ def _from_zip(z, files):
         if info.file_size > MEMBER_MAX or info.compress_size > MEMBER_MAX:
             raise SourceError("%s is %d MiB, more than the %d MiB a file read from a wheel may have"
                               % (path, info.file_size >> 20, MEMBER_MAX >> 20))
+        _within_answer(out, info.file_size)
         out[path] = z.read(info)
     records = [n for n in z.namelist() if n.endswith(".dist-info/RECORD") and n.count("/") == 1]
     if records and any(v is not None for v in out.values()):
@@ -104,6 +106,12 @@ def _from_zip(z, files):
             raise SourceError("its RECORD is %d MiB" % (info.file_size >> 20))
         _check_record(z.read(info), out)
     return out
+
+
+def _within_answer(members, size):
+    held = sum(len(v) for v in members.values() if v is not None)
+    if held + size > ANSWER_MAX:
+        raise SourceError("the files asked for are more than %d MiB together" % (ANSWER_MAX >> 20))
 
 
 def _check_record(record, members):
@@ -159,6 +167,8 @@ def _stream(client, res, files, want_sha256):
         if usize > (DIRECTORY_MAX if is_record else MEMBER_MAX) or csize > MEMBER_MAX:
             raise SourceError("%s is %d MiB, more than the %d MiB a file read from a wheel may have"
                               % (name, usize >> 20, MEMBER_MAX >> 20))
+        if not is_record:
+            _within_answer(out, usize)
         raw = take(csize)
         data = raw if method == 0 else zlib.decompress(raw, -15) if method == 8 else None
         if data is None or zlib.crc32(data) & 0xFFFFFFFF != crc or len(data) != usize:
