@@ -117,7 +117,7 @@ class Patched(File):
             self.sha256 = patchfile.upstream_sha256(self.content)
         else:
             patchfile.check_whole_file(self.text.decode(), self.rel, version, up.get("sha256"), self.any_base)
-            if up.get("content_b64") is not None:
+            if up.get("content_b64") is not None and self.rel.endswith(".py"):
                 patchlint.check(base64.b64decode(up["content_b64"]).decode(), self.text.decode(), self.rel, version)
         c = super().plan(facts, ctx)
         f = facts.file(self.path)

@@ -48,7 +48,8 @@ class NewStackPatches(Op):
             else:
                 patchfile.check_whole_file(text, inner, self.version, patchfile.upstream_sha256(data),
                                            bool(self.host.get("patch_any_base")))
-                patchlint.check(data.decode(), text, inner, self.version)
+                if inner.endswith(".py"):
+                    patchlint.check(data.decode(), text, inner, self.version)
         return self._change(target, "ok")
 
 

@@ -122,29 +122,44 @@ class Index:
     def url(self) -> str:
         return url_of(self.site, self.port)
 
-    def argv(self) -> list[str]:
+    def argv(self, fd: int) -> list[str]:
         return [sys.executable, "-m", "sandbox.pkgindex", "serve", fleet.service_address(self.site),
-                str(self.port), str(self.root)]
+                str(self.port), str(self.root), str(fd)]
 
     def start(self, detached: bool = False) -> "Index":
-        """Serve it.  `detached`: in a session of its own, to outlive this process (`inv sandbox.up`),
-        its pid and start time recorded in site.state/index.pid for `stop_recorded`."""
-        fleet.service_address_up(self.site)
-        if detached:
-            log = open(self.site.state / LOG_FILE, "wb")
-            self.proc = subprocess.Popen(self.argv(), cwd=Path(__file__).resolve().parent.parent,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-            log.close()
-            _record(self.site, self.proc.pid, self.argv())  # at once: a failed start is cleaned up too
-        else:
-            self.proc = subprocess.Popen(self.argv(), cwd=Path(__file__).resolve().parent.parent,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        """Serve it.  The port is bound here, before the server starts, and handed to it: nobody
+        else's listener can take it in between, and one already there is an error.  `detached`:
+        in a session of its own, to outlive this process (`inv sandbox.up`), its pid and start
+        time recorded in site.state/index.pid for `stop_recorded`."""
         import socket
+        fleet.service_address_up(self.site)
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((fleet.service_address(self.site), self.port))
+        except OSError as e:
+            listener.close()
+            raise RuntimeError(f"cannot serve the package index on {self.url}: {e.strerror} (something not "
+                               f"started by the sandbox holds it: stop it first)") from None
+        listener.listen(64)
+        argv, cwd = self.argv(listener.fileno()), Path(__file__).resolve().parent.parent
+        try:
+            if detached:
+                with open(self.site.state / LOG_FILE, "wb") as log:
+                    self.proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                                 pass_fds=(listener.fileno(),))
+                _record(self.site, self.proc.pid, argv)  # at once: a failed start is cleaned up too
+            else:
+                self.proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             pass_fds=(listener.fileno(),))
+        finally:
+            listener.close()
+        from urllib.request import urlopen
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                socket.create_connection((fleet.service_address(self.site), self.port), timeout=1).close()
+            try:  # the port listens from the start: it is up once it answers
+                urlopen(f"{self.url}/simple/", timeout=1).close()
                 return self
             except OSError:
                 time.sleep(0.1)
@@ -239,10 +254,11 @@ SLOW_S = 12.0  # /slow/... answers like /... after this long (under pip's 15 s t
 # takes tens of seconds for its pages, so a pip that was not killed is told from one that was
 
 
-def serve(address: str, port: int, root: str) -> None:
+def serve(address: str, port: int, root: str, fd: int | None = None) -> None:
     """The index over HTTP, with range requests; /slow/<path> is <path> served late (tests interrupt
-    a pip mid-run)."""
+    a pip mid-run).  `fd`: the listening socket its starter bound (else it binds address:port)."""
     import functools
+    import socket
     from http.server import ThreadingHTTPServer
 
     from sandbox.httprange import RangeHandler
@@ -254,8 +270,16 @@ def serve(address: str, port: int, root: str) -> None:
                 self.path = self.path[len("/slow"):]
             super().do_GET()
 
-    ThreadingHTTPServer((address, port), functools.partial(Handler, directory=root)).serve_forever()
+    handler = functools.partial(Handler, directory=root)
+    if fd is None:
+        ThreadingHTTPServer((address, port), handler).serve_forever()
+        return
+    server = ThreadingHTTPServer((address, port), handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = socket.socket(fileno=fd)
+    server.server_address = server.socket.getsockname()
+    server.serve_forever()
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
-    serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    serve(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else None)

@@ -58,21 +58,9 @@ def _index_up(site: fleet.Site) -> str:
         fleet.log(f"package index already running at {url}")
         return url
     pkgindex.stop_recorded(site)  # a stale pid file goes (nothing is killed)
-    fleet.service_address_up(site)
-    if _answers(fleet.service_address(site), pkgindex.PORT):
-        raise RuntimeError(f"something not started by `inv sandbox.up` already listens on {url}: stop it first")
     fleet.log("building the package index (stand-in torch, each SGLang simulator release)")
     pkgindex.Index(site).start(detached=True)
     return url
-
-
-def _answers(address: str, port: int) -> bool:
-    import socket
-    try:
-        socket.create_connection((address, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def down() -> None:

@@ -76,3 +76,40 @@ def test_the_residual_variant_is_refused_naming_the_name_and_its_line(real):
         patchlint.apply_checked(diff, real["0.5.23"], REL, "0.5.23")
     plain = cut(real, seedpatch.capture(real["0.5.21"]))
     assert patchlint.apply_checked(plain, real["0.5.23"], REL, "0.5.23") == seedpatch.capture(real["0.5.23"])
+
+
+def test_patch_check_plans_against_the_new_versions_wheel_before_its_stack_is_built(real, tmp_path):
+    """The first role's plan, with the real wheels as the host's wheelhouse: the residual variant
+    and a hunk with no place are refused (naming `inv patch --rebase`), the clean patch passes,
+    and a built stack is left to model_patches."""
+    from roles import patch_check
+    from specops.ops import Context, Facts
+    patches = tmp_path / "patches"
+    (patches / REL).parent.mkdir(parents=True)
+    host = inventory_host(tmp_path, patch_dir=str(patches), wheelhouse=str(real_sglang.wheels()),
+                          sglang={"version": "0.5.23"}, torch={"version": "2.9.1"},
+                          services=[{"name": "sglang", "model_path": "/m", "patches": [REL + ".patch"]}])
+
+    def plan(edited, stacks=()):
+        (patches / (REL + ".patch")).write_text(cut(real, edited))
+        (op,) = patch_check.ops(host)
+        assert op.wants().wheel_files == {}  # the controller reads the wheelhouse: nothing for the host to fetch
+        return op.plan(Facts({"stacks": list(stacks)}), Context("box", False))
+    with pytest.raises(patchfile.PatchError, match=r"line \d+: undefined name 'residual'"):
+        plan(seedpatch.capture(real["0.5.21"], residual=True))
+    with pytest.raises(patchfile.HunkError, match=r"hunk 1 of 3 .* does not apply .*; carry it onto sglang "
+                                                  r"0.5.23 with: inv patch --host box srt/models/deepseek_v2.py --rebase"):
+        plan(seedpatch.conflicting(real["0.5.21"]))
+    assert plan(seedpatch.capture(real["0.5.21"])).summary == "ok"
+    from specops.sglang import stack
+    built = [{"path": stack.venv_of(host), "packages": {"sglang": "0.5.23"}}]
+    assert plan(seedpatch.capture(real["0.5.21"], residual=True), built).summary == "ok"  # model_patches' job now
+
+
+def inventory_host(tmp_path, **hv):
+    from specops import inventory
+    import yaml
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"box": {"address": "192.0.2.10", **hv}}}}))
+    (host,) = inventory.load(tmp_path / "inv").select("box", None)
+    return host

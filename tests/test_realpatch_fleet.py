@@ -68,6 +68,10 @@ def test_a_real_conflict_is_resolved_and_deployed_onto_a_stack_never_built(sandb
     assert res.returncode == 1, out[-3000:]
     assert f"would fail at run time on sglang {NEW}: line {line}: undefined name 'residual'" in out, out[-3000:]
     assert not h.path(new_stack).exists() and sha256_on(h, UNIT) == before
+    res, out = run(sandbox, hv, REL, "--rebase", task="patch")  # a clean merge, and still refused
+    assert res.returncode == 1, out[-3000:]
+    assert (f"wrote {diff}.{NEW}, but it must not be used as it is: patch sglang/{REL}.patch: the patched file "
+            f"would fail at run time on sglang {NEW}: line {line}: undefined name 'residual'") in out, out[-3000:]
 
     # 2. a genuinely conflicting edit: refused naming the hunk, nothing built
     diff.write_text(cut(seedpatch.conflicting(REAL["0.5.21"])))
@@ -183,3 +187,33 @@ def test_an_air_gapped_host_rebases_from_its_wheelhouse_and_one_with_no_source_i
     finally:
         canary.close()
     assert canary.came == []
+
+
+def test_the_file_under_a_whole_file_patch_is_read_from_its_wheel_and_must_be_the_one_installed(
+        sandbox, pkg_index, patches, tmp_path):
+    """A whole-file patch keeps no upstream copy: `--edited` reads the file from the version's
+    wheel, and refuses one whose sha256 is not what the installed package's RECORD says."""
+    import shutil
+    llama = "srt/models/llama.py"
+    (patches / llama).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(provision.HERE.parent / "files" / "patches" / llama, patches / llama)
+    sandbox.reset("t5")
+    hv = host_vars(pkg_index, "0.5.23", patches, [llama])
+    res, out = run(sandbox, hv)
+    assert res.returncode == 0 and "sglang verified" in out, out[-3000:]
+    upstream = (provision.SIM_SRC / "sglang" / llama).read_text()
+    edited = tmp_path / "llama.py"
+    edited.write_text(upstream.replace('MODEL_CODE = "upstream"', 'MODEL_CODE = "patched: mine"'))
+    res, out = run(sandbox, hv, llama, "--edited", str(edited), task="patch")
+    assert res.returncode == 0, out[-3000:]
+    made = (patches / (llama + ".patch")).read_text()
+    assert patchfile.base_of(made) == patchfile.Base("0.5.23", patchfile.upstream_sha256(upstream.encode()))
+    assert patchfile.apply(made, upstream, llama, "0.5.23") == edited.read_text()
+    # a wheel of that version with another file than the one installed: refused, naming both
+    house = tmp_path / "house"
+    other = provision.sim_wheel(house, "0.5.24")
+    other.rename(house / other.name.replace("0.5.24", "0.5.23"))
+    res, out = run(sandbox, {**hv, "wheelhouse": str(house)}, llama, "--edited", str(edited), task="patch")
+    assert res.returncode == 1, out[-3000:]
+    assert re.search(rf"t5: sglang 0.5.23's wheel has another {llama} \(sha256 \w+…\) than the one installed in "
+                     rf"{stack.venv_of(hv)} \(\w+…\)", out), out[-3000:]

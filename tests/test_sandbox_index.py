@@ -103,3 +103,31 @@ def test_an_index_whose_start_time_differs_is_not_killed_and_the_recorded_one_is
     assert proc.wait(1) == -signal.SIGTERM  # stopped by SIGTERM, not killed
     assert not (site.state / pkgindex.PID_FILE).exists()
     assert pkgindex.stop_recorded(site) == "none"
+
+
+def test_the_index_binds_its_port_before_it_starts_and_a_listener_already_there_is_an_error(tmp_path, monkeypatch):
+    """The port is bound by the starter and handed to the server: nobody can take it between a
+    check and the server's bind, and one already listening (someone else's) is refused, not
+    mistaken for the index."""
+    site = fleet.Site("sok", "127.0.99", tmp_path / "site")
+    monkeypatch.setattr(fleet, "service_address_up", lambda site: None)  # 127.0.99.254 is loopback already
+    root = tmp_path / "root"
+    (root / "simple").mkdir(parents=True)
+    index = pkgindex.Index.__new__(pkgindex.Index)  # no wheels to build: an empty index is enough here
+    index.site, index.port, index.root, index.proc = site, free_port(), root, None
+    squatter = socket.socket()
+    squatter.bind((fleet.service_address(site), index.port))
+    squatter.listen(1)
+    try:
+        with pytest.raises(RuntimeError, match="something not started by the sandbox holds it"):
+            index.start()
+        assert index.proc is None  # no server was started
+    finally:
+        squatter.close()
+    index.start()
+    try:
+        from urllib.request import urlopen
+        assert urlopen(f"{index.url}/simple/", timeout=5).status == 200
+        assert index.proc.args[-1].isdigit()  # the bound socket, handed over
+    finally:
+        index.stop()

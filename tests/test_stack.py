@@ -284,3 +284,15 @@ def test_uv_s_no_version_from_a_cached_page_is_asked_once_again_with_refresh(age
         with pytest.raises(ActionError, match=re.escape(failure[-1][:60])):
             stacks.build(build)
         assert len([c for c in calls if c[1] == "pip"]) == len(failure)  # one retry, and only for 'no version'
+
+
+def test_uv_s_no_version_names_the_project_also_with_extras_and_an_agent_error_stands():
+    from specops.agent.converge import stacks, wheelfiles
+    for said, name in (("there is no version of sglang==0.5.26 and", "sglang"),
+                       ("there is no version of sglang[all]==0.5.26 and", "sglang"),
+                       ("there is no version of flash-linear-attention==0.6.1 and", "flash-linear-attention")):
+        assert stacks._NO_VERSION.search(said).group(1) == name
+    assert stacks._NO_VERSION.search("error: 404 Not Found") is None
+    host = {"sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}}
+    with pytest.raises(wheelfiles.SourceError, match="^http://ix/simple: unreachable$"):
+        stack.wheel_files(host, ["sglang/x.py"], {"error": "http://ix/simple: unreachable"})

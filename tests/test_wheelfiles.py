@@ -173,16 +173,20 @@ def test_an_index_that_trickles_fails_at_the_deadline_not_later():
     assert 4.5 < took < 6.5, took
 
 
-def test_each_failure_names_its_source_and_why(tmp_path):
+def test_each_failure_names_its_source_and_why_and_only_a_404_moves_on(tmp_path):
+    """uv's choice of index: the first that has the project is the one; an index without it (404)
+    sends the read on, any other failure ends it, named."""
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
     refused = f"http://user:s3cret@127.0.0.1:{dead.getsockname()[1]}/simple"
+    asked = []
 
     class Auth(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
 
         def do_GET(self):
+            asked.append(self.path)
             self.send_response(401 if "private" in self.path else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -191,21 +195,23 @@ def test_each_failure_names_its_source_and_why(tmp_path):
     wheel = _wheel(tmp_path / "sglang-0.5.21-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
     listed, _, has = serve(index_of(tmp_path / "index", wheel))
     port = server.server_address[1]
-    try:
+    private, missing = f"http://127.0.0.1:{port}/private", f"http://127.0.0.1:{port}/simple"
+
+    def said(*indexes):
         with pytest.raises(SourceError) as e:
-            wheelfiles.read("sglang", "0.5.22", [DEEPSEEK],
-                            [refused, f"http://127.0.0.1:{port}/private", f"http://127.0.0.1:{port}/simple", has])
+            wheelfiles.read("sglang", "0.5.22", [DEEPSEEK], list(indexes))
+        return str(e.value)
+    try:
+        assert said(refused, has) == f"http://127.0.0.1:{dead.getsockname()[1]}/simple: unreachable " \
+                                     f"(Connection refused)"  # its credentials not said; the next not asked
+        assert said(private, has) == f"{private}: 401 Unauthorized (its credentials?)"
+        assert said(missing, has, private) == f"{missing}: 404 Not Found (no such project there); " \
+                                              f"{has}: no sglang 0.5.22 there (it has 0.5.21)"
+        assert asked == ["/private/sglang/", "/simple/sglang/"]  # the index after the one with the project: never
     finally:
         server.shutdown()
         listed.shutdown()
         dead.close()
-    said = str(e.value)
-    assert "s3cret" not in said and "user" not in said
-    parts = said.split("; ")
-    assert parts[0].endswith("unreachable (Connection refused)"), said
-    assert parts[1] == f"http://127.0.0.1:{port}/private: 401 Unauthorized (its credentials?)", said
-    assert parts[2] == f"http://127.0.0.1:{port}/simple: 404 Not Found (no such project there)", said
-    assert parts[3] == f"{has}: no sglang 0.5.22 there (it has 0.5.21)", said
     with pytest.raises(SourceError, match=r"wheelhouse .*: no sglang 0.5.22 \(it has 0.5.21\)"):
         wheelfiles.read("sglang", "0.5.22", [DEEPSEEK], wheelhouse=str(tmp_path / "index" / "files"))
     with pytest.raises(SourceError, match="no wheelhouse and no package index"):

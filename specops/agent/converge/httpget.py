@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import HTTPHandler, HTTPRedirectHandler, HTTPSHandler, Request, build_opener
 
 TIMEOUT = 60  # seconds, when the caller gives none
-_USERINFO = re.compile(r"//[^/@\s]*@")
+_USERINFO = re.compile(r"//[^/\s]*@")  # to the last @ of the authority: a password may hold one
 
 
 class SourceError(Exception):
