@@ -122,10 +122,9 @@ class PythonPackages(Op):
         if not wrong:
             return self._change(target, "ok")
         python = venv_python(self.venv)
-        install = [python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-                   *self.sources(variant), *specs]
         return self._change(target, "; ".join(wrong), [
-            protocol.Run(cmd=install, desc=f"pip install {' '.join(specs)}"),
+            protocol.PipInstall(python=python, specs=specs, sources=self.sources(variant),
+                                desc=f"pip install {' '.join(specs)}"),
             protocol.Expect(python=python, code=IMPORT_CHECK, expect=expect,
                             what=f"after installing, the venv {self.venv} imports",
                             desc="import " + ", ".join(MODULES[d] for d in expect if d in MODULES)),

@@ -32,8 +32,7 @@ class RouterPackage(Op):
         python = venv_python(self.venv)
         spec = f"sglang-router=={self.version}"
         return self._change(target, f"{have or 'missing'} → {self.version}", [
-            protocol.Run(cmd=[python, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-                              *pip_sources(self.host), spec], desc=f"pip install {spec}"),
+            protocol.PipInstall(python=python, specs=[spec], sources=pip_sources(self.host), desc=f"pip install {spec}"),
             protocol.Expect(python=python, code=IMPORT_CHECK, expect={"sglang-router": self.version},
                             what=f"after installing, the venv {self.venv} imports", desc="import sglang_router"),
         ], notify=[handlers.restart(self.svc["name"])])

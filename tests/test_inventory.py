@@ -226,3 +226,18 @@ def test_a_number_option_given_no_number_is_a_one_line_usage_error(tmp_path, arg
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {pattern}"), res.stderr
     assert attempts == 0 and res.stdout == ""
+
+
+def test_packages_are_name_equals_version_and_nothing_an_installer_reads_as_an_option(tmp_path):
+    """`-r/etc/shadow` would make uv echo a root-only file's first line: refused before connecting."""
+    import json
+    from specops import inventory
+    from specops.errors import UsageError
+    for good in ("numpy==2.1.0", "sglang-router==0.3.2", "Foo.Bar_baz==1.0rc1", "transformers[torch]==4.57.1"):
+        (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"packages": [good]}}}}))
+        assert inventory.load(tmp_path / "hosts.yml").hosts["box"]["packages"] == [good]
+    for bad in ("-r/etc/shadow", "--index-url=http://x", "numpy", "numpy>=2", "numpy==2 ; python_version>'3'",
+                "/tmp/x.whl", "numpy==", "file:///etc/shadow#egg=x==1"):
+        (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"packages": [bad]}}}}))
+        with pytest.raises(UsageError, match=r"packages\[0\]: a package is name==version"):
+            inventory.load(tmp_path / "hosts.yml")

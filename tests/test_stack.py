@@ -74,14 +74,53 @@ def test_a_stack_the_disk_cannot_hold_is_refused_at_plan_time(tmp_path):
 
 
 def test_index_urls_reach_pip_and_uv_in_their_environment_not_their_command_line():
-    from specops.agent.converge import stacks as agent_stacks
-    uv = agent_stacks.as_env(["--index", "http://u:pw@a/whl/cu128", "--index", "http://b/x",
-                              "--default-index", "http://u:pw@c/simple"], agent_stacks.UV_ENV)
+    from specops.agent.converge import installs
+    uv = installs.as_env(["--index", "http://u:pw@a/whl/cu128", "--index", "http://b/x",
+                          "--default-index", "http://u:pw@c/simple"], installs.UV_ENV)
     assert uv == {"UV_INDEX": "http://u:pw@a/whl/cu128 http://b/x", "UV_DEFAULT_INDEX": "http://u:pw@c/simple"}
-    pip = agent_stacks.as_env(["--no-index", "--find-links", "/w"], agent_stacks.PIP_ENV)
+    pip = installs.as_env(["--no-index", "--find-links", "/w"], installs.PIP_ENV)
     assert pip == {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/w"}
     with pytest.raises(Exception, match="not an index option: --pre"):
-        agent_stacks.as_env(["--pre"], agent_stacks.UV_ENV)
+        installs.as_env(["--pre"], installs.UV_ENV)
+
+
+def test_every_pip_call_takes_its_indexes_from_its_environment(tmp_path, monkeypatch):
+    """A user's venv (PythonPackages), the router's venv and the tool venvs (uv, the hub client):
+    one mechanism, the index password never on a command line (/proc/PID/cmdline is every
+    user's to read), requirements after `--`, written with umask 022, root's own PIP_* dropped."""
+    from roles import router_stack
+    from specops.agent.converge import installs
+    calls = []
+
+    def spawn(argv, desc, env=None):
+        umask = os.umask(0)
+        os.umask(umask)
+        calls.append((argv, env or {}, umask))
+        if argv[1:4] == ["-I", "-m", "venv"]:
+            os.makedirs(os.path.join(argv[-1], "bin"), exist_ok=True)
+    monkeypatch.setattr(installs, "run_streamed", spawn)
+    monkeypatch.setattr(installs, "TOOLS_DIR", str(tmp_path / "tools"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://roots-own/simple")
+    secret = "https://u:s3cret@ix.example/simple"
+    h = host(tmp_path, venv="/opt/v", package_index=secret)
+    (packages,) = [op for op in gpu_stack.ops(h) if isinstance(op, gpu_stack.PythonPackages)]
+    (pip,) = [a for a in packages.plan(Facts({"venvs": {}, "gpu": GPU}), Context("box", False)).actions
+              if isinstance(a, protocol.PipInstall)]
+    router = {**h.vars, "services": [{"name": "r", "kind": "router", "port": 30100, "workers": ["w"]}]}
+    (rpip,) = [a for a in router_stack.RouterPackage(router, router["services"][0], "/opt/r").plan(
+        Facts({"venvs": {}}), Context("box", False)).actions if isinstance(a, protocol.PipInstall)]
+    for action in (pip, rpip):
+        installs.install(action)
+    installs.tool_venv("hf-1", "huggingface_hub==1", ["--index-url", secret])
+    pips = [c for c in calls if "pip" in c[0]]
+    assert len(pips) == 3
+    for argv, env, umask in pips:
+        assert "s3cret" not in " ".join(argv), argv
+        assert secret in (env.get("PIP_INDEX_URL", "") + " " + env.get("PIP_EXTRA_INDEX_URL", "")).split(), env
+        assert "roots-own" not in str(env)
+        assert argv[argv.index("--") + 1:] and argv[argv.index("--") - 1] == "off", argv  # the specs follow --
+        assert umask == 0o022
+    assert all(c[2] == 0o022 for c in calls)  # the tool venv itself too
 
 
 def test_an_air_gapped_stack_needs_uv_in_the_wheelhouse(tmp_path):
@@ -296,3 +335,23 @@ def test_uv_s_no_version_names_the_project_also_with_extras_and_an_agent_error_s
     host = {"sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}}
     with pytest.raises(wheelfiles.SourceError, match="^http://ix/simple: unreachable$"):
         stack.wheel_files(host, ["sglang/x.py"], {"error": "http://ix/simple: unreachable"})
+
+
+def test_a_rollback_to_a_release_whose_interpreter_is_gone_is_refused(tmp_path):
+    """The unit quotes every ExecStart word, so the interpreter's path starts with a quote: it is
+    read as systemd reads it, and a missing one refuses the rollback before anything is put back."""
+    from specops.agent import restore
+    from specops.agent.host import ActionError
+    from specops.ops.unitfmt import exec_line
+    here = tmp_path / "venv" / "bin" / "python"
+    here.parent.mkdir(parents=True)
+    here.write_text("")
+    for python, refused in ((str(here), False), (str(tmp_path / "gone" / "bin" / "python"), True)):
+        unit = tmp_path / "sglang.service"
+        unit.write_text(f"[Service]\nExecStart={exec_line([python, '-m', 'sglang.launch_server'])}\n")
+        assert unit.read_text().split("ExecStart=")[1].startswith('"') or " " not in python
+        if refused:
+            with pytest.raises(ActionError, match=f"release r1 runs {python}, which is no longer on the host"):
+                restore._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
+        else:
+            restore._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})

@@ -3,6 +3,7 @@ an older release (its snapshot and the later releases' backups), and the restart
 Rollback points the unit back at the release's stack; it never installs anything."""
 import base64
 import os
+import shlex
 import stat
 
 from specops import protocol
@@ -125,8 +126,12 @@ def _runnable(target, want):
             continue
         with open(src) as f:
             line = next((l for l in f if l.startswith("ExecStart=")), "")
-        words = line[len("ExecStart="):].split()
-        python = words[0].lstrip("@-:+!") if words else ""
+        value = line[len("ExecStart="):].strip().lstrip("@-:+!")
+        try:  # the unit quotes each word ("/opt/specops/venvs/…/bin/python"): read it as systemd does
+            words = shlex.split(value)
+        except ValueError:
+            words = value.split()
+        python = words[0].replace("$$", "$").replace("%%", "%") if words else ""  # unitfmt's escapes
         if python.startswith("/") and not os.path.exists(python):
             raise ActionError("release %s runs %s, which is no longer on the host: nothing was changed"
                               % (target["stamp"], python))

@@ -33,9 +33,7 @@ def _components(path, link=False):
     """The names along an absolute path; '..' only inside root's own links (resolved lexically)."""
     if not path.startswith("/"):
         raise UnsafePath("%s: not an absolute path" % path)
-    if link:
-        path = os.path.normpath(path)
-    parts = [p for p in path.split("/") if p and p != "."]
+    parts = [p for p in (os.path.normpath(path) if link else path).split("/") if p and p != "."]
     if ".." in parts:
         raise UnsafePath("%s: '..' in a managed path" % path)
     return parts
@@ -211,8 +209,7 @@ class StageDir:
 
 
 def make_dir(path, mode, uid, gid, allowed=(), parents=False):
-    """A directory at `path` (created if missing) with this mode and owner, set through its fd.
-    With `parents`, missing directories above it are made too, root's 0755 (a bare box has no /models)."""
+    """A directory at `path` (made if missing; `parents`: those above it too, root's 0755) with this mode and owner."""
     parent, name = os.path.split(path.rstrip("/"))
     if parents and parent != "/" and not os.path.isdir(parent):  # only a hint: what follows walks safely
         make_dir(parent, 0o755, 0, 0, allowed, parents=True)
@@ -224,6 +221,9 @@ def make_dir(path, mode, uid, gid, allowed=(), parents=False):
             pass
         fd = os.open(name, O_DIR, dir_fd=pfd)  # a link planted there is refused, not followed
         try:
+            owner = os.fstat(fd).st_uid  # another's (made between a check and the mkdir?) is not taken over
+            if uid != -1 and owner not in (0, uid):
+                raise UnsafePath("%s: a directory of %s's, not made by specops; refused" % (path, user_name(owner)))
             os.fchown(fd, uid, gid)
             os.fchmod(fd, mode)
         finally:

@@ -137,7 +137,10 @@ HOST_VARS = {
     "torch": {"version": str, "cuda": str, "index_url": str},
     "fla": {"version": str},
     "sglang": {"version": str},
-    "packages": [str],                # other pins of the stack (name==version)
+    # other pins of the stack: a PEP 508 name (extras allowed) and an exact version, nothing an
+    # installer could read as an option or a file
+    "packages": [Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$",
+                         "a package is name==version (PEP 508 name, exact version)")],
     "stack_need_gib": NUMBER,         # free disk a new stack needs before it is built (specops/sglang/stack.py)
     "package_index": str,
     "extra_index": str,

@@ -173,6 +173,17 @@ class Run:
     desc: str = ""
 
 
+@action("pip-install")
+class PipInstall:
+    """pip installs `specs` (requirements, after `--`) into the venv of `python`; `sources`: pip's
+    index arguments (--index-url URL ...), which reach pip in its environment, never its command
+    line (agent/converge/installs.py)."""
+    python: str
+    specs: List[str]
+    sources: List[str] = LIST
+    desc: str = ""
+
+
 @action("daemon-reload")
 class DaemonReload:
     """systemctl daemon-reload: a handler, run once, before any restart.  With `units` (the

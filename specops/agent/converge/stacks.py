@@ -15,9 +15,10 @@ import tempfile
 import time
 
 from specops.agent import safefs
+from specops.agent.converge import installs
 from specops.agent.converge.checks import expect_in
 from specops.agent.host import ActionError, on_interrupt, run_streamed, say
-from specops.layout import STACK_FILE, STACKS_DIR, TOOLS_DIR, UNIT_DIR, UV_CACHE, UV_PIN
+from specops.layout import STACK_FILE, STACKS_DIR, UNIT_DIR, UV_CACHE, UV_PIN
 
 BUILD_PREFIX = ".build-"
 
@@ -60,54 +61,16 @@ def _free(path):
     return st.f_bavail * st.f_frsize
 
 
-# pip's and uv's index options, as the environment variables each reads them from: an index URL
-# may carry a password, and a command line is readable by every user of the host.
-PIP_ENV = {"--index-url": "PIP_INDEX_URL", "--extra-index-url": "PIP_EXTRA_INDEX_URL",
-           "--trusted-host": "PIP_TRUSTED_HOST", "--find-links": "PIP_FIND_LINKS", "--no-index": "PIP_NO_INDEX"}
-UV_ENV = {"--index": "UV_INDEX", "--default-index": "UV_DEFAULT_INDEX", "--find-links": "UV_FIND_LINKS",
-          "--no-index": "UV_NO_INDEX"}
-
-
-def as_env(args, names):
-    """pip's or uv's index arguments as environment variables (several values: space-separated)."""
-    env, i = {}, 0
-    while i < len(args):
-        name = names.get(args[i])
-        if name is None:
-            raise ActionError("not an index option: %s" % args[i])
-        if args[i] == "--no-index":
-            env[name], i = "1", i + 1
-            continue
-        env[name] = (env[name] + " " + args[i + 1]) if name in env else args[i + 1]
-        i += 2
-    return env
-
-
-def _clean_env(extra):
-    # Only what specops says reaches pip and uv: no user config, no index or cache from root's
-    # environment, and never a Python downloaded from the internet.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV", "PYTHON"))}
-    env.update(extra)
-    return env
-
-
 def uv_tool(pip_args):
-    """The pinned uv in a tool venv of its own, made once (from the package index or wheelhouse)."""
-    venv = os.path.join(TOOLS_DIR, "uv-" + UV_PIN)
-    uv = os.path.join(venv, "bin", "uv")
-    if not os.path.exists(os.path.join(venv, ".complete")):
-        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
-        run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
-        run_streamed([os.path.join(venv, "bin", "python"), "-I", "-m", "pip", "install", "-q",
-                      "--disable-pip-version-check", "uv==" + UV_PIN], "install uv " + UV_PIN,
-                     env=_clean_env(as_env(pip_args, PIP_ENV)))
-        open(os.path.join(venv, ".complete"), "w").close()
-    return uv
+    """The pinned uv, in a tool venv of its own made once (from the package index or wheelhouse)."""
+    python = installs.tool_venv("uv-" + UV_PIN, "uv==" + UV_PIN, pip_args)
+    return os.path.join(os.path.dirname(python), "uv")
 
 
 def _uv_env(sources):
-    return _clean_env(dict(as_env(sources, UV_ENV), UV_CACHE_DIR=UV_CACHE, UV_PYTHON_DOWNLOADS="never",
-                           UV_NO_CONFIG="1", UV_NO_PROGRESS="1", UV_LINK_MODE="hardlink"))
+    return installs.clean_env(dict(installs.as_env(sources, installs.UV_ENV), UV_CACHE_DIR=UV_CACHE,
+                                   UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_NO_PROGRESS="1",
+                                   UV_LINK_MODE="hardlink"))
 
 
 def root_only(root):
@@ -169,7 +132,7 @@ def build(a, allowed=()):
         # stack works after the rename into place.
         run_streamed([uv, "venv", "--quiet", "--relocatable", "--python", a.python, tmp], "uv venv", env=env)
         python = os.path.join(tmp, "bin", "python")
-        install = [uv, "pip", "install", "--python", python, *a.specs]
+        install = [uv, "pip", "install", "--python", python, "--", *a.specs]  # requirements, never options
         try:
             run_streamed(install, "uv pip install " + " ".join(a.specs), env=env)
         except ActionError as e:

@@ -9,7 +9,7 @@ import json
 import os
 
 from specops import protocol
-from specops.agent.converge import bytecode, checks, stacks, upstream
+from specops.agent.converge import bytecode, checks, installs, stacks, upstream
 from specops.agent import safefs, weights
 from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
@@ -121,6 +121,7 @@ DO = {
                                                         *ids(a.owner, a.group), allowed=allowed),
     protocol.Remove: lambda a, allowed: safefs.remove(a.path, a.backup, allowed),
     protocol.Run: lambda a, allowed: run_streamed(a.cmd, a.desc or "command"),
+    protocol.PipInstall: installs.install,
     protocol.DaemonReload: lambda a, allowed: units.daemon_reload(a.units),
     protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),
     protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),

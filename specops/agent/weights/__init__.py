@@ -69,7 +69,10 @@ def fact(dest, allowed=()):
 
 
 def _same(st, known):
-    return st is not None and st.st_size == known.get("size") and st.st_mtime_ns == known.get("mtime_ns")
+    """The file the manifest knows: its size and mtime, and still root's alone (a file another
+    user owns or can write may have been changed with its mtime put back)."""
+    return (st is not None and st.st_size == known.get("size") and st.st_mtime_ns == known.get("mtime_ns")
+            and st.st_uid == 0 and not st.st_mode & 0o022)
 
 
 def _existing(path):

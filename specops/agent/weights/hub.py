@@ -12,10 +12,10 @@ import json
 import os
 import stat
 
-from specops.agent import safefs
+from specops.agent.converge import installs
 from specops.agent.weights import weightsdir
-from specops.agent.host import ActionError, clean, run_owned, run_streamed
-from specops.layout import HF_PIN, TOOLS_DIR
+from specops.agent.host import ActionError, clean, run_owned, user_name
+from specops.layout import HF_PIN
 
 HF_SCRIPT = r"""
 import fnmatch, json, os, sys
@@ -72,15 +72,7 @@ except RevisionNotFoundError:
 
 def tool_python(req):
     """The pinned huggingface_hub in a venv of its own, made once."""
-    venv = os.path.join(TOOLS_DIR, "hf-" + HF_PIN)
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(os.path.join(venv, ".complete")):
-        safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
-        run_streamed(["python3", "-m", "venv", "--clear", venv], "tool venv " + venv)
-        run_streamed([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *req.pip_args,
-                      "huggingface_hub==" + HF_PIN], "install huggingface_hub " + HF_PIN)
-        open(os.path.join(venv, ".complete"), "w").close()
-    return python
+    return installs.tool_venv("hf-" + HF_PIN, "huggingface_hub==" + HF_PIN, req.pip_args)
 
 
 def ask(python, req, mode, spec, progress=None, pass_fds=()):
@@ -118,6 +110,9 @@ def download(req, python, dfd, commit, stale, progress):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                 raise ActionError("%s.part is not a file of its own" % os.path.join(req.dest, f["name"]))
+            if st.st_uid != 0 or st.st_mode & 0o022:  # not what the agent made: never written into
+                raise ActionError("%s.part is %s's (mode %o), not root's: refused; remove it to fetch again"
+                                  % (os.path.join(req.dest, f["name"]), user_name(st.st_uid), stat.S_IMODE(st.st_mode)))
             if st.st_size > f["size"]:
                 os.ftruncate(fd, 0)
         todo = [dict(f, fd=fd) for f, (_, _, fd, _) in zip(stale, parts)]

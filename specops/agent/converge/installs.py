@@ -1,0 +1,80 @@
+"""Every pip and uv call the agent makes, in one place: a user's venv installed into
+(protocol.PipInstall), a tool venv of specops's own (uv, the hub client: `tool_venv`), and the
+environment both read their indexes from (`pip_env`, `uv_env`).
+
+An index URL may carry a password, and a command line is readable by every user of the host
+(/proc/PID/cmdline): index options reach pip and uv only in their environment, never on their
+command line, and what root's own environment says of indexes, caches or Pythons never reaches
+them.  Requirements follow `--`, so none is read as an option.  What they write is written with
+umask 022: root's alone to change."""
+import os
+
+from specops.agent import safefs
+from specops.agent.host import ActionError, run_streamed
+from specops.layout import TOOLS_DIR
+
+# pip's and uv's index options, as the environment variables each reads them from.
+PIP_ENV = {"--index-url": "PIP_INDEX_URL", "--extra-index-url": "PIP_EXTRA_INDEX_URL",
+           "--trusted-host": "PIP_TRUSTED_HOST", "--find-links": "PIP_FIND_LINKS", "--no-index": "PIP_NO_INDEX"}
+UV_ENV = {"--index": "UV_INDEX", "--default-index": "UV_DEFAULT_INDEX", "--find-links": "UV_FIND_LINKS",
+          "--no-index": "UV_NO_INDEX"}
+PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+
+
+def as_env(args, names):
+    """pip's or uv's index arguments as environment variables (several values: space-separated)."""
+    env, i = {}, 0
+    while i < len(args):
+        name = names.get(args[i])
+        if name is None:
+            raise ActionError("not an index option: %s" % args[i])
+        if args[i] == "--no-index":
+            env[name], i = "1", i + 1
+            continue
+        env[name] = (env[name] + " " + args[i + 1]) if name in env else args[i + 1]
+        i += 2
+    return env
+
+
+def clean_env(extra):
+    """The environment for pip or uv: only what specops says of indexes and caches, no user
+    config, and never a Python downloaded from the internet."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(extra)
+    return env
+
+
+def pip_env(sources):
+    return clean_env(dict(as_env(sources, PIP_ENV), PIP_CONFIG_FILE=os.devnull))
+
+
+def pip_install(python, specs, sources, desc=None):
+    """pip installs `specs` into the venv of `python`, its indexes in its environment."""
+    umask = os.umask(0o022)
+    try:
+        run_streamed([python, "-I", *PIP, "--", *specs], desc or "pip install " + " ".join(specs),
+                     env=pip_env(sources))
+    finally:
+        os.umask(umask)
+
+
+def install(a, allowed=()):
+    """Answer a protocol.PipInstall (see there)."""
+    pip_install(a.python, a.specs, a.sources, a.desc)
+
+
+def tool_venv(name, spec, sources):
+    """A venv of specops's own under TOOLS_DIR (`name`), with `spec` installed, made once; its
+    python.  Made whole before it is marked complete: an interrupted one is made again."""
+    venv = os.path.join(TOOLS_DIR, name)
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(os.path.join(venv, ".complete")):
+        umask = os.umask(0o022)
+        try:
+            safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
+            run_streamed(["python3", "-I", "-m", "venv", "--clear", venv], "tool venv " + venv)
+            pip_install(python, [spec], sources, "install " + spec.replace("==", " "))
+            open(os.path.join(venv, ".complete"), "w").close()
+        finally:
+            os.umask(umask)
+    return python
