@@ -115,7 +115,7 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
              refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
 
-@fleet_task(*SELECT, "json", "break_lock", shorts=False, service="The service to tune (default: the host's only one)",
+@fleet_task(*SELECT, "json", "break_lock", service="The service to tune (default: the host's only one)",
             budget="The most restarts to spend (baseline and candidates; default: tune.budget, else one per "
                    "setting); the service's own restart at the end is not counted",
             at="The concurrency the objective reads (default: the gate's at_concurrency, else the lowest level)",

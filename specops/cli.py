@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-from invoke import Exit, task
+from invoke import Exit, Task, task
 
 from .remote import become
 from . import inventory as inv
@@ -60,6 +60,7 @@ HELP = {
     "break-lock": "Take the host lock even if another run holds it (that run stops at its next request)",
 }
 SELECT = ("host", "group", "all", "inventory", "accept_new_host_key", "ask_become_pass", "forks")
+WHERE = SELECT[:4]
 FLEET = SELECT + ("json", "serial", "max_fail", "break_lock", "quiet")
 _DEFAULTS = {f.name: f.default for f in fields(Selection)}
 # The whole-number options and their bounds.  Invoke casts a value to its default's type, and an
@@ -70,8 +71,7 @@ NUMBERS = {"forks": (1, None), "serial": (0, None), "max_fail": (0, 100)}
 def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own_help: str):
     """An invoke task whose body is `body(c, sel: Selection, **own options)`: the `shared`
     options are declared once here (with their help) and arrive together in `sel`.  `shorts`
-    False: long options only (invoke runs out of letters for a task with many, and then gives
-    one a flag of its own, "--", that no one can type)."""
+    False: long options only."""
     def wrap(body: Callable) -> Any:
         params = list(inspect.signature(body).parameters.values())
         own = params[2:]
@@ -87,11 +87,25 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own
                 exit_with(e)
             return body(c, sel, **kwargs)
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
-        wrapper.__signature__ = inspect.Signature([params[0], *own, *extra])
+        # Which hosts comes first, so -h, -g, -a, -i mean the same in every task; short flags go in order.
+        where = [p for p in extra if p.name in WHERE]
+        needed = [p for p in own if p.default is inspect.Parameter.empty]
+        wrapper.__signature__ = inspect.Signature([params[0], *needed, *where, *(p for p in own if p not in needed),
+                                                   *(p for p in extra if p not in where)])
         helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
         return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
-                    auto_shortflags=shorts)
+                    auto_shortflags=shorts, klass=_Task)
     return wrap
+
+
+class _Task(Task):
+    """Invoke gives an option the first free character of its name as its short flag; once the
+    letters run out that is "-" (shown as "--", which no one can type): such an option goes without."""
+
+    def arg_opts(self, name, default, taken_names):
+        out = super().arg_opts(name, default, taken_names)
+        out["names"] = [n for n in out["names"] if len(n) > 1 or n.isalnum()]
+        return out
 
 
 def _same_batch(hosts: list[inv.Host], serial: int, forks: int) -> None:

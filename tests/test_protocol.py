@@ -195,3 +195,12 @@ def test_the_agent_has_no_import_circle():
     for name in deps:
         walk(name, name, [name])
     assert circles == set()
+
+
+def test_two_ops_wanting_files_of_different_wheels_in_one_probe_is_an_error_not_a_silent_drop():
+    from specops.ops.base import merge_wants
+    a = protocol.Probe(wheel_files={"dist": "sglang", "version": "0.5.23", "files": ["sglang/a.py"]})
+    b = protocol.Probe(wheel_files={"dist": "sglang", "version": "0.5.24", "files": ["sglang/b.py"]})
+    assert merge_wants([a, protocol.Probe(stacks=True), a]).wheel_files == a.wheel_files
+    with pytest.raises(ValueError, match="two ops want files of different wheels"):
+        merge_wants([a, b])

@@ -108,7 +108,7 @@ SERVICE = {
         "baseline_tok_s": NUMBER,
         "prompt": str,
     },
-    "gate": {  # held by `inv deploy --bench` (specops/flows/specbench.py): a release below it is undone
+    "gate": {  # held by `inv deploy --bench` (specops/flows/gate.py): a release below it is undone
         "min_speedup": NUMBER,          # spec tok/s ÷ baseline tok/s (measures the baseline too)
         "at_concurrency": int,          # where the gate is read (default: the lowest level)
         "min_accept_length": NUMBER,

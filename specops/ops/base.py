@@ -118,6 +118,10 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
         out.checks.update(w.checks)
         out.gpu = out.gpu or w.gpu
         out.stacks = out.stacks or w.stacks
+        if w.wheel_files and out.wheel_files and w.wheel_files != out.wheel_files:
+            # One request per probe (the agent reads one wheel): a second would be silently dropped.
+            raise ValueError("two ops want files of different wheels in one probe: %r and %r"
+                             % (out.wheel_files, w.wheel_files))
         out.wheel_files = out.wheel_files or w.wheel_files
         out.lock_peek = out.lock_peek or w.lock_peek
     return out
