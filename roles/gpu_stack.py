@@ -17,14 +17,14 @@ from specops.ops import Change, Op, PlanError
 from specops.services import of_kind, venv_of
 from specops.sglang import stack
 from specops.sglang.stack import PYPI
+from specops.layout import stack_disk_refusal
 from specops.sglang.spec import venv_python
 from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"
 REPROBE = True  # installing sglang decides where later roles' patches go
 REMOTE_WHEELHOUSE = "/var/cache/specops/wheelhouse"
-PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and what it imports
-MODULES = {"torch": "torch", **dict(PINNED)}
+MODULES = {"torch": "torch", **dict(stack.PINNED)}  # a pinned distribution's host var is named as it imports
 IMPORT_CHECK = """import json, importlib.metadata as md
 out = {}
 try:
@@ -40,7 +40,7 @@ for dist, mod in PINNED:
     except Exception as e:
         out[dist] = "import failed: %s" % e
 print(json.dumps(out))
-""".replace("PINNED", repr(PINNED))
+""".replace("PINNED", repr(stack.PINNED))
 
 
 class Venv(Op):
@@ -169,8 +169,7 @@ class Stack(Op):
                        for s in facts.stacks)
         need, free = stack.need(self.host, in_cache), facts.data.get("stacks_free")
         if free is not None and free < need:
-            raise PlanError(f"building the stack {self.path} needs {need / 2**30:.1f} GiB free on "
-                            f"{self.path.rsplit('/', 1)[0]}; {free / 2**30:.1f} GiB free: nothing was changed")
+            raise PlanError(stack_disk_refusal(self.path.rsplit("/", 1)[1], need, free))
         first = index_for(variant, (self.torch or {}).get("index_url")) if variant else None
         facts.assume_venv(self.path, {"exists": True, "packages": {"sglang": expect.get("sglang")},
                                       "torch_cuda": expect.get("torch.version.cuda"), "planned": True})

@@ -56,6 +56,12 @@ STACKS_DIR = "/opt/specops/venvs"          # <hash>/ (a stack), .build-<hash>-<r
 STACK_FILE = "specops-stack.json"          # inside a stack: what defines it, written last
 UV_PIN = "0.13.9"                          # the uv that builds stacks (TOOLS_DIR/uv-<pin>)
 UV_CACHE = "/opt/specops/uv-cache"         # uv's cache: stacks hard-link their files from it (so: one filesystem)
+
+
+def stack_disk_refusal(stack: str, need: int, free: int) -> str:
+    """A stack the disk cannot hold, said the same at plan time and on the host before the build."""
+    return "building the stack %s needs %.1f GiB free on %s; %.1f GiB free: nothing was changed" % (
+        stack, need / 2**30, STACKS_DIR, free / 2**30)
 # A patched file's upstream content, kept by the sha256 its package's RECORD gives it (hex), so a
 # diff patch can be applied again to the file it was cut against once the installed one is patched.
 UPSTREAM_DIR = HOME + "/upstream"

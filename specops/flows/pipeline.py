@@ -175,22 +175,36 @@ def gpu_window(run: HostRun, command: str, names: list[str] | None = None, as_ro
     return rolling.out_of_routers(run, lambda: _window(run, command, names, as_root), names)
 
 
-def _window(run: HostRun, command: str, names: list[str], as_root: bool) -> int:
-    status, scope = 1, WINDOW_PREFIX + os.urandom(8).hex()
+def in_window(run: HostRun, names: list[str], body, deployed: list | None = None):
+    """The one GPU window: stop the services (their GPU memory proven free), run `body()`, and
+    always start them again and verify them (as `deployed`, else the current release), whatever
+    `body` did: a job, a baseline, a tune's candidates."""
     try:
         stop(run, names)
-        run.say(f"GPU free; running: {command}")
-        remote = run.connect()
-        status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root, scope=scope)
-        if remote.interrupted:
-            run.say("interrupted: Ctrl-C was passed to the job")
-        run.say(f"job exited with status {status}")
-        run.report.extra["job_status"] = status
+        run.say("GPU free")
+        return body()
     finally:
-        _end_job(run, scope)
         run.say(f"restarting {', '.join(names)}")
-        start_and_verify(run, names)
-    return status
+        start_and_verify(run, names, deployed)
+
+
+def _window(run: HostRun, command: str, names: list[str], as_root: bool) -> int:
+    scope = WINDOW_PREFIX + os.urandom(8).hex()
+
+    def job() -> int:
+        status = 1
+        try:
+            run.say(f"running: {command}")
+            remote = run.connect()
+            status = remote.stream(command, lambda text: run.say(f"| {text}"), root=as_root, scope=scope)
+            if remote.interrupted:
+                run.say("interrupted: Ctrl-C was passed to the job")
+            run.say(f"job exited with status {status}")
+            run.report.extra["job_status"] = status
+        finally:
+            _end_job(run, scope)
+        return status
+    return in_window(run, names, job)
 
 
 def _end_job(run: HostRun, scope: str) -> None:

@@ -101,18 +101,8 @@ def window(run, svc: dict, body, deployed: list | None = None):
     release).  `serve(argv, label=, what=)` is a context that runs argv as the transient unit
     specops-baseline-<service> until it is ready and yields its name, then stops it, GPUs proven
     free again.  A worker is out of its routers meanwhile, and back once it verifies."""
-    return rolling.out_of_routers(run, lambda: _window(run, svc, body, deployed), [svc["name"]])
-
-
-def _window(run, svc: dict, body, deployed: list | None):
-    name = svc["name"]
-    try:
-        pipeline.stop(run, [name])
-        run.say("GPU free")
-        return body(lambda argv, **kw: serving(run, svc, argv, **kw))
-    finally:
-        run.say(f"restarting {name}")
-        pipeline.start_and_verify(run, [name], deployed)
+    return rolling.out_of_routers(run, lambda: pipeline.in_window(
+        run, [svc["name"]], lambda: body(lambda argv, **kw: serving(run, svc, argv, **kw)), deployed), [svc["name"]])
 
 
 class GpusBusy(SpecopsError):

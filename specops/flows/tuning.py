@@ -55,8 +55,7 @@ def running_settings(svc: dict) -> tuning.Settings | None:
     eff = res.effective
     if res.errors or eff.get("speculative_num_steps") is None:
         return None
-    return tuning.Settings(eff["speculative_num_steps"], eff["speculative_eagle_topk"],
-                           eff["speculative_num_draft_tokens"])
+    return tuning.Settings.of(eff)
 
 
 def objective_of(svc: dict, ask: Ask, load: specbench.Load) -> tuning.Objective:

@@ -57,6 +57,12 @@ class Settings:
     eagle_topk: int
     num_draft_tokens: int
 
+    @classmethod
+    def of(cls, effective: dict) -> "Settings":
+        """What runs, from resolve()'s effective arguments."""
+        return cls(effective["speculative_num_steps"], effective["speculative_eagle_topk"],
+                   effective["speculative_num_draft_tokens"])
+
     def spec(self) -> dict:
         return {k: getattr(self, k) for k in KNOBS}
 
@@ -123,7 +129,7 @@ def prune(svc: dict, grid: dict) -> Space:
             pruned.append(Pruned(asked, res.errors[0].message(), rule=res.errors[0].rule))
             continue
         eff = res.effective
-        runs = Settings(eff["speculative_num_steps"], eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"])
+        runs = Settings.of(eff)
         pool = runs.eagle_topk + (runs.num_steps - 1) * runs.eagle_topk ** 2
         if eff["speculative_algorithm"] in EAGLE_FAMILY and runs.num_draft_tokens - 1 > pool:
             pruned.append(Pruned(asked, TREE_POOL.format(s=runs.num_steps, k=runs.eagle_topk, n=pool,

@@ -18,7 +18,7 @@ from specops.agent import safefs
 from specops.agent.converge import installs
 from specops.agent.converge.checks import expect_in
 from specops.agent.host import ActionError, on_interrupt, run_streamed, say
-from specops.layout import STACK_FILE, STACKS_DIR, UNIT_DIR, UV_CACHE, UV_PIN
+from specops.layout import STACK_FILE, STACKS_DIR, UNIT_DIR, UV_CACHE, UV_PIN, stack_disk_refusal
 
 BUILD_PREFIX = ".build-"
 
@@ -115,8 +115,7 @@ def build(a, allowed=()):
     sweep_builds()  # before the disk is measured: what a cut build left is not in the way
     free = _free(STACKS_DIR)
     if free < a.need:
-        raise ActionError("building the stack %s needs %.1f GiB free on %s; %.1f GiB free: nothing was changed"
-                          % (os.path.basename(a.path), a.need / 2**30, STACKS_DIR, free / 2**30))
+        raise ActionError(stack_disk_refusal(os.path.basename(a.path), a.need, free))
     t0 = time.time()
     uv = uv_tool(a.uv_pip_args)
     safefs.make_dir(UV_CACHE, 0o700, 0, 0)
