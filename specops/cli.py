@@ -98,13 +98,17 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own
     return wrap
 
 
+# Options that trust or take over something are spelt out: never one mistyped letter.
+LONG_ONLY = ("accept_new_host_key", "break_lock", "apply")
+
+
 class _Task(Task):
-    """Invoke gives an option the first free character of its name as its short flag; once the
-    letters run out that is "-" (shown as "--", which no one can type): such an option goes without."""
+    """Invoke gives an option the first free character of its name as its short flag, which can
+    be "-" (shown as "--", which no one can type): such an option goes without, as LONG_ONLY do."""
 
     def arg_opts(self, name, default, taken_names):
         out = super().arg_opts(name, default, taken_names)
-        out["names"] = [n for n in out["names"] if len(n) > 1 or n.isalnum()]
+        out["names"] = [n for n in out["names"] if len(n) > 1 or (n.isalnum() and name not in LONG_ONLY)]
         return out
 
 

@@ -20,5 +20,7 @@ def test_every_task_s_short_flags_are_letters_and_the_selection_s_are_the_same_e
             if arg in flags:
                 assert short in flags[arg], (name, arg, flags[arg])
                 seen += 1
+        for arg in ("accept-new-host-key", "break-lock", "apply"):  # trusting or taking over: spelt out
+            assert list(flags.get(arg, [arg])) == [arg], (name, arg, flags.get(arg))
     assert seen >= 40  # the selection options of the fleet tasks, spec-tune's among them
     assert "i" in _flags(tasks.ns["spec-tune"])["inventory"]

@@ -101,6 +101,7 @@ def test_every_pip_call_takes_its_indexes_from_its_environment(tmp_path, monkeyp
     monkeypatch.setattr(installs, "run_streamed", spawn)
     monkeypatch.setattr(installs, "TOOLS_DIR", str(tmp_path / "tools"))
     monkeypatch.setenv("PIP_INDEX_URL", "http://roots-own/simple")
+    monkeypatch.setenv("PIP_CERT", "/etc/ssl/private-ca.pem")  # root's own pip settings but indexes stay
     secret = "https://u:s3cret@ix.example/simple"
     h = host(tmp_path, venv="/opt/v", package_index=secret)
     (packages,) = [op for op in gpu_stack.ops(h) if isinstance(op, gpu_stack.PythonPackages)]
@@ -117,8 +118,9 @@ def test_every_pip_call_takes_its_indexes_from_its_environment(tmp_path, monkeyp
     for argv, env, umask in pips:
         assert "s3cret" not in " ".join(argv), argv
         assert secret in (env.get("PIP_INDEX_URL", "") + " " + env.get("PIP_EXTRA_INDEX_URL", "")).split(), env
-        assert "roots-own" not in str(env)
-        assert argv[argv.index("--") + 1:] and argv[argv.index("--") - 1] == "off", argv  # the specs follow --
+        assert "roots-own" not in str(env) and env.get("PIP_CERT") == "/etc/ssl/private-ca.pem"
+        assert "PIP_CONFIG_FILE" not in env  # pip.conf (a proxy, a CA) still read
+        assert argv[argv.index("--") + 1:] and not any(a.startswith("-") for a in argv[argv.index("--") + 1:])
         assert umask == 0o022
     assert all(c[2] == 0o022 for c in calls)  # the tool venv itself too
 

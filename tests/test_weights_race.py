@@ -76,3 +76,38 @@ def test_a_served_file_not_root_s_alone_is_drift_whatever_its_size_and_mtime(tmp
     os.chmod(shard, 0o666)
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert not agent_weights._same(os.lstat(shard), known)  # anyone's to write
+
+
+def test_a_peer_copy_takes_again_a_file_not_root_s_alone_rather_than_keep_it(tmp_path, monkeypatch):
+    """rsync's quick check (size and mtime) would keep her rewritten shard, and the drift would
+    never settle: the agent removes it first, so the copy brings it anew as root's."""
+    import types
+    from specops.agent.weights import peercopy
+    dest = tmp_path / "weights"
+    dest.mkdir(mode=0o755)
+    shard = dest / SHARD
+    shard.write_bytes(b"hers" * 1024)
+    os.chown(shard, HER, HER)
+    st = os.stat(shard)
+    seen = []
+
+    class Moved(Exception):
+        pass
+
+    def rsync(argv, env=None, progress=None):
+        seen.append(shard.exists())
+        raise Moved()
+    monkeypatch.setattr(peercopy, "run_owned", rsync)
+    monkeypatch.setattr(agent_weights, "check_disk", lambda *a: None)
+    req = types.SimpleNamespace(files={SHARD: (st.st_size, st.st_mtime_ns)}, dest=str(dest), peer="p", path="/m",
+                                address="192.0.2.1", port=22, user="root", host_key="k", verify=False,
+                                source_address="192.0.2.2")
+    where = tmp_path / "key"
+    where.mkdir()
+    dfd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Moved):
+            peercopy._copy_into(req, str(where), dfd)
+    finally:
+        os.close(dfd)
+    assert seen == [False]  # gone before rsync ran: it is copied anew

@@ -1,11 +1,12 @@
 """Every pip and uv call the agent makes, in one place: a user's venv installed into
 (protocol.PipInstall), a tool venv of specops's own (uv, the hub client: `tool_venv`), and the
-environment both read their indexes from (`pip_env`, `uv_env`).
+environment both read their indexes from (`pip_env`, `as_env`).
 
 An index URL may carry a password, and a command line is readable by every user of the host
 (/proc/PID/cmdline): index options reach pip and uv only in their environment, never on their
-command line, and what root's own environment says of indexes, caches or Pythons never reaches
-them.  Requirements follow `--`, so none is read as an option.  What they write is written with
+command line (one limit: pip's build isolation, for a package that comes only as source, starts
+a child pip with the indexes on its command line), and what root's own environment says of
+indexes never reaches them (nor, for uv, of caches and Pythons).  Requirements follow `--`, so none is read as an option.  What they write is written with
 umask 022: root's alone to change."""
 import os
 
@@ -19,6 +20,7 @@ PIP_ENV = {"--index-url": "PIP_INDEX_URL", "--extra-index-url": "PIP_EXTRA_INDEX
 UV_ENV = {"--index": "UV_INDEX", "--default-index": "UV_DEFAULT_INDEX", "--find-links": "UV_FIND_LINKS",
           "--no-index": "UV_NO_INDEX"}
 PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
+QUIET = ["-q"]  # a tool venv's install: its lines are not the user's concern
 
 
 def as_env(args, names):
@@ -45,15 +47,19 @@ def clean_env(extra):
 
 
 def pip_env(sources):
-    return clean_env(dict(as_env(sources, PIP_ENV), PIP_CONFIG_FILE=os.devnull))
+    """pip's environment: its indexes as specops says, root's own index variables dropped; its
+    config (a proxy, a CA for a private index) and the rest of the environment kept."""
+    env = {k: v for k, v in os.environ.items() if k not in PIP_ENV.values() and k != "VIRTUAL_ENV"}
+    env.update(as_env(sources, PIP_ENV))
+    return env
 
 
-def pip_install(python, specs, sources, desc=None):
+def pip_install(python, specs, sources, desc=None, quiet=False):
     """pip installs `specs` into the venv of `python`, its indexes in its environment."""
     umask = os.umask(0o022)
     try:
-        run_streamed([python, "-I", *PIP, "--", *specs], desc or "pip install " + " ".join(specs),
-                     env=pip_env(sources))
+        run_streamed([python, "-I", *PIP, *(QUIET if quiet else []), "--", *specs],
+                     desc or "pip install " + " ".join(specs), env=pip_env(sources))
     finally:
         os.umask(umask)
 
@@ -73,7 +79,7 @@ def tool_venv(name, spec, sources):
         try:
             safefs.make_dir(TOOLS_DIR, 0o755, 0, 0, parents=True)
             run_streamed(["python3", "-I", "-m", "venv", "--clear", venv], "tool venv " + venv)
-            pip_install(python, [spec], sources, "install " + spec.replace("==", " "))
+            pip_install(python, [spec], sources, "install " + spec.replace("==", " "), quiet=True)
             open(os.path.join(venv, ".complete"), "w").close()
         finally:
             os.umask(umask)

@@ -104,6 +104,10 @@ def _copy_into(req, where, dfd):
         weightsdir.safe_name(name)
         if not isinstance(size, int) or size < 0:
             raise ActionError("the peer listed %r with the size %r" % (name, size))
+    for name in req.files:  # not root's alone (rewritten, its mtime put back?): rsync's quick check would keep it
+        st = weightsdir.lstat_at(dfd, name)
+        if st is not None and (st.st_uid != 0 or st.st_mode & 0o022):
+            weightsdir.unlink_at(dfd, name)
     old = (weights.read_manifest(req.dest) or {}).get("files") or {}
     need = sum(size for name, (size, mtime) in req.files.items() if not _same(req.dest, name, size, mtime))
     label = "%s:%s" % (req.peer, req.path)
