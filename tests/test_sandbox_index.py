@@ -122,12 +122,11 @@ def test_the_index_binds_its_port_before_it_starts_and_a_listener_already_there_
         with pytest.raises(RuntimeError, match="something not started by the sandbox holds it"):
             index.start()
         assert index.proc is None  # no server was started
-    finally:
         squatter.close()
-    index.start()
-    try:
+        index.start()
         from urllib.request import urlopen
         assert urlopen(f"{index.url}/simple/", timeout=5).status == 200
         assert index.proc.args[-1].isdigit()  # the bound socket, handed over
     finally:
-        index.stop()
+        squatter.close()
+        index.stop()  # whatever happened: a server this test started ends with it
