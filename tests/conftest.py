@@ -4,6 +4,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import types
@@ -14,6 +15,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# A suite started with SIGINT ignored (a background job of a non-interactive shell, nohup, some CI
+# runners) would pass that on to every process a test interrupts, and Python then never raises
+# KeyboardInterrupt there: each process of the suite takes Ctrl-C as Python does by default, and
+# its children (exec resets a handled signal) start with SIGINT's default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from sandbox import fleet as fleet_mod, provision  # noqa: E402
 from specops.run import Options, Redactor, Reporter, run_hosts  # noqa: E402
