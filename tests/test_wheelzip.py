@@ -213,3 +213,41 @@ def test_credentials_are_not_sent_to_a_wheel_linked_on_another_host(tmp_path):
         other.shutdown()
     assert got == {DEEPSEEK: b"x = 1\n"}
     assert [(host, auth is not None) for host, auth in seen] == [("127.0.0.1", True), ("127.0.0.2", False)]
+
+
+def test_a_short_range_answer_an_oversized_page_and_an_oversized_record_are_refused(tmp_path, monkeypatch):
+    from sandbox.httprange import RangeHandler
+    import functools
+    import os
+    from specops.agent.converge import wheelzip
+    monkeypatch.setattr(wheelfiles, "TAIL", 1024)  # the member comes by a second range request
+    wheel = _wheel(tmp_path / NAME, {DEEPSEEK: os.urandom(200_000)})
+    root = index_of(tmp_path / "i", wheel)
+
+    class Short(RangeHandler):
+        def copyfile(self, source, outputfile):
+            rng = self.headers.get("Range")
+            if not rng or rng.startswith("bytes=-"):  # the page, and the wheel's tail: whole
+                return super().copyfile(source, outputfile)
+            self._left -= 10  # says the whole range, sends all but 10 bytes, and closes
+            super().copyfile(source, outputfile)
+            self.close_connection = True
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Short, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        with pytest.raises(SourceError, match=r"/simple: a short range read \(\d+ of \d+ bytes\)"):
+            wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [url])
+    finally:
+        server.shutdown()
+    monkeypatch.setattr(wheelfiles, "PAGE_MAX", 16)  # a page longer than an index page may be
+    server, _, url = serve(root)
+    try:
+        with pytest.raises(SourceError, match=r"/simple: more than 0 MiB"):
+            wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [url])
+    finally:
+        server.shutdown()
+    monkeypatch.setattr(wheelfiles, "PAGE_MAX", 8 << 20)
+    monkeypatch.setattr(wheelzip, "DIRECTORY_MAX", 10)  # a RECORD larger than it may be
+    with pytest.raises(SourceError, match=r"RECORD is 0 MiB, more than the 0 MiB"):
+        wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], wheelhouse=str(root / "files"))

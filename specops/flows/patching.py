@@ -17,10 +17,11 @@ from ..services.sglang import DIFF_SUFFIX, patch_key, patched_file
 from ..sglang import patchfile, patchlint, stack
 
 
-def _installed(run: HostRun, venv: str, rel: str) -> tuple[str, str, str]:
-    """(text, version, sha256) of the upstream file `rel` of the sglang installed in `venv`."""
+def _installed(run: HostRun, venv: str, rel: str, facts=None) -> tuple[str, str, str]:
+    """(text, version, sha256) of the upstream file `rel` of the sglang installed in `venv` (from
+    `facts` when a probe asked for it already)."""
     key = patch_key(venv, rel)
-    facts = run.probe([], protocol.Probe(venvs=[venv], upstream=[key]))
+    facts = facts or run.probe([], protocol.Probe(venvs=[venv], upstream=[key]))
     if not facts.venv(venv).get("exists"):
         raise SpecopsError(f"{run.host.name}: {venv} does not exist, and the inventory pins no sglang version "
                            f"whose wheel could be read instead")
@@ -62,9 +63,11 @@ def upstream(run: HostRun, rel: str) -> tuple[str, str, str]:
     venv = services.venv_of(run.host)
     if not stack.defines(run.host) or not run.host.get("sglang"):
         return _installed(run, venv, rel)
-    facts = run.probe([], protocol.Probe(stacks=True, wheel_files=stack.wheel_request(run.host, [f"sglang/{rel}"])))
+    # One round trip whichever it is: the host reads no wheel for a stack that is built.
+    facts = run.probe([], protocol.Probe(stacks=True, venvs=[venv], upstream=[patch_key(venv, rel)],
+                                         wheel_files=stack.wheel_request(run.host, [f"sglang/{rel}"])))
     if any(s["path"] == venv for s in facts.stacks):
-        return _installed(run, venv, rel)
+        return _installed(run, venv, rel, facts)
     return _from_wheel(run, rel, facts=facts)
 
 

@@ -9,8 +9,10 @@ so does a host that pins no package (it runs what is installed there).
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+from pathlib import Path
 
 from ..layout import DEFAULT_VENV, STACKS_DIR
 
@@ -69,12 +71,9 @@ def wheel_files(host, files: list[str], answer: dict, version: str | None = None
     """`files` of sglang `version` (default: the host's) from its wheel: the controller's
     wheelhouse where the host has one (and never an index then), else the probe's `answer` to
     wheel_request.  SourceError (one line: which source failed, and why) when it cannot be read."""
-    import base64
-
-    from ..agent.converge import wheelfiles
+    from ..agent.converge import wheelfiles  # only here: urllib and zipfile are not every task's
     version = version or host["sglang"]["version"]
     if host.get("wheelhouse"):
-        from pathlib import Path
         return wheelfiles.read("sglang", version, files, wheelhouse=str(Path(host["wheelhouse"]).expanduser()))
     if "error" in answer:
         raise wheelfiles.SourceError(answer["error"])
