@@ -6,6 +6,7 @@ from specops.ops import handlers
 from specops.errors import UsageError
 from specops.layout import env_file
 from specops.ops import File, RunningCode, Service, unit_file
+from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind
 from specops.services.router import workers_of
 
@@ -32,7 +33,7 @@ def ops(host):
     if not routers:
         return []
     check(host, routers)
-    out = []  # the env directory and the launcher are the SGLang service role's (on every host)
+    out = service_users(routers)  # the env directory and the launcher are the SGLang service role's
     for svc in routers:
         kind, name = kind_of(svc), svc["name"]
         venv = kind.venv(svc)

@@ -8,6 +8,7 @@ from specops.errors import UsageError
 from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
 from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, handlers, render, unit_file
 from specops.ops.unitfmt import envfile_line, exec_line, unit_environment
+from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind, venv_of
 from specops.sglang.spec import expectations, launch_args, venv_python
 
@@ -28,7 +29,7 @@ def unit_text(svc, venv):
     return render("sglang.service.j2", description=kind.description(svc).replace("%", "%%"),
                   env_file=env_file(svc["name"]), exec_start=exec_line(argv),
                   environment=[unit_environment(k, v) for k, v in sorted(env.items())],
-                  timeout_stop_sec=props["TimeoutStopSec"], limit_nofile=props["LimitNOFILE"])
+                  properties=list(props.items()))
 
 
 def env_text(svc):
@@ -95,6 +96,7 @@ def ops(host):
     check(host, services)
     out = [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
            File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for _, s in of_host(host)])]
+    out += service_users(services)
     for svc in services:
         out += ops_for_service(svc, venv)
     return out

@@ -130,6 +130,13 @@ def _write_common(upper: Path, models: bool = True) -> None:
     smi.chmod(0o755)
     (upper / "etc/specops-sim").mkdir(parents=True, exist_ok=True)
     (upper / "etc/specops-sim/gpus.json").write_text(json.dumps(GPUS, indent=2))
+    # The stand-in driver's device nodes (regular files: a container makes no device nodes), as on
+    # a box whose admin set NVreg_DeviceFileGID=video and NVreg_DeviceFileMode=0660, and where the
+    # stand-in driver counts the processes that hold GPU memory (any user's).
+    nodes = ["nvidiactl", "nvidia-uvm"] + [f"nvidia{i}" for i in range(len(GPUS["gpus"]))]
+    (upper / "etc/tmpfiles.d").mkdir(parents=True, exist_ok=True)
+    (upper / "etc/tmpfiles.d/specops-sim.conf").write_text(
+        "".join(f"f /dev/{n} 0660 root video -\n" for n in nodes) + "d /run/sglang-sim/gpu 1777 root root -\n")
     if models:
         _write_models(upper / "models")
 

@@ -63,7 +63,8 @@ FOUND = {
 class Outcome(NamedTuple):
     """One marked test's result, as tests/conftest.py collects it."""
     outcome: str                 # pytest's: passed, failed or skipped
-    properties: dict             # what the test recorded: bytes_verified/bytes_lost, bad_inputs (a list)
+    properties: dict             # what the test recorded: bytes_verified/bytes_lost, bad_inputs (a list),
+                                 # measured (a figure its security row gives beside its result)
     sandbox: bool = True         # it used sandbox hosts (the fleet marker or fixture); False: a unit test
 
 
@@ -155,7 +156,9 @@ def render(outcomes: dict, security: dict, found: dict | None = None) -> str:
     sec_rows = []
     for case, entry in sorted(security.items()):
         attack, names = _case(entry["attack"], entry["tests"])
-        sec_rows.append(f"| {case} | {attack} | {names} | {_result(entry['tests'])} |")
+        measured = "".join(f"; {t.properties['measured']}" for _, t in sorted(entry["tests"].items())
+                           if t.properties.get("measured"))
+        sec_rows.append(f"| {case} | {attack} | {names} | {_result(entry['tests'])}{measured} |")
     doc = ["# Reliability", "",
            "Each row is a test on sandbox hosts (unless it says unit test) in `tests/`, with its result in the",
            "last full run. The test session writes this file (`SPECOPS_WRITE_RELIABILITY=1 bash scripts/test.sh`);",

@@ -91,6 +91,9 @@ SERVICE = {
     "api_key": Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an "
                                            "HTTP header)"),
     "extra_args": [str],
+    # the system user it runs as (made by its role, in the GPU nodes' groups); default root
+    "user": Pattern(r"^(?!root$)[a-z_][a-z0-9_-]{0,30}$", "a user is a plain system user name (lower-case letters, "
+                    "digits, _ and -), never root"),
     # kind router (specops/services/router.py): SGLang's router in front of a group's workers
     "workers": {"group": Req(str), "service": str},
     "policy": Enum(("random", "round_robin", "cache_aware", "power_of_two")),

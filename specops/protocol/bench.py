@@ -50,16 +50,15 @@ class BaselineResult:
 @request("baseline_start")
 class BaselineStart:
     """Inside a GPU window: run `argv` (the service's command minus its speculative flags) as the
-    transient unit specops-baseline-<service>, with the service's env file, `env` and `user`,
+    transient unit specops-baseline-<service>, with the service's env file and `env`,
     and wait until `ready` answers 200 on `host`:`port` (at most `timeout` s).  `properties`:
-    the managed unit's settings the server needs too (TimeoutStopSec, LimitNOFILE)."""
+    the managed unit's settings the server needs too (its limits and sandboxing, its user)."""
     service: str
     argv: List[str]
     port: int
     host: str = "127.0.0.1"
     ready: str = "/health"
     env: Dict[str, str] = DICT
-    user: Optional[str] = None
     gpus: Optional[List[int]] = None
     timeout: float = 3600
     properties: Dict[str, str] = DICT

@@ -15,6 +15,7 @@ from .. import protocol
 from ..errors import UsageError
 from ..layout import DEFAULT_PORT, LAUNCHER
 from ..sglang import stack
+from . import hardening
 
 
 # The launcher's signal for quick_stop_env, sent by the agent before a stop that need not drain
@@ -44,9 +45,11 @@ class ServiceKind:
         return f"{self.name} {svc['name']}"
 
     def properties(self, svc: dict) -> dict[str, str]:
-        """Unit settings its server needs wherever it runs (the managed unit, spec-bench's baseline)."""
+        """Unit settings its server needs wherever it runs (the managed unit, spec-bench's baseline):
+        its limits, and the sandboxing of services/hardening.py."""
         return {"TimeoutStopSec": str(svc.get("timeout_stop_sec", 120)),
-                "LimitNOFILE": str(svc.get("limit_nofile", 65535))}
+                "LimitNOFILE": str(svc.get("limit_nofile", 65535)), **hardening.PROPERTIES,
+                **hardening.as_user(svc.get("user"), svc["name"])}
 
     module = ""                           # what `python -m` runs
 

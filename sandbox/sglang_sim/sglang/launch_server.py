@@ -105,14 +105,16 @@ def spawn_scheduler(mode, rank, tp_size):
     # The child: a "scheduler" process that outlives its parent (sglang #4080 and others).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if mode == "escape":
-        # Leave the unit's cgroup (in every hierarchy systemd may track it by), as processes
-        # started through another manager do: systemctl stop no longer reaches it.
-        for root in ("/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-            try:
-                with open(os.path.join(root, "cgroup.procs"), "w") as f:
-                    f.write(str(os.getpid()))
-            except OSError:
-                continue
+        # Leave the unit's cgroup as a process handed to another manager does: systemd moves it
+        # into a scope of its own (StartTransientUnit with its PID, what logind does for a
+        # session), and systemctl stop no longer reaches it.  The hardened unit's read-only
+        # cgroup tree leaves this way open to a root service, as on a real host.
+        import subprocess
+        me = str(os.getpid())
+        subprocess.run(["busctl", "call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                        "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                        "sglang-sim-orphan-%s.scope" % me, "fail", "1", "PIDs", "au", "1", me, "0"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=False)
     # SGLang's own title (srt/managers/scheduler.py): the rank suffix only when tp_size > 1.
     title = "sglang::scheduler" + ("_TP%d" % rank if tp_size > 1 else "")
     setproctitle.setproctitle(title)
@@ -412,6 +414,13 @@ def main(argv=None):
         sys.exit(1)
     # As SGLang's engine does (entrypoints/engine.py): every resolved argument, the API key too.
     log.info("server_args=%s", args.resolved_dict())
+    # Where the stand-in driver's nodes are (a sandbox host), what CUDA says when its user may not
+    # open them; a unit test's local run has none.
+    nodes = ["/dev/nvidiactl"] + ["/dev/nvidia%d" % g for g in visible_gpus()]
+    denied = [d for d in nodes if not os.access(d, os.R_OK | os.W_OK)]
+    if os.path.exists(nodes[0]) and denied:
+        log.error("RuntimeError: No CUDA GPUs are available (%s: permission denied)", ", ".join(denied))
+        sys.exit(1)
     register_gpu(os.getpid(), "sglang::server")
     orphan = os.environ.get("SGLANG_SIM_ORPHAN")
     if orphan:

@@ -43,8 +43,6 @@ def start(req):
     run_quiet(["systemctl", "reset-failed", name])
     argv = ["systemd-run", "--unit=" + name, "--collect", "--quiet", "--property=Type=simple",
             "--property=KillMode=control-group", "--property=EnvironmentFile=" + env_file(req.service)]
-    if req.user:
-        argv.append("--uid=" + req.user)
     argv += ["--property=%s=%s" % kv for kv in sorted(req.properties.items())]
     argv += ["--setenv=%s=%s" % (k, v) for k, v in sorted(req.env.items())]
     # systemd expands $VAR in a transient unit's command as in ExecStart=; $$ is a plain $.
