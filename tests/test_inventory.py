@@ -241,3 +241,19 @@ def test_packages_are_name_equals_version_and_nothing_an_installer_reads_as_an_o
         (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"packages": [bad]}}}}))
         with pytest.raises(UsageError, match=r"packages\[0\]: a package is name==version"):
             inventory.load(tmp_path / "hosts.yml")
+
+
+def test_a_service_user_is_a_plain_system_user_name_never_root(tmp_path):
+    """It reaches useradd and the unit's User=: an option, a path or root is refused before connecting."""
+    import json
+    from specops import inventory
+    from specops.errors import UsageError
+
+    def load(user):
+        svc = {"name": "sglang", "model_path": "/models/m", "user": user}
+        (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"services": [svc]}}}}))
+        return inventory.load(tmp_path / "hosts.yml")
+    assert load("sglang-svc").hosts["box"]["services"][0]["user"] == "sglang-svc"
+    for bad in ("root", "-o", "--system", "a b", "../x", "Alice", "x" * 40, "a;id", ""):
+        with pytest.raises(UsageError, match="a user is a plain system user name"):
+            load(bad)

@@ -147,3 +147,22 @@ def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_sig
         p.send_signal(signal.SIGTERM)
         out, _ = p.communicate(timeout=10)
         assert out.strip() == ("1" if quick else "None")
+
+
+def test_every_unit_and_baseline_carries_the_sandboxing_and_a_user_only_when_asked():
+    """One definition (services/hardening.py) reaches the managed unit and spec-bench's transient
+    baseline (BaselineStart.properties is kind.properties)."""
+    from specops.services import kind_of
+    from specops.services.hardening import PROPERTIES
+    lines = sglang_service.unit_text(SVC, "/opt/sglang/venv").splitlines()
+    for key, value in PROPERTIES.items():
+        assert f"{key}={value}" in lines
+    assert "ProtectSystem=full" in lines and "NoNewPrivileges=yes" in lines
+    assert not any(l.startswith(("User=", "StateDirectory=", "PrivateDevices=", "DeviceAllow=", "ProtectClock="))
+                   for l in lines)  # root by default; nothing that hides or gates /dev/nvidia*
+    as_user = {**SVC, "user": "sglang-svc"}
+    lines = sglang_service.unit_text(as_user, "/opt/sglang/venv").splitlines()
+    assert {"User=sglang-svc", "StateDirectory=specops-home/sglang", "StateDirectoryMode=0700",
+            "Environment=HOME=/var/lib/specops-home/sglang"} <= set(lines)
+    assert kind_of(as_user).properties(as_user)["User"] == "sglang-svc"
+    assert set(PROPERTIES) <= set(kind_of(SVC).properties(SVC))

@@ -65,7 +65,7 @@ def test_the_unit_is_rated_5_or_lower_and_its_sandbox_holds_the_server(sandbox, 
 
 @pytest.mark.security("service-user", "a service with `user:`: made in the GPU nodes' group, then deployed twice, "
                                       "benched against its baseline, stopped; a GPU node no group opens")
-def test_a_service_user_runs_everything_specops_does_around_it(sandbox):
+def test_a_service_user_runs_everything_specops_does_around_it(sandbox, record_property):
     h = sandbox.reset("t2")
     svc = sandbox_service(env=FAST, user="sglang-svc")
     inv = sandbox.inventory({"t2": {"services": [svc]}})
@@ -77,6 +77,9 @@ def test_a_service_user_runs_everything_specops_does_around_it(sandbox):
     assert status_of(h, main_pid(h))["Uid"].split()[0] == uid
     home = h.run("stat", "-c", "%U %a", "/var/lib/specops-home/sglang").stdout.split()
     assert home == ["sglang-svc", "700"]
+    rated = exposure(h, "sglang.service")
+    record_property("measured", f"`systemd-analyze security sglang.service` with the `user:`: {rated}")
+    assert rated <= 5.0
     again = sandbox.inv("deploy", "--host", "t2", inventory=inv)
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
 

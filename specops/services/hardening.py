@@ -1,7 +1,7 @@
 """The systemd sandboxing every service specops runs gets: its unit, and spec-bench's and
 spec-tune's transient baselines (through ServiceKind.properties, so the two never differ).
 
-`systemd-analyze security` rates a unit with none of it 9.6 (UNSAFE) and one with it 4.8; the
+`systemd-analyze security` rates a unit with none of it 9.6 (UNSAFE) and one with it 4.2; the
 suite measures both on a sandbox host (tests/test_unit_hardening_fleet.py) and docs/security.md
 gives the figures.  Everything here keeps GPU access as it was; what is left out, and why:
 
