@@ -7,7 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import types
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -221,6 +224,29 @@ def sha256_on(h: fleet_mod.Host, *paths: str) -> dict:
     found = {line.split()[1]: line.split()[0] for line in out.splitlines()}
     assert set(found) == set(paths), f"missing on {h.name}: {sorted(set(paths) - set(found))}"
     return found
+
+
+@contextmanager
+def watching_ps(h: fleet_mod.Host, secret: str, every: float = 0.1):
+    """While the block runs, the host's `ps -eww` every `every` s: yields the list of the outputs
+    that showed `secret` (the block asserts it stayed empty)."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set() and not seen:
+            out = h.run("ps", "-eww", "-o", "user,pid,args", check=False).stdout
+            if secret in out:
+                seen.append(out)
+            time.sleep(every)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
 
 
 def flock_waiters(path) -> list[int]:

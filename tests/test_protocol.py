@@ -21,16 +21,41 @@ ROOT = Path(__file__).resolve().parent.parent
     ({"files": []}, "unknown request kind None"),
     ({"kind": "unlock"}, "request unlock: missing field 'token'"),
     ({"kind": "unlock", "token": "t", "tokn": 1}, "request unlock: unexpected field 'tokn'"),
-    ({"kind": "apply", "actions": [{"kind": "write", "path": "/x"}]},
-     r"request apply.actions\[0\] \(write\): missing field 'data'"),
-    ({"kind": "apply", "actions": [{"kind": "rm-rf"}]}, "unknown action kind 'rm-rf'"),
-    ({"kind": "stop", "services": [{"grace": 1}]}, r"request stop.services\[0\]: missing field 'name'"),
+    ({"kind": "check", "actions": [{"kind": "write", "path": "/x"}]},
+     r"request check.actions\[0\] \(write\): missing field 'data'"),
+    ({"kind": "check", "actions": [{"kind": "rm-rf"}]}, "unknown action kind 'rm-rf'"),
+    ({"kind": "verify", "services": [{"port": 1}]}, r"request verify.services\[0\]: missing field 'name'"),
+    ({"kind": "apply", "actions": [{"kind": "rm-rf"}]}, "apply changes the host: it runs only for a run that holds"),
+    (["apply"], "unknown request kind None"),
 ])
 def test_the_agent_refuses_what_is_not_ours_in_one_line(wire, pattern):
     import re
     answer = agent_main.answer(json.dumps(wire))
     assert answer["ok"] is False and re.search(pattern, answer["error"]), answer
     assert "\n" not in answer["error"]
+
+
+# What changes files, units, releases or the GPUs' users: the agent runs these only for the run that
+# holds the host lock.  Router membership is changed from a worker's run (protocol/routing.py).
+CHANGES_HOST = {"apply", "undo", "rollback", "stop", "start", "release_record", "perf_record", "baseline_start",
+                "end_job", "peer_key", "peer_copy"}
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES_HOST))
+def test_a_request_that_changes_the_host_is_refused_without_the_lock_before_it_is_read(kind, tmp_path, monkeypatch):
+    """Whatever the controller sends: no `lock` in its envelope, nothing runs (the handler is never
+    imported: its fields are not even read)."""
+    import importlib
+    imported = []
+    monkeypatch.setattr(importlib, "import_module", lambda name: imported.append(name))
+    answer = agent_main.answer(json.dumps({"kind": kind}))
+    assert answer == {"ok": False, "error": f"{kind} changes the host: it runs only for a run that holds the host lock"}
+    assert imported == []
+
+
+def test_the_requests_that_need_the_lock_are_those_that_change_the_host():
+    assert {k for k in protocol.REQUEST_KINDS if protocol.changes_host(k)} == CHANGES_HOST
+    assert not protocol.changes_host(None) and not protocol.changes_host(["apply"])
 
 
 def test_every_request_kind_has_one_handler_and_a_result_type():

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop
+from conftest import load_json, unit_prop, watching_ps
 from sandbox.provision import sandbox_service
 
 pytestmark = pytest.mark.fleet
@@ -102,20 +102,8 @@ def test_the_api_key_is_never_on_a_command_line_or_in_the_journal(sandbox):
     key = "sk-NEVER-in-ps-0123456789"
     svc = sandbox_service(api_key=key, env={"SGLANG_SIM_STARTUP_DELAY": "3"})
     inv = sandbox.inventory({"t3": {"services": [svc]}})
-    seen = []
-
-    def watch():
-        deadline = time.monotonic() + 25
-        while time.monotonic() < deadline and not seen:
-            out = h.run("ps", "-eww", "-o", "user,pid,args", check=False).stdout
-            if key in out:
-                seen.append(out)
-            time.sleep(0.2)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    res, _ = run_inv(sandbox, inv, "deploy", "--host", "t3")
-    watcher.join()
+    with watching_ps(h, key, every=0.2) as seen:
+        res, _ = run_inv(sandbox, inv, "deploy", "--host", "t3")
     assert res.returncode == 0, res.stdout
     assert seen == []
     assert key not in h.run("systemctl", "status", "sglang", "--no-pager", "-l", check=False).stdout

@@ -2,7 +2,6 @@
 of it and of the same unit without it, that the sandboxing is in force on the running server, and
 a service with `user:` through everything specops does around it."""
 import re
-import time
 
 import pytest
 

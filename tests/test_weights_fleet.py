@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import load_json
+from conftest import load_json, watching_ps
 from sandbox import hub as hub_mod, provision
 from sandbox.provision import sandbox_service
 from specops.layout import HF_PIN
@@ -277,6 +277,53 @@ def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sand
     res, rep = run(sandbox, "t5", svc, host_vars=shared)
     assert res.returncode == 1 and "/home/alice/w/planted is owned by uid" in rep["error"], res.stdout[-2000:]
     assert "weights sandbox/planted@main in /home/alice/w/planted: ok" not in res.stdout
+
+
+@pytest.mark.security("weights-dir-race", "a weights directory made by a local user, with a `.part` of hers inside, "
+                      "between the agent's check and its mkdir (widened to 3 s by a test hook)")
+def test_a_weights_directory_she_makes_in_the_race_window_is_refused_and_her_part_never_served(sandbox, hub):
+    """Issue 34, medium 2, on the fleet.  Her home is in allow_shared_dirs; the weights directory
+    does not exist.  The agent finds it missing, then waits 3 s before its mkdir (the hook, set in
+    the host's /etc/environment, which sshd's PAM gives the agent); she makes it then, with an
+    empty shard `.part` of hers.  Seen red with the fix removed (make_dir chowning what it found,
+    the `.part` written as it was): the served shard was alice's 644."""
+    h = sandbox.reset("t4")
+    h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
+    from test_security_fleet import alice
+    dest, shard = "/home/alice/m", "model-00001-of-00002.safetensors"
+    h.run("sh", "-c", f"echo SPECOPS_TEST_SLOW_MKDIR={dest}:3 >> /etc/environment")
+    shared = {**INDEX, "allow_shared_dirs": ["/home/alice"]}
+    svc = hub_service(hub, model_path=dest)
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(run, sandbox, "t4", svc, host_vars=shared)
+        deadline = time.monotonic() + 120  # bounds a broken test; no outcome depends on it
+        while h.run("test", "-e", "/run/specops-test-slow-mkdir", check=False).returncode:  # found it missing
+            assert not done.done() and time.monotonic() < deadline, done.result()[0].stdout[-2000:]
+            time.sleep(0.05)
+        alice(h, "mkdir", dest)
+        alice(h, "touch", f"{dest}/{shard}.part")
+        res, rep = done.result()
+    assert res.returncode == 1 and f"{dest}: a directory of alice's, not made by specops; refused" in rep["error"], \
+        res.stdout[-2000:]
+    assert h.run("stat", "-c", "%U %s", f"{dest}/{shard}.part").stdout.split() == ["alice", "0"]  # not written
+    assert h.run("ls", "-A", dest).stdout.split() == [f"{shard}.part"]  # nothing served from her directory
+    assert h.run("stat", "-c", "%U", dest).stdout.strip() == "alice"  # not taken over
+
+
+@pytest.mark.security("index-password-argv", "`ps -eww` on the host every 0.1 s while a bare host's hub tool is "
+                      "installed from a package index whose URL holds a password")
+def test_an_index_password_never_reaches_a_command_line(sandbox, hub):
+    """Issue 34, medium 1, on the fleet: pip installs the hub client from the index in
+    `package_index`, user and password in its URL.  Seen red with pip given `--index-url URL` (the
+    old hub.tool_python): the watcher read the password in pip's command line."""
+    h = sandbox.reset("t3")
+    password = "s3cret-NEVER-in-ps"
+    index = INDEX["package_index"].replace("http://", f"http://specops:{password}@")
+    with watching_ps(h, password) as seen:
+        res, _ = run(sandbox, "t3", hub_service(hub), host_vars={**INDEX, "package_index": index})
+    assert res.returncode == 0, res.stdout[-2000:]
+    assert h.run("test", "-x", f"/var/lib/specops/tools/hf-{HF_PIN}/bin/python", check=False).returncode == 0  # pip ran
+    assert seen == [] and password not in res.stdout
 
 
 @pytest.mark.security("transfer-after-ctrl-c", "Ctrl-C during a slow hub download (a transfer that writes nothing to "

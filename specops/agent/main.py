@@ -58,6 +58,9 @@ def answer(raw):
             if not held:
                 token = None
                 return {"ok": False, "error": lock.refusal(holder)}
+        if isinstance(data, dict) and protocol.changes_host(data.get("kind")) and not held_by:  # whatever the controller sends
+            return {"ok": False, "error": "%s changes the host: it runs only for a run that holds the host lock"
+                                          % data["kind"]}
         req = protocol.decode_request(data)
         module, function = HANDLERS[req.KIND]
         handler = getattr(importlib.import_module("specops.agent." + module), function)

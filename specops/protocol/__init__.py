@@ -17,8 +17,8 @@ from .peer import *  # noqa: F401,F403
 from .bench import *  # noqa: F401,F403
 from .routing import *  # noqa: F401,F403
 from .window import *  # noqa: F401,F403
-from .wire import (AgentError, Message, ProtocolError, action_kinds, decode_action, decode_request,  # noqa: F401
-                   decode_result, encode, fields_of, replace, request_kinds, to_dict)
+from .wire import (AgentError, Message, ProtocolError, action_kinds, changes_host, decode_action,  # noqa: F401
+                   decode_request, decode_result, encode, fields_of, replace, request_kinds, to_dict)
 
 REQUEST_KINDS = request_kinds()
 ACTION_KINDS = action_kinds()

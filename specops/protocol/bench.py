@@ -47,7 +47,7 @@ class BaselineResult:
     unit: str
 
 
-@request("baseline_start")
+@request("baseline_start", changes_host=True)
 class BaselineStart:
     """Inside a GPU window: run `argv` (the service's command minus its speculative flags) as the
     transient unit specops-baseline-<service>, with the service's env file and `env`,

@@ -78,7 +78,7 @@ class ApplyResult:
     error: Optional[str] = None
 
 
-@request("apply")
+@request("apply", changes_host=True)
 class Apply:
     """Execute a batch: stage and validate every write, run every check, then change things in order.
     `allow_shared_dirs`: directories others can write to where writing is allowed anyway."""

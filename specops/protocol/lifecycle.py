@@ -35,7 +35,7 @@ class StopResult:
     gpus: Dict[str, Optional[int]] = DICT
 
 
-@request("stop")
+@request("stop", changes_host=True)
 class Stop:
     """Stop units, kill what of their runs still lives, prove their GPU memory free.  `others`:
     the host's other units, whose processes may keep holding GPU memory."""
@@ -51,7 +51,7 @@ class StartResult:
     verify: Optional[List[ServiceCheck]] = None
 
 
-@request("start")
+@request("start", changes_host=True)
 class Start:
     """Start units again (after stop or a GPU window), accounting for leftovers first."""
     services: List[UnitRef]

@@ -18,7 +18,7 @@ class PeerKeyResult:
     address: str
 
 
-@request("peer_key")
+@request("peer_key", changes_host=True)
 class PeerKey:
     """Make a key for one copy from the peer at `address`:`port` (and sweep one a killed run left)."""
     address: str
@@ -34,7 +34,7 @@ class PeerCopyResult:
     files: int
 
 
-@request("peer_copy")
+@request("peer_copy", changes_host=True)
 class PeerCopy:
     """Copy the peer's `path` into `dest` with rsync over SSH, with the key `id` made by PeerKey,
     as `user`@`address`:`port`, whose host key must be `host_key` (the one the controller checked);

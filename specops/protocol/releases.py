@@ -18,7 +18,7 @@ class RecordResult:
     files: int
 
 
-@request("release_record")
+@request("release_record", changes_host=True)
 class ReleaseRecord:
     """After a deploy: snapshot every `managed` file into releases/<stamp>/files, note what each
     replaced path was before (`previous`: path → "backup" | "absent"), write the manifest, and
@@ -60,7 +60,7 @@ class UndoResult:
     verify: Optional[List[ServiceCheck]] = None
 
 
-@request("undo")
+@request("undo", changes_host=True)
 class Undo:
     """Undo a deploy whose verify failed: its own backups back, created files removed, restart."""
     stamp: str
@@ -81,7 +81,7 @@ class RollbackResult:
     notes: List[str] = LIST  # what rollback did not put back (weights that differ from the release's)
 
 
-@request("rollback")
+@request("rollback", changes_host=True)
 class Rollback:
     """Back to the release before current (or `to`): files, bytecode purge, reload, restart."""
     to: Optional[str] = None
@@ -90,7 +90,7 @@ class Rollback:
     Result = RollbackResult
 
 
-@request("perf_record")
+@request("perf_record", changes_host=True)
 class PerfRecord:
     """Keep a spec-bench result (`perf`: its service, figures, speedups, arguments, versions) in
     the perf.json of release `stamp` (the current one when None), beside other services' results;

@@ -30,6 +30,10 @@ class RouterMembers:
     Result = MembersResult
 
 
+# Router membership is changed from a worker's run, which holds its own host's lock and not the
+# router host's: two workers' runs may change one router at once.  So the membership requests do
+# not ask for the lock (the router keeps its own list consistent), unlike the requests that change
+# a host's files or units (`changes_host`).
 @request("router_remove")
 class RouterRemove:
     """Take `url` out of the router and wait (at most `timeout` s) until it no longer lists it."""

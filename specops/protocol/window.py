@@ -17,7 +17,7 @@ class EndJobResult:
     left: List[Process] = LIST
 
 
-@request("end_job")
+@request("end_job", changes_host=True)
 class EndJob:
     """Stop the window's job scope `scope` (SIGTERM, SIGKILL after WINDOW_STOP_SEC), if it runs."""
     scope: str

@@ -84,18 +84,22 @@ def message(cls):
     return cls
 
 
-def _message(registry: Dict[str, type], kind: str):
+def _message(registry: Dict[str, type], kind: str, **attrs: Any):
     def wrap(cls):
         cls = message(cls)
         cls.KIND = kind
+        for name, value in attrs.items():
+            setattr(cls, name, value)
         registry[kind] = cls
         return cls
     return wrap
 
 
-def request(kind: str):
-    """A request kind: one round trip, answered with ``cls.Result``."""
-    return _message(_REQUESTS, kind)
+def request(kind: str, changes_host: bool = False):
+    """A request kind: one round trip, answered with ``cls.Result``.  `changes_host`: the agent
+    runs it only for a run that holds the host lock (``lock`` in its envelope), whatever the
+    controller sends."""
+    return _message(_REQUESTS, kind, CHANGES_HOST=changes_host)
 
 
 def action(kind: str):
@@ -196,6 +200,11 @@ def decode_result(request_msg: Any, answer: Any) -> Any:
 
 def request_kinds():
     return tuple(sorted(_REQUESTS))
+
+
+def changes_host(kind) -> bool:
+    """Whether a request of this kind (a wire dict's ``kind``) needs the host lock."""
+    return getattr(_REQUESTS.get(kind) if isinstance(kind, str) else None, "CHANGES_HOST", False)
 
 
 def action_kinds():

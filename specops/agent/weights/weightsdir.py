@@ -10,6 +10,13 @@ import stat
 from specops.agent import safefs
 from specops.agent.host import ActionError, sha256_fd, user_name
 
+# A test hook, "PATH:SECONDS": open_dest waits that long between finding the weights directory
+# PATH missing and making it, and says so in SLOW_MKDIR_MARK, widening the window a local user
+# races in (tests/test_weights_fleet.py sets it in a sandbox host's /etc/environment; only root's
+# own environment can).
+SLOW_MKDIR = os.environ.get("SPECOPS_TEST_SLOW_MKDIR", "")
+SLOW_MKDIR_MARK = "/run/specops-test-slow-mkdir"
+
 
 def safe_name(name):
     """A file name from a listing, refused unless it stays inside the directory."""
@@ -65,6 +72,10 @@ def open_dest(dest, allowed, make=True):
     except safefs.Missing:
         if not make:
             raise
+        if SLOW_MKDIR and SLOW_MKDIR.rpartition(":")[0] == dest:
+            import time
+            open(SLOW_MKDIR_MARK, "w").close()
+            time.sleep(float(SLOW_MKDIR.rpartition(":")[2]))
         safefs.make_dir(dest, 0o755, 0, 0, allowed=allowed, parents=True)
         dfd = safefs.open_dir(dest, for_writing=False)[0]
     st = os.fstat(dfd)
