@@ -15,6 +15,7 @@ from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import SpecopsError
 from specops.flows.facts import facts_probe
+from specops.sglang import patches
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
 
@@ -59,7 +60,7 @@ def patch(c, sel, file, edited=None, fetch=False, rebase=False):
     hosts = cli.select(sel)
     if len(hosts) != 1:
         raise Exit("inv patch reads one host's SGLang: give --host", code=2)
-    rel, diff = patching.target(model_patches.patch_root(hosts[0]), file)
+    rel, diff = patching.target(patches.patch_root(hosts[0]), file)
     if edited:
         body = lambda run: patching.make(run, rel, Path(edited).expanduser(), diff)  # noqa: E731
     elif fetch:

@@ -8,7 +8,7 @@ from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
 from specops.services.sglang import draft_config_path
 from specops.services import of_kind
 
-from roles.model_patches import provides_embedding_capture
+from specops.sglang.patches import provides_embedding_capture
 
 NAME = "draft_config"
 LAYER_IDS = "eagle_aux_hidden_state_layer_ids"

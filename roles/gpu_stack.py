@@ -7,23 +7,21 @@ differs is installed there with pip, in place.  Packages come from the torch var
 plus a package index, or, air-gapped, from a wheelhouse pushed over SSH (uv with them).
 """
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from specops.ops import handlers
 from specops import protocol
 from specops.errors import UsageError
 from specops.layout import UV_PIN
-from specops.ops import Change, Op, PlanError
+from specops.ops import Change, Op, PlanError, Venv
 from specops.services import of_kind, venv_of
 from specops.sglang import stack
-from specops.sglang.stack import PYPI
+from specops.sglang.indexes import REMOTE_WHEELHOUSE, pip_sources, uv_sources
 from specops.layout import stack_disk_refusal
 from specops.sglang.spec import venv_python
 from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"
 REPROBE = True  # installing sglang decides where later roles' patches go
-REMOTE_WHEELHOUSE = "/var/cache/specops/wheelhouse"
 MODULES = {"torch": "torch", **dict(stack.PINNED)}  # a pinned distribution's host var is named as it imports
 IMPORT_CHECK = """import json, importlib.metadata as md
 out = {}
@@ -41,30 +39,6 @@ for dist, mod in PINNED:
         out[dist] = "import failed: %s" % e
 print(json.dumps(out))
 """.replace("PINNED", repr(stack.PINNED))
-
-
-class Venv(Op):
-    """The service venv exists, made by the Python version asked for."""
-
-    def __init__(self, path, python=None):
-        self.path, self.python = path, python
-
-    def wants(self):
-        return protocol.Probe(venvs=[self.path])
-
-    def plan(self, facts, ctx):
-        v = facts.venv(self.path)
-        if v.get("exists"):
-            if v.get("broken"):
-                raise PlanError(f"venv {self.path} is broken: {v['broken']}")
-            if self.python and not (v["version"] + ".").startswith(self.python + "."):
-                raise PlanError(f"venv {self.path} has Python {v['version']}, not {self.python}; "
-                                f"move it away to have it rebuilt")
-            return self._change(f"venv {self.path}", "ok")
-        facts.assume_venv(self.path, {"exists": True, "packages": {}, "torch_cuda": None, "planned": True})
-        interpreter = f"python{self.python}" if self.python else "python3"
-        return self._change(f"venv {self.path}", f"create with {interpreter}", [protocol.Run(
-            cmd=[interpreter, "-m", "venv", self.path], desc=f"create venv {self.path} ({interpreter})")])
 
 
 class Wheelhouse(Op):
@@ -177,34 +151,6 @@ class Stack(Op):
             path=self.path, python=self.definition["python"], specs=specs, sources=uv_sources(self.host, first),
             uv_pip_args=pip_sources(self.host), defines=self.definition, need=need,
             check=IMPORT_CHECK, expect=expect, desc=f"build stack {self.path} ({' '.join(specs)})")])
-
-
-def uv_sources(host, first_index=None):
-    """uv's index arguments: the wheelhouse alone (air-gapped), or the torch variant's index
-    (`first_index`, asked first, as uv asks an --index before the --default-index) with the
-    package index and extra index behind it."""
-    if host.get("wheelhouse"):
-        return ["--no-index", "--find-links", REMOTE_WHEELHOUSE]
-    out = ["--index", first_index] if first_index else []
-    if host.get("extra_index"):
-        out += ["--index", host["extra_index"]]
-    return out + ["--default-index", host.get("package_index") or PYPI]
-
-
-def pip_sources(host, first_index=None):
-    """pip's index arguments for this host: its wheelhouse (air-gapped), or `first_index` (the
-    torch variant's) then its package index and extra index."""
-    if host.get("wheelhouse"):
-        return ["--no-index", "--find-links", REMOTE_WHEELHOUSE]
-    index = host.get("package_index") or PYPI
-    out = ["--index-url", first_index, "--extra-index-url", index] if first_index else ["--index-url", index]
-    if host.get("extra_index"):
-        out += ["--extra-index-url", host["extra_index"]]
-    # pip ignores plain-http indexes unless told; writing an http:// URL is that choice.
-    trusted = {urlsplit(url).hostname for url in out[1::2] if url.startswith("http://")}
-    for name in sorted(trusted):
-        out += ["--trusted-host", name]
-    return out
 
 
 def ops(host):

@@ -8,23 +8,18 @@ upstream file is not one it fits, or when the patched file has a name error the 
 has not (specops/sglang/patchlint.py: compiling cannot see those).
 """
 import base64
-import posixpath
-from pathlib import Path
 
 from specops import protocol
 from specops.ops import handlers
-from specops.errors import UsageError
 from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PlanError, PurgeBytecode
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
 from specops.sglang import patchfile, patchlint
+from specops.sglang.patches import applied, patch_source
 from specops.sglang.spec import venv_python
 
 NAME = "model_patches"
-PATCH_DIR = Path(__file__).resolve().parent.parent / "files" / "patches"
-# A patch that makes the model capture the embedding output (EAGLE-3 layer id -1) says so.
-EMBEDDING_CAPTURE_MARKER = "specops: provides embedding-capture"
 # Compile each staged file, say what is wrong in one line, and take many files ("{}..." in a
 # validator means every staged file: one interpreter checks every patched file of a batch).
 # What it compiled goes to stdout as a checked-hash .pyc (PEP 552; layout.BYTECODE_LINE), with
@@ -55,38 +50,6 @@ COMPILE = ("import base64, hashlib, json, marshal, os, stat, sys, warnings\n"
            "        name, pyc = '', b''\n"
            f"    print({BYTECODE_LINE!r} + json.dumps([path, hashlib.sha256(source).hexdigest(), name,\n"
            "                                   base64.b64encode(pyc).decode()]))\n")
-
-
-def patch_root(host) -> Path:
-    return Path(host.get("patch_dir") or PATCH_DIR).expanduser().resolve()
-
-
-def patch_source(host, rel: str, where: str) -> Path:
-    """The local file for a patch path inside the sglang package; refuses anything outside."""
-    root = patch_root(host)
-    norm = posixpath.normpath(rel)
-    if rel.startswith("/") or norm.startswith("..") or norm != rel.rstrip("/") or "\\" in rel:
-        raise UsageError(f"{where}: patch {rel!r} must be a plain relative path inside the sglang package")
-    src = (root / norm).resolve()
-    if root not in src.parents:
-        raise UsageError(f"{where}: patch {rel!r} points outside {root}")
-    if not src.is_file():
-        raise UsageError(f"{where}: patch {rel!r} not found: expected {src}")
-    return src
-
-
-def provides_embedding_capture(host, svc: dict) -> bool:
-    return any(EMBEDDING_CAPTURE_MARKER in patch_source(host, rel, host.name).read_text()
-               for rel in svc.get("patches") or [])
-
-
-def applied(host, diff: str, upstream: str, rel: str, version: str) -> str:
-    """The diff applied and checked (patchlint); a hunk with no one place says how to carry it on."""
-    try:
-        return patchlint.apply_checked(diff, upstream, rel, version)
-    except patchfile.HunkError as e:
-        raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: inv patch --host {host.name} {rel} "
-                                  f"--rebase") from None
 
 
 class Patched(File):

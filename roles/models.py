@@ -18,20 +18,12 @@ from specops.agent.host import sha256_file
 from specops.errors import UsageError
 from specops.ops import Context, Facts, Op, PlanError
 from specops.services import of_kind
+from specops.services.sglang import weight_sources
 
-from roles.gpu_stack import pip_sources
+from specops.sglang.indexes import pip_sources
 
 NAME = "models"
 REPROBE = True  # later roles read the fetched config.json files
-
-
-def _where(svc):
-    """(setting, path, source) for the target and, with speculation, the draft."""
-    out = [("model_path", svc["model_path"], svc.get("weights"))]
-    draft = (svc.get("speculative") or {}).get("draft_model_path")
-    if draft:
-        out.append(("speculative.draft_model_path", draft, svc.get("draft_weights")))
-    return out
 
 
 class Present(Op):
@@ -188,15 +180,9 @@ def _source_op(host, svc, setting, path, source):
     return Fetched(host, svc, path, source) if source["source"] == "hf" else Pushed(svc, path, source)
 
 
-def peers(host) -> set[str]:
-    """The inventory hosts this host copies weights from (rsync runs on both ends)."""
-    return {source["host"] for svc in of_kind(host, "sglang") for _, _, source in _where(svc)
-            if source and source.get("source") == "peer" and source.get("host")}
-
-
 def ops(host):
     out = []
     for svc in of_kind(host, "sglang"):
-        for setting, path, source in _where(svc):
+        for setting, path, source in weight_sources(svc):
             out.append(_source_op(host, svc, setting, path, source) if source else Present(svc, setting, path))
     return out

@@ -7,7 +7,7 @@ one reader (specops/agent/converge/wheelfiles.py): the controller's wheelhouse w
 has one, else in memory on the host from the indexes its stack is built from.  A diff must
 apply, and the patched file must add no run-time name error (specops/sglang/patchlint.py).
 Once the stack is built, model_patches checks against what is installed, as ever."""
-from roles.model_patches import applied, patch_source
+from specops.sglang.patches import applied, patch_source
 from specops import protocol
 from specops.agent.converge.wheelfiles import SourceError
 from specops.ops import Op, PlanError

@@ -1,7 +1,6 @@
 """SGLang's router in front of a group's workers (its venv is router_stack's): an 0600 env file
 (its API key), the unit (the workers' URLs on its command line, so a restart or a reboot brings
 the whole fleet back), running.  It needs no GPU and no model."""
-from roles.sglang_service import env_text, unit_text
 from specops.ops import handlers
 from specops.errors import UsageError
 from specops.layout import env_file
@@ -9,6 +8,7 @@ from specops.ops import File, RunningCode, Service, unit_file
 from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind
 from specops.services.router import workers_of
+from specops.services.unitfile import env_text, unit_text
 
 NAME = "router"
 

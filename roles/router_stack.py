@@ -1,10 +1,10 @@
 """The router's own venv with sglang-router at its pin (one pip call when it differs, none when
 right).  Applied before the router's unit is checked: systemd-analyze wants its interpreter."""
-from roles.gpu_stack import Venv, pip_sources
 from specops.ops import handlers
 from specops import protocol
-from specops.ops import Op
+from specops.ops import Op, Venv
 from specops.services import kind_of, of_kind
+from specops.sglang.indexes import pip_sources
 from specops.sglang.spec import venv_python
 
 NAME = "router_stack"

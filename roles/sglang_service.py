@@ -5,39 +5,16 @@ from pathlib import Path
 
 from specops import protocol, remote, sglang
 from specops.errors import UsageError
-from specops.layout import API_KEY_ENV, DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
-from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, handlers, render, unit_file
-from specops.ops.unitfmt import envfile_line, exec_line, unit_environment
+from specops.layout import DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
+from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, handlers, unit_file
 from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind, venv_of
+from specops.services.unitfile import env_text, unit_text
 from specops.sglang.spec import expectations, launch_args, venv_python
 
 NAME = "sglang_service"
 RESOLVER = (Path(sglang.__file__).parent / "resolver.py").read_text()  # a program run by the host's SGLang
 LAUNCHER_SOURCE = (Path(remote.__file__).parent / "hostfiles" / "launch.py").read_bytes()
-
-
-def unit_text(svc, venv):
-    """The unit of a service of any kind (the router's role uses it too).  The launcher hands the
-    API key (from the 0600 env file) to the server in-process: no secret is in the world-readable
-    unit, nor in the process's command line."""
-    kind = kind_of(svc)
-    argv, props = kind.argv(svc, venv), kind.properties(svc)
-    env = dict(svc.get("env") or {})
-    if svc.get("cuda_visible_devices"):
-        env["CUDA_VISIBLE_DEVICES"] = svc["cuda_visible_devices"]
-    return render("sglang.service.j2", description=kind.description(svc).replace("%", "%%"),
-                  env_file=env_file(svc["name"]), exec_start=exec_line(argv),
-                  environment=[unit_environment(k, v) for k, v in sorted(env.items())],
-                  properties=list(props.items()))
-
-
-def env_text(svc):
-    secrets = dict(svc.get("env_secret") or {})
-    if svc.get("api_key"):
-        secrets[API_KEY_ENV] = svc["api_key"]
-    return render("sglang.env.j2", name=svc["name"],
-                  secrets=[envfile_line(k, v) for k, v in sorted(secrets.items())])
 
 
 class Preflight(Op):

@@ -4,7 +4,7 @@ or is the peer another box copies from."""
 from specops import protocol
 from specops.ops import Op
 
-from roles.models import peers
+from specops.services.sglang import weight_peers
 
 NAME = "system_packages"
 # Installed before the next role plans: the models role's peer copy runs rsync while it plans.
@@ -32,7 +32,7 @@ class AptPackages(Op):
 
 def packages(host) -> list[str]:
     others = (host.inventory.hosts if host.inventory else {}).values()
-    copies = peers(host) or any(host.name in peers(h) for h in others if h.name != host.name)
+    copies = weight_peers(host) or any(host.name in weight_peers(h) for h in others if h.name != host.name)
     return PACKAGES + (PEER_COPY if copies else [])
 
 

@@ -2,7 +2,7 @@
 import json
 
 from specops import inventory
-from specops.ops import Context, Facts
+from specops.ops import Context, Facts, Venv
 from roles import gpu_stack
 
 
@@ -28,6 +28,6 @@ def test_a_venv_of_the_users_is_no_stack_and_is_taken_as_it_is(tmp_path):
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"venv": "/v",
                                                                               "sglang": {"version": "0.5.23"}}}}}))
     host = inventory.load(tmp_path / "hosts.yml").hosts["box"]
-    (op,) = [o for o in gpu_stack.ops(host) if isinstance(o, gpu_stack.Venv)]
+    (op,) = [o for o in gpu_stack.ops(host) if isinstance(o, Venv)]
     facts = Facts({"venvs": {"/v": {"exists": True, "version": "3.11.2", "packages": {}}}, "stacks": []})
     assert op.plan(facts, Context("box", False)).actions == []

@@ -3,6 +3,7 @@ import pytest
 
 from roles import draft_config, model_patches
 from specops.errors import UsageError
+from specops.sglang import patches
 from specops.ops.handlers import restart
 from specops.inventory import Host
 from specops.ops import PlanError
@@ -67,6 +68,6 @@ def test_example_patches_declare_capture_and_match_upstream_size():
     from pathlib import Path
     sim = Path(model_patches.__file__).parent.parent / "sandbox/sglang_sim/sglang"
     for rel in (LLAMA, "srt/models/deepseek_v2.py"):
-        patch = model_patches.PATCH_DIR / rel
-        assert model_patches.EMBEDDING_CAPTURE_MARKER in patch.read_text()
+        patch = patches.PATCH_DIR / rel
+        assert patches.EMBEDDING_CAPTURE_MARKER in patch.read_text()
         assert patch.stat().st_size == (sim / rel).stat().st_size

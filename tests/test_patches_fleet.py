@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import host_snapshot, load_json, record_inputs, sha256_on, unit_prop
-from roles.model_patches import PATCH_DIR
+from specops.sglang.patches import PATCH_DIR
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
 

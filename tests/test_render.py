@@ -3,7 +3,7 @@ import shlex
 
 import pytest
 
-from roles import sglang_service
+from specops.services import unitfile
 from specops.errors import UsageError
 from specops.inventory import Host
 from specops.ops import handlers
@@ -27,7 +27,7 @@ def systemd_split(line: str) -> list[str]:
 
 
 def test_unit_has_required_directives_and_no_secret():
-    text = sglang_service.unit_text(SVC, "/opt/sglang/venv")
+    text = unitfile.unit_text(SVC, "/opt/sglang/venv")
     for line in ("Type=simple", "KillMode=control-group", "TimeoutStopSec=120", "Restart=on-failure",
                  "LimitNOFILE=65535", "EnvironmentFile=/etc/specops/sglang.env",
                  'Environment="CUDA_VISIBLE_DEVICES=0,1"'):
@@ -47,7 +47,7 @@ def test_unit_has_required_directives_and_no_secret():
 
 
 def test_env_file_holds_secrets_quoted():
-    text = sglang_service.env_text(SVC)
+    text = unitfile.env_text(SVC)
     assert 'HF_TOKEN="hf_abc\\$def"' in text.splitlines()
     assert 'SGLANG_SPECOPS_API_KEY="sk-very-secret"' in text.splitlines()
 
@@ -154,14 +154,14 @@ def test_every_unit_and_baseline_carries_the_sandboxing_and_a_user_only_when_ask
     baseline (BaselineStart.properties is kind.properties)."""
     from specops.services import kind_of
     from specops.services.hardening import PROPERTIES
-    lines = sglang_service.unit_text(SVC, "/opt/sglang/venv").splitlines()
+    lines = unitfile.unit_text(SVC, "/opt/sglang/venv").splitlines()
     for key, value in PROPERTIES.items():
         assert f"{key}={value}" in lines
     assert "ProtectSystem=full" in lines and "NoNewPrivileges=yes" in lines
     assert not any(l.startswith(("User=", "StateDirectory=", "PrivateDevices=", "DeviceAllow=", "ProtectClock="))
                    for l in lines)  # root by default; nothing that hides or gates /dev/nvidia*
     as_user = {**SVC, "user": "sglang-svc"}
-    lines = sglang_service.unit_text(as_user, "/opt/sglang/venv").splitlines()
+    lines = unitfile.unit_text(as_user, "/opt/sglang/venv").splitlines()
     assert {"User=sglang-svc", "StateDirectory=specops-home/sglang", "StateDirectoryMode=0700",
             "Environment=HOME=/var/lib/specops-home/sglang"} <= set(lines)
     assert kind_of(as_user).properties(as_user)["User"] == "sglang-svc"

@@ -103,12 +103,27 @@ class SGLang(ServiceKind):
         return out
 
     def weights(self, svc):
-        draft = (svc.get("speculative") or {}).get("draft_model_path")
-        return [p.rstrip("/") for p, source in ((svc["model_path"], svc.get("weights")),
-                                               (draft, svc.get("draft_weights"))) if p and source]
+        return [path.rstrip("/") for _, path, source in weight_sources(svc) if source]
 
     def secrets(self, svc):
         return super().secrets(svc) + ([svc["api_key"]] if svc.get("api_key") else [])
+
+
+def weight_sources(svc) -> list[tuple[str, str, dict | None]]:
+    """(setting, path, source) of its target and, with speculation, its draft; source None: the
+    weights are there already (no `weights:` / `draft_weights:`)."""
+    out = [("model_path", svc["model_path"], svc.get("weights"))]
+    draft = (svc.get("speculative") or {}).get("draft_model_path")
+    if draft:
+        out.append(("speculative.draft_model_path", draft, svc.get("draft_weights")))
+    return out
+
+
+def weight_peers(host) -> set[str]:
+    """The inventory hosts this host copies weights from (rsync runs on both ends)."""
+    from . import of_kind
+    return {source["host"] for svc in of_kind(host, "sglang") for _, _, source in weight_sources(svc)
+            if source and source.get("source") == "peer" and source.get("host")}
 
 
 register(SGLang())
