@@ -5,7 +5,7 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import (draft_config, gpu_stack, model_patches, models, patch_check, router, router_stack,
+from roles import (draft_config, gpu_stack, model_patches, models, ordered, patch_check, router, router_stack,
                    sglang_service, system_packages)
 from specops import cli
 from specops.output import perfpage
@@ -19,8 +19,8 @@ from specops.sglang import patches
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
 
-DEPLOY = [patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router]
-BOOTSTRAP = [system_packages] + DEPLOY
+DEPLOY = ordered([patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router])
+BOOTSTRAP = ordered([system_packages, *DEPLOY])
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",

@@ -1,6 +1,7 @@
 """The draft model's config.json: keys set as JSON, then linted against the target: SGLang reads
 the EAGLE-3 layer ids only from the nested eagle_config, captures id + 1 (so -1 is the embedding
 output, which upstream model files cannot capture), and never captures ids past the last layer."""
+from specops.inventory import schema
 from specops.ops import handlers
 from specops import protocol
 from specops.errors import UsageError
@@ -11,6 +12,8 @@ from specops.services import of_kind
 from specops.sglang.patches import provides_embedding_capture
 
 NAME = "draft_config"
+VARS = schema.PATCH_VARS  # the host vars it reads
+AFTER = ("models", "model_patches")  # the roles it runs after, when they run
 LAYER_IDS = "eagle_aux_hidden_state_layer_ids"
 NESTED = f"eagle_config.{LAYER_IDS}"
 

@@ -6,6 +6,7 @@ built makes no install call at all.  A host that sets `venv:` manages that venv 
 differs is installed there with pip, in place.  Packages come from the torch variant index
 plus a package index, or, air-gapped, from a wheelhouse pushed over SSH (uv with them).
 """
+from specops.inventory import schema
 from pathlib import Path
 
 from specops.ops import handlers
@@ -21,6 +22,8 @@ from specops.sglang.spec import venv_python
 from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"
+VARS = {**schema.STACK_VARS, **schema.INDEX_VARS}  # the host vars it reads
+AFTER = ("models", "system_packages")  # the roles it runs after, when they run
 REPROBE = True  # installing sglang decides where later roles' patches go
 MODULES = {"torch": "torch", **dict(stack.PINNED)}  # a pinned distribution's host var is named as it imports
 IMPORT_CHECK = """import json, importlib.metadata as md

@@ -9,6 +9,7 @@ has not (specops/sglang/patchlint.py: compiling cannot see those).
 """
 import base64
 
+from specops.inventory import schema
 from specops import protocol
 from specops.ops import handlers
 from specops.layout import BYTECODE_LINE, CHECKED_HASH
@@ -20,6 +21,8 @@ from specops.sglang.patches import applied, patch_source
 from specops.sglang.spec import venv_python
 
 NAME = "model_patches"
+VARS = {**schema.STACK_VARS, **schema.PATCH_VARS}  # the host vars it reads
+AFTER = ("gpu_stack",)  # the roles it runs after, when they run
 # Compile each staged file, say what is wrong in one line, and take many files ("{}..." in a
 # validator means every staged file: one interpreter checks every patched file of a batch).
 # What it compiled goes to stdout as a checked-hash .pyc (PEP 552; layout.BYTECODE_LINE), with

@@ -10,6 +10,7 @@ the host keeps a manifest; a re-run compares sizes and mtimes against it and mov
 weights must already be there: a one-line error names the path otherwise.
 """
 import os
+from specops.inventory import schema
 from urllib.parse import urlsplit
 
 from specops.remote import peercopy
@@ -23,6 +24,8 @@ from specops.services.sglang import weight_sources
 from specops.sglang.indexes import pip_sources
 
 NAME = "models"
+VARS = schema.INDEX_VARS  # the host vars it reads
+AFTER = ("patch_check", "system_packages")  # the roles it runs after, when they run
 REPROBE = True  # later roles read the fetched config.json files
 
 

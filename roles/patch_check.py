@@ -7,6 +7,7 @@ one reader (specops/agent/converge/wheelfiles.py): the controller's wheelhouse w
 has one, else in memory on the host from the indexes its stack is built from.  A diff must
 apply, and the patched file must add no run-time name error (specops/sglang/patchlint.py).
 Once the stack is built, model_patches checks against what is installed, as ever."""
+from specops.inventory import schema
 from specops.sglang.patches import applied, patch_source
 from specops import protocol
 from specops.agent.converge.wheelfiles import SourceError
@@ -16,6 +17,8 @@ from specops.services.sglang import DIFF_SUFFIX, patched_file
 from specops.sglang import patchfile, patchlint, stack
 
 NAME = "patch_check"
+VARS = {**schema.STACK_VARS, **schema.INDEX_VARS, **schema.PATCH_VARS}  # the host vars it reads
+AFTER = ("system_packages",)  # the roles it runs after, when they run (a bare box gets its tools first)
 
 
 class NewStackPatches(Op):

@@ -1,6 +1,7 @@
 """SGLang's router in front of a group's workers (its venv is router_stack's): an 0600 env file
 (its API key), the unit (the workers' URLs on its command line, so a restart or a reboot brings
 the whole fleet back), running.  It needs no GPU and no model."""
+from specops.inventory import schema
 from specops.ops import handlers
 from specops.errors import UsageError
 from specops.layout import env_file
@@ -11,6 +12,8 @@ from specops.services.router import workers_of
 from specops.services.unitfile import env_text, unit_text
 
 NAME = "router"
+VARS = {}  # the host vars it reads
+AFTER = ("router_stack",)  # the roles it runs after, when they run
 
 
 def router_unit_text(host, svc):

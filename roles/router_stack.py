@@ -1,5 +1,6 @@
 """The router's own venv with sglang-router at its pin (one pip call when it differs, none when
 right).  Applied before the router's unit is checked: systemd-analyze wants its interpreter."""
+from specops.inventory import schema
 from specops.ops import handlers
 from specops import protocol
 from specops.ops import Op, Venv
@@ -8,6 +9,8 @@ from specops.sglang.indexes import pip_sources
 from specops.sglang.spec import venv_python
 
 NAME = "router_stack"
+VARS = {**schema.INDEX_VARS, "python": schema.STACK_VARS["python"]}  # the host vars it reads
+AFTER = ("sglang_service",)  # the roles it runs after, when they run
 REPROBE = True  # the unit that follows names the interpreter this installs
 DEFAULT_VERSION = "0.3.2"
 IMPORT_CHECK = ("import json, importlib.metadata as md, sglang_router; "

@@ -1,6 +1,7 @@
 """The SGLang systemd unit: validated spec flags, an 0600 env file for secrets, the unit
 (checked by the installed SGLang's own resolver before it replaces the old one), running."""
 import os
+from specops.inventory import schema
 from pathlib import Path
 
 from specops import protocol, remote, sglang
@@ -13,6 +14,8 @@ from specops.services.unitfile import env_text, unit_text
 from specops.sglang.spec import expectations, launch_args, venv_python
 
 NAME = "sglang_service"
+VARS = schema.STACK_VARS  # the host vars it reads
+AFTER = ("gpu_stack", "model_patches", "draft_config")  # the roles it runs after, when they run
 RESOLVER = (Path(sglang.__file__).parent / "resolver.py").read_text()  # a program run by the host's SGLang
 LAUNCHER_SOURCE = (Path(remote.__file__).parent / "hostfiles" / "launch.py").read_bytes()
 

@@ -1,12 +1,15 @@
 """Debian/Ubuntu packages a GPU box needs before anything else (bootstrap only): always Python
 with venv and CA certificates; rsync (with its rrsync) on a box that copies weights from a peer,
 or is the peer another box copies from."""
+from specops.inventory import schema
 from specops import protocol
 from specops.ops import Op
 
 from specops.services.sglang import weight_peers
 
 NAME = "system_packages"
+VARS = {}  # the host vars it reads
+AFTER = ()  # the roles it runs after, when they run
 # Installed before the next role plans: the models role's peer copy runs rsync while it plans.
 REPROBE = True
 PACKAGES = ["python3", "python3-venv", "ca-certificates"]

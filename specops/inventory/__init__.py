@@ -18,7 +18,7 @@ import yaml
 
 from . import ansible, multinode
 from ..errors import UsageError
-from .schema import HOST_VARS, check, check_kinds
+from .schema import check, check_kinds, host_vars
 
 NODE_KEYS = {"vars", "children", "hosts"}
 YAML_SUFFIXES = (".yml", ".yaml")
@@ -34,7 +34,7 @@ def _host_vars(values: Any, file: str, where: str) -> dict:
             if line not in _warned:  # once per run, however often the inventory is loaded
                 _warned.add(line)
                 print(line, file=sys.stderr)
-    check(values, HOST_VARS, file, where)
+    check(values, host_vars(), file, where)
     return values
 
 

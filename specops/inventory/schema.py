@@ -124,7 +124,10 @@ SERVICE = {
     },
 }
 
-HOST_VARS = {
+# The host vars the engine reads itself: how to reach and become root on a host, where it may
+# write, how others reach it, its services.  The roles declare the others they read (VARS in each
+# role); host_vars() is the whole vocabulary.
+ENGINE_VARS = {
     "address": str,
     "ssh_user": str,
     "ssh_port": int,
@@ -135,6 +138,17 @@ HOST_VARS = {
     "connect_timeout": NUMBER,
     "become": bool,                   # log in as ssh_user, become root with become_method
     "become_method": Enum(("sudo",)),
+    "allow_shared_dirs": [str],  # directories other users can write to, where specops may write anyway
+    "router_address": str,       # how routers reach this host's services (default: address)
+    "node_address": str,         # how the other nodes of a multi-node service reach this one (rank 0)
+    "services": [SERVICE],
+}
+
+# Where a host's packages come from (specops/sglang/indexes.py): read by every role that installs.
+INDEX_VARS = {"package_index": str, "extra_index": str, "wheelhouse": str}
+
+# The SGLang stack (specops/sglang/stack.py), or the venv a user manages (`venv:`).
+STACK_VARS = {
     "venv": str,
     "python": str,
     "torch": {"version": str, "cuda": str, "index_url": str},
@@ -145,16 +159,26 @@ HOST_VARS = {
     "packages": [Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$",
                          "a package is name==version (PEP 508 name, exact version)")],
     "stack_need_gib": NUMBER,         # free disk a new stack needs before it is built (specops/sglang/stack.py)
-    "package_index": str,
-    "extra_index": str,
-    "wheelhouse": str,
+}
+
+# A host's patches (specops/sglang/patches.py).
+PATCH_VARS = {
     "patch_dir": str,
     "patch_any_base": bool,          # take whole-file patches whatever upstream file they were cut from
-    "allow_shared_dirs": [str],  # directories other users can write to, where specops may write anyway
-    "router_address": str,       # how routers reach this host's services (default: address)
-    "node_address": str,         # how the other nodes of a multi-node service reach this one (rank 0)
-    "services": [SERVICE],
 }
+
+
+def host_vars() -> dict:
+    """Every host var: the engine's and those each role declares (roles/__init__.py), which must
+    agree where two roles read the same one."""
+    import roles  # noqa: F401  (the roles are the other half of the vocabulary)
+    out = dict(ENGINE_VARS)
+    for role in roles.ALL:
+        for key, schema in role.VARS.items():
+            if out.setdefault(key, schema) != schema:
+                raise AssertionError(f"role {role.NAME} declares host var {key!r} unlike another reader of it")
+    return out
+
 
 # Keys a kind of service cannot do without (the schema above is one for every kind).
 REQUIRED_BY_KIND = {"sglang": ("model_path",), "router": ("workers",)}
