@@ -1,11 +1,11 @@
 """Rank 0's verify while another rank is down: it asks its agent in slices and looks, between
-them, at what the other ranks' verifies found (run.Ranks).  No fleet: a run whose agent answers
+them, at what the other ranks' verifies found (verify.Ranks).  No fleet: a run whose agent answers
 "starting" until told otherwise."""
 from types import SimpleNamespace
 
 from specops import protocol
 from specops.flows import verify as verify_flow
-from specops.run import Ranks
+from specops.flows.verify import Ranks
 
 
 class Rank0Run:
@@ -28,8 +28,9 @@ class Rank0Run:
     def say(self, text):
         pass
 
-    def unlock(self):
-        self.unlocked = True
+    @property
+    def lock(self):
+        return SimpleNamespace(release=lambda: setattr(self, "unlocked", True))
 
 
 def test_a_rank_found_down_ends_rank_0s_wait_naming_it():

@@ -126,14 +126,14 @@ def deploy(run: HostRun, body, drain: bool = True) -> None:
         return body(run)
     if drain:
         run.before_change = member.take_out
-        run.keep_lock = True  # until the worker is back: another run must not drain it meanwhile
     ok = False
     try:
         try:
-            body(run)
+            with run.lock.kept():  # until the worker is back: another run must not drain it meanwhile
+                body(run)
             ok = True
         finally:
-            run.before_change, run.keep_lock = None, False
+            run.before_change = None
             member.settle(ok)
         if not run.opts.check and any(c["changed"] for c in run.report.changes):
             member.serving()
@@ -152,16 +152,15 @@ def out_of_routers(run: HostRun, body, names: list[str] | None = None, back: boo
     member = Membership(run, names)
     if not member.routes:
         return body()
-    kept, run.keep_lock = run.keep_lock, True  # until they are back (a deploy's --bench nests this)
     ok = started = False
     try:
-        member.take_out()
-        started = True
-        result = body()
+        with run.lock.kept():  # until they are back (a deploy's --bench nests this)
+            member.take_out()
+            started = True
+            result = body()
         ok = True
         return result
     finally:
-        run.keep_lock = kept
         try:
             member.settle(ok, back or not started)  # never stopped: still serving, back it goes
         finally:

@@ -2,6 +2,8 @@
 intended, and show what was found."""
 from __future__ import annotations
 
+import threading
+
 from .. import protocol, services
 from ..errors import SpecopsError
 from ..run import HostRun
@@ -18,6 +20,33 @@ def checks(run: HostRun) -> list[protocol.ServiceCheck]:
     return out
 
 
+class Ranks:
+    """What this run's verifies found of the ranks of services that span hosts, shared by the hosts'
+    threads: a rank > 0 found down is posted by its host's verify, and rank 0's verify, which waits
+    for every rank, fails at once naming it (flows/verify.py) instead of waiting its whole timeout."""
+
+    def __init__(self):
+        self._down: dict[tuple[str, str], tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def post(self, service: str, node: str, down: str | None, round_: int) -> None:
+        """`down`: the state of the node's unit, which is not running and not about to; None: it
+        serves, or is being verified again.  `round_`: which verify of the service on its host
+        this is (1: the deploy's, 2: its rollback's, ...)."""
+        with self._lock:
+            if down:
+                self._down[(service, node)] = (down, round_)
+            else:
+                self._down.pop((service, node), None)
+
+    def down(self, service: str, nodes: list[str], round_: int) -> dict[str, str]:
+        """The nodes found down by their verify of the same round: what the deploy's verify found
+        is not what the rollback's finds.  (A node whose rounds went otherwise is waited for.)"""
+        with self._lock:
+            return {n: self._down[(service, n)][0] for n in nodes
+                    if (service, n) in self._down and self._down[(service, n)][1] == round_}
+
+
 LOOK_EVERY = 3.0  # seconds rank 0's agent waits before it answers, so that a lost rank ends the wait
 
 
@@ -27,7 +56,7 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
     wanted = checks(run) if wanted is None else wanted
     if not wanted:
         if last:
-            run.unlock()
+            run.lock.release()
         return
     spans = {svc["name"]: svc for svc in run.host.get("services") or [] if svc.get("nnodes")}
     for name in spans.keys() & {c.name for c in wanted}:
@@ -98,5 +127,5 @@ def _ask(run: HostRun, wanted: list[protocol.ServiceCheck], nodes: dict[str, lis
     for name, s in done.items():
         s.health_statuses = statuses[name]
     if last:
-        run.unlock()
+        run.lock.release()
     return protocol.VerifyResult(services=[done[c.name] for c in wanted])

@@ -1,0 +1,112 @@
+"""The converge steps of a host's run: plan every role against the facts, push what the batch
+needs, apply it (with the checks before and the handlers after), and, in check mode, run the
+read-only checks.  HostRun (specops/run.py) inherits them; a task's body calls run.converge()."""
+from __future__ import annotations
+
+import time
+
+from . import protocol, services
+from .errors import SpecopsError
+from .layout import new_stamp, release_dir
+from .ops import Context, Facts, handlers
+from .remote import peercopy
+
+
+class Converging:
+    """HostRun's converge steps (it provides host, opts, out, report, plan, call, probe, say)."""
+
+    def push(self, uploads: list[tuple]) -> None:
+        """Send files the batch needs, with progress (bytes, rate, ETA); an upload is (local, remote)
+        or (local, remote, offset) to resume a cut one."""
+        for local, remote, *rest in uploads:
+            name, t0, last, offset = remote.rsplit("/", 1)[-1], time.monotonic(), [0.0], (rest or [0])[0]
+
+            def progress(sent, total, name=name, t0=t0, last=last, offset=offset):
+                now = time.monotonic()
+                if now - last[0] >= 2 or sent == total:
+                    last[0] = now
+                    rate = (sent - offset) / max(now - t0, 1e-3)
+                    self.say(f"push {name}: {sent / 2**20:.1f}/{total / 2**20:.1f} MiB, {rate / 2**20:.1f} MiB/s, "
+                             f"ETA {(total - sent) / rate if rate else 0:.0f}s")
+
+            self.report.extra["bytes_pushed"] = (self.report.extra.get("bytes_pushed", 0)
+                                                 + self.connect().push(local, remote, progress, offset))
+
+    def apply(self, actions: list) -> None:
+        if not actions:
+            return
+        if self.before_change:  # e.g. take this worker out of its router and let it drain
+            hook, self.before_change = self.before_change, None
+            hook()
+        res = self.call(protocol.Apply(actions=actions, allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
+                        on_stderr=lambda line: self.say(line.strip()))
+        done = {r["index"] for r in res.results}
+        self.acted = self.acted or bool(done)
+        self.applied += [a for i, a in enumerate(actions)
+                         if i in done and isinstance(a, (protocol.Write, protocol.Remove))]
+        if not res.ok:
+            raise SpecopsError(f"{res.error} (action {res.failed + 1} of {len(actions)}; "
+                               f"{len(res.results)} applied before it)")
+
+    def run_checks(self, checks: list, after: str | None) -> None:
+        """Check mode: the read-only checks run for real, unless an earlier role's changes
+        (`after`) would change what they check."""
+        if not checks:
+            return
+        if after:
+            for c in checks:
+                self.say(f"{'check':<15} {c.desc}: would run after {after} changes the host")
+            return
+        res = self.call(protocol.Check(actions=checks))
+        for r in res.results:
+            self.say(f"{'check':<15} {checks[r['index']].desc}: passed")
+        if not res.ok:
+            raise SpecopsError(f"check failed: {res.error}")
+
+    def previous(self) -> dict[str, str]:
+        """What this run replaced: path → "backup" | "absent" (for undo and the release)."""
+        return {a.path: ("backup" if a.backup else "absent") for a in self.applied}
+
+    def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
+        """Plan every role against the facts and apply: the body of deploy."""
+        ctx = ctx or Context(self.host.name, self.opts.check, verify_weights=self.opts.verify_weights)
+        if not ctx.check and ctx.release_dir is None:
+            ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
+        remaining = [op for _, ops in self.plan for op in ops]
+        facts = facts or self.probe(remaining, lock=not ctx.check)
+        pending, checks, changed_by = [], [], None
+        self.report.extra.setdefault("bytes_pushed", 0)
+        for role, ops in self.plan:
+            role_actions, moved = [], False
+            for op in ops:
+                c = op.plan(facts, ctx)
+                self.report.changes.append(c.record(self.host.name))
+                self.out.change(self.host.name, c, ctx.check)
+                role_actions += c.actions
+                checks += c.checks
+                ctx.notified += [n for n in c.notify if n not in ctx.notified]
+                moved = moved or c.moves
+                if not ctx.check:
+                    self.push(c.uploads)
+                    for copy in c.copies:
+                        res = peercopy.copy(self, copy)
+                        self.report.extra["bytes_copied"] = self.report.extra.get("bytes_copied", 0) + res.received
+                        ctx.reserved[copy.device] = ctx.reserved.get(copy.device, 0) + res.received
+            pending += role_actions
+            remaining = remaining[len(ops):]
+            if getattr(role, "REPROBE", False) and (role_actions or moved) and remaining:
+                if ctx.check:
+                    changed_by = changed_by or role.NAME
+                    continue
+                self.apply(checks + pending)
+                pending, checks = [], []
+                facts = self.probe(remaining)
+        todo = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
+        for h in handlers.ordered(ctx.notified):
+            self.say(f"{'handler':<15} {h}: " + ("would run" if ctx.check else "run"))
+        if ctx.check:
+            if self.opts.run_checks:
+                self.run_checks(checks, changed_by)
+        else:
+            self.apply(checks + pending + todo)
+        return ctx
