@@ -36,7 +36,7 @@ def ops(host):
     if not routers:
         return []
     check(host, routers)
-    out = service_users(routers)  # the env directory and the launcher are the SGLang service role's
+    out = service_users(host, routers)  # the env directory and the launcher are the SGLang service role's
     for svc in routers:
         kind, name = kind_of(svc), svc["name"]
         venv = kind.venv(svc)

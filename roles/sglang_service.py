@@ -76,7 +76,7 @@ def ops(host):
     check(host, services)
     out = [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
            File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for _, s in of_host(host)])]
-    out += service_users(services)
+    out += service_users(host, services)
     for svc in services:
         out += ops_for_service(svc, venv)
     return out

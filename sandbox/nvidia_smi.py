@@ -1,5 +1,9 @@
 #!/usr/bin/python3
-"""nvidia-smi stand-in: the --query-gpu and --query-compute-apps forms specops uses.
+"""nvidia-smi stand-in: the --query-gpu and --query-compute-apps forms specops uses, and -L.
+
+Run as root, it makes the device nodes that are missing, as the real one does through
+nvidia-modprobe (here regular files, root:video 0660, as sandbox/provision.py's tmpfiles
+make them at boot).
 
 GPUs come from /etc/specops-sim/gpus.json.  Compute apps are the processes the
 SGLang simulator registered in /run/sglang-sim/gpu that are still alive, so
@@ -42,6 +46,16 @@ def apps():
     return out
 
 
+def make_nodes(count):
+    for name in ["nvidiactl", "nvidia-uvm"] + ["nvidia%d" % i for i in range(count)]:
+        path = "/dev/" + name
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o660)
+            os.fchown(fd, 0, 44)  # video
+            os.fchmod(fd, 0o660)
+            os.close(fd)
+
+
 def main(argv):
     try:
         with open(CONFIG) as f:
@@ -50,6 +64,12 @@ def main(argv):
         cfg = DEFAULT
     gpus = cfg["gpus"]
     uuid = lambda i: "GPU-00000000-0000-0000-0000-%012d" % i  # noqa: E731
+    if os.geteuid() == 0:
+        make_nodes(len(gpus))
+    if argv == ["-L"]:
+        for i, g in enumerate(gpus):
+            print("GPU %d: %s (UUID: %s)" % (i, g["name"], uuid(i)))
+        return 0
     opts = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
     fmt = opts.get("--format", "")
     if "csv" not in fmt:

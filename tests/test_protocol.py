@@ -50,6 +50,8 @@ def test_a_request_that_changes_the_host_is_refused_without_the_lock_before_it_i
     monkeypatch.setattr(importlib, "import_module", lambda name: imported.append(name))
     answer = agent_main.answer(json.dumps({"kind": kind}))
     assert answer == {"ok": False, "error": f"{kind} changes the host: it runs only for a run that holds the host lock"}
+    for token in ("", None, 0, []):  # an empty token is no token
+        assert agent_main.answer(json.dumps({"kind": kind, "lock": token})) == answer
     assert imported == []
 
 

@@ -61,9 +61,30 @@ def test_the_unit_is_rated_5_or_lower_and_its_sandbox_holds_the_server(sandbox, 
     usr = [m.split() for m in mounts if m.split()[4] == "/usr"]
     assert usr and "ro" in usr[-1][5].split(","), usr
 
+    # A GPU node gone since boot (no persistence daemon made it): the sandboxed server could not
+    # make it, the unit's privileged ExecStartPre does (nvidia-smi as root), and the server starts.
+    h.run("rm", "/dev/nvidia0")
+    h.run("systemctl", "restart", "sglang")
+    invocation = h.run("systemctl", "show", "sglang", "-p", "InvocationID", "--value").stdout.strip()
+    assert wait_ready(h, invocation), h.run("journalctl", "-u", "sglang", "-n", "20", "--no-pager").stdout
+    assert h.run("stat", "-c", "%U:%G %a", "/dev/nvidia0").stdout.split() == ["root:video", "660"]
+
+
+def wait_ready(h, invocation: str, timeout: float = 30) -> bool:
+    """Whether that run of the unit logs SGLang's ready line within `timeout` s."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = h.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
+        if "fired up and ready to roll" in log:
+            return True
+        time.sleep(0.3)
+    return False
+
 
 @pytest.mark.security("service-user", "a service with `user:`: made in the GPU nodes' group, then deployed twice, "
-                                      "benched against its baseline, stopped; a GPU node no group opens")
+                                      "benched against its baseline, a GPU window, stopped; a person's account as "
+                                      "the user; a GPU node no group opens")
 def test_a_service_user_runs_everything_specops_does_around_it(sandbox, record_property):
     h = sandbox.reset("t2")
     svc = sandbox_service(env=FAST, user="sglang-svc")
@@ -90,8 +111,17 @@ def test_a_service_user_runs_everything_specops_does_around_it(sandbox, record_p
     uids = h.run("journalctl", "-u", "specops-baseline-sglang", "-o", "verbose", "--no-pager").stdout
     assert f"_UID={uid}" in uids  # the baseline ran as the service's user
 
+    res = sandbox.inv("gpu-window", "--host", "t2", "--", "nvidia-smi --query-compute-apps=pid --format=csv,noheader"
+                      " | wc -l", inventory=inv)
+    assert res.returncode == 0 and "| 0" in res.stdout and "sglang: ready after" in res.stdout, res.stdout[-2000:]
     res = sandbox.inv("stop", "--host", "t2", inventory=inv)
     assert res.returncode == 0 and "freed GPU 0" in res.stdout, res.stdout[-2000:]
+
+    # An account specops did not make (a person's login) is never taken for a service's user.
+    h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
+    res = sandbox.inv("deploy", "--host", "t2", inventory=sandbox.inventory({"t2": {"services": [dict(svc, user="alice")]}}))
+    assert res.returncode != 0 and "user alice exists and is not one specops made" in res.stdout, res.stdout[-2000:]
+    assert "video" not in h.run("id", "-nG", "alice").stdout.split()
 
     # A node no group opens (root:root 0660): refused before the unit changes, naming the node.
     h.run("chgrp", "root", "/dev/nvidia0")
@@ -99,5 +129,5 @@ def test_a_service_user_runs_everything_specops_does_around_it(sandbox, record_p
     unit_before = h.run("sha256sum", "/etc/systemd/system/sglang.service").stdout
     res = sandbox.inv("deploy", "--host", "t2", inventory=other)
     assert res.returncode != 0
-    assert "/dev/nvidia0 is root:root 660: user other-svc cannot open it" in res.stdout, res.stdout[-2000:]
+    assert "/dev/nvidia0 is root:root 660: user other-svc could not open it" in res.stdout, res.stdout[-2000:]
     assert h.run("sha256sum", "/etc/systemd/system/sglang.service").stdout == unit_before

@@ -58,7 +58,7 @@ def answer(raw):
             if not held:
                 token = None
                 return {"ok": False, "error": lock.refusal(holder)}
-        if isinstance(data, dict) and protocol.changes_host(data.get("kind")) and not held_by:  # whatever the controller sends
+        if isinstance(data, dict) and protocol.changes_host(data.get("kind")) and not held_by:  # whoever sent it
             return {"ok": False, "error": "%s changes the host: it runs only for a run that holds the host lock"
                                           % data["kind"]}
         req = protocol.decode_request(data)

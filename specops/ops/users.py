@@ -1,46 +1,60 @@
-"""The system user a service with `user:` runs as: made when missing, in the groups that own the
-host's GPU device nodes (a group is read from the nodes at every run, so a driver reinstalled with
-another NVreg_DeviceFileGID is followed).  Its home is the unit's StateDirectory
-(services/__init__.py), never a directory useradd makes.
+"""The system user a service with `user:` runs as: made by specops when missing (a system account
+whose comment marks it as specops's), in the groups that own the host's GPU device nodes.  A group
+is read from the nodes at every run, so a driver reinstalled with another NVreg_DeviceFileGID is
+followed; a group it was given is never taken away.  Its home is the unit's StateDirectory
+(services/hardening.py), never a directory useradd makes.
 
-A node its user could not open (group root, not world-writable) fails the run before the unit
-changes, naming the node: the server would otherwise die in CUDA's "No CUDA GPUs are available".
+Refused, before the unit changes, naming why: an account of that name that specops did not make
+(a person's login, a daemon's account: the server would run with its groups and its files, and
+it could read the server's environment), uid 0, and a GPU node that neither its group (other than
+root) nor everyone may read and write (the server would die in CUDA's "No CUDA GPUs are
+available").  Two services of a host never share a user: each could read the other's secrets.
 """
 from __future__ import annotations
 
 import shlex
 
+from ..errors import UsageError
 from . import handlers
 from .systemd import Command
 
-# The nodes a CUDA process opens (the MIG capability nodes are root's alone and not needed).
+MARK = "specops service user"  # the account's comment (GECOS): specops made it
+# The nodes a CUDA process opens.  MIG's capability nodes (/dev/nvidia-caps) are made on demand,
+# root's alone; a MIG user sets them up as the driver's documentation says.
 GPU_NODES = "/dev/nvidiactl /dev/nvidia-uvm /dev/nvidia[0-9]*"
 
-# Sets $groups to the comma-separated groups the user needs, or exits 3 naming a node no group
-# opens.  $u is the user.
+# Sets $groups to the comma-separated groups the user needs, or exits 3 naming a node it could
+# not open.  $u is the user.  (stat -L: only root makes entries in /dev.)
 _GROUPS = """groups=
 for d in %s; do
   [ -e "$d" ] || continue
-  case "$(stat -c %%a "$d")" in *6) continue ;; esac
-  g=$(stat -c %%G "$d")
-  if [ "$g" = root ]; then
-    echo "$d is $(stat -c '%%U:%%G %%a' "$d"): user $u cannot open it; give the GPU nodes a group (NVreg_DeviceFileGID)" >&2
-    exit 3
-  fi
-  groups="${groups:+$groups,}$g"
+  a=$(stat -Lc %%A "$d")
+  case "$a" in ???????rw?) continue ;; esac
+  g=$(stat -Lc %%G "$d")
+  case "$a" in ????rw????) [ "$g" != root ] && groups="${groups:+$groups,}$g" && continue ;; esac
+  echo "$d is $(stat -Lc '%%U:%%G %%a' "$d"): user $u could not open it; give the GPU nodes a group that may read and write them (NVreg_DeviceFileGID, NVreg_DeviceFileMode)" >&2
+  exit 3
 done
 """ % GPU_NODES
 
-_IS_SET = """id -u "$u" >/dev/null 2>&1 && [ "$(id -u "$u")" != 0 ] || exit 1
+# Whether the account is specops's: exits 0 when it is, 1 when missing, 3 (saying why) otherwise.
+_OURS = """entry=$(getent passwd "$u") || exit 1
+if [ "$(echo "$entry" | cut -d: -f5)" != %s ] || [ "$(echo "$entry" | cut -d: -f3)" = 0 ]; then
+  echo "user $u exists and is not one specops made (its comment is not '%s'): give the service a user name of its own" >&2
+  exit 3
+fi
+""" % (shlex.quote(MARK), MARK)
+
+_IS_SET = """(""" + _OURS + """) || exit $?
 for g in $(echo "$groups" | tr , ' '); do id -nG "$u" | tr ' ' '\\n' | grep -qx "$g" || exit 1; done
 """
 
-_MAKE = """if ! id -u "$u" >/dev/null 2>&1; then
-  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$u"
-fi
-if [ "$(id -u "$u")" = 0 ]; then echo "user $u has uid 0: not a service user" >&2; exit 3; fi
+_MAKE = """set +e; (""" + _OURS + """); ours=$?; set -e
+[ "$ours" = 3 ] && exit 3
+[ "$ours" = 1 ] && useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \\
+  --comment %s "$u"
 [ -z "$groups" ] || usermod -a -G "$groups" "$u"
-"""
+""" % shlex.quote(MARK)
 
 
 def system_user(name: str, notify=()) -> Command:
@@ -51,9 +65,14 @@ def system_user(name: str, notify=()) -> Command:
                    unless=head.replace("set -e\n", "") + _IS_SET, notify=notify)
 
 
-def service_users(services: list[dict]) -> list[Command]:
-    """The ops for the users of these services; a change of its groups restarts its services (a
-    process takes its groups when it starts)."""
+def service_users(host, services: list[dict]) -> list[Command]:
+    """The ops for the users of these services (of the host's): a change of its groups restarts
+    its services (a process takes its groups when it starts)."""
+    owners: dict[str, str] = {}
+    for svc in host.get("services") or []:
+        if svc.get("user") and owners.setdefault(svc["user"], svc["name"]) != svc["name"]:
+            raise UsageError(f"{host.name}: services {owners[svc['user']]!r} and {svc['name']!r} both run as user "
+                             f"{svc['user']!r}: give each its own (each could read the other's secrets)")
     users = sorted({s["user"] for s in services if s.get("user")})
     return [system_user(u, notify=[handlers.restart(s["name"]) for s in services if s.get("user") == u])
             for u in users]

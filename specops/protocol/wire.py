@@ -97,8 +97,8 @@ def _message(registry: Dict[str, type], kind: str, **attrs: Any):
 
 def request(kind: str, changes_host: bool = False):
     """A request kind: one round trip, answered with ``cls.Result``.  `changes_host`: the agent
-    runs it only for a run that holds the host lock (``lock`` in its envelope), whatever the
-    controller sends."""
+    runs it only for a run that holds the host lock (``lock`` in its envelope): a controller that
+    forgot the lock cannot change the host."""
     return _message(_REQUESTS, kind, CHANGES_HOST=changes_host)
 
 

@@ -49,7 +49,7 @@ class ServiceKind:
         its limits, and the sandboxing of services/hardening.py."""
         return {"TimeoutStopSec": str(svc.get("timeout_stop_sec", 120)),
                 "LimitNOFILE": str(svc.get("limit_nofile", 65535)), **hardening.PROPERTIES,
-                **hardening.as_user(svc.get("user"), svc["name"])}
+                **hardening.as_user(svc)}
 
     module = ""                           # what `python -m` runs
 

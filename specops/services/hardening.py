@@ -3,7 +3,8 @@ spec-tune's transient baselines (through ServiceKind.properties, so the two neve
 
 `systemd-analyze security` rates a unit with none of it 9.6 (UNSAFE) and one with it 4.2; the
 suite measures both on a sandbox host (tests/test_unit_hardening_fleet.py) and docs/security.md
-gives the figures.  Everything here keeps GPU access as it was; what is left out, and why:
+gives the figures.  What is here is chosen to keep GPU access as it was (reasoned from the
+NVIDIA, CUDA and NCCL documentation: the sandbox has no GPU); what is left out, and why:
 
 - PrivateDevices: it hides /dev/nvidia*.
 - ProtectClock: it implies `DeviceAllow=char-rtc r`, which on systemd before PR #25075 (Ubuntu
@@ -59,15 +60,27 @@ PROPERTIES = {
     "SystemCallErrorNumber": "EPERM",
     "SystemCallFilter": "~" + " ".join(DENIED_CALLS),
     "CapabilityBoundingSet": "~" + " ".join(DROPPED_CAPABILITIES),
-    "UMask": "0077",                  # what the server writes (caches, dumps) is its own
+    "UMask": "0027",                  # what the server writes (caches, dumps) is not every user's to read
 }
 
 
-def as_user(user: str | None, service: str) -> dict:
+# Before a GPU server starts, with full privileges (the "+": none of the sandboxing above), what
+# makes the NVIDIA device nodes when nothing has since boot (no persistence daemon, no udev rule):
+# nvidia-smi run as root makes /dev/nvidiactl and a node per GPU, nvidia-modprobe -u loads
+# nvidia-uvm and makes /dev/nvidia-uvm.  Under the sandbox the server could not (CUDA runs the
+# setuid nvidia-modprobe, which needs module loading and mknod); "-": a host without them goes on.
+GPU_NODES_FIRST = '-+/bin/sh -c "nvidia-smi -L >/dev/null 2>&1; nvidia-modprobe -u -c=0 >/dev/null 2>&1; true"'
+
+
+def as_user(svc: dict) -> dict:
     """A service with `user:` runs as that user (ops/users.py makes it), with a home of its own
-    for the JIT caches: /var/lib/<SERVICE_HOMES>/<service>, made by systemd, the user's, 0700."""
-    if not user:
+    for the JIT caches (/var/lib/<SERVICE_HOMES>/<service>, made by systemd, the user's, 0700;
+    a HOME in its `env` wins), and no limit on locked memory (RDMA registers its buffers: root
+    has CAP_IPC_LOCK for that, a user has not)."""
+    if not svc.get("user"):
         return {}
-    home = f"{SERVICE_HOMES}/{service}"
-    return {"User": user, "StateDirectory": home, "StateDirectoryMode": "0700",
-            "Environment": f"HOME=/var/lib/{home}"}
+    home = f"{SERVICE_HOMES}/{svc['name']}"
+    out = {"User": svc["user"], "StateDirectory": home, "StateDirectoryMode": "0700", "LimitMEMLOCK": "infinity"}
+    if "HOME" not in (svc.get("env") or {}):
+        out["Environment"] = f"HOME=/var/lib/{home}"
+    return out

@@ -13,7 +13,7 @@ from ..layout import API_KEY_ENV, LAUNCHER, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
 from ..sglang import stack
 from ..sglang.spec import bind_address, expectations, intended, launch_args
-from . import ServiceKind, register
+from . import ServiceKind, hardening, register
 
 
 # The last line SGLang logs on start (srt/entrypoints/http_server.py): spec-tune times starts with it.
@@ -64,6 +64,9 @@ class SGLang(ServiceKind):
     endpoints = protocol.Endpoints(ready="/health", info="/server_info", info_fallback="/get_server_info",
                                    models="/v1/models", generate="/generate",
                                    public=["/health", "/health_generate", "/ready"])
+
+    def properties(self, svc):
+        return {**super().properties(svc), "ExecStartPre": hardening.GPU_NODES_FIRST}
 
     module = "sglang.launch_server"
     # tokenizer_manager.sigterm_watchdog reads it (get_bool_env_var, os.getenv) each time it looks,
