@@ -252,3 +252,20 @@ def test_a_hunk_is_placed_only_where_it_is_unambiguous():
     no_context = "--- a/sglang/%s\n+++ b/sglang/%s\n@@ -2 +2 @@\n-B\n+B2\n" % (REL, REL)
     with pytest.raises(PatchError, match="no context lines"):
         patchfile.apply(no_context, "A\nB\nC\n", REL, "0.5.23")
+
+
+def test_a_hunk_never_goes_where_an_earlier_hunk_already_went():
+    """Two hunks whose context stands twice, both saying line 1: the second goes after the first,
+    never back over the lines the first one placed."""
+    diff = (f"--- a/sglang/{REL}\n+++ b/sglang/{REL}\n"
+            "@@ -1,3 +1,3 @@\n A\n-B\n+B1\n C\n"
+            "@@ -1,3 +1,3 @@\n A\n-B\n+B2\n C\n")
+    assert patchfile.apply(diff, "A\nB\nC\nx\nA\nB\nC\n", REL, "0.5.24") == "A\nB1\nC\nx\nA\nB2\nC\n"
+
+
+def test_a_hunk_that_ends_the_file_goes_at_its_end_even_where_its_lines_stand_earlier():
+    """'\\ No newline at end of file' anchors a hunk at the end: the same lines at its stated line
+    are not where it goes."""
+    diff = patchfile.make(REL, "A\nB", "A\nB2", "0.5.23", SHA_OLD)
+    assert "\\ No newline" in diff
+    assert patchfile.apply(diff, "A\nB\nx\nA\nB", REL, "0.5.24") == "A\nB\nx\nA\nB2"

@@ -8,6 +8,7 @@ import pytest
 
 from roles import gpu_stack
 from specops import inventory, protocol
+from specops.agent.host import ActionError
 from specops.errors import UsageError
 from specops.layout import DEFAULT_VENV, STACKS_DIR
 from specops.ops import Context, Facts
@@ -357,3 +358,88 @@ def test_a_rollback_to_a_release_whose_interpreter_is_gone_is_refused(tmp_path):
                 restore._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
         else:
             restore._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
+
+
+@pytest.fixture
+def building(tmp_path, monkeypatch):
+    """stacks.build with its tools replaced: `uv venv` makes a bin/python, `uv pip install` writes
+    what `files` says into the venv; the directories are the test's."""
+    from specops.agent.converge import stacks as agent_stacks
+    st, cache = tmp_path / "opt" / "venvs", tmp_path / "uv-cache"
+    monkeypatch.setattr(agent_stacks, "STACKS_DIR", str(st))
+    monkeypatch.setattr(agent_stacks, "UV_CACHE", str(cache))
+    monkeypatch.setattr(agent_stacks, "uv_tool", lambda args: "/uv")
+    monkeypatch.setattr(agent_stacks, "expect_in", lambda python, code, expect, what: {"sglang": "0.5.23"})
+    monkeypatch.setattr(agent_stacks, "_free", lambda path: 50 * 2**30)
+    calls, files = [], {}
+
+    def run(argv, desc, env=None):
+        calls.append((argv, env))
+        if argv[1] == "venv":
+            os.makedirs(os.path.join(argv[-1], "bin"))
+        else:
+            venv = os.path.dirname(os.path.dirname(argv[argv.index("--python") + 1]))
+            for rel, (mode, uid) in files.items():
+                path = os.path.join(venv, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write("x")
+                os.chmod(path, mode)
+                os.chown(path, uid, uid)
+    monkeypatch.setattr(agent_stacks, "run_streamed", run)
+    req = protocol.BuildStack(path=str(st / ("a" * 16)), python="3.11", specs=["sglang==0.5.23"],
+                              sources=["--default-index", "http://u:pw@ix/simple"], uv_pip_args=[],
+                              defines={"sglang": "0.5.23"}, need=12 * 2**30, check="", expect={})
+    return agent_stacks, st, req, calls, files
+
+
+def test_a_build_is_refused_before_anything_moves_when_the_disk_is_short(building, monkeypatch):
+    agent_stacks, st, req, calls, _ = building
+    monkeypatch.setattr(agent_stacks, "_free", lambda path: req.need - 1)
+    with pytest.raises(ActionError, match="needs 12.0 GiB free"):
+        agent_stacks.build(req)
+    assert calls == [] and os.listdir(st) == []
+    monkeypatch.setattr(agent_stacks, "_free", lambda path: req.need)  # exactly enough is enough
+    assert agent_stacks.build(req)["built"]
+
+
+def test_a_stack_with_a_file_not_root_s_is_never_used_and_its_build_is_gone(building):
+    agent_stacks, st, req, _, files = building
+    files["lib/site-packages/sglang/x.py"] = (0o644, 65534)
+    with pytest.raises(ActionError, match="has lib/site-packages/sglang/x.py, which a user other than root could "
+                                          "change; not used"):
+        agent_stacks.build(req)
+    assert os.listdir(st) == []  # neither the stack nor its build directory
+
+
+def test_a_half_stack_under_the_name_is_built_again_in_a_clean_environment(building, monkeypatch):
+    agent_stacks, st, req, calls, files = building
+    half = st / ("a" * 16)
+    half.mkdir(parents=True)
+    (half / "left-by-a-cut-build").write_text("")  # no specops-stack.json: not a stack
+    files["lib/site-packages/sglang/__init__.py"] = (0o664, 0)  # group-writable, as a umask could leave it
+    monkeypatch.setenv("UV_INDEX_URL", "http://roots-own/simple")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://roots-own/simple")
+    monkeypatch.setenv("VIRTUAL_ENV", "/somewhere")
+    assert agent_stacks.build(req)["built"]
+    assert sorted(os.listdir(half)) == ["bin", "lib", "specops-stack.json"]
+    assert oct(os.stat(half / "lib/site-packages/sglang/__init__.py").st_mode & 0o777) == "0o644"
+    for argv, env in calls:
+        assert "roots-own" not in str(env) and "VIRTUAL_ENV" not in env
+        assert env["UV_PYTHON_DOWNLOADS"] == "never" and env["UV_DEFAULT_INDEX"] == "http://u:pw@ix/simple"
+        assert "pw" not in " ".join(argv)
+
+
+def test_going_back_takes_what_a_file_was_before_its_first_change_after_the_target():
+    """Release r1 did not manage /etc/x; r2 changed it (keeping what it was), r3 changed it again
+    (keeping r2's).  Back to r1 is what it was before r2, whatever order the releases come in."""
+    from specops.agent import restore
+    r1 = {"stamp": "20260101T000000.000000Z", "files": ["/etc/unit"]}
+    r2 = {"stamp": "20260102T000000.000000Z", "files": ["/etc/unit", "/etc/x"],
+          "previous": {"/etc/x": {"sha256": "aa"}, "/etc/new": None}}  # as the manifest keeps it
+    r3 = {"stamp": "20260103T000000.000000Z", "files": ["/etc/unit", "/etc/x"], "previous": {"/etc/x": {"sha256": "bb"}}}
+    for deployed in ([r1, r2, r3], [r3, r2, r1]):
+        want = restore._state_at(r1, deployed)
+        assert want["/etc/x"].endswith(f"{r2['stamp']}/previous/etc/x")
+        assert want["/etc/new"] is None  # it was not there: it goes
+        assert want["/etc/unit"].endswith(f"{r1['stamp']}/files/etc/unit")

@@ -19,7 +19,7 @@ from specops.layout import RELEASES, unit_path
 
 def _state_at(target, deployed):
     """path → content source (or None: absent) that puts the host back to release `target`."""
-    later = [m for m in deployed if m["stamp"] > target["stamp"]]
+    later = sorted((m for m in deployed if m["stamp"] > target["stamp"]), key=lambda m: m["stamp"])
     want = {}
     for m in later:  # earliest first: the content a path had before it was first changed after target
         for path, prev in m.get("previous", {}).items():
