@@ -21,15 +21,18 @@ SVC = {"name": "sglang", "model_path": "/m", "env_secret": {"HF_TOKEN": SECRET}}
 def test_a_ctrl_c_mid_run_reports_every_host_as_far_as_known(tmp_path):
     hosts = [Host(n, {"services": [SVC]}) for n in ("a", "b", "c")]
     out = Reporter(Redactor(hosts), show_diff=False, stream=io.StringIO())
-    a_done = threading.Event()
+    a_done, a_report = threading.Event(), []
 
     def body(run):
         if run.host.name == "a":
             run.say(f"done with {SECRET}")
+            a_report.append(run.report)
             a_done.set()
             return
         a_done.wait(5)
-        time.sleep(0.3)  # a's run has ended, not only its body
+        deadline = time.monotonic() + 10  # bounds a broken test
+        while not a_report[0].elapsed and time.monotonic() < deadline:
+            time.sleep(0.01)  # until a's run has ended, not only its body
         run.report.doing = "Verify"  # as HostRun.call marks a request in flight
         run.say(f"waiting, token {SECRET}")
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands in the main thread, as a user's does

@@ -129,12 +129,15 @@ def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_sig
     import signal
     import subprocess
     import sys
-    import time
     (tmp_path / "server.py").write_text(
         "import os, signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *_: (print(os.environ.get('SGL_FORCE_SHUTDOWN')), sys.exit(0)))\n"
         "print('ready', flush=True)\n"
-        "while True:\n    time.sleep(0.1)\n")
+        "said = False\n"
+        "while True:\n"
+        "    if os.environ.get('SGL_FORCE_SHUTDOWN') and not said:\n"
+        "        said = print('set', flush=True) or True\n"
+        "    time.sleep(0.05)\n")
     from pathlib import Path
     launcher = Path(__file__).resolve().parent.parent / "specops" / "remote" / "hostfiles" / "launch.py"
     for quick in (False, True):
@@ -143,7 +146,7 @@ def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_sig
         assert p.stdout.readline() == "ready\n"
         if quick:
             p.send_signal(signal.SIGUSR2)
-            time.sleep(0.3)
+            assert p.stdout.readline() == "set\n"  # the launcher set it: no race with the SIGTERM
         p.send_signal(signal.SIGTERM)
         out, _ = p.communicate(timeout=10)
         assert out.strip() == ("1" if quick else "None")

@@ -77,7 +77,7 @@ def test_a_level_is_measured_from_raw_streamed_timings(server):
     assert all(r["completion_tokens"] == 30 and len(r["events"]) == 10 for r in results)
     assert figures["output_tok_s"] == pytest.approx(12 * 30 / wall, rel=0.01)
     assert figures["accept_length"] == pytest.approx(3.0) and figures["accept_rate"] == 0.5
-    assert STEP * 0.9 <= figures["ttft_p50"] <= figures["ttft_p99"] < 1
+    assert STEP * 0.9 <= figures["ttft_p50"] <= figures["ttft_p99"] <= wall  # no clock bound: a loaded box is slow
     # ITL is per token: each event's gap is shared by the tokens it brought (3 here), whatever the
     # machine's load does to the sleeps; so it is the raw gaps' median divided by 3.
     gaps = sorted(t2 - t1 for r in results for (t1, _), (t2, _) in zip(r["events"], r["events"][1:]))
