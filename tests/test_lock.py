@@ -197,3 +197,35 @@ def test_a_release_racing_a_take_over_does_not_remove_the_new_holders_lock(monke
                                hold="_remove")
     assert released is True and left == [] and b["acquired"] and b["token"] == "b", b
     assert on_disk()["token"] == "b" and lock.check("b") == (True, None)
+
+
+def _command_holding_the_children_lock(seconds):
+    """A command an earlier run started, still running for `seconds` (it holds CHILDREN_LOCK's
+    flock, as every command the agent starts does)."""
+    import subprocess
+    import sys
+    code = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_SH)\n"
+            "print('held', flush=True)\ntime.sleep(float(sys.argv[2]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, lock.CHILDREN_LOCK, str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_a_take_waits_a_moment_for_the_commands_of_a_run_that_has_just_ended(tmp_path):
+    """spec-tune --apply deploys right after its own run, whose agent may still be exiting: a take
+    waits up to ACQUIRE_WAIT for its commands to go, and only then names them."""
+    open(lock.CHILDREN_LOCK, "w").close()
+    ending = _command_holding_the_children_lock(1.0)
+    try:
+        assert lock.acquire(holder("a"))["acquired"]  # it went within the wait
+    finally:
+        ending.wait()
+    lock.release("a")
+    stuck = _command_holding_the_children_lock(30)
+    try:
+        refused = lock.acquire(holder("b"))
+        assert refused["acquired"] is False and refused["running"] == [stuck.pid]
+    finally:
+        stuck.kill()
+        stuck.wait()

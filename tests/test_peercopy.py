@@ -202,3 +202,31 @@ def test_the_destination_must_be_roots_alone_all_the_way(tmp_path):
     assert unsettled(str(dest)).endswith("/sub is not a directory of root's alone")
     os.chown(tmp_path / "shared", 1000, 1000)  # a user's directory holding root's: they can swap it
     assert unsettled(str(dest)).endswith("/shared is owned by %s" % user_name(1000))
+
+def test_the_copy_trusts_only_the_host_key_the_controller_checked(tmp_path, monkeypatch):
+    """rsync's ssh: no config of root's, the copy key only, no question asked, and the peer's host
+    key the controller accepted as its only known host; a different key fails naming the address."""
+    from specops import protocol
+    from specops.agent.host import ActionError
+    from specops.agent.weights import peercopy
+    dest, where = tmp_path / "w", tmp_path / "key"
+    dest.mkdir()
+    where.mkdir()
+    seen = []
+    monkeypatch.setattr(peercopy, "run_owned", lambda argv, **kw: seen.append(argv) or (
+        255, "", "Host key verification failed.\nrsync error: unexplained error (code 255)"))
+    req = protocol.PeerCopy(id="i", user="specops-peer", address="192.0.2.7", port=22, host_key="ssh-ed25519 AAAAkey",
+                            path="/models/m", dest=str(dest), files={"model.safetensors": [10, 1]}, source={})
+    dfd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(ActionError, match="the peer's host key at 192.0.2.7 is not the one the controller accepted"):
+            peercopy._copy_into(req, str(where), dfd)
+    finally:
+        os.close(dfd)
+    (argv,) = seen
+    ssh = argv[argv.index("-e") + 1].split()
+    for option in ("StrictHostKeyChecking=yes", "BatchMode=yes", "IdentitiesOnly=yes", "GlobalKnownHostsFile=/dev/null",
+                   f"UserKnownHostsFile={where}/known_hosts", f"HostKeyAlias={peercopy.ALIAS}"):
+        assert ssh[ssh.index(option) - 1] == "-o", option
+    assert ssh[:3] == ["ssh", "-F", "/dev/null"]
+    assert (where / "known_hosts").read_text() == f"{peercopy.ALIAS} ssh-ed25519 AAAAkey\n"

@@ -72,3 +72,36 @@ def test_pushes_to_one_filesystem_are_counted_together(tmp_path):
     with pytest.raises(PlanError, match=r"not enough disk for .*/draft in /m/draft: need 0.0 MiB"):
         draft.plan(facts, ctx)  # 500 more do not fit: the first push is counted
     assert draft.plan(facts, Context("box", check=False)).uploads  # alone it would
+
+
+def test_a_manifest_rewritten_with_the_same_content_keeps_when_it_last_changed(tmp_path, monkeypatch):
+    """changed_at is when the weights' content last changed: a re-fetch that moves nothing, or a
+    new mtime with the same sha256s, must not make a running server look older than its weights."""
+    monkeypatch.setattr(weights, "WEIGHTS_DIR", str(tmp_path / "manifests"))
+    files = {"model.safetensors": {"size": 3, "mtime_ns": 1, "sha256": "aa"}}
+    weights.write_manifest("/models/m", {"dest": "/models/m", "files": files})
+    first = weights.read_manifest("/models/m")["changed_at"]
+    assert first > 0
+    monkeypatch.setattr(weights.time, "time", lambda: first + 1000)
+    weights.write_manifest("/models/m", {"dest": "/models/m", "files": {
+        "model.safetensors": {"size": 3, "mtime_ns": 2, "sha256": "aa"}}})
+    assert weights.read_manifest("/models/m")["changed_at"] == first
+    weights.write_manifest("/models/m", {"dest": "/models/m", "files": {
+        "model.safetensors": {"size": 3, "mtime_ns": 2, "sha256": "bb"}}})
+    assert weights.read_manifest("/models/m")["changed_at"] == first + 1000
+
+
+def test_a_server_started_before_its_weights_changed_is_restarted_saying_so():
+    from specops.layout import STATE_FILE
+    from specops.ops import Context, Facts, RunningCode
+    op = RunningCode("sglang", [], ["/models/m"])
+
+    def plan(changed_at, started=1000.0):
+        facts = Facts({"units": {"sglang": {"ActiveState": "active", "ExecMainStartTimestamp": started}},
+                       "files": {STATE_FILE: {"exists": False}},
+                       "weights": {"/models/m": {"manifest": {"changed_at": changed_at}}}})
+        return op.plan(facts, Context("box", False))
+    assert plan(changed_at=2000.0).summary == "weights changed since the server started (/models/m); restart"
+    assert plan(changed_at=2000.0).notify and plan(changed_at=2000.0).stale
+    assert plan(changed_at=500.0).summary == "ok"
+    assert plan(changed_at=0).summary == "ok"  # unchanged since before it was kept
