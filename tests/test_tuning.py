@@ -187,3 +187,55 @@ def test_a_plateau_does_not_stop_the_climb():
     flat = lambda s: f(Settings(3, 1, 4)) if s == Settings(5, 1, 6) else f(s)  # noqa: E731
     climb = tuning.climb(space.candidates, flat, Settings(3, 1, 4), budget=7)
     assert climb.best() == Settings(5, 4, 16) and climb.path[1] == Settings(5, 1, 6)
+
+
+def _vars(tmp_path, name, text=HOST_VARS):
+    (tmp_path / "host_vars").mkdir(exist_ok=True)
+    path = tmp_path / "host_vars" / f"{name}.yml"
+    path.write_text(text)
+    return path
+
+
+def test_a_linked_or_anchored_vars_file_is_refused_and_left_as_it_is(tmp_path):
+    real = _vars(tmp_path, "real")
+    link = tmp_path / "host_vars" / "t1.yml"
+    link.symlink_to(real)
+    with pytest.raises(UsageError, match="t1.yml: a symbolic link"):
+        writeback.write_speculative(link, "sglang", {"num_steps": 5})
+    anchored = _vars(tmp_path, "t2", "services:\n- name: sglang\n  model_path: /m\n  speculative: &spec\n"
+                                     "    algorithm: EAGLE3\n    num_steps: 3\n- name: other\n  model_path: /m\n"
+                                     "  speculative: *spec\n")
+    before = anchored.read_text()
+    with pytest.raises(UsageError, match=r"is the YAML anchor &spec"):
+        writeback.write_speculative(anchored, "sglang", {"num_steps": 5})
+    assert anchored.read_text() == before and real.read_text() == HOST_VARS
+
+
+def _tuned(name, service="sglang", apply=None):
+    from types import SimpleNamespace
+    rec = {"service": service, "changes": True, "winner": apply, "apply": apply,
+           "objective": {"at": 1, "min_speedup": 1.2}, "load": {"concurrency": [1], "requests": 8}}
+    return SimpleNamespace(name=name, result=rec)
+
+
+def test_apply_checks_every_file_before_it_writes_one_and_puts_them_back_when_the_deploy_fails(tmp_path, capsys):
+    from types import SimpleNamespace
+    from specops.flows import tuning_apply
+    a = _vars(tmp_path, "t1")
+    b = _vars(tmp_path, "t2", HOST_VARS.replace("name: sglang", "name: elsewhere"))  # no service of that name
+    sel = SimpleNamespace(inventory=str(tmp_path), host="t1,t2", group=None, all=False)
+    winner = {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16}
+    deploys = []
+    with pytest.raises(UsageError, match="t2.yml: defines no service 'sglang'"):
+        tuning_apply.apply(sel, [_tuned("t1", apply=winner), _tuned("t2", apply=winner)], deploys.append)
+    assert a.read_text() == HOST_VARS and deploys == []
+    assert "wrote" not in capsys.readouterr().out  # t1 never written: t2's file was refused first
+
+    def failing_deploy(body):
+        assert "num_steps: 5" in a.read_text()  # the deploy sees the winner
+        raise SystemExit(1)  # a gate refused it
+    with pytest.raises(SystemExit):
+        tuning_apply.apply(sel, [_tuned("t1", apply=winner)], failing_deploy)
+    assert a.read_text() == HOST_VARS and "put back as it was" in capsys.readouterr().out
+    tuning_apply.apply(sel, [_tuned("t1", apply=winner)], deploys.append)  # a deploy that ends well
+    assert "num_steps: 5" in a.read_text() and len(deploys) == 1 and b.read_text().count("elsewhere") == 1
