@@ -221,8 +221,6 @@ def test_a_new_stack_is_root_s_alone(tmp_path):
 
 def test_the_files_of_a_version_not_installed_come_from_its_wheel_in_memory(tmp_path):
     """What the patch check reads before a stack is built: the wheel's file and its RECORD sha256."""
-    import base64
-    import hashlib
     from sandbox import provision
     from specops.agent.converge import wheelfiles
     provision.sim_wheel(tmp_path / "wheels", "0.5.24")

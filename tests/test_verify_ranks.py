@@ -69,3 +69,23 @@ def test_a_rank_verified_again_is_no_longer_down_and_a_single_host_asks_once():
         protocol.VerifyResult(services=[protocol.ServiceReport(name="sglang")])
     verify_flow._ask(run, [protocol.ServiceCheck(name="sglang", port=30000)], {}, last=True)
     assert [(r.answer_within, last) for r, last in run.calls] == [(None, True)]  # one call, the lock with it
+
+
+def test_a_rank_whose_unit_failed_with_a_restart_queued_is_waited_for_not_said_down(monkeypatch):
+    """systemd restarts a rank whose peer went (Restart=on-failure): failed with a job queued is
+    on its way back; failed with none is down, said at once for rank 0."""
+    from specops.agent.services import ranks
+    states = iter([{"ActiveState": "failed", "SubState": "failed", "Job": "42"},
+                   {"ActiveState": "active", "SubState": "running", "Job": ""}])
+    monkeypatch.setattr(ranks, "unit_fact", lambda name: next(states))
+    monkeypatch.setattr(ranks.listeners, "Listener", lambda *a: SimpleNamespace(problem=lambda: None))
+    monkeypatch.setattr(ranks.asking, "call", lambda svc, method, path, timeout: (200, b""))
+    monkeypatch.setattr(ranks.running, "stale_check", lambda svc, report, u: None)
+    monkeypatch.setattr(ranks.time, "sleep", lambda s: None)
+    svc = protocol.ServiceCheck(name="sglang", port=30000, timeout=60)
+    report = ranks.rank_running(svc, protocol.ServiceReport(name="sglang"))
+    assert report.rank_down is None and report.checks and not report.failures
+    states = iter([{"ActiveState": "failed", "SubState": "failed", "Job": ""}])
+    monkeypatch.setattr(ranks, "journal", lambda name, invocation=None: "")
+    report = ranks.rank_running(svc, protocol.ServiceReport(name="sglang"))
+    assert report.rank_down == "unit sglang is failed/failed"

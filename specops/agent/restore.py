@@ -126,7 +126,7 @@ def _runnable(target, want):
             continue
         with open(src) as f:
             line = next((l for l in f if l.startswith("ExecStart=")), "")
-        value = line[len("ExecStart="):].strip().lstrip("@-:+!")
+        value = line[len("ExecStart="):].strip()  # specops's own unit: no prefix before the command
         try:  # the unit quotes each word ("/opt/specops/venvs/…/bin/python"): read it as systemd does
             words = shlex.split(value)
         except ValueError:
