@@ -133,9 +133,11 @@ def test_the_climb_never_stands_twice_on_a_plateau_and_says_when_the_budget_stop
     assert two.path == [a, b] or two.path == [a], two.path
     short = tuning.climb(space.candidates, lambda s: 100.0 + s.num_draft_tokens, Settings(1, 1, 2), budget=2)
     assert short.budget_spent and len(short.scores) == 2
+    spent = tuning.climb(space.candidates, lambda s: 100.0, Settings(3, 1, 4), budget=3)  # flat, budget gone
+    assert spent.budget_spent and spent.path == [Settings(3, 1, 4)]  # no sideways steps it cannot measure
 
 
-@pytest.mark.parametrize("budget", [1, 0, "two", 2.5])
+@pytest.mark.parametrize("budget", [1, 0, "two", 2.5, True])
 def test_a_tune_budget_below_two_restarts_is_refused(budget):
     from specops.errors import UsageError
     with pytest.raises(UsageError, match="tune.budget must be a whole number of restarts, 2 or more"):
