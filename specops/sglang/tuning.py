@@ -102,7 +102,7 @@ def asked_space(svc: dict, space: dict | None) -> dict:
     grid = dict(DEFAULT_SPACES[algo])
     for knob, values in (space or {}).items():
         if knob == "budget":
-            if not isinstance(values, int) or isinstance(values, bool) or values < 2:
+            if not isinstance(values, int) or values < 2:  # true and false are 1 and 0: refused too
                 raise UsageError(f"{svc['name']}: tune.budget must be a whole number of restarts, 2 or more "
                                  f"(the baseline and one candidate)")
             continue
