@@ -156,9 +156,9 @@ def render(outcomes: dict, security: dict, found: dict | None = None) -> str:
     sec_rows = []
     for case, entry in sorted(security.items()):
         attack, names = _case(entry["attack"], entry["tests"])
-        measured = "".join(f"; {t.properties['measured']}" for _, t in sorted(entry["tests"].items())
-                           if t.properties.get("measured"))
-        sec_rows.append(f"| {case} | {attack} | {names} | {_result(entry['tests'])}{measured} |")
+        figures = "".join(f"; {t.properties['measured']}" for _, t in sorted(entry["tests"].items())
+                          if t.properties.get("measured"))
+        sec_rows.append(f"| {case} | {attack} | {names} | {_result(entry['tests'])}{figures} |")
     doc = ["# Reliability", "",
            "Each row is a test on sandbox hosts (unless it says unit test) in `tests/`, with its result in the",
            "last full run. The test session writes this file (`SPECOPS_WRITE_RELIABILITY=1 bash scripts/test.sh`);",

@@ -91,3 +91,16 @@ def test_unit_test_is_said_from_the_tests_not_from_fixed_text():
                                        "`test_rules.py::unit` (unit test)<br>`test_rules_fleet.py::fleet` | 2/2 passed |")
     assert "unit test" not in row(doc, "host key")
     assert "unit test" not in row(doc, "disk full")  # not run: no tests to say it of
+
+
+def test_a_security_row_gives_what_its_test_measured_and_the_fault_tests_stay_counted():
+    outcomes = {"disk-full": {"kind": "fault", "tests": {
+        "tests/test_reliability_fleet.py::d": Outcome(PASS, {"bytes_verified": 100, "bytes_lost": 0})}}}
+    security = {
+        "hardened-unit": {"attack": "systemd-analyze", "tests": {
+            "tests/test_unit_hardening_fleet.py::t": Outcome(PASS, {"measured": "9.6 without, 4.2 with"})}},
+        "agent-cache": {"attack": "a cached zip", "tests": {"tests/test_hardening_fleet.py::c": Outcome(PASS, {})}}}
+    doc = render(outcomes, security)
+    assert row(doc, "hardened-unit").endswith("| 1/1 passed; 9.6 without, 4.2 with |")
+    assert row(doc, "agent-cache").endswith("| 1/1 passed |")
+    assert line(doc, "- bytes lost").startswith("- bytes lost: 0, of 100 bytes that 1 fault tests compared")
