@@ -284,7 +284,11 @@ def test_a_roll_ends_with_a_generation_through_the_router_and_status_says_when_i
     assert re.search(rf"^{ROUTER}: router router: NOT SERVING: /generate answered 5\d\d", st.stdout, re.M), st.stdout
 
 
-TUNE_KNOBS = {"SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_DRAFT_COST": "0.15"}
+# A landscape whose better settings beat the deployed one (steps 3, topk 1, draft tokens 4) by a
+# margin no loaded box's noise hides: 2.9x there, 3.6x at steps 5 and 4.1x with a tree of 16 in
+# the simulator's closed form (with ACCEPT_RATE 0.8 and DRAFT_COST 0.15 steps 5 led by 3 %, and a
+# CI run kept the deployed one).
+TUNE_KNOBS = {"SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_ACCEPT_RATE": "0.9", "SGLANG_SIM_DRAFT_COST": "0.05"}
 
 
 def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sandbox, serving):
