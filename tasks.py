@@ -5,12 +5,14 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import (draft_config, gpu_stack, model_patches, models, ordered, patch_check, router, router_stack,
-                   sglang_service, system_packages)
+from roles import (draft_config, gpu_stack, model_patches, models, monitoring, ordered, patch_check, router,
+                   router_stack, sglang_service, system_packages)
 from specops import cli
-from specops.output import perfpage
+from specops import inventory as inventory_mod
+from specops.fleetwide import monitoring as monitoring_mod
+from specops.fleetwide import report as report_mod
 from specops.output import releases as releases_out
-from specops.flows import gate, patching, pipeline, rolling, specbench, tuning, tuning_apply
+from specops.flows import gate, patching, pipeline, rolling, specbench, textfile, tuning, tuning_apply
 from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import SpecopsError
@@ -19,7 +21,8 @@ from specops.sglang import patches
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
 
-DEPLOY = ordered([patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router])
+DEPLOY = ordered([patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router,
+                  monitoring])
 BOOTSTRAP = ordered([system_packages, *DEPLOY])
 
 
@@ -155,14 +158,32 @@ def report(c, sel, out="report.html"):
     """One self-contained HTML page (opens with no network): per host and service, the releases,
     tok/s against concurrency with and without speculation, accept length per release, the
     gates, and what verify checks."""
-    hosts = {h.name: h for h in cli.select(sel)}
-    sections = []
-    for r in cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr):
-        for svc in hosts[r.name].get("services") or []:
-            sections.append(perfpage.service_section(r.name, svc["name"], r.result.releases if r.result else [],
-                                                     svc.get("gate")))
-    Path(out).write_text(perfpage.page(sections))
+    hosts = cli.select(sel)
+    reports = cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
+    Path(out).write_text(report_mod.page(hosts, reports))
     print(f"wrote {out}")
+
+
+@fleet_task("inventory", out="The directory to write prometheus.yml, targets/ and rules/ into (made if missing)",
+            scrape_interval="Prometheus's scrape and rule evaluation interval (default 15s)",
+            alertmanager="Alertmanager(s) to send alerts to, HOST:PORT, comma-separated (default: none)")
+def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
+    """Write a Prometheus configuration for the whole inventory into OUT: prometheus.yml, the scrape
+    targets (targets/sglang.json, targets/sglang-router.json, targets/node.json: every SGLang service
+    with its metrics on, every router, every host with `monitoring`) and the alerts
+    (rules/specops.rules.yml: down, restarting, queue growing, CUDA graphs off, drift, unverified,
+    speculative decoding no longer paying off, as each service's `watch:` says).  Connects to no
+    host; check it with `promtool check config OUT/prometheus.yml`."""
+    try:
+        written, warnings = monitoring_mod.write(
+            inventory_mod.load(sel.inventory or cli.DEFAULT_INVENTORY), out, scrape_interval,
+            [a.strip() for a in (alertmanager or "").split(",") if a.strip()])
+    except SpecopsError as e:
+        cli.exit_with(e)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}")
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)")
@@ -199,13 +220,15 @@ def gpu_window(c, sel, service=None, become=False):
 @fleet_task(*SELECT, "json")
 def verify(c, sel):
     """Check each service: ready, serving its model, running the intended spec args, generating."""
-    cli.play(verify_host, DEPLOY, sel, task="verify")
+    cli.play(lambda run: (textfile.after(run), verify_host(run, last=True)), DEPLOY, sel, task="verify")
 
 
-@fleet_task(*SELECT, "json")
-def status(c, sel):
-    """Per service: state, uptime, drift from the inventory, stale code, effective spec args; GPU
-    memory, and memory held by processes of no running service."""
+@fleet_task(*SELECT, "json", strict="Exit 1 when anything needs doing: drift, stale code, a crash, a spec "
+                                     "mismatch, a router not serving, a draft that no longer pays")
+def status(c, sel, strict=False):
+    """Per service: state, uptime, drift from the inventory, stale code, effective spec args, what
+    the unit runs (stack, SGLang version, release) and, from its /metrics, production against what
+    its release measured; GPU memory, and memory held by processes of no running service."""
     sel.check = True
     reports = []
     try:
@@ -215,7 +238,7 @@ def status(c, sel):
         results = {r.name: r.result for r in reports if r.result}
         if results:
             print(Redactor(cli.select(sel))(status_mod.table(results)))
-    if any(r.error for r in reports):
+    if any(r.error for r in reports) or (strict and status_mod.needs_doing(results)):
         raise Exit(code=1)
 
 
@@ -247,5 +270,5 @@ def sandbox_down(c):
 
 
 ns = Collection(deploy, bootstrap, rollback, releases, patch, stop, gpu_window, spec_bench, spec_tune, report, verify,
-                status, facts)
+                status, facts, monitoring)
 ns.add_collection(Collection("sandbox", sandbox_up, sandbox_down))

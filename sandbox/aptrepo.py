@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from pathlib import Path
 
 from sandbox.fleet import Host
 
@@ -16,11 +17,22 @@ REPO = "/srv/specops-apt"
 ARCHIVES = "/var/cache/apt/archives"
 
 
-def serve(h: Host, packages: list[str], remove: bool = True) -> None:
+DEBS = Path("/var/cache/specops/debs")  # .debs setup.sh downloaded on the controller (apt-get download)
+
+
+def controller_deb(name: str) -> Path:
+    """A .deb the controller keeps for the sandbox hosts (scripts/setup.sh downloads it)."""
+    found = sorted(DEBS.glob(f"{name}_*.deb"))
+    if not found:
+        raise RuntimeError(f"no {name} .deb in {DEBS}: run scripts/setup.sh")
+    return found[-1]
+
+
+def serve(h: Host, packages: list[str], remove: bool = True, debs: tuple = ()) -> None:
+    """`packages` from the host's own archives, and `debs` (paths on the controller) beside them."""
     h.run("mkdir", "-p", REPO)
     entries = []
-    for name in packages:
-        (deb,) = h.path(ARCHIVES).glob(f"{name}_*.deb")
+    for deb in [*(next(iter(h.path(ARCHIVES).glob(f"{name}_*.deb"))) for name in packages), *debs]:
         data = deb.read_bytes()
         h.path(f"{REPO}/{deb.name}").write_bytes(data)
         control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout

@@ -15,10 +15,31 @@ need openssl openssl  # the sandbox's password-sudo hosts (a shadow hash)
 need git git          # the sandbox hub's model repositories
 need chromium chromium  # renders `inv report`'s page headless, in a test
 python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)
+updated=
+apt_update() { [ -n "$updated" ] || { apt-get update -qq; updated=1; }; }
 if ((${#packages[@]})); then
   echo "[setup] apt-get install ${packages[*]}"
-  apt-get update -qq
+  apt_update
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+fi
+# promtool checks and unit-tests the alerts `inv monitoring` writes (prometheus 2.42 on bookworm).
+# Only the tool is wanted: the server its postinst starts is stopped and disabled, so nothing listens.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "[setup] apt-get install prometheus (for promtool)"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  systemctl disable --now prometheus >/dev/null 2>&1 || true
+  if [ ! -d /run/systemd/system ]; then  # no systemd as init: its SysV script may have started it
+    service prometheus stop >/dev/null 2>&1 || true
+  fi
+fi
+# node_exporter for the sandbox hosts' monitoring: the .deb only, downloaded once, never installed here.
+debs=/var/cache/specops/debs
+if ! compgen -G "$debs/prometheus-node-exporter_*.deb" >/dev/null; then
+  echo "[setup] apt-get download prometheus-node-exporter into $debs"
+  apt_update
+  mkdir -p "$debs"
+  (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root prometheus-node-exporter)
 fi
 
 if [ ! -x .venv/bin/python ]; then

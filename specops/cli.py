@@ -98,8 +98,9 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own
     return wrap
 
 
-# Options that trust or take over something are spelt out: never one mistyped letter.
-LONG_ONLY = ("accept_new_host_key", "break_lock", "apply")
+# Options that trust or take over something are spelt out: never one mistyped letter.  So is one
+# whose letter means a selection option in the other tasks (-a: --all).
+LONG_ONLY = ("accept_new_host_key", "break_lock", "apply", "alertmanager")
 
 
 class _Task(Task):

@@ -97,6 +97,10 @@ class HostLock:
         finally:
             self._kept -= 1
 
+    def keeping(self) -> bool:
+        """Inside kept(): a call that says it is the last is not."""
+        return bool(self._kept)
+
     def release(self) -> None:
         """Give it back now (unless kept), in a request of its own."""
         if self.token and not self._kept:

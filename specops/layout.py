@@ -75,6 +75,13 @@ BASELINE_PREFIX = "specops-baseline-"      # spec-bench's transient unit: <prefi
 WINDOW_PREFIX = "specops-window-"          # a GPU window's job runs in the scope <prefix><16 hex digits>
 WINDOW_STOP_SEC = 5                        # the job's SIGTERM grace when its window ends
 DEFAULT_VENV = "/opt/sglang/venv"
+# Monitoring: node_exporter's textfile collector reads TEXTFILE_DIR (Debian's default for its
+# prometheus-node-exporter); the timer that refreshes specops's file there runs the agent from
+# TEXTFILE_AGENT (the agent's zip, as the monitoring role installs it).
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+TEXTFILE_NAME = "specops.prom"
+TEXTFILE_AGENT = "/usr/local/lib/specops/agent.pyz"
+VERDICTS = HOME + "/verdicts.json"         # each service's last verify: passed or not, and when
 DEFAULT_PORT = 30000
 
 # Package paths resolved on the host by a venv's own interpreter: pkg:<venv>:<package>/<path>.

@@ -64,6 +64,8 @@ class HostRun(Converging):
         self.acted = False                  # any action done (a build, a fetch, a restart)
         self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
         self.quick: set[str] = set()  # services whose stop need not drain (out of their routers, --no-drain)
+        # Requests that go with the run's last call, in its round trip (the textfile after a deploy)
+        self.epilogue: list = []
 
     def connect(self) -> Remote:
         if self.remote is None:
@@ -75,10 +77,22 @@ class HostRun(Converging):
         with last=True the same round trip gives the lock back."""
         if not isinstance(request, protocol.Unlock):  # what an interrupted run was doing
             self.report.doing = type(request).__name__
+        envelope = self.lock.envelope(last)
+        then, self.epilogue = (self.epilogue, []) if last and not self.lock.keeping() else ([], self.epilogue)
         try:  # the lease keeper renews until the last call has returned, however long it takes
-            return self.connect().agent(request, **self.lock.envelope(last), on_stderr=on_stderr)
+            return self.connect().agent(request, **envelope, on_stderr=on_stderr, then=then)
         finally:
             self.lock.sent_last(last)
+            for req, res in zip(then, self.remote.followed if then and self.remote else []):
+                self.said_after(req, res)
+
+    def said_after(self, request, result) -> None:
+        """What an epilogue request did, in a line (a failure there fails nothing: it is said)."""
+        if isinstance(result, Exception):
+            self.say(f"WARNING: {type(request).__name__}: {result}")
+        elif isinstance(request, protocol.Textfile):
+            self.say(f"textfile: {result.series} series in {result.path}" if result.path else
+                     f"textfile: no {request.directory} (node exporter not installed): not written")
 
     def say(self, text: str) -> None:
         self.report.said(text)

@@ -17,7 +17,7 @@ def test_a_task_runs_its_roles_in_one_order_however_they_are_listed():
             assert roles.ordered(listing) == task
     assert [r.NAME for r in tasks.BOOTSTRAP] == ["system_packages", "patch_check", "models", "gpu_stack",
                                                  "model_patches", "draft_config", "sglang_service", "router_stack",
-                                                 "router"]
+                                                 "router", "monitoring"]
     assert tasks.DEPLOY == tasks.BOOTSTRAP[1:]
 
 

@@ -65,3 +65,28 @@ def test_the_accept_length_sets_how_many_steps_not_how_long_each_takes(knobs):
     runs = {a: steps(a) for a in (3.2, 3.0, 1.0)}
     assert {a: len(s) for a, s in runs.items()} == {3.2: 15, 3.0: 16, 1.0: 48}
     assert len({round(seconds, 12) for s in runs.values() for seconds, _ in s}) == 1
+
+
+def test_the_accept_file_replaces_the_accept_rate_for_requests_that_start_after_it(knobs, tmp_path):
+    """SGLANG_SIM_ACCEPT_FILE: read as a request starts; a request keeps the accept length it started
+    with; a file that is gone, or holds no float, gives the knob back."""
+    path = tmp_path / "accept_rate"
+    knobs(ACCEPT_RATE=0.8, ACCEPT_FILE=path)
+    model = Model("EAGLE3", 3, 4)
+    knob = model.accept
+    assert model.refresh_accept() == knob == pytest.approx((1 - 0.8 ** 4) / 0.2)
+    running = model.steps(1000)
+    next(running)  # started at the knob's accept length
+    path.write_text("0.1\n")
+    low = list(Model("EAGLE3", 3, 4).steps(200))
+    assert model.refresh_accept() == pytest.approx((1 - 0.1 ** 4) / 0.9) and 200 / len(low) < 1.2
+    assert 1000 / (1 + len(list(running))) > 2.5
+    path.write_text("not a number")
+    assert model.refresh_accept() == knob
+    path.write_text("0.1")
+    assert model.refresh_accept() < 1.2
+    path.unlink()
+    assert model.refresh_accept() == knob
+    knobs(ACCEPT_LENGTH=2.5)  # a pinned accept length still wins
+    path.write_text("0.1")
+    assert Model("EAGLE3", 3, 4).refresh_accept() == 2.5

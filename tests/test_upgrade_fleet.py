@@ -173,7 +173,8 @@ def test_failing_version_rolls_back_to_the_previous_stack_without_an_install(san
     assert res.returncode == 0, res.stdout + res.stderr
     line = next(l for l in res.stdout.splitlines() if l.startswith("t4 ") and "sglang" in l)
     assert " none " in line, res.stdout
-    assert f"t4: stack {venv_for(v24)} (release {upgraded['second']}); 2 stack(s) kept" in res.stdout, res.stdout
+    assert f"t4: sglang runs sglang 0.5.24 from stack {venv_for(v24)} (release {upgraded['second']})\n" in res.stdout
+    assert f"t4: current release {upgraded['second']}; 2 stack(s) kept" in res.stdout, res.stdout
     assert not h.path(venv_for(v25)).exists()  # no kept release runs it (the undone one names none)
     res, rep = run(sandbox, "t4", v24)
     assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
@@ -187,6 +188,10 @@ def test_manual_rollback_across_a_version_and_back(sandbox, upgraded):
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stdout[-3000:]
     assert running(h) == ("patched: diff", "0.5.23") and current(h) == upgraded["first"]
+    # status names what the unit runs (the inventory still asks for 0.5.24's stack), not what it asks for
+    res, _ = run(sandbox, "t4", v24, task="status")
+    assert (f"t4: sglang runs sglang 0.5.23 from stack {venv_for(upgraded['v23'])} (release {upgraded['first']}); "
+            f"the inventory asks for stack {venv_for(v24)}: inv deploy to run it") in res.stdout, res.stdout
     res, rep = run(sandbox, "t4", v24, "--to", upgraded["second"], task="rollback")
     assert res.returncode == 0, res.stdout[-3000:]
     assert running(h) == ("patched: diff", "0.5.24") and current(h) == upgraded["second"]

@@ -53,9 +53,10 @@ def sha256_file(path):
         return sha256_fd(f.fileno())
 
 
-def sha256_fd(fd):
-    """The hex sha256 of what an open file holds, read from its start (the fd stays open)."""
-    h, offset = sha256(), 0
+def sha256_fd(fd, h=None):
+    """The hex sha256 of what an open file holds, read from its start (the fd stays open); with
+    `h`, that hash (fed a prefix already) is the one fed and told."""
+    h, offset = h or sha256(), 0
     while True:
         block = os.pread(fd, 1 << 20, offset)
         if not block:

@@ -36,6 +36,7 @@ HANDLERS = {
     "router_add": ("services.routing", "add"),
     "worker_idle": ("services.routing", "idle"),
     "end_job": ("services.window", "end"),
+    "textfile": ("textfile", "write"),
 }
 assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import protocol, services
-from . import rolling
+from . import rolling, textfile
 from . import verify as verify_mod
 from ..errors import GateFailed, SpecopsError, UsageError
 from ..layout import WINDOW_PREFIX
@@ -16,6 +16,7 @@ from ..run import HostRun
 def deploy(run: HostRun, bench=None) -> None:
     """lock → facts → plan → apply → handlers → verify (→ `bench`, the gates) → record the release.
     A failed verify, apply or gate undoes this deploy's changes and verifies the previous state."""
+    textfile.after(run)
     ctx = run.converge()
     if run.opts.check:
         return
@@ -79,15 +80,24 @@ def record(run: HostRun, directory: str, last: bool = True) -> None:
                 "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
                 "verified": [{k: r.get(k) for k in ("name", "checks", "generate", "notes")}
                              for r in run.report.extra.get("verify") or []],
+                "watch": {s["name"]: watched(s) for k, s in kinds if k.name == "sglang"},
                 "summary": shorten(", ".join(c["target"] for c in run.report.changes if c["changed"]), 300)}
     res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
                                           previous=run.previous(), manifest=manifest), last=last)
     run.report.notes.append(f"release {res.stamp}")
 
 
+def watched(svc: dict) -> dict:
+    """What the textfile tells Prometheus of a service beyond its arguments: whether it runs with
+    CUDA graphs, and its gate."""
+    return {"cuda_graph": "--disable-cuda-graph" not in (svc.get("extra_args") or []),
+            "gate_min_accept_length": (svc.get("gate") or {}).get("min_accept_length")}
+
+
 def rollback(run: HostRun, to: str | None = None) -> None:
     """Restore the release before current (or --to), purge bytecode, reload, restart, verify;
     each worker out of its routers meanwhile."""
+    textfile.after(run)
     run.probe([], lock=True)
     rolling.out_of_routers(run, lambda: _rollback(run, to))
 

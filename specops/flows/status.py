@@ -2,6 +2,8 @@
 arguments; per host, GPU memory and who holds it."""
 from __future__ import annotations
 
+import re
+import shlex
 import time
 
 from .. import protocol, services
@@ -80,12 +82,60 @@ def collect(run: HostRun) -> dict:
                             for w in router_kind.workers_of(run.host, svc)]
     gpu, warnings = _gpu(facts, active)
     kept = run.call(protocol.Releases())
+    for r in rows:
+        kind, svc = kinds[r["service"]]
+        p = peeked.get(r["service"])
+        r["runs"] = runs(facts.unit(r["service"]).get("text"), kept, r["service"], p, services.venv_of(run.host))
+        if kind.name == "sglang" and p and p.running:
+            r["production"] = production(run.host, svc, p.running, kept, r["runs"])
     summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
                "venv": services.venv_of(run.host), "current": kept.current,
                "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks],
                "uv_cache": kept.uv_cache}
     run.report.extra["status"] = summary
     return summary
+
+
+EXEC_START = re.compile(r"^ExecStart=(.*)$", re.M)
+MIN_VERIFY_CALLS = 200  # fewer since the server started: too little traffic to judge its accept length
+
+
+def runs(unit_text: str | None, kept: protocol.ReleasesResult, name: str, peeked, inventory_venv: str) -> dict:
+    """The stack, SGLang version and release the unit actually runs (its unit file's ExecStart; the
+    newest release that deployed that unit file), and the stack the inventory asks for."""
+    m = EXEC_START.search(unit_text or "")
+    try:  # its first word, quoted as ops/unitfmt.py quotes it (as a shell would read it): the stack's python
+        python = shlex.split(m.group(1))[0] if m else ""
+    except (ValueError, IndexError):
+        python = ""
+    venv = python[:-len("/bin/python")] if python.endswith("/bin/python") else None
+    current = next((r for r in kept.releases if r["stamp"] == kept.current), None)
+    mine = [r for r in kept.releases if r.get("status") == "deployed" and name in (r.get("services") or [])]
+    release = current if current and current.get("venv") in (venv, None) else \
+        next((r for r in reversed(mine) if r.get("venv") == venv), None)
+    version = (peeked.running or {}).get("version") if peeked else None
+    return {"venv": venv, "release": release["stamp"] if release else None,
+            "sglang": version or ((release or {}).get("packages") or {}).get("sglang"),
+            "inventory_venv": inventory_venv}
+
+
+def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ran: dict) -> dict:
+    """Its /metrics against what its release measured: the figures and, when the draft no longer
+    pays (its watch's fraction of the release's accept length, with traffic to judge), the words."""
+    from ..fleetwide.rules import watch_of
+    out = {k: running.get(k) for k in ("accept_length", "gen_throughput", "queue", "running", "verify_calls",
+                                       "generation_tokens", "error")}
+    rel = next((r for r in kept.releases if r["stamp"] == ran["release"]), None) or {}
+    figure = protocol.release_figure((rel.get("perf") or {}).get(svc["name"]), (rel.get("tune") or {}).get(svc["name"]),
+                                     (rel.get("spec") or {}).get(svc["name"]) or {})
+    out["deployed_accept_length"], out["deployed_source"] = (figure[0], figure[2]) if figure else (None, None)
+    fraction = watch_of(host, svc)[0]
+    now, then = out.get("accept_length"), out["deployed_accept_length"]
+    if now and then and (out.get("verify_calls") or 0) >= MIN_VERIFY_CALLS and now < fraction * then:
+        out["not_paying"] = (f"accept length {now:.1f} in production, {then:.1f} when deployed at {rel['stamp']} "
+                             f"({out['deployed_source']}): the draft no longer fits this traffic; run inv spec-tune "
+                             f"--host {host.name}")
+    return out
 
 
 def table(results: dict[str, dict]) -> str:
@@ -113,9 +163,42 @@ def table(results: dict[str, dict]) -> str:
                 f"{w['worker']} ({w['url']}): " + ("in the router, " + ("healthy" if w["healthy"] else "NOT healthy")
                                                   + f", load {w['load']}" if w["in_router"] else "NOT in the router"))
                 for w in s.get("workers") or []]
+        for s in res["services"]:
+            lines += _runs_lines(host, s)
         if res.get("stacks"):
-            lines.append(f"{host}: stack {res['venv']} (release {res.get('current') or 'none'}); "
+            lines.append(f"{host}: current release {res.get('current') or 'none'}; "
                          f"{len(res['stacks'])} stack(s) kept: {sum(s['new'] for s in res['stacks']) / 2**30:.2f} GiB, "
                          f"uv's cache {res.get('uv_cache', 0) / 2**30:.2f} GiB more")
         lines += [f"{host}: WARNING: {w}" for w in res.get("gpu_warnings", [])]
     return "\n".join(lines)
+
+
+def _runs_lines(host: str, s: dict) -> list[str]:
+    """What the unit runs, as status says it; its production figures, and a draft that no longer pays."""
+    ran, out = s.get("runs") or {}, []
+    if ran.get("venv"):
+        line = (f"{host}: {s['service']} runs sglang {ran.get('sglang') or '?'} from stack {ran['venv']} "
+                f"(release {ran.get('release') or 'none'})")
+        if ran["venv"] != ran.get("inventory_venv"):
+            line += f"; the inventory asks for stack {ran['inventory_venv']}: inv deploy to run it"
+        out.append(line)
+    p = s.get("production")
+    if p and p.get("error"):
+        out.append(f"{host}: {s['service']}: /metrics: {p['error']}")
+    elif p and p.get("accept_length") is not None:
+        deployed = (f", {p['deployed_accept_length']:.2f} measured by {p['deployed_source']}"
+                    if p.get("deployed_accept_length") else "")
+        out.append(f"{host}: {s['service']} in production: accept length {p['accept_length']:.2f}{deployed}; "
+                   f"{p.get('gen_throughput') or 0:.1f} tok/s; {int(p.get('running') or 0)} running, "
+                   f"{int(p.get('queue') or 0)} queued; {int(p.get('verify_calls') or 0)} verify calls since start")
+    if p and p.get("not_paying"):
+        out.append(f"{host}: {s['service']}: DRAFT NOT PAYING: {p['not_paying']}")
+    return out
+
+
+def needs_doing(results: dict[str, dict]) -> bool:
+    """What --strict fails on: anything status shows that a run (or a person) must act on."""
+    return any(s.get("drift") or s.get("stale") or s.get("restarts") or s.get("spec_mismatch")
+               or s.get("not_serving") or (s.get("production") or {}).get("not_paying")
+               or (s.get("runs") or {}).get("venv") not in (None, (s.get("runs") or {}).get("inventory_venv"))
+               for res in results.values() for s in res["services"])

@@ -3,7 +3,7 @@
 Each node runs the same service (refused otherwise: so a change to it reaches, and restarts,
 every node's unit in the same deploy) plus the three flags SGLang derives a multi-node launch from:
 `--nnodes`, `--node-rank` (the host's place in `nodes`) and `--dist-init-addr` (rank 0's
-`node_address`, else its `address`, and `dist_init_port`).  Rank 0 serves the API; the other ranks serve only a health check
+`node_address`, else its `address`, and `dist_init_port`: reach.py).  Rank 0 serves the API; the other ranks serve only a health check
 (SGLang 0.5.23's launch_dummy_health_check_server), so verify asks rank 0 and checks that the
 others' units run and answer /health on their port.  Placed once when the inventory is loaded, so every role, the spec rules and
 the host's preflight see the whole argument list.
@@ -11,6 +11,7 @@ the host's preflight see the whole argument list.
 from __future__ import annotations
 
 from ..errors import UsageError
+from . import reach
 
 DIST_INIT_PORT = 50000
 
@@ -33,11 +34,9 @@ def place(inventory, host, svc: dict, file: str) -> dict:
         if theirs != [_own(svc)]:
             raise UsageError(f"{where}: node {n!r} must define service {svc.get('name')!r} exactly as the others "
                              f"do (the same arguments on every node; only the rank differs)")
-    rank0 = inventory.hosts[nodes[0]]
-    address = rank0.get("node_address") or rank0.get("address") or rank0.name
-    address = f"[{address}]" if ":" in address else address  # an IPv6 address, as SGLang parses it
+    rank0 = reach.address(inventory.hosts[nodes[0]], via="node_address")
     return {**svc, "nnodes": len(nodes), "node_rank": nodes.index(host.name),
-            "dist_init_addr": f"{address}:{svc.get('dist_init_port', DIST_INIT_PORT)}"}
+            "dist_init_addr": reach.hostport(rank0, svc.get("dist_init_port", DIST_INIT_PORT))}
 
 
 def _own(svc: dict) -> dict:

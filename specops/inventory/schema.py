@@ -33,6 +33,13 @@ class Req:
     schema: Any
 
 
+@dataclass(frozen=True)
+class OneOf:
+    """Any one of `options` (a mapping's own problems are named when the value is a mapping)."""
+    options: tuple
+    rule: str
+
+
 ANY = object()
 NUMBER = (int, float)
 
@@ -46,6 +53,8 @@ SPECULATIVE = {
     "ngram_max_bfs_breadth": int,
     "dflash_block_size": int,
 }
+
+DURATION = Pattern(r"^([0-9]+(ms|s|m|h|d|w|y))+$", "a duration is Prometheus's: 30s, 10m, 1h30m")
 
 UNIT_NAME = Pattern(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$",
                     "a service name may hold only letters, digits and _ . @ - and starts with a letter or digit")
@@ -91,6 +100,7 @@ SERVICE = {
     "api_key": Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an "
                                            "HTTP header)"),
     "extra_args": [str],
+    "metrics": bool,                # false: SGLang without --enable-metrics (its /metrics: 404)
     # the system user it runs as (made by its role, in the GPU nodes' groups); default root
     "user": Pattern(r"^(?!root$)[a-z_][a-z0-9_-]{0,30}$", "a user is a plain system user name (lower-case letters, "
                     "digits, _ and -), never root"),
@@ -121,6 +131,11 @@ SERVICE = {
     "tune": {  # inv spec-tune's search space (specops/sglang/tuning.py; default: the algorithm's)
         "num_steps": [int], "eagle_topk": [int], "num_draft_tokens": [int],
         "budget": int,                  # the most restarts a tune may spend (--budget)
+    },
+    "watch": {  # what `inv monitoring`'s SpecDecodeNotPayingOff alert holds it to (specops/fleetwide/rules.py)
+        "accept_fraction": NUMBER,      # production accept length below this × the release's measure fires
+        "for": DURATION,                # ... for this long
+        "min_verify_rate": NUMBER,      # ... only with at least this many verify calls/s of traffic
     },
 }
 
@@ -206,6 +221,15 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
         schema = schema.schema
     if schema is ANY:
         return
+    if isinstance(schema, OneOf):
+        errors = []
+        for option in schema.options:
+            try:
+                return check(value, option, file, where)
+            except UsageError as e:
+                errors.append((isinstance(option, dict), e))
+        raise next((e for is_map, e in errors if is_map and isinstance(value, dict)), None) or \
+            UsageError(f"{file}: {where or '(top)'}: {schema.rule}, not {value!r}")
     if isinstance(schema, Enum):
         if value not in schema.values:
             fail(f"must be one of {', '.join(map(str, schema.values))}, not {value!r}")

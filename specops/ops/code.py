@@ -67,7 +67,10 @@ WEIGHTS_EVENT = "weights:"
 
 class RunningCode(Op):
     """A running service must have started after every file it runs from last changed; if not,
-    the change is its restart."""
+    the change is its restart.  Its weights too: after their content last changed (the
+    manifest's changed_at) and after any of their files was last written (its ctime, which an
+    edit cannot put back); and weights that differ from their manifest (a deploy puts the
+    manifest's back first) are not what it should run either."""
 
     def __init__(self, service: str, sources: list[str], weights: list[str] = ()):
         self.service, self.sources, self.weights = service, sources, list(weights)
@@ -84,21 +87,31 @@ class RunningCode(Op):
         if u.get("ActiveState") != "active" or not started or handlers.restart(self.service) in ctx.notified:
             return self._change(target, "ok")
         purges = host_state(facts).get("purges", {})
-        events = []
+        events, managed = [], set()
         for key in self.sources:
             f = facts.file(key)
+            managed.add(f.get("path") or key)
             if f.get("exists") and f.get("mtime"):
                 events.append((f["mtime"], f["path"]))
             if f.get("path") in purges:
                 events.append((purges[f["path"]]["purged_at"], f"the bytecode purge of {f['path']}"))
-        for dest in self.weights:  # the manifest says when the weights' content last changed
-            changed_at = ((facts.data.get("weights", {}).get(dest) or {}).get("manifest") or {}).get("changed_at")
-            if changed_at:
-                events.append((changed_at, WEIGHTS_EVENT + dest))
-        if not restart_stamp_is_stale(started, events):
+        differ = []
+        for dest in self.weights:
+            have = facts.data.get("weights", {}).get(dest) or {}
+            for at in ((have.get("manifest") or {}).get("changed_at"), (have.get("newest") or [None])[0]):
+                if at:
+                    events.append((at, WEIGHTS_EVENT + dest))
+            # a file the service manages (the draft's config.json with draft_config) is checked as its code is
+            mine = [n for n in have.get("differ") or () if f"{dest}/{n}" not in managed]
+            differ += [(dest, len(mine))] if mine else []
+        if restart_stamp_is_stale(started, events):
+            what = max(events)[1]
+            why = (f"weights changed since the server started ({what[len(WEIGHTS_EVENT):]})"
+                   if what.startswith(WEIGHTS_EVENT) else f"running old code: started before {what} changed")
+        elif differ:
+            why = f"running weights that differ from their manifest ({differ[0][0]}: {differ[0][1]} file(s) changed " \
+                  f"on the host)"
+        else:
             return self._change(target, "ok")
-        what = max(events)[1]
-        why = (f"weights changed since the server started ({what[len(WEIGHTS_EVENT):]})"
-               if what.startswith(WEIGHTS_EVENT) else f"running old code: started before {what} changed")
         change = self._change(target, f"{why}; restart", notify=list(self.notify))
         return dataclasses.replace(change, stale=True)

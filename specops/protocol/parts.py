@@ -50,6 +50,8 @@ class Endpoints:
     public: List[str] = Factory(lambda: ["/health"])  # paths that need no API key
     # A router's: lists its workers as {"workers": [{"url", "is_healthy", "load", ...}]}
     members: Optional[str] = None
+    # Prometheus's text (SGLang started with --enable-metrics), read by status; needs no API key
+    metrics: Optional[str] = None
 
 
 @message
@@ -94,6 +96,8 @@ class ServiceReport:
     not_serving: Optional[str] = None  # a router's: why a generation through it failed (peek)
     starting: bool = False  # still starting when a Verify with answer_within answered: nothing else checked
     rank_down: Optional[str] = None  # a rank > 0 whose unit is not running and not about to: its state
+    # peek: the version the server reports, and its production figures (agent/services/production.py)
+    running: Optional[Dict[str, Any]] = None
 
 
 @message

@@ -25,9 +25,13 @@ class AgentSession:
         self.chan.sendall(shipping.preamble())
         self.out, self.tail = b"", []
 
-    def call(self, wire: bytes, on_stderr: Callable[[str], None] | None = None) -> bytes:
-        """Send one request; stream its progress lines; return its answer."""
-        self.chan.sendall(shipping.frame(wire))
+    def call(self, wire: bytes, on_stderr: Callable[[str], None] | None = None, then: list[bytes] = ()) -> list[bytes]:
+        """Send one request, and the requests `then` in the same write (the agent answers them in
+        order: no round trip of their own); stream the progress lines; return the answers."""
+        self.chan.sendall(b"".join(shipping.frame(w) for w in [wire, *then]))
+        return [self._answer(on_stderr) for _ in range(1 + len(then))]
+
+    def _answer(self, on_stderr: Callable[[str], None] | None) -> bytes:
         while True:
             answer = self._frame()
             if answer is not None:

@@ -94,6 +94,7 @@ class Remote:
         self.name = name
         self.round_trips = 0
         self.session: AgentSession | None = None  # the run's agent on this host, once started
+        self.followed: list = []  # what the requests sent after the last one did (agent's `then`)
         self.not_started: NotStarted | None = None  # why the agent could not start: never asked twice
         self.interrupted = False  # set when Ctrl-C was passed to a streamed job
         port = vars.get("ssh_port")
@@ -278,10 +279,12 @@ class Remote:
         return status
 
     def agent(self, request, unlock: str | None = None, lock: str | None = None,
-              on_stderr: Callable[[str], None] | None = None):
+              on_stderr: Callable[[str], None] | None = None, then: list = ()):
         """One protocol request to this host's agent (started with the first): one round trip.
         `lock`: the run's lock token (the request runs only while it holds the lock); `unlock`:
-        give the lock back when the request ends."""
+        give the lock back when the last request ends.  `then`: requests sent in the same round
+        trip after it; their results (or the SpecopsError each met) are left in self.followed."""
+        self.followed = []
         if self.not_started:
             raise self.not_started
         if not self.conn.is_connected:
@@ -293,9 +296,13 @@ class Remote:
                 self.not_started = NotStarted(str(e))
                 raise self.not_started from None
         self.round_trips += 1
-        wire = json.dumps(protocol.encode(request, unlock=unlock, lock=lock)).encode()
+        # `then` needs no lock (protocol.changes_host is false for it): sent with the lock's token, it
+        # would be refused after an Unlock gave the lock back in the same write
+        wires = [json.dumps(protocol.encode(r, unlock=unlock if i == len(then) else None,
+                                            lock=lock if i == 0 else None)).encode()
+                 for i, r in enumerate([request, *then])]
         try:
-            answer = self.session.call(wire, on_stderr)
+            answer, *followed = self.session.call(wires[0], on_stderr, wires[1:])
         except SpecopsError:
             self.session = None
             raise
@@ -304,6 +311,15 @@ class Remote:
             self.session.close()   # (this also ends the agent and what it was running)
             self.session = None
             raise
+        self.followed = []
+        for r, raw in zip(then, followed):
+            try:
+                self.followed.append(self._decode(r, raw))
+            except SpecopsError as e:
+                self.followed.append(e)
+        return self._decode(request, answer)
+
+    def _decode(self, request, answer: bytes):
         try:
             return protocol.decode_result(request, json.loads(answer))
         except protocol.AgentError as e:

@@ -13,7 +13,8 @@ from typing import Any
 
 from .. import protocol
 from ..errors import UsageError
-from ..layout import DEFAULT_PORT, LAUNCHER
+from ..inventory import reach
+from ..layout import LAUNCHER
 from ..sglang import stack
 from . import hardening
 
@@ -30,7 +31,7 @@ class ServiceKind:
     endpoints = protocol.Endpoints()
 
     def port(self, svc: dict) -> int:
-        return svc.get("port", DEFAULT_PORT)
+        return reach.port(svc)
 
     def unit(self, svc: dict) -> protocol.UnitRef:
         """How stop and restart account for its processes: the GPUs it uses (CUDA_VISIBLE_DEVICES,

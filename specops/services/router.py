@@ -2,12 +2,13 @@
 binary that runs on CPU), the second kind of service.
 
 Its workers are the SGLang services of an inventory group (`workers: {group: G}`), reached at
-`http://<router_address or address>:<port>` of their hosts.  Interface facts, from
-sglang-router 0.3.2 as it runs (docs/ARCHITECTURE.md, "The router"): `GET /health` is 200 with
-or without workers; `GET /workers` lists `{"workers": [{"id", "url", "is_healthy", "load",
-...}], "total"}`; `POST /workers {"url"}` answers 202 and registers the worker after its own
-health check; `DELETE /workers/<id>` answers 202 and removes it soon after; `/generate` and
-`/v1/models` are forwarded to a worker (503 with none).
+`http://<router_address or address>:<port>` of their hosts (specops/inventory/reach.py).
+Interface facts, from sglang-router 0.3.2 as it runs (docs/ARCHITECTURE.md, "The router"):
+`GET /health` is 200 with or without workers; `GET /workers` lists `{"workers": [{"id", "url",
+"is_healthy", "load", ...}], "total"}`; `POST /workers {"url"}` answers 202 and registers the
+worker after its own health check; `DELETE /workers/<id>` answers 202 and removes it soon after;
+`/generate` and `/v1/models` are forwarded to a worker (503 with none).  Its Prometheus metrics
+(`smg_*`) are served on a port of their own, at any path (its own port's /metrics is 404).
 """
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ from dataclasses import dataclass
 
 from .. import protocol
 from ..errors import UsageError
-from ..layout import API_KEY_ENV, DEFAULT_PORT, env_file, unit_path
+from ..inventory import reach
+from ..layout import API_KEY_ENV, env_file, unit_path
 from ..sglang.spec import bind_address
 from . import ServiceKind, kind_of, register
 
 ROUTER_VENV = "/opt/sglang-router/venv"
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+# sglang-router 0.3.2's metrics listener (router_args.py): --prometheus-port, default 29000, on
+# --prometheus-host, default 0.0.0.0 (whatever the router's own --host).
+METRICS_FLAG = "--prometheus-port"
+METRICS_PORT = 29000
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ def workers_of(host, svc: dict) -> list[Worker]:
     inv, group = host.inventory, spec.get("group")
     where = f"{host.name}: router {svc['name']!r}"
     bind = svc.get("bind", "0.0.0.0")
-    if not svc.get("api_key") and not _loopback(bind):
+    if not svc.get("api_key") and not reach.loopback(bind):
         raise UsageError(f"{where}: listening on {bind}, it needs an api_key (whoever reaches it could add or "
                          f"remove workers and read what is sent to them)")
     if inv is None or group not in inv.groups:
@@ -49,24 +55,30 @@ def workers_of(host, svc: dict) -> list[Worker]:
             if kind_of(s).name != "sglang" or (spec.get("service") and s["name"] != spec["service"]) \
                     or s.get("node_rank"):  # a service across nodes is served by its rank 0 only
                 continue
-            bind = s.get("bind", "127.0.0.1")
-            if name != host.name and _loopback(bind):
+            bind = s.get("bind", reach.LOOPBACK)
+            if name != host.name and reach.loopback(bind):
                 raise UsageError(f"{where}: worker {name}/{s['name']} listens on {bind} only; give it "
                                  f"`bind: 0.0.0.0` (or its address) so the router can reach it")
             if s.get("api_key") and s["api_key"] != svc.get("api_key"):
                 raise UsageError(f"{where}: worker {name}/{s['name']} has an api_key the router does not send "
                                  f"(the router passes its own api_key to its workers: give them the same)")
-            address = ("127.0.0.1" if _loopback(bind) or bind in ("0.0.0.0", "::") else bind) if name == host.name \
-                else other.get("router_address") or other.get("address") or name
-            address = f"[{address}]" if ":" in address else address  # an IPv6 address in a URL
-            out.append(Worker(name, s["name"], f"http://{address}:{s.get('port', DEFAULT_PORT)}"))
+            out.append(Worker(name, s["name"], reach.service_url(other, s, from_host=host.name, via="router_address")))
     if not out:
         raise UsageError(f"{where}: group {group!r} has no SGLang service to route to")
     return out
 
 
-def _loopback(bind: str) -> bool:
-    return bind.startswith("127.") or bind in ("localhost", "::1")
+def metrics_port(svc: dict) -> int:
+    """The port the router serves its Prometheus metrics on: --prometheus-port in its extra_args,
+    else sglang-router's default."""
+    args = [str(a) for a in svc.get("extra_args") or []]
+    given = [args[i + 1] for i, a in enumerate(args[:-1]) if a == METRICS_FLAG]
+    given += [a.split("=", 1)[1] for a in args if a.startswith(METRICS_FLAG + "=")]
+    if not given:
+        return METRICS_PORT
+    if not given[-1].isdigit():
+        raise UsageError(f"router {svc['name']!r}: {METRICS_FLAG} {given[-1]!r} is not a port")
+    return int(given[-1])
 
 
 def routers_of(inventory, worker_host: str) -> list[tuple[object, dict, list[Worker]]]:

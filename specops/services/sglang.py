@@ -12,7 +12,7 @@ from .. import protocol
 from ..layout import API_KEY_ENV, LAUNCHER, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
 from ..sglang import stack
-from ..sglang.spec import bind_address, expectations, intended, launch_args
+from ..sglang.spec import bind_address, expectations, intended, launch_args, metrics_on
 from . import ServiceKind, hardening, register
 
 
@@ -62,8 +62,8 @@ class SGLang(ServiceKind):
     name = "sglang"
     titles = ("sglang::",)
     endpoints = protocol.Endpoints(ready="/health", info="/server_info", info_fallback="/get_server_info",
-                                   models="/v1/models", generate="/generate",
-                                   public=["/health", "/health_generate", "/ready"])
+                                   models="/v1/models", generate="/generate", metrics="/metrics",
+                                   public=["/health", "/health_generate", "/ready", "/metrics"])
 
     def properties(self, svc):
         return {**super().properties(svc), "ExecStartPre": hardening.GPU_NODES_FIRST}
@@ -95,7 +95,8 @@ class SGLang(ServiceKind):
             prompt=v.get("prompt", "The capital of France is"),
             min_accept_length=v.get("min_accept_length"), baseline_tok_s=v.get("baseline_tok_s"),
             managed=self.managed(svc, stack.venv_of(host)), weights=self.weights(svc),
-            endpoints=self.endpoints, http=serves_http(svc),
+            endpoints=self.endpoints if metrics_on(svc) else protocol.replace(self.endpoints, metrics=None),
+            http=serves_http(svc),
             generate_body={"text": None, "sampling_params": {"temperature": 0}})
 
     def managed(self, svc, venv):

@@ -15,7 +15,7 @@ import sys
 FIELDS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
           "speculative_eagle_topk", "speculative_num_draft_tokens", "max_running_requests",
           "tp_size", "port", "host", "model_path", "served_model_name", "nnodes", "node_rank",
-          "dist_init_addr")
+          "dist_init_addr", "enable_metrics")
 
 
 def resolve(argv):

@@ -53,7 +53,18 @@ def launch_args(svc: dict) -> list[str]:
     for key, flag, _ in SPEC_FLAGS:
         if spec.get(key) is not None:
             args += [flag, str(spec[key])]
+    if metrics_on(svc):
+        args.append(METRICS_FLAG)
     return args + list(svc.get("extra_args") or [])
+
+
+# SGLang's Prometheus metrics (srt/observability/metrics_collector.py) are off unless asked for;
+# specops asks unless the service says `metrics: false`.  /metrics needs no API key (utils/auth.py).
+METRICS_FLAG = "--enable-metrics"
+
+
+def metrics_on(svc: dict) -> bool:
+    return svc.get("metrics", True) is not False
 
 
 def intended(svc: dict) -> dict[str, Any]:
@@ -65,6 +76,8 @@ def intended(svc: dict) -> dict[str, Any]:
     for key, _, field in SPEC_FLAGS:
         if (svc.get("speculative") or {}).get(key) is not None:
             out[field] = svc["speculative"][key]
+    if metrics_on(svc):
+        out["enable_metrics"] = True
     if "algorithm" in (svc.get("speculative") or {}) and out["speculative_algorithm"] == "NEXTN":
         out["speculative_algorithm"] = "EAGLE"
     return out

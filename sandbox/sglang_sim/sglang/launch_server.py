@@ -17,6 +17,10 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
   SGLANG_SIM_TOK_S, SGLANG_SIM_BATCH_COST, SGLANG_SIM_ACCEPT_RATE, SGLANG_SIM_TREE_GAIN,
   SGLANG_SIM_ACCEPT_LENGTH, SGLANG_SIM_DRAFT_COST,
   SGLANG_SIM_VERIFY_COST    the performance model: how long /generate takes (sim_perf.py)
+  SGLANG_SIM_ACCEPT_FILE    a file (default /run/sglang-sim/accept_rate): while it holds a float,
+                            that replaces SGLANG_SIM_ACCEPT_RATE for requests starting after it
+                            changed; removing it restores the knob (traffic drifting away from
+                            what the draft was trained on, while the server runs: sim_perf.py)
   SGLANG_SIM_ORPHAN         "ignore-term": scheduler children (one per TP rank, titled
                             like SGLang's: sglang::scheduler, sglang::scheduler_TP0, ...)
                             that ignore SIGTERM; "escape": they also leave the cgroup
@@ -53,6 +57,10 @@ that moment), it exits without waiting for the requests.
                             /run/sglang-sim/gpu, what the nvidia-smi stand-in reads): a test that
                             runs the server outside a sandbox host points it elsewhere
 
+With --enable-metrics, GET /metrics serves SGLang's Prometheus metrics from the requests' and steps'
+own counts (sim_metrics.py); without it, 404.  It never needs the API key, nor do /health* and
+/ready* (srt/utils/auth.py).
+
 Releases: the package index carries several (sandbox/provision.py SIM_VERSIONS), built from this
 tree with each one's overlay (versions/README.md); the shared code never asks which it is.
 """
@@ -68,7 +76,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import setproctitle
 
-from sglang import sim_startup
+from sglang import sim_metrics, sim_startup
 from sglang.sim_perf import Model
 from sglang.srt.server_args import prepare_server_args
 from sglang.version import __version__
@@ -129,6 +137,7 @@ class State:
     started = time.time()
     verify_steps = 0
     perf = None  # sim_perf.Model, made in main()
+    metrics = None  # sim_metrics.Metrics with --enable-metrics
 
 
 def eagle3_capture_layers(args, model_config, module):
@@ -179,16 +188,19 @@ def make_handler(args, model_module, model_config, capture):
         def log_message(self, fmt, *a):
             pass
 
-        def _send(self, code, body=None, ctype="application/json"):
+        def _send(self, code, body=None, ctype="application/json", encoding=None):
             data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
             self.send_response(code)
             self.send_header("Content-Type", ctype)
+            if encoding:
+                self.send_header("Content-Encoding", encoding)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
         def _authorized(self):
-            if not args.api_key or self.path.startswith("/health"):
+            # srt/utils/auth.py decide_request_auth: these prefixes never need the key
+            if not args.api_key or self.path.split("?")[0].startswith(("/health", "/ready", "/metrics")):
                 return True
             if self.headers.get("Authorization") == "Bearer " + args.api_key:
                 return True
@@ -199,6 +211,10 @@ def make_handler(args, model_module, model_config, capture):
             path = self.path.split("?")[0]
             if path in ("/health", "/health_generate", "/ready"):
                 return self._send(200 if State.ready and not State.exiting else 503)
+            if path.startswith("/metrics"):  # mounted as ^/metrics(?P<path>.*)$, only with --enable-metrics
+                if not State.metrics:
+                    return self._send(404, {"detail": "Not Found"})
+                return self._send(200, *State.metrics.render(self.headers.get("Accept-Encoding")))
             if not self._authorized():
                 return
             if not State.ready:
@@ -257,19 +273,24 @@ def make_handler(args, model_module, model_config, capture):
                              spec_accept_rate=(made - verify_ct) / proposed if proposed else 0.0,
                              spec_num_correct_drafts=made - verify_ct, spec_num_proposed_drafts=proposed)
                 return m
-            if req.get("stream"):  # SGLang's: server-sent events (as stream_now says), then [DONE]
+            stream = bool(req.get("stream"))
+            if stream:  # SGLang's: server-sent events (as stream_now says), then [DONE]
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
             State.perf.begin()
             try:
+                record = State.metrics and State.metrics.request(stream, prompt_tokens, t0)  # and its prefill
                 for seconds, tokens in State.perf.steps(n):
                     time.sleep(seconds)
                     made, verify_ct = made + tokens, verify_ct + 1
-                    if req.get("stream") and stream_now(made, interval, made == n):
+                    out = stream and stream_now(made, interval, made == n)
+                    if out:
                         self._chunk(b"data: " + json.dumps({"text": " tok" * made,
                                                             "meta_info": meta(made == n)}).encode() + b"\n\n")
+                    if record:
+                        record.step(tokens, made, made == n, out, verify_ct if args.speculative_algorithm else 0)
             finally:
                 State.perf.end()
             if args.speculative_algorithm:
@@ -409,6 +430,8 @@ def main(argv=None):
     capture = eagle3_capture_layers(args, model_config, module)
     State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens,
                        args.speculative_eagle_topk)
+    if args.enable_metrics:
+        State.metrics = sim_metrics.Metrics(args, State.perf)
     if os.environ.get("SGLANG_SIM_FAIL_WITHOUT_SPEC") and not args.speculative_algorithm:
         log.error("RuntimeError: CUDA out of memory (the sandbox's knob: no start without speculation)")
         sys.exit(1)

@@ -29,9 +29,19 @@ Knobs (environment): SGLANG_SIM_TOK_S (default 100), SGLANG_SIM_BATCH_COST (0.03
 SGLANG_SIM_ACCEPT_RATE (alpha, 0.8), SGLANG_SIM_TREE_GAIN (0.5), SGLANG_SIM_DRAFT_COST (0.15),
 SGLANG_SIM_VERIFY_COST (0.01).  SGLANG_SIM_ACCEPT_LENGTH, when set, pins L whatever the settings
 (tests that need an exact number of steps).
+
+Alpha while the server runs: the file SGLANG_SIM_ACCEPT_FILE names (default
+/run/sglang-sim/accept_rate), when it exists and holds a float, replaces SGLANG_SIM_ACCEPT_RATE
+(clamped to [0, 1]); removing it (or writing something that is not a float) restores the knob.
+Each request looks once, as it starts (steps()): a stat, and a read only when the file's mtime,
+size or inode changed; a request keeps the L it started with.  It stands for traffic that moves
+away from what the draft was trained on.  A pinned SGLANG_SIM_ACCEPT_LENGTH still wins, as it does
+over the knob; steady_tok_s (the oracle) reads the knob, never the file.
 """
 import os
 import threading
+
+ACCEPT_FILE = "/run/sglang-sim/accept_rate"
 
 
 def _knob(name, default, env=None):
@@ -57,12 +67,41 @@ class Model:
         self.tok_s = _knob("TOK_S", 100)
         self.batch_cost = _knob("BATCH_COST", 0.03)
         pinned = os.environ.get("SGLANG_SIM_ACCEPT_LENGTH")
-        self.accept = max(1.0, float(pinned)) if pinned else accept_length(
-            _knob("ACCEPT_RATE", 0.8), _knob("TREE_GAIN", 0.5), self.num_steps, self.topk, self.num_draft_tokens)
+        self._pinned = max(1.0, float(pinned)) if pinned else None
+        self._alpha = _knob("ACCEPT_RATE", 0.8)
+        self._tree_gain = _knob("TREE_GAIN", 0.5)
+        self.accept_file = os.environ.get("SGLANG_SIM_ACCEPT_FILE", ACCEPT_FILE)
+        self._file_seen = None  # (mtime_ns, size, inode) of the file last looked at; None: absent
+        self.accept = self._accept_length(self._alpha)
         self.draft_cost = _knob("DRAFT_COST", 0.15)
         self.verify_cost = _knob("VERIFY_COST", 0.01)
         self.running = 0
         self._lock = threading.Lock()
+
+    def _accept_length(self, alpha):
+        if self._pinned is not None:
+            return self._pinned
+        return accept_length(alpha, self._tree_gain, self.num_steps, self.topk, self.num_draft_tokens)
+
+    def refresh_accept(self):
+        """The accept length for a request starting now: follow the accept file (module docstring)."""
+        try:
+            st = os.stat(self.accept_file)
+            seen = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            seen = None
+        with self._lock:
+            if seen != self._file_seen:
+                self._file_seen = seen
+                alpha = self._alpha
+                if seen is not None:
+                    try:
+                        with open(self.accept_file) as f:
+                            alpha = min(1.0, max(0.0, float(f.read().strip())))
+                    except (OSError, ValueError):
+                        pass
+                self.accept = self._accept_length(alpha)
+            return self.accept
 
     def begin(self):
         with self._lock:
@@ -75,22 +114,25 @@ class Model:
     def target_step(self, running):
         return (1.0 + self.batch_cost * max(running - 1, 0)) / self.tok_s
 
-    def step(self):
-        """Seconds the next step takes now, and the tokens it yields on average."""
+    def step(self, accept=None):
+        """Seconds the next step takes now, and the tokens it yields on average (`accept`: the
+        request's accept length, self.accept unless given)."""
         running = max(self.running, 1)
         base = self.target_step(running)
         if not self.speculative:
             return base, 1.0
         verify = base * (1.0 + self.verify_cost * self.num_draft_tokens * running)
         draft = self.draft_cost * self.target_step(running * self.topk)  # the draft's batch: topk per request
-        return verify + self.num_steps * draft, self.accept
+        return verify + self.num_steps * draft, self.accept if accept is None else accept
 
     def steps(self, max_new_tokens):
         """(seconds, tokens) per step until max_new_tokens: accepted tokens are whole, and they
-        add up to the mean accept length (as the real counts do over a request)."""
+        add up to the mean accept length (as the real counts do over a request), the one in force
+        when the request starts (refresh_accept)."""
         made, owed = 0, 0.0
+        accept = self.refresh_accept()
         while made < max_new_tokens:
-            seconds, mean = self.step()
+            seconds, mean = self.step(accept)
             owed += mean
             tokens = min(max(int(owed), 1), max_new_tokens - made)
             owed -= tokens

@@ -174,7 +174,10 @@ def verify(req):
     if not req.resume:
         for s in req.services:
             _STARTS.pop(s.name, None)
-    return protocol.VerifyResult(services=[verify_service(s, answer_by) for s in req.services])
+    reports = [verify_service(s, answer_by) for s in req.services]
+    from specops.agent.textfile import record_verdicts  # the textfile says whether the last verify passed
+    record_verdicts(reports)
+    return protocol.VerifyResult(services=reports)
 
 
 def peek(req):
@@ -194,6 +197,10 @@ def peek(req):
             report.failures.append("%s: %s" % (svc.endpoints.info, status))
         else:
             _compare(svc, info, report)
+            report.running = {"version": info.get("version")}
+            if svc.endpoints.metrics:  # what answers was found to be the service above
+                from specops.agent.services.production import figures
+                report.running.update(figures(svc))
             if svc.endpoints.members:
                 try:
                     report.members = routing.listed(svc, asking.api_key(svc.name))

@@ -45,16 +45,16 @@ def read_manifest(dest):
 
 def fact(dest, allowed=()):
     """For the probe: the manifest, the files that differ from it (size or mtime, or gone: all of
-    them where a user could have swapped the directory, or did), and the free bytes where the
-    weights go."""
+    them where a user could have swapped the directory, or did), the [ctime, name] of its file
+    changed last (`newest`: what a server that started before it does not run), and the free
+    bytes where the weights go."""
     m = read_manifest(dest)
     try:
         dfd = weightsdir.open_dest(dest, allowed, make=False)
     except ActionError:  # missing, or not safe to look in: fetch says which
         dfd = None
     try:
-        differ = [name for name, f in ((m or {}).get("files") or {}).items()
-                  if dfd is None or not _same(weightsdir.lstat_at(dfd, name), f)]
+        differ, newest = _looked_at(dfd, m)
         partial, present = {}, {}  # a cut transfer's NAME.part files (where to resume), and the whole ones
         for rel, st in (weightsdir.files(dfd) if dfd is not None else ()):
             if rel.endswith(".part"):
@@ -64,8 +64,36 @@ def fact(dest, allowed=()):
     finally:
         if dfd is not None:
             os.close(dfd)
-    return {"manifest": m, "differ": differ, "free": _free(dest), "device": os.stat(_existing(dest)).st_dev,
-            "partial": partial, "present": present}
+    return {"manifest": m, "differ": differ, "newest": newest, "free": _free(dest),
+            "device": os.stat(_existing(dest)).st_dev, "partial": partial, "present": present}
+
+
+def _looked_at(dfd, m):
+    """(the manifest's files that differ from it, [ctime, name] of the one changed last or None).
+    A ctime cannot be put back: a file rewritten or edited, whatever its mtime says, is newer."""
+    differ, newest = [], None
+    for name, known in ((m or {}).get("files") or {}).items():
+        st = weightsdir.lstat_at(dfd, name) if dfd is not None else None
+        if not _same(st, known):
+            differ.append(name)
+        if st is not None and (newest is None or st.st_ctime > newest[0]):
+            newest = [st.st_ctime, name]
+    return differ, newest
+
+
+def seen(dest):
+    """For verify: (manifest, differ, newest) as the probe says them, the directory reached
+    through root's links only (it is only read)."""
+    m = read_manifest(dest)
+    try:
+        dfd = safefs.open_dir(dest, for_writing=False)[0]
+    except (OSError, safefs.UnsafePath):
+        dfd = None
+    try:
+        return (m,) + _looked_at(dfd, m)
+    finally:
+        if dfd is not None:
+            os.close(dfd)
 
 
 def _same(st, known):
@@ -175,19 +203,20 @@ def record(req, allowed):
 
 
 def _stale(dfd, f, known, verify, moved_on):
-    """Whether a file on the host must be fetched again: gone or the wrong size; a new commit
-    (a file the hub gives no sha256 for); or, when it differs from the manifest or with verify,
-    a hash that is not the hub's (or the manifest's)."""
+    """Whether a file on the host must be fetched again: gone, the wrong size, or not root's alone
+    (whoever could write it may have); else, when it differs from the manifest, with verify, or
+    at a new commit, a hash that is not the hub's: the LFS sha256, or the git blob sha1 of a file
+    not in LFS (without one: the manifest's sha256, and at a new commit it is fetched again)."""
     st = weightsdir.lstat_at(dfd, f["name"])
-    if st is None or st.st_size != f["size"]:
+    if st is None or st.st_size != f["size"] or st.st_uid != 0 or st.st_mode & 0o022:
         return True
-    if moved_on and not f["sha256"]:
-        return True
-    unchanged = known and _same(st, known)
-    want = f["sha256"] or (known or {}).get("sha256")
-    if unchanged and not verify and (not f["sha256"] or known.get("sha256") == f["sha256"]):
+    if known and _same(st, known) and not verify and (
+            known.get("sha256") == f["sha256"] if f["sha256"] else not moved_on):
         return False
-    return not want or weightsdir.hash_at(dfd, f["name"]) != want
+    if f["sha256"] or f.get("blob"):
+        return weightsdir.hash_at(dfd, f["name"], git=not f["sha256"]) != (f["sha256"] or f["blob"])
+    want = (known or {}).get("sha256")
+    return moved_on or not want or weightsdir.hash_at(dfd, f["name"]) != want
 
 
 def _part_size(dfd, name):
@@ -231,7 +260,8 @@ def _fetch(req, dfd):
         if st is None:
             raise ActionError("%s: the download left no file" % os.path.join(req.dest, f["name"]))
         known = old.get(f["name"]) or {}
-        keep = f not in stale and known.get("sha256") and (not f["sha256"] or known["sha256"] == f["sha256"])
+        keep = f not in stale and known.get("sha256") and (known["sha256"] == f["sha256"] if f["sha256"]
+                                                           else _same(st, known))  # else hashed now
         digest = known["sha256"] if keep else weightsdir.hash_at(dfd, f["name"])
         if f["sha256"] and digest != f["sha256"]:
             raise ActionError("%s: sha256 %s, the hub says %s" % (os.path.join(req.dest, f["name"]), digest[:12],

@@ -1,6 +1,6 @@
 """A Hugging Face hub, asked through the real huggingface_hub client (HF_PIN) in a tool venv of
-its own: what a revision holds (its commit, each file's size and LFS sha256), and the transfer
-of files into NAME.part files beside their place.
+its own: what a revision holds (its commit, each file's size and LFS sha256, or a plain git
+file's blob sha1), and the transfer of files into NAME.part files beside their place.
 
 The client's own snapshot_download deletes its partial files when it fails, so a cut run could
 not resume from them: the transfer is its http_get (its headers, its retries with Range within
@@ -40,13 +40,14 @@ try:
         for s in info.siblings:
             if not any(fnmatch.fnmatch(s.rfilename, p) for p in pats):
                 continue
-            size, sha = s.size, s.lfs.sha256 if s.lfs else None
+            size, sha, blob = s.size, s.lfs.sha256 if s.lfs else None, None if s.lfs else s.blob_id
             if size is None:  # a hub (or mirror) that lists no sizes: ask each file's headers
                 meta = get_hf_file_metadata(hf_hub_url(spec["repo"], s.rfilename, revision=info.sha))
                 size = meta.size
-                # an LFS file's etag is its sha256 (a plain git file's is a 40-digit git hash)
+                # an LFS file's etag is its sha256, a plain git file's its 40-digit git blob sha1
                 sha = sha or (meta.etag if meta.etag and len(meta.etag) == 64 else None)
-            files.append({"name": s.rfilename, "size": size, "sha256": sha})
+                blob = blob or (meta.etag if meta.etag and len(meta.etag) == 40 and not sha else None)
+            files.append({"name": s.rfilename, "size": size, "sha256": sha, "blob": blob})
         print(json.dumps({"commit": info.sha, "files": files}))
     else:
         # huggingface_hub's own transfer (http_get: its headers, retries, Range within a run), into

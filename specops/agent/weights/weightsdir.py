@@ -4,6 +4,7 @@ looked at, hashed, opened or removed relative to that descriptor and the directo
 each opened without following a link.  A user who can rename a directory above it (one made
 with `sudo mkdir` in their home) cannot redirect anything root does there.
 """
+import hashlib
 import os
 import stat
 
@@ -131,8 +132,9 @@ def lstat_at(dfd, name):
     return st if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
-def hash_at(dfd, name):
-    """The sha256 of the regular file `name` below `dfd` (never through a link; a FIFO cannot hang it)."""
+def hash_at(dfd, name, git=False):
+    """The sha256 of the regular file `name` below `dfd` (never through a link; a FIFO cannot hang
+    it); with `git`, its git blob sha1 (what a hub names a file not in LFS by)."""
     fd, base = parent_at(dfd, name)
     try:
         f = safefs.open_regular(fd, base, name, shared=False) if fd is not None else None
@@ -142,7 +144,7 @@ def hash_at(dfd, name):
     if f is None:
         raise ActionError("%s: no such file in the weights directory" % name)
     try:
-        return sha256_fd(f)
+        return sha256_fd(f, hashlib.sha1(b"blob %d\0" % os.fstat(f).st_size) if git else None)
     finally:
         os.close(f)
 

@@ -35,6 +35,10 @@ FLAGS = [
     ("--trust-remote-code", "trust_remote_code", bool, False),
     ("--log-level", "log_level", str, "info"),
     ("--stream-interval", "stream_interval", int, 1),
+    ("--enable-metrics", "enable_metrics", bool, False),
+    ("--decode-log-interval", "decode_log_interval", int, 40),
+    # no_cli in 0.5.23 (arg_groups/fields/exec_.py): only the deprecated spelling below sets it
+    ("--disable-cuda-graph", "disable_cuda_graph", "deprecated", False),
     ("--speculative-algorithm", "speculative_algorithm", str, None),
     ("--speculative-draft-model-path", "speculative_draft_model_path", str, None),
     ("--speculative-draft-model-revision", "speculative_draft_model_revision", str, None),
@@ -163,11 +167,31 @@ class ServerArgs:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
+class DeprecatedStoreTrueAction(argparse.Action):
+    """SGLang's (srt/arg_groups/argparse_actions.py): stores True and warns."""
+
+    def __init__(self, option_strings, dest, new_flag=None, nargs=0, const=True, default=False, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        replacement = f" Use '{self.new_flag}' instead." if self.new_flag else ""
+        logger.warning(f"\033[1;33m'{option_string}' is deprecated and will be removed in a future "
+                       f"release.{replacement}\033[0m")
+        setattr(namespace, self.dest, True)
+
+
+DEPRECATED = {"--disable-cuda-graph": "--cuda-graph-backend-{decode,prefill}=disabled"}
+
+
 def make_parser():
     parser = argparse.ArgumentParser(prog="sglang serve")
     for flag, field, typ, default in FLAGS:
         names = [flag] + ALIASES.get(flag, [])
-        if typ is bool:
+        if typ == "deprecated":
+            parser.add_argument(*names, dest=field, action=DeprecatedStoreTrueAction, new_flag=DEPRECATED[flag],
+                                default=default)
+        elif typ is bool:
             parser.add_argument(*names, dest=field, action="store_true", default=default)
         else:
             parser.add_argument(*names, dest=field, type=typ, default=default)

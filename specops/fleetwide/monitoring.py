@@ -1,0 +1,87 @@
+"""`inv monitoring --out DIR`: a Prometheus configuration for the inventory, written to DIR.
+
+    DIR/prometheus.yml            global intervals, the rule file, the jobs sglang, sglang-router
+                                  and node, each reading its targets from file_sd (relative paths)
+    DIR/targets/<job>.json        who to scrape (targets.py)
+    DIR/rules/specops.rules.yml   recording rules and alerts (rules.py)
+
+Every file is written whole under a temporary name and renamed over the old (a running
+Prometheus re-reads targets/ on its own: it never reads half a file), and the same inventory
+always gives the same bytes (sorted keys and lists).  Nothing connects to any host.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from ..errors import UsageError
+from ..inventory.schema import DURATION
+from .rules import rules
+from .targets import JOBS, targets
+
+CONFIG = "prometheus.yml"
+RULES = "rules/specops.rules.yml"
+REFRESH = "1m"  # how often Prometheus re-reads a targets file (it also watches it)
+
+
+def target_file(job: str) -> str:
+    return f"targets/{job}.json"
+
+
+def config(scrape_interval: str, alertmanagers: list[str]) -> dict:
+    """prometheus.yml: paths relative to it, as Prometheus reads them."""
+    out = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "rule_files": [RULES],
+        "scrape_configs": [{"job_name": job, "metrics_path": "/metrics",
+                            "file_sd_configs": [{"files": [target_file(job)], "refresh_interval": REFRESH}]}
+                           for job in JOBS],
+    }
+    if alertmanagers:
+        out["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": sorted(alertmanagers)}]}]}
+    return out
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, and a string of several lines (a PromQL expression) as a literal block."""
+
+
+_Dumper.add_representer(str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s
+                                                                  else None))
+
+
+def dump(data) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True, width=120)
+
+
+def files(inventory, scrape_interval: str = "15s", alertmanagers: list[str] | None = None) -> tuple[dict, list[str]]:
+    """(relative path → text, warnings): everything `write` puts in DIR."""
+    if not re.match(DURATION.regex, scrape_interval):
+        raise UsageError(f"--scrape-interval: {DURATION.rule}, not {scrape_interval!r}")
+    for a in alertmanagers or []:
+        if not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", a):
+            raise UsageError(f"--alertmanager: give HOST:PORT, not {a!r}")
+    by_job, warnings = targets(inventory)
+    out = {CONFIG: dump(config(scrape_interval, alertmanagers or [])), RULES: dump(rules(inventory))}
+    for job, entries in by_job.items():
+        out[target_file(job)] = json.dumps(entries, indent=2, sort_keys=True) + "\n"
+    return out, warnings
+
+
+def write(inventory, out: str | Path, scrape_interval: str = "15s",
+          alertmanagers: list[str] | None = None) -> tuple[list[Path], list[str]]:
+    """Write the configuration into `out` (made if missing): (the files written, warnings)."""
+    texts, warnings = files(inventory, scrape_interval, alertmanagers)
+    written = []
+    for rel, text in sorted(texts.items()):
+        path = Path(out) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        written.append(path)
+    return written, warnings

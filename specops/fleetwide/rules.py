@@ -1,0 +1,152 @@
+"""Prometheus's recording and alerting rules for the fleet (rules/specops.rules.yml).
+
+The recording rules read SGLang's own figures: production accept length as its counters give it
+over 5 minutes (generated tokens per verify call, `specops:accept_length:rate5m`), and as its
+gauge gives it for its last decode-log window (`specops:accept_length:window`, what the alert
+reads: it follows a change within a scrape), and the traffic `specops:verify_calls:rate5m`.
+The alerts join those with the series specops's textfile writes on each host (agent/textfile.py;
+docs/monitoring.md lists both), on the `host` and `service` labels the scrape targets give
+(targets.py).  SpecDecodeNotPayingOff is the one alert the inventory tunes: a service's `watch:`
+({accept_fraction, for, min_verify_rate}, defaults in WATCH), one rule per distinct setting,
+selecting its services by label matchers.  Every alert has a severity, a summary, a description
+and `run`: the command to run next.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..errors import UsageError
+from .targets import scraped
+
+# A service's `watch:` when it says nothing (the one place these defaults are written).
+WATCH = {"accept_fraction": 0.7, "for": "10m", "min_verify_rate": 1.0}
+QUEUE_DEPTH = 10  # ServingQueueGrowing: requests waiting, summed over the service's ranks
+BY = "group, host, service"  # the labels an alert keeps (targets.py gives them; group routes alerts)
+
+RECORDING = [
+    ("specops:generation_tokens:rate5m", f"sum by ({BY}) (rate(sglang:generation_tokens_total[5m]))"),
+    ("specops:verify_calls:rate5m", f"sum by ({BY}) (rate(sglang:spec_verify_calls_total[5m]))"),
+    ("specops:accept_length:rate5m", "specops:generation_tokens:rate5m / specops:verify_calls:rate5m"),
+    # SGLang's own figure over its last decode-log window (40 forwards): what the alert reads, as it
+    # follows a change within a scrape, where a 5m rate takes minutes to cross a threshold
+    ("specops:accept_length:window", f"avg by ({BY}) (sglang:spec_accept_length)"),
+]
+WHO = "{{ $labels.host }}/{{ $labels.service }}"
+HOST = "--host {{ $labels.host }}"
+
+
+def alert(name: str, expr: str, for_: str | None, severity: str, summary: str, description: str, run: str) -> dict:
+    return {"alert": name, "expr": expr, **({"for": for_} if for_ else {}), "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description, "run": run}}
+
+
+FIXED = [
+    alert("SGLangDown", f'max by ({BY}) (up{{job=~"sglang|sglang-router"}}) == 0\n'
+                        f"or\nmax by ({BY}) (specops_unit_active) == 0", "1m", "critical",
+          f"{WHO} is down",
+          "Prometheus cannot scrape it, or its systemd unit is not active.",
+          f"inv status {HOST}"),
+    alert("SGLangRestarting", f"max by ({BY}) (increase(specops_unit_restarts_total[15m])) >= 2", None, "warning",
+          f"systemd restarted {WHO} {{{{ $value | printf \"%.0f\" }}}} times in 15 minutes",
+          "Its unit keeps failing and coming back (Restart=on-failure): read the journal of its last start.",
+          f"inv status {HOST}"),
+    alert("ServingQueueGrowing", f"sum by ({BY}) (sglang:num_queue_reqs) > {QUEUE_DEPTH}\n"
+                                 f"and on(host, service)\nsum by ({BY}) (deriv(sglang:num_queue_reqs[5m])) > 0",
+          "5m", "warning",
+          f"{{{{ $value | printf \"%.0f\" }}}} requests wait on {WHO}, and the queue grows",
+          "More arrives than it serves: add capacity, or check that speculative decoding still pays off.",
+          f"inv status {HOST}"),
+    # 0.5.23 never sets sglang:is_cuda_graph (always 0); its decode passes, counted by mode, tell
+    alert("CudaGraphOff", f'sum by ({BY}) (rate(sglang:cuda_graph_passes_total{{mode="decode_none"}}[5m])) > 0\n'
+                          f'unless on(host, service)\nsum by ({BY}) '
+                          f'(rate(sglang:cuda_graph_passes_total{{mode="decode_cuda_graph"}}[5m])) > 0\n'
+                          "and on(host, service)\nmax by (host, service) (specops_cuda_graph_deployed) == 1", "5m",
+          "warning", f"{WHO} serves without CUDA graphs",
+          "It was deployed to run with CUDA graphs, and none of its decode passes of the last 5 minutes used one: "
+          "it is much slower.", f"inv deploy {HOST}"),
+    alert("SpecopsDrift", f"max by ({BY}, kind) (specops_drift) == 1", "2m", "warning",
+          f"{WHO} drifted from its release ({{{{ $labels.kind }}}})",
+          "files: a managed file differs from the release's copy; stale: the server runs older code or weights "
+          "than its files. `inv deploy --check` shows what differs.",
+          f"inv deploy {HOST}"),
+    alert("ReleaseUnverified", f"max by ({BY}) (specops_verified) == 0", "1m", "critical",
+          f"the last verify of {WHO} failed",
+          "What runs did not pass verify (ready, its model, its spec arguments, a generation).",
+          f"inv verify {HOST}"),
+    # the textfile's own age: without its timer the specops_* series above stay as they last were
+    alert("SpecopsTextfileStale", "time() - max by (group, host) (specops_textfile_timestamp_seconds) > 600", "5m",
+          "warning", "specops's textfile on {{ $labels.host }} was written {{ $value | printf \"%.0f\" }} s ago",
+          "Its refresh (the timer specops-textfile.timer) stopped: the drift, verify and unit series of this host "
+          "are old. `systemctl status specops-textfile.timer specops-textfile` on the host says why.",
+          f"inv deploy {HOST}"),
+]
+
+
+def watch_of(host, svc: dict) -> tuple[float, str, float]:
+    """(accept_fraction, for, min_verify_rate) of a service's `watch:`, with WATCH's defaults."""
+    w = {**WATCH, **(svc.get("watch") or {})}
+    where = f"{host.name}: service {svc['name']!r}: watch"
+    if not 0 < w["accept_fraction"] <= 1:
+        raise UsageError(f"{where}.accept_fraction: give a fraction above 0, at most 1 (got {w['accept_fraction']})")
+    if w["min_verify_rate"] < 0:
+        raise UsageError(f"{where}.min_verify_rate: give verify calls per second, 0 or more")
+    return float(w["accept_fraction"]), w["for"], float(w["min_verify_rate"])
+
+
+REGEX_META = set(".^$*+?()[]{}|\\")
+
+
+def _match(label: str, values: list[str]) -> str:
+    if len(values) == 1:
+        return f'{label}="{_quoted(values[0])}"'
+    either = "|".join("".join("\\" + c if c in REGEX_META else c for c in v) for v in values)
+    return f'{label}=~"{_quoted(either)}"'
+
+
+def _quoted(text: str) -> str:
+    """A PromQL string's content."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def selectors(pairs) -> list[str]:
+    """Label matchers that select exactly these (host, service) pairs: services with the same
+    hosts share one."""
+    hosts_of = defaultdict(set)
+    for host, service in pairs:
+        hosts_of[service].add(host)
+    services_of = defaultdict(list)
+    for service, hosts in hosts_of.items():
+        services_of[tuple(sorted(hosts))].append(service)
+    return sorted(f'{_match("host", list(h))}, {_match("service", sorted(s))}' for h, s in services_of.items())
+
+
+def not_paying_off(inventory) -> list[dict]:
+    """SpecDecodeNotPayingOff, one rule per distinct `watch:` setting and set of services."""
+    settings = defaultdict(list)
+    for host in inventory.hosts.values():
+        for svc in scraped(host):
+            if svc.get("speculative"):
+                settings[watch_of(host, svc)].append((host.name, svc["name"]))
+    out = []
+    for (fraction, for_, rate), pairs in sorted(settings.items()):
+        for sel in selectors(pairs):
+            out.append(alert(
+                "SpecDecodeNotPayingOff",
+                f"specops:accept_length:window{{{sel}}}\n"
+                f"< on(host, service) group_left()\n"
+                f"{fraction:g} * max by (host, service) (specops_release_accept_length{{{sel}}})\n"
+                f"and on(host, service)\nspecops:verify_calls:rate5m{{{sel}}} >= {rate:g}",
+                for_, "warning",
+                f"{WHO} accepts {{{{ $value | printf \"%.2f\" }}}} tokens per verify, under {fraction:g} x what "
+                f"its release measured",
+                f"For {for_}, with at least {rate:g} verify calls/s: the draft no longer fits the traffic, so "
+                f"speculative decoding costs more than it gives. Tune it again (or check the draft).",
+                f"inv spec-tune {HOST}"))
+    return out
+
+
+def rules(inventory) -> dict:
+    """The rule file: one group, the recording rules first (a group evaluates in order)."""
+    recorded = [{"record": name, "expr": expr} for name, expr in RECORDING]
+    alerts = sorted(FIXED + not_paying_off(inventory), key=lambda r: (r["alert"], r["expr"]))
+    return {"groups": [{"name": "specops", "rules": recorded + alerts}]}

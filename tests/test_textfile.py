@@ -1,0 +1,171 @@
+"""node_exporter's textfile (specops/agent/textfile.py) and the monitoring role's units: the
+exposition is what the collector parses, holds no secret, and is never read torn."""
+import json
+import os
+import stat
+
+import pytest
+
+from specops import protocol
+from specops.agent import textfile
+from specops.errors import UsageError
+
+SECRET = "sk-very-secret-key"
+
+
+def release(tmp_path, monkeypatch, perf=None, tune=None):
+    """A release dir with a manifest like pipeline.record writes, and the host's files."""
+    releases = tmp_path / "releases"
+    d = releases / "20261206T120000.000000Z"
+    d.mkdir(parents=True)
+    unit = tmp_path / "sglang.service"
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
+    env = tmp_path / "sglang.env"
+    env.write_text(f"SGLANG_SPECOPS_API_KEY={SECRET}\n")
+    manifest = {
+        "stamp": d.name, "status": "deployed", "services": ["sglang"], "venv": "/opt/specops/venvs/abc",
+        "packages": {"sglang": "0.5.23"}, "weights": {"/models/t": {"digest": "d" * 64}},
+        "spec": {"sglang": {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                            "speculative_num_draft_tokens": 4}},
+        "watch": {"sglang": {"cuda_graph": True, "gate_min_accept_length": 2.5}},
+        "verify": [{"name": "sglang", "managed": [str(unit), str(env)], "weights": ["/models/t"]}],
+        "files": {str(unit): {"sha256": textfile.sha256_file(str(unit))},
+                  str(env): {"sha256": textfile.sha256_file(str(env))}},
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    for kind, rec in (("perf", perf), ("tune", tune)):
+        if rec:
+            (d / f"{kind}.json").write_text(json.dumps({"sglang": rec}))
+    import specops.agent.releases as rel
+    monkeypatch.setattr(rel, "RELEASES", str(releases))
+    (releases / "current").symlink_to(d.name)
+    monkeypatch.setattr(textfile, "VERDICTS", str(tmp_path / "verdicts.json"))
+    monkeypatch.setattr(textfile, "unit_state", lambda name: {"ActiveState": "active", "NRestarts": "2",
+                                                              "ExecMainStartTimestamp": 1e12})
+    return unit, env
+
+
+def parse(text):
+    """{(name, frozenset(labels)): value} with the exposition's rules (a # TYPE before each series)."""
+    out, typed = {}, set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            typed.add(line.split()[2])
+            continue
+        if line.startswith("#") or not line:
+            continue
+        head, value = line.rsplit(" ", 1)
+        name, _, labels = head.partition("{")
+        assert name in typed, line
+        pairs = frozenset(tuple(p.split("=", 1)) for p in labels.rstrip("}").split('",') if p) if labels else frozenset()
+        out[(name, frozenset((k, v.strip('"')) for k, v in pairs))] = float(value)
+    return out
+
+
+def test_the_textfile_says_the_release_its_figures_and_drift_and_never_a_secret(tmp_path, monkeypatch):
+    unit, env = release(tmp_path, monkeypatch, perf={"accept_length": {"8": 2.5, "1": 3.1},
+                                                     "speedup": {"1": 1.9, "8": 1.2}})
+    out = tmp_path / "textfile"
+    out.mkdir()
+    res = textfile.write(protocol.Textfile(directory=str(out)))
+    text = (out / "specops.prom").read_text()
+    assert res.path == str(out / "specops.prom") and res.bytes == len(text)
+    assert SECRET not in text
+    got = parse(text)
+    svc = ("service", "sglang")
+    info = [k for k in got if k[0] == "specops_release_info"]
+    assert len(info) == 1 and dict(info[0][1]) == {"service": "sglang", "stamp": "20261206T120000.000000Z",
+                                                   "sglang_version": "0.5.23", "venv": "/opt/specops/venvs/abc",
+                                                   "weights_digest": "d" * 16}
+    assert got[("specops_release_accept_length", frozenset({svc, ("source", "spec-bench")}))] == 3.1  # lowest level
+    assert got[("specops_release_speedup", frozenset({svc, ("source", "spec-bench")}))] == 1.9
+    assert got[("specops_spec_num_draft_tokens", frozenset({svc}))] == 4
+    assert got[("specops_gate_min_accept_length", frozenset({svc}))] == 2.5
+    assert got[("specops_cuda_graph_deployed", frozenset({svc}))] == 1
+    assert got[("specops_unit_restarts_total", frozenset({svc}))] == 2
+    assert got[("specops_drift", frozenset({svc, ("kind", "files")}))] == 0
+    # An edit by hand is drift, and so is a file gone.
+    unit.write_text("[Service]\nExecStart=/bin/false\n")
+    textfile.write(protocol.Textfile(directory=str(out)))
+    assert parse((out / "specops.prom").read_text())[("specops_drift", frozenset({svc, ("kind", "files")}))] == 1
+
+
+def test_verify_s_verdict_reaches_the_textfile_and_a_still_starting_one_does_not(tmp_path, monkeypatch):
+    release(tmp_path, monkeypatch)
+    out = tmp_path / "tf"
+    out.mkdir()
+    textfile.record_verdicts([protocol.ServiceReport(name="sglang", failures=["/generate answered 500"])])
+    textfile.record_verdicts([protocol.ServiceReport(name="sglang", starting=True)])
+    textfile.write(protocol.Textfile(directory=str(out)))
+    assert parse((out / "specops.prom").read_text())[("specops_verified", frozenset({("service", "sglang")}))] == 0
+    textfile.record_verdicts([protocol.ServiceReport(name="sglang")])
+    textfile.write(protocol.Textfile(directory=str(out)))
+    assert parse((out / "specops.prom").read_text())[("specops_verified", frozenset({("service", "sglang")}))] == 1
+
+
+def test_spec_tune_s_measure_of_what_runs_is_the_figure_when_no_spec_bench_ran(tmp_path, monkeypatch):
+    tune = {"candidates": [
+        {"settings": {"num_steps": 5, "eagle_topk": 1, "num_draft_tokens": 6}, "speedup": {"1": 2.2},
+         "levels": [{"concurrency": 1, "figures": {"accept_length": 3.6}}]},
+        {"settings": {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, "speedup": {"1": 1.8},
+         "levels": [{"concurrency": 1, "figures": {"accept_length": 2.9}}]}]}
+    release(tmp_path, monkeypatch, tune=tune)
+    out = tmp_path / "tf"
+    out.mkdir()
+    textfile.write(protocol.Textfile(directory=str(out)))
+    got = parse((out / "specops.prom").read_text())
+    assert got[("specops_release_accept_length", frozenset({("service", "sglang"), ("source", "spec-tune")}))] == 2.9
+
+
+def test_a_write_cut_off_leaves_the_old_file_whole_and_no_debris_the_collector_reads(tmp_path, monkeypatch):
+    release(tmp_path, monkeypatch)
+    out = tmp_path / "tf"
+    out.mkdir()
+    textfile.write(protocol.Textfile(directory=str(out)))
+    before = (out / "specops.prom").read_text()
+
+    def crash(fd):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(textfile.os, "fsync", crash)
+    with pytest.raises(OSError):
+        textfile.write(protocol.Textfile(directory=str(out)))
+    assert (out / "specops.prom").read_text() == before
+    assert os.listdir(out) == ["specops.prom"]
+
+
+def test_a_label_value_cannot_break_out_of_its_quotes():
+    line = textfile.sample("specops_release_info", {"service": 'a"b\\c\nd'}, 1)
+    assert line == 'specops_release_info{service="a\\"b\\\\c\\nd"} 1.0'
+
+
+def test_the_textfile_is_written_only_into_a_directory_root_alone_can_write(tmp_path, monkeypatch):
+    release(tmp_path, monkeypatch)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777 | stat.S_ISVTX)
+    with pytest.raises(textfile.safefs.UnsafePath):
+        textfile.write(protocol.Textfile(directory=str(shared)))
+    assert textfile.write(protocol.Textfile(directory=str(tmp_path / "absent"))).path is None
+
+
+def test_the_refresh_unit_is_bounded_and_read_only_but_for_the_textfile_directory():
+    from roles import monitoring
+    text = monitoring.service_text("/var/lib/prometheus/node-exporter")
+    for line in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "CPUQuota=20%",
+                 "PrivateNetwork=yes", "NoNewPrivileges=yes", "TimeoutStartSec=30"):
+        assert line in text.splitlines()
+    with pytest.raises(UsageError):
+        monitoring.service_text("/var/lib/x ReadWritePaths=/")
+
+
+def test_monitoring_is_true_false_or_a_mapping_of_its_settings():
+    from specops.inventory import schema
+    from roles import monitoring
+    for ok in (True, False, {"refresh": "30s"}, {"textfile_dir": "/srv/tf"}):
+        schema.check(ok, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+    with pytest.raises(UsageError, match="unknown key"):
+        schema.check({"refesh": "30s"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+    with pytest.raises(UsageError, match="monitoring is true, false, or a mapping"):
+        schema.check("yes", monitoring.VARS["monitoring"], "h.yml", "monitoring")
+    with pytest.raises(UsageError, match="time span"):
+        schema.check({"refresh": "1 minute"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
