@@ -91,6 +91,7 @@ class HostRun(Converging):
         if isinstance(result, Exception):
             self.say(f"WARNING: {type(request).__name__}: {result}")
         elif isinstance(request, protocol.Textfile):
+            self.report.extra["textfile"] = protocol.to_dict(result)
             self.say(f"textfile: {result.series} series in {result.path}" if result.path else
                      f"textfile: no {request.directory} (node exporter not installed): not written")
 

@@ -8,6 +8,7 @@ import pytest
 
 from specops import protocol
 from specops.agent import textfile
+from specops.agent.services.verdicts import record as record_verdicts
 from specops.errors import UsageError
 
 SECRET = "sk-very-secret-key"
@@ -39,7 +40,8 @@ def release(tmp_path, monkeypatch, perf=None, tune=None):
     import specops.agent.releases as rel
     monkeypatch.setattr(rel, "RELEASES", str(releases))
     (releases / "current").symlink_to(d.name)
-    monkeypatch.setattr(textfile, "VERDICTS", str(tmp_path / "verdicts.json"))
+    from specops.agent.services import verdicts
+    monkeypatch.setattr(verdicts, "VERDICTS", str(tmp_path / "verdicts.json"))
     monkeypatch.setattr(textfile, "unit_state", lambda name: {"ActiveState": "active", "NRestarts": "2",
                                                               "ExecMainStartTimestamp": 1e12})
     return unit, env
@@ -94,11 +96,11 @@ def test_verify_s_verdict_reaches_the_textfile_and_a_still_starting_one_does_not
     release(tmp_path, monkeypatch)
     out = tmp_path / "tf"
     out.mkdir()
-    textfile.record_verdicts([protocol.ServiceReport(name="sglang", failures=["/generate answered 500"])])
-    textfile.record_verdicts([protocol.ServiceReport(name="sglang", starting=True)])
+    record_verdicts([protocol.ServiceReport(name="sglang", failures=["/generate answered 500"])])
+    record_verdicts([protocol.ServiceReport(name="sglang", starting=True)])
     textfile.write(protocol.Textfile(directory=str(out)))
     assert parse((out / "specops.prom").read_text())[("specops_verified", frozenset({("service", "sglang")}))] == 0
-    textfile.record_verdicts([protocol.ServiceReport(name="sglang")])
+    record_verdicts([protocol.ServiceReport(name="sglang")])
     textfile.write(protocol.Textfile(directory=str(out)))
     assert parse((out / "specops.prom").read_text())[("specops_verified", frozenset({("service", "sglang")}))] == 1
 

@@ -140,6 +140,13 @@ def run_quiet(argv, timeout=None):
     return res.returncode, res.stdout
 
 
+def wall_time(monotonic_usec):
+    """A systemd *TimestampMonotonic (microseconds since boot) as wall-clock seconds, to the
+    microsecond (its realtime properties print whole seconds only), or None when unset."""
+    usec = int(monotonic_usec or 0)
+    return time.time() - time.monotonic() + usec / 1e6 if usec else None
+
+
 def journal(unit, lines=25, invocation=None):
     """What one run of the unit logged last (`invocation`; the unit's current or last run when
     None), cleaned of control characters.  A progress bar's redraws (each a line of its own at

@@ -14,17 +14,17 @@ Never a secret: names, versions, digests and numbers only (no env file, argument
 into it).  Written whole to a temporary name in the same directory, fsync'd, then renamed: the
 collector never reads a torn file; the directory must be root's alone (safefs).
 """
-import json
 import os
 import time
 
 from specops import protocol
 from specops.agent import safefs
 from specops.agent.converge.venvs import resolve_key
-from specops.agent.host import sha256_file
+from specops.agent.host import run_quiet, sha256_file, wall_time
 from specops.agent.releases import current_manifest, read_perf
 from specops.agent.services.running import stale_check
-from specops.layout import TEXTFILE_NAME, VERDICTS
+from specops.agent.services.verdicts import verdicts
+from specops.layout import TEXTFILE_NAME
 
 # name → (type, help): every series the file may hold, in the order written.
 SERIES = [
@@ -73,26 +73,12 @@ def measured(stamp, service, spec):
 
 
 def unit_state(name):
-    from specops.agent.converge.probe import unit_fact
-    return unit_fact(name)
-
-
-def verdicts():
-    try:
-        with open(VERDICTS) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-def record_verdicts(reports):
-    """After a verify: each service's verdict, for the textfile (last writer wins, whole file)."""
-    now = verdicts()
-    now.update({r.name: {"ok": not r.failures, "at": time.time()} for r in reports if not r.starting})
-    tmp = "%s.%d.tmp" % (VERDICTS, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(now, f)
-    os.replace(tmp, VERDICTS)
+    """ActiveState, NRestarts and ExecMainStartTimestamp (wall clock) of the unit (not the probe's
+    unit_fact: importing the probe costs the timer's every tick ~30 ms)."""
+    _, out = run_quiet(["systemctl", "show", name, "-p", "ActiveState,NRestarts,ExecMainStartTimestampMonotonic"])
+    fact = dict(line.partition("=")[::2] for line in out.splitlines() if "=" in line)
+    fact["ExecMainStartTimestamp"] = wall_time(fact.pop("ExecMainStartTimestampMonotonic", "0"))
+    return fact
 
 
 def changed_files(check, snapshot):
@@ -159,6 +145,7 @@ def collect(manifest):
 
 def write(req):
     """Answer a protocol.Textfile (and the timer's refresh): the whole file, renamed into place."""
+    cpu = time.process_time() + sum(os.times()[2:4])  # with its children's (systemctl show)
     manifest = current_manifest()
     samples = collect(manifest) if manifest else []
     text = render(samples).encode()
@@ -183,7 +170,8 @@ def write(req):
             raise
     finally:
         os.close(fd)
-    return protocol.TextfileResult(path=real.rstrip("/") + "/" + TEXTFILE_NAME, series=len(samples), bytes=len(text))
+    return protocol.TextfileResult(path=real.rstrip("/") + "/" + TEXTFILE_NAME, series=len(samples), bytes=len(text),
+                                   cpu_s=round(time.process_time() + sum(os.times()[2:4]) - cpu, 4))
 
 
 def main(argv):

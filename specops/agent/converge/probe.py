@@ -11,7 +11,7 @@ import time
 from specops import protocol
 from specops.agent import lock, safefs, weights
 from specops.agent.services.gpus import gpu_fact
-from specops.agent.host import group_name, sha256, user_name
+from specops.agent.host import group_name, sha256, user_name, wall_time
 from specops.agent.converge import stacks, upstream
 from specops.agent.converge.venvs import resolve_key, venv_fact
 from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
@@ -96,12 +96,8 @@ def unit_fact(name):
     for line in res.stdout.splitlines():
         k, _, v = line.partition("=")
         fact[k] = v
-    # Wall-clock times to the microsecond (compared with file mtimes), from systemd's
-    # monotonic stamps: its realtime properties print whole seconds only.
-    offset = time.time() - time.monotonic()
-    for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):
-        mono = int(fact.pop(k + "Monotonic", "0") or 0)
-        fact[k] = offset + mono / 1e6 if mono else None
+    for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes
+        fact[k] = wall_time(fact.pop(k + "Monotonic", "0"))
     try:
         with open(fact.get("FragmentPath") or "/nonexistent") as f:
             fact["text"] = f.read(65536)

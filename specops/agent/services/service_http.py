@@ -8,7 +8,7 @@ import json
 import time
 
 from specops import protocol
-from specops.agent.services import asking, listeners, procs, ranks, routing, running
+from specops.agent.services import asking, listeners, procs, ranks, routing, running, verdicts
 from specops.agent.host import clean, journal, say
 from specops.agent.converge.probe import unit_fact
 from specops.agent.services.startup import Startup
@@ -175,8 +175,7 @@ def verify(req):
         for s in req.services:
             _STARTS.pop(s.name, None)
     reports = [verify_service(s, answer_by) for s in req.services]
-    from specops.agent.textfile import record_verdicts  # the textfile says whether the last verify passed
-    record_verdicts(reports)
+    verdicts.record(reports)  # the textfile says whether the last verify passed
     return protocol.VerifyResult(services=reports)
 
 
