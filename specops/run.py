@@ -86,6 +86,16 @@ class HostRun(Converging):
             for req, res in zip(then, self.remote.followed if then and self.remote else []):
                 self.said_after(req, res)
 
+    def flush_epilogue(self) -> None:
+        """What no last call carried (a run that held no lock, or made no last call): on its own."""
+        if self.epilogue and self.remote and self.remote.session:
+            then, self.epilogue = self.epilogue, []
+            for req in then:
+                try:
+                    self.said_after(req, self.remote.agent(req))
+                except SpecopsError as e:
+                    self.said_after(req, e)
+
     def said_after(self, request, result) -> None:
         """What an epilogue request did, in a line (a failure there fails nothing: it is said)."""
         if isinstance(result, Exception):
@@ -136,6 +146,7 @@ def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
             raise
         finally:
             run.lock.release()  # every exit path gives the lock back
+            run.flush_epilogue()
     except SpecopsError as e:
         run.report.error = run.out.redact(str(e))
         run.say(f"FAILED: {run.report.error}")

@@ -249,6 +249,9 @@ def cases(r):
              "15m", [], []),
         ],
         "SpecopsDrift": [
+            # a run that holds the host lock: its changes are not drift yet
+            ([{"series": node("specops_drift", "w1", kind="files"), "values": "1x10"},
+              {"series": scraped("specops_run_in_progress", "w1", job="node"), "values": "1x10"}], "5m", [], []),
             ([{"series": node("specops_drift", "w1", kind="files"), "values": "1x10"},
               {"series": node("specops_drift", "w1", kind="stale"), "values": "0x10"},
               {"series": node("specops_drift", "w2", kind="stale"), "values": "0 0 0 0 1 1"}], "5m",

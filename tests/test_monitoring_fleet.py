@@ -157,7 +157,7 @@ def test_prometheus_sees_a_draft_stop_paying_on_one_host_drift_and_restarts(sand
     assert sorted(line.split()[0] for line in said) == list(HOSTS), res.stdout[-3000:]
     for name, h in hosts.items():
         text = h.path(TEXTFILE).read_text()
-        assert 'specops_release_info{service="sglang"' in text and 'specops_drift{kind="files"' not in text
+        assert 'specops_release_info{service="sglang"' in text and 'specops_drift{service="sglang",kind="files"} 0' in text
         assert 'sglang_version="' in text and "specops_unit_active" in text and KEY not in text, text
         exported = get(f"http://{h.address}:9100/metrics")  # node exporter's textfile collector
         assert 'specops_release_info{' in exported and 'specops_unit_restarts_total{service="sglang"} 0' in exported

@@ -36,6 +36,8 @@ def test_a_draft_below_its_watch_fraction_with_traffic_is_said_not_to_pay():
     assert low["not_paying"] == ("accept length 1.8 in production, 3.1 when deployed at 1 (spec-bench): the draft no "
                                  "longer fits this traffic; run inv spec-tune --host t1")
     assert "not_paying" not in status.production(host, svc, {"accept_length": 2.3, "verify_calls": 5000}, kept(), ran)
+    assert "not_paying" in status.production(host, svc, {"accept_length": 1.8, "verify_calls": status.MIN_VERIFY_CALLS},
+                                             kept(), ran)
     # too little traffic to judge, and a release that measured nothing: no verdict
     assert "not_paying" not in status.production(host, svc, {"accept_length": 1.2, "verify_calls": 50}, kept(), ran)
     assert "not_paying" not in status.production(host, svc, {"accept_length": 1.2, "verify_calls": 5000}, kept(),

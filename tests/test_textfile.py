@@ -8,6 +8,7 @@ import pytest
 
 from specops import protocol
 from specops.agent import textfile
+from specops.agent.host import sha256_file
 from specops.agent.services.verdicts import record as record_verdicts
 from specops.errors import UsageError
 
@@ -30,8 +31,8 @@ def release(tmp_path, monkeypatch, perf=None, tune=None):
                             "speculative_num_draft_tokens": 4}},
         "watch": {"sglang": {"cuda_graph": True, "gate_min_accept_length": 2.5}},
         "verify": [{"name": "sglang", "managed": [str(unit), str(env)], "weights": ["/models/t"]}],
-        "files": {str(unit): {"sha256": textfile.sha256_file(str(unit))},
-                  str(env): {"sha256": textfile.sha256_file(str(env))}},
+        "files": {str(unit): {"sha256": sha256_file(str(unit))},
+                  str(env): {"sha256": sha256_file(str(env))}},
     }
     (d / "manifest.json").write_text(json.dumps(manifest))
     for kind, rec in (("perf", perf), ("tune", tune)):
@@ -153,7 +154,7 @@ def test_the_textfile_is_written_only_into_a_directory_root_alone_can_write(tmp_
 def test_the_refresh_unit_is_bounded_and_read_only_but_for_the_textfile_directory():
     from roles import monitoring
     text = monitoring.service_text("/var/lib/prometheus/node-exporter")
-    for line in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/prometheus/node-exporter", "CPUQuota=20%",
+    for line in ("ProtectSystem=strict", "ReadWritePaths=-/var/lib/prometheus/node-exporter", "CPUQuota=20%",
                  "PrivateNetwork=yes", "NoNewPrivileges=yes", "TimeoutStartSec=30"):
         assert line in text.splitlines()
     with pytest.raises(UsageError):
@@ -171,3 +172,60 @@ def test_monitoring_is_true_false_or_a_mapping_of_its_settings():
         schema.check("yes", monitoring.VARS["monitoring"], "h.yml", "monitoring")
     with pytest.raises(UsageError, match="time span"):
         schema.check({"refresh": "1 minute"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+
+
+def test_a_server_started_before_its_files_changed_is_stale_drift_and_a_run_in_progress_says_so(tmp_path, monkeypatch):
+    unit, _ = release(tmp_path, monkeypatch)
+    monkeypatch.setattr(textfile, "unit_state", lambda name: {"ActiveState": "active", "NRestarts": "0",
+                                                              "ExecMainStartTimestamp": unit.stat().st_mtime - 60})
+    monkeypatch.setattr(textfile.lock, "peek", lambda: {"held": True, "expired": False})
+    out = tmp_path / "tf"
+    out.mkdir()
+    textfile.write(protocol.Textfile(directory=str(out)))
+    got = parse((out / "specops.prom").read_text())
+    assert got[("specops_drift", frozenset({("service", "sglang"), ("kind", "stale")}))] == 1
+    assert got[("specops_run_in_progress", frozenset())] == 1
+
+
+def test_every_service_of_the_release_has_its_series(tmp_path, monkeypatch):
+    release(tmp_path, monkeypatch)
+    import specops.agent.releases as rel
+    path = tmp_path / "releases" / "20261206T120000.000000Z" / "manifest.json"
+    m = json.loads(path.read_text())
+    m["services"] = ["sglang", "router"]
+    path.write_text(json.dumps(m))
+    assert rel.current_manifest()["services"] == ["sglang", "router"]
+    out = tmp_path / "tf"
+    out.mkdir()
+    textfile.write(protocol.Textfile(directory=str(out)))
+    got = parse((out / "specops.prom").read_text())
+    assert {dict(k[1])["service"] for k in got if k[0] == "specops_unit_active"} == {"sglang", "router"}
+
+
+def test_a_temporary_name_someone_made_in_advance_is_never_written_through(tmp_path, monkeypatch):
+    release(tmp_path, monkeypatch)
+    out, elsewhere = tmp_path / "tf", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.write_text("theirs")
+    (out / f".specops.prom.{os.getpid()}.tmp").symlink_to(elsewhere)
+    with pytest.raises(FileExistsError):
+        textfile.write(protocol.Textfile(directory=str(out)))
+    assert elsewhere.read_text() == "theirs" and not (out / "specops.prom").exists()
+
+
+def test_status_never_writes_the_textfile():
+    from types import SimpleNamespace
+    from specops.flows import textfile as step
+    run = SimpleNamespace(host={"monitoring": True}, opts=SimpleNamespace(check=True), epilogue=[])
+    run.host = SimpleNamespace(get=lambda k: True)
+    step.after(run)
+    assert run.epilogue == []
+    run.opts.check = False
+    step.after(run)
+    assert [r.directory for r in run.epilogue] == ["/var/lib/prometheus/node-exporter"]
+
+
+def test_the_installed_sglang_is_asked_for_every_field_specops_intends():
+    from sandbox.provision import sandbox_service
+    from specops.sglang import resolver, spec
+    assert set(spec.intended(sandbox_service())) <= set(resolver.FIELDS)

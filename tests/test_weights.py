@@ -10,7 +10,7 @@ from specops.agent import weights
 from specops.errors import UsageError
 
 
-def test_the_probe_compares_sizes_and_mtimes_only(tmp_path, monkeypatch):
+def test_the_probe_compares_sizes_and_mtimes_and_hashes_only_what_was_written_after_its_manifest(tmp_path, monkeypatch):
     monkeypatch.setattr(weights, "WEIGHTS_DIR", str(tmp_path / "manifests"))
     dest = tmp_path / "model"
     dest.mkdir()
@@ -24,9 +24,13 @@ def test_the_probe_compares_sizes_and_mtimes_only(tmp_path, monkeypatch):
     assert fact["differ"] == [] and fact["manifest"]["files"] == files and fact["free"] > 0
 
     st = (dest / "a.safetensors").stat()
-    with open(dest / "a.safetensors", "r+b") as f:  # a changed byte, size and mtime kept: not seen
+    with open(dest / "a.safetensors", "r+b") as f:  # a changed byte, size and mtime kept: seen by its ctime
         f.write(b"y")
     os.utime(dest / "a.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert weights.fact(str(dest))["differ"] == ["a.safetensors"]  # (the hash it was compared by is "-")
+    m = json.loads(open(weights.manifest_path(str(dest))).read())
+    m["written_at"] = time.time() + 60  # ... and not when written before its manifest: nothing is hashed
+    open(weights.manifest_path(str(dest)), "w").write(json.dumps(m))
     assert weights.fact(str(dest))["differ"] == []
     os.utime(dest / "config.json", ns=(1, 1))  # a moved mtime is
     (dest / "a.safetensors").unlink()           # and so is a missing file
@@ -134,10 +138,15 @@ def test_the_probe_says_when_a_weights_file_last_changed_by_its_ctime_which_an_e
         f.write(b"y")
     os.utime(dest / "a.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
     fact = weights.fact(str(dest))
-    assert fact["differ"] == []  # size and mtime kept: not drift ...
-    assert fact["newest"] == [os.stat(dest / "a.safetensors").st_ctime, "a.safetensors"]  # ... but newer
+    # size and mtime kept, but written after the manifest: the probe hashes it, and it differs ...
+    assert fact["differ"] == ["a.safetensors"]
+    assert fact["newest"] == [os.stat(dest / "a.safetensors").st_ctime, "a.safetensors"]  # ... and is newer
     assert fact["newest"][0] > st.st_ctime
-    assert weights.seen(str(dest)) == (fact["manifest"], [], fact["newest"])  # what verify looks at
+    assert weights.seen(str(dest)) == (fact["manifest"], [], fact["newest"])  # verify does not hash
+    # a chmod moves the ctime too: hashed, the same bytes, not drift
+    (dest / "a.safetensors").write_bytes(b"a.safetensors" * 10)
+    os.utime(dest / "a.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert weights.fact(str(dest))["differ"] == []
     assert weights.seen(str(tmp_path / "gone"))[1:] == ([], None)
 
 

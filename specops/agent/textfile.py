@@ -14,13 +14,14 @@ Never a secret: names, versions, digests and numbers only (no env file, argument
 into it).  Written whole to a temporary name in the same directory, fsync'd, then renamed: the
 collector never reads a torn file; the directory must be root's alone (safefs).
 """
+import hashlib
 import os
 import time
 
 from specops import protocol
-from specops.agent import safefs
+from specops.agent import lock, safefs
 from specops.agent.converge.venvs import resolve_key
-from specops.agent.host import run_quiet, sha256_file, wall_time
+from specops.agent.host import run_quiet, wall_time
 from specops.agent.releases import current_manifest, read_perf
 from specops.agent.services.running import stale_check
 from specops.agent.services.verdicts import verdicts
@@ -41,6 +42,7 @@ SERIES = [
     ("specops_unit_restarts_total", "counter", "systemd's restarts of the unit since it was last started on purpose."),
     ("specops_drift", "gauge", "1 when the host differs from the release: kind files (a managed file changed) "
                                "or stale (the server runs older code or weights than its files)."),
+    ("specops_run_in_progress", "gauge", "1 while a specops run holds the host lock (its changes are not yet a release)."),
     ("specops_textfile_timestamp_seconds", "gauge", "When specops last wrote this file."),
 ]
 SPEC = {"specops_spec_num_steps": "speculative_num_steps", "specops_spec_eagle_topk": "speculative_eagle_topk",
@@ -82,12 +84,17 @@ def unit_state(name):
 
 
 def changed_files(check, snapshot):
-    """Managed files of the service that differ from the release's copy (or are gone)."""
+    """Managed files of the service that differ from the release's copy (or are gone, or are
+    no longer a regular file reached through root's links: read as safefs reads, never hanging)."""
     out = []
     for key in check.get("managed") or []:
         path = resolve_key(key)
         want = (snapshot.get(path) or {}).get("sha256") if path else None
-        if want and (not os.path.isfile(path) or sha256_file(path) != want):
+        try:
+            data = safefs.read_file(path) if want else None
+        except (OSError, safefs.UnsafePath):
+            data = None
+        if want and (data is None or hashlib.sha256(data).hexdigest() != want):
             out.append(path)
     return out
 
@@ -139,6 +146,8 @@ def collect(manifest):
             stale_check(_Check(check), report, unit)
         for kind, on in (("files", changed_files(check, manifest.get("files") or {})), ("stale", report.stale)):
             out.append(("specops_drift", sample("specops_drift", dict(svc, kind=kind), bool(on))))
+    held = lock.peek()
+    out.append(("specops_run_in_progress", "specops_run_in_progress %d" % (held["held"] and not held["expired"])))
     out.append(("specops_textfile_timestamp_seconds", "specops_textfile_timestamp_seconds %r" % time.time()))
     return out
 

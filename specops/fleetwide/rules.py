@@ -64,7 +64,9 @@ FIXED = [
           "warning", f"{WHO} serves without CUDA graphs",
           "It was deployed to run with CUDA graphs, and none of its decode passes of the last 5 minutes used one: "
           "it is much slower.", f"inv deploy {HOST}"),
-    alert("SpecopsDrift", f"max by ({BY}, kind) (specops_drift) == 1", "2m", "warning",
+    # a run's changes are drift until its release is recorded: not while it holds the host lock
+    alert("SpecopsDrift", f"max by ({BY}, kind) (specops_drift) == 1\n"
+                          "unless on(host)\nmax by (host) (specops_run_in_progress) == 1", "2m", "warning",
           f"{WHO} drifted from its release ({{{{ $labels.kind }}}})",
           "files: a managed file differs from the release's copy; stale: the server runs older code or weights "
           "than its files. `inv deploy --check` shows what differs.",

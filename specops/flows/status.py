@@ -84,9 +84,11 @@ def collect(run: HostRun) -> dict:
     kept = run.call(protocol.Releases())
     for r in rows:
         kind, svc = kinds[r["service"]]
+        if kind.name != "sglang":  # a router runs from its own venv, which no release records
+            continue
         p = peeked.get(r["service"])
         r["runs"] = runs(facts.unit(r["service"]).get("text"), kept, r["service"], p, services.venv_of(run.host))
-        if kind.name == "sglang" and p and p.running:
+        if p and p.running:
             r["production"] = production(run.host, svc, p.running, kept, r["runs"])
     summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
                "venv": services.venv_of(run.host), "current": kept.current,

@@ -282,8 +282,9 @@ class Remote:
               on_stderr: Callable[[str], None] | None = None, then: list = ()):
         """One protocol request to this host's agent (started with the first): one round trip.
         `lock`: the run's lock token (the request runs only while it holds the lock); `unlock`:
-        give the lock back when the last request ends.  `then`: requests sent in the same round
-        trip after it; their results (or the SpecopsError each met) are left in self.followed."""
+        give the lock back when the request ends.  `then`: requests sent in the same round trip
+        after it, without the lock; their results (or the SpecopsError each met) are left in
+        self.followed."""
         self.followed = []
         if self.not_started:
             raise self.not_started
@@ -296,10 +297,9 @@ class Remote:
                 self.not_started = NotStarted(str(e))
                 raise self.not_started from None
         self.round_trips += 1
-        # `then` needs no lock (protocol.changes_host is false for it): sent with the lock's token, it
-        # would be refused after an Unlock gave the lock back in the same write
-        wires = [json.dumps(protocol.encode(r, unlock=unlock if i == len(then) else None,
-                                            lock=lock if i == 0 else None)).encode()
+        # `then` goes without the lock (protocol.changes_host is false for it), after the lock is
+        # given back: a slow one cannot keep the host locked, nor be refused after an Unlock
+        wires = [json.dumps(protocol.encode(r, unlock=unlock if i == 0 else None, lock=lock if i == 0 else None)).encode()
                  for i, r in enumerate([request, *then])]
         try:
             answer, *followed = self.session.call(wires[0], on_stderr, wires[1:])

@@ -54,7 +54,7 @@ def fact(dest, allowed=()):
     except ActionError:  # missing, or not safe to look in: fetch says which
         dfd = None
     try:
-        differ, newest = _looked_at(dfd, m)
+        differ, newest = _looked_at(dfd, m, hashing=True)
         partial, present = {}, {}  # a cut transfer's NAME.part files (where to resume), and the whole ones
         for rel, st in (weightsdir.files(dfd) if dfd is not None else ()):
             if rel.endswith(".part"):
@@ -68,13 +68,20 @@ def fact(dest, allowed=()):
             "device": os.stat(_existing(dest)).st_dev, "partial": partial, "present": present}
 
 
-def _looked_at(dfd, m):
+def _looked_at(dfd, m, hashing=False):
     """(the manifest's files that differ from it, [ctime, name] of the one changed last or None).
-    A ctime cannot be put back: a file rewritten or edited, whatever its mtime says, is newer."""
+    A ctime cannot be put back: a file rewritten or edited, whatever its mtime says, is newer.
+    With `hashing` (the probe), a file written after its manifest (its ctime) with its size and
+    mtime kept is hashed: an edit that put them back is drift, and a deploy fetches it again
+    rather than restart the server onto it (a chmod costs that file's hash on each look)."""
     differ, newest = [], None
+    written = (m or {}).get("written_at")
     for name, known in ((m or {}).get("files") or {}).items():
         st = weightsdir.lstat_at(dfd, name) if dfd is not None else None
         if not _same(st, known):
+            differ.append(name)
+        elif hashing and written and st.st_ctime > written and known.get("sha256") \
+                and weightsdir.hash_at(dfd, name) != known["sha256"]:
             differ.append(name)
         if st is not None and (newest is None or st.st_ctime > newest[0]):
             newest = [st.st_ctime, name]
@@ -125,7 +132,7 @@ def write_manifest(dest, manifest):
     """Written whole (fsync'd, renamed) in the root-only WEIGHTS_DIR, with the content `digest` and
     `changed_at`: when that digest last changed (what a server that started before it runs old
     weights by)."""
-    manifest = dict(manifest, digest=content_digest(manifest.get("files") or {}))
+    manifest = dict(manifest, digest=content_digest(manifest.get("files") or {}), written_at=time.time())
     old = read_manifest(dest) or {}
     if content_digest(old.get("files") or {}) == manifest["digest"]:
         manifest["changed_at"] = old.get("changed_at", 0)  # 0: unchanged since before it was kept
