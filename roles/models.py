@@ -160,6 +160,7 @@ class Copied(Op):
                else f"{len(have['differ'])} file(s) changed on the host: copy again" if same
                else "copy from the peer, host to host")
         self.copy.device = have["device"]
+        self.copy.checksum = same and bool(have["differ"])
         c = self._change(label, why)
         c.copies = [self.copy]
         return c

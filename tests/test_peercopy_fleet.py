@@ -100,25 +100,25 @@ def test_weights_are_copied_host_to_host_then_not_again(sandbox, pair, tmp_path)
     assert peerlink.link_bytes(dest, peer) - over_link < 4096  # nothing copied ...
     assert peerlink.controller_bytes(peer) - to_peer < 4096    # ... and the peer not even asked
 
-    # One byte changed behind the manifest's back (size and mtime kept): a plain deploy does not
-    # look (by design), it only restarts the server, which started before the edit's ctime (issue
-    # 36 item 5); --verify-weights compares every file with the peer's and copies that one only.
+    # One byte changed behind the manifest's back (size and mtime kept): its ctime says it was written
+    # after the manifest, the probe hashes it, and the deploy copies it again, comparing by checksum
+    # (rsync's quick check would skip it), that file only, then restarts the server onto it.
     shard = "model-00002-of-00002.safetensors"
     st = os.stat(dest.path(f"{DEST}/{shard}"))
     with open(dest.path(f"{DEST}/{shard}"), "r+b") as f:
         f.write(b"\xff")
     os.utime(dest.path(f"{DEST}/{shard}"), ns=(st.st_atime_ns, st.st_mtime_ns))
-    over_link = peerlink.link_bytes(dest, peer)
-    res, rep = deploy(sandbox, inv)
-    assert res.returncode == 0 and rep["changed"] == 1, res.stdout[-3000:]
-    assert f"weights changed since the server started ({DEST}); restart" in res.stdout
-    assert peerlink.link_bytes(dest, peer) - over_link < 4096  # nothing copied
     peerlink.shape(peer, dest, None)
-    res, rep = deploy(sandbox, inv, "--verify-weights")
-    assert res.returncode == 0 and f"{len(FILES)} file(s), 1 copied" in res.stdout, res.stdout[-3000:]
-    print(f"--verify-weights with one byte changed: rsync received {rep['bytes_copied']}")
+    res, rep = deploy(sandbox, inv)
+    assert res.returncode == 0 and rep["changed"] == 2, res.stdout[-3000:]
+    assert f"{len(FILES)} file(s), 1 copied" in res.stdout, res.stdout[-3000:]
+    assert f"weights changed since the server started ({DEST}); restart" in res.stdout
+    print(f"a plain deploy with one byte changed: rsync received {rep['bytes_copied']}")
     assert rep["bytes_copied"] < TOTAL / 4
     assert sha256s(dest, DEST)[shard] == hashlib.sha256(FILES[shard]).hexdigest()
+    res, rep = deploy(sandbox, inv, "--verify-weights")  # every file compared by checksum: all right
+    assert res.returncode == 0 and f"{len(FILES)} file(s), 0 copied" in res.stdout, res.stdout[-3000:]
+    assert "restart" not in res.stdout
 
     # The control: the same weights pushed from the controller do show on its counters.
     local = tmp_path / "weights"

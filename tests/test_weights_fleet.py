@@ -106,7 +106,7 @@ def test_a_cut_download_resumes_and_ends_with_every_sha256(sandbox, hub):
     assert host_sha256(h, TARGET, hub_mod.REPOS["sandbox/tiny-llama"]) == hub_sha256("sandbox/tiny-llama")
 
 
-def test_one_changed_byte_is_found_only_by_verify_weights_and_only_that_file_moves(sandbox, hub):
+def test_one_changed_byte_is_found_by_its_ctime_and_only_that_file_moves(sandbox, hub):
     h = sandbox.reset("t3")
     res, _ = run(sandbox, "t3", hub_service(hub))
     assert res.returncode == 0, res.stdout[-3000:]
@@ -121,17 +121,16 @@ def test_one_changed_byte_is_found_only_by_verify_weights_and_only_that_file_mov
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     served = hub.served()
     res, rep = run(sandbox, "t3", hub_service(hub))
-    # By design, sizes and mtimes only: nothing is fetched.  But the edit's ctime is after the
-    # server's start, so it is restarted (issue 36 item 5), onto the edited byte: only
-    # --verify-weights puts that right.
-    assert res.returncode == 0 and rep["changed"] == 1, res.stdout[-3000:]
+    # Size and mtime kept, but written after its manifest (its ctime): the probe hashes that file,
+    # and the deploy fetches it again (that file only) and restarts the server onto the hub's bytes.
+    assert res.returncode == 0 and rep["changed"] == 2, res.stdout[-3000:]
+    assert f"{shard} differs: fetched again" in res.stdout, res.stdout[-3000:]
     assert f"weights changed since the server started ({TARGET}); restart" in res.stdout
-    assert hub.served() == served
-    res, rep = run(sandbox, "t3", hub_service(hub), "deploy", "--verify-weights")
-    assert res.returncode == 0, res.stdout[-3000:]
-    assert f"{shard} differs: fetched again" in res.stdout
     assert hub.served() - served == len(hub_mod.REPOS["sandbox/tiny-llama"][shard])  # that file only
     assert host_sha256(h, TARGET, [shard])[shard] == hub_sha256("sandbox/tiny-llama")[shard]
+    res, rep = run(sandbox, "t3", hub_service(hub), "deploy", "--verify-weights")  # every file hashed: all right
+    assert res.returncode == 0 and "3 file(s), 0.0 MiB moved" in res.stdout, res.stdout[-3000:]
+    assert "restart" not in res.stdout and hub.served() - served == len(hub_mod.REPOS["sandbox/tiny-llama"][shard])
 
 
 def test_a_filesystem_too_small_is_refused_before_any_byte_moves(sandbox, hub):

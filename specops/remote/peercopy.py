@@ -38,6 +38,9 @@ class PeerCopy:
     address: str | None = None
     port: int | None = None
     device: int | None = None  # the destination's filesystem (its probe's), for the run's disk sums
+    # compare by checksum: a file here differs from its manifest by content alone (found by its
+    # hash, size and mtime kept), which rsync's quick check would skip
+    checksum: bool = False
 
 
 def copy(run, c: PeerCopy) -> protocol.PeerCopyResult:
@@ -55,7 +58,7 @@ def copy(run, c: PeerCopy) -> protocol.PeerCopyResult:
                 id=key.id, user=granted["user"], address=key.address, port=port,
                 host_key=f"{host_key.get_name()} {host_key.get_base64()}", path=c.path, dest=c.dest,
                 files=granted["files"], source=c.source, source_address=key.source, peer=c.peer.name,
-                verify=run.opts.verify_weights), on_stderr=lambda line: run.say(line.strip()))
+                verify=run.opts.verify_weights or c.checksum), on_stderr=lambda line: run.say(line.strip()))
         finally:
             try:
                 _on_peer(peer, {"op": "revoke", "id": key.id})

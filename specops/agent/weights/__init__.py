@@ -209,15 +209,16 @@ def record(req, allowed):
     return {"files": len(files), "hashed": len(req.pushed)}
 
 
-def _stale(dfd, f, known, verify, moved_on):
+def _stale(dfd, f, known, verify, moved_on, written=None):
     """Whether a file on the host must be fetched again: gone, the wrong size, or not root's alone
-    (whoever could write it may have); else, when it differs from the manifest, with verify, or
-    at a new commit, a hash that is not the hub's: the LFS sha256, or the git blob sha1 of a file
-    not in LFS (without one: the manifest's sha256, and at a new commit it is fetched again)."""
+    (whoever could write it may have); else, when it differs from the manifest, was written after
+    it (its ctime, past `written`), with verify, or at a new commit, a hash that is not the hub's:
+    the LFS sha256, or the git blob sha1 of a file not in LFS (without one: the manifest's sha256,
+    and at a new commit it is fetched again)."""
     st = weightsdir.lstat_at(dfd, f["name"])
     if st is None or st.st_size != f["size"] or st.st_uid != 0 or st.st_mode & 0o022:
         return True
-    if known and _same(st, known) and not verify and (
+    if known and _same(st, known) and not verify and not (written and st.st_ctime > written) and (
             known.get("sha256") == f["sha256"] if f["sha256"] else not moved_on):
         return False
     if f["sha256"] or f.get("blob"):
@@ -250,7 +251,8 @@ def _fetch(req, dfd):
         weightsdir.safe_name(f["name"])
         if f["size"] is None:
             raise ActionError("the hub gives no size for %s: cannot check the disk or the download" % f["name"])
-    stale = [f for f in info["files"] if _stale(dfd, f, old.get(f["name"]), req.verify, moved_on)]
+    stale = [f for f in info["files"]
+             if _stale(dfd, f, old.get(f["name"]), req.verify, moved_on, manifest.get("written_at"))]
     need = sum(f["size"] - _part_size(dfd, f["name"]) for f in stale)
     check_disk("%s@%s" % (req.repo, req.revision), req.dest, need)  # before any byte moves or is removed
     for f in stale:
