@@ -51,3 +51,13 @@ def test_strict_fails_on_what_needs_doing_and_only_on_that():
     for change in ({"drift": ["x"]}, {"restarts": 2}, {"production": {"not_paying": "…"}},
                    {"runs": {"venv": "/old", "inventory_venv": "/v"}}, {"not_serving": "503"}):
         assert status.needs_doing({"t1": {"services": [{**calm, **change}]}}), change
+
+
+def test_production_is_said_with_its_figures_and_too_little_traffic_is_not_judged():
+    p = {"accept_length": 0.0, "gen_throughput": 0.0, "running": 0, "queue": 0, "verify_calls": 11}
+    line = status._runs_lines("t1", {"service": "sglang", "production": p})[0]
+    assert line == ("t1: sglang in production: too little traffic yet to judge its accept length; 0.0 tok/s; "
+                    "0 running, 0 queued; 11 verify calls since start")
+    p.update(accept_length=2.5, verify_calls=500, deployed_accept_length=3.0, deployed_source="spec-bench")
+    assert "accept length 2.50, 3.00 measured by spec-bench;" in status._runs_lines("t1", {"service": "sglang",
+                                                                                          "production": p})[0]

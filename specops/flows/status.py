@@ -190,7 +190,10 @@ def _runs_lines(host: str, s: dict) -> list[str]:
     elif p and p.get("accept_length") is not None:
         deployed = (f", {p['deployed_accept_length']:.2f} measured by {p['deployed_source']}"
                     if p.get("deployed_accept_length") else "")
-        out.append(f"{host}: {s['service']} in production: accept length {p['accept_length']:.2f}{deployed}; "
+        # SGLang's gauge is its last decode-log window's (0 before the first): said once there is traffic
+        accept = (f"accept length {p['accept_length']:.2f}{deployed}" if (p.get("verify_calls") or 0) >= MIN_VERIFY_CALLS
+                  else "too little traffic yet to judge its accept length")
+        out.append(f"{host}: {s['service']} in production: {accept}; "
                    f"{p.get('gen_throughput') or 0:.1f} tok/s; {int(p.get('running') or 0)} running, "
                    f"{int(p.get('queue') or 0)} queued; {int(p.get('verify_calls') or 0)} verify calls since start")
     if p and p.get("not_paying"):
