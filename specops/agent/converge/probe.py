@@ -88,6 +88,9 @@ def _fact_in(dfd, path, name, want_content, allowed):
     return fact
 
 
+SEEN = {}  # unit → (time.monotonic(), its fact): what this agent last asked systemd (textfile.unit_state reads it)
+
+
 def unit_fact(name):
     """systemctl show's properties, start times as wall-clock seconds, and the unit file's text."""
     res = subprocess.run(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)],
@@ -103,6 +106,7 @@ def unit_fact(name):
             fact["text"] = f.read(65536)
     except OSError:
         fact["text"] = None
+    SEEN[name] = (time.monotonic(), fact)
     return fact
 
 
