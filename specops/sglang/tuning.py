@@ -46,6 +46,10 @@ FINALIST_MARGIN = 0.05  # within 5% of the best short figure: noise on a shared 
 MOVE_MARGIN = 0.01      # the climb moves only for a gain above this
 SIDEWAYS = 2            # moves to an equal neighbour (a plateau) the climb may make when it would stop
 KEEP_MARGIN = 0.03      # a winner must beat what the service runs now by this much to replace it
+# A reading under this fraction of its best measured neighbour's is measured again before it counts
+# (the better of the two stands): settings one step apart do not differ that much, a slow reading
+# (a neighbour on a shared box, a compile after a start) does.
+OUTLIER = 0.6
 FLAT_ACCEPT = 0.5       # accepted tokens gained across at least twice the draft tokens, below which
 FLAT_DRAFT_RATIO = 2    # the draft's own acceptance is the limit
 
@@ -229,6 +233,7 @@ class Climb:
     """The short-load rung: each measured candidate's score (None: infeasible or failed)."""
     scores: dict = field(default_factory=dict)
     path: list = field(default_factory=list)
+    again: list = field(default_factory=list)  # settings measured again: [settings, first reading, second]
     budget_spent: bool = False
 
     def best(self) -> Settings | None:
@@ -251,6 +256,12 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
             return
         spent += 1
         out.scores[c] = measure(c)
+        near = [out.scores[n] for n in neighbours(c, candidates) if out.scores.get(n) is not None]
+        if out.scores[c] is not None and near and out.scores[c] < OUTLIER * max(near) and spent < budget:
+            spent += 1
+            second = measure(c)
+            out.again.append([c, out.scores[c], second])
+            out.scores[c] = max(out.scores[c], second if second is not None else out.scores[c])
 
     x, last, sideways = start, None, 0
     probe(x)
