@@ -8,6 +8,7 @@ from invoke import Collection, Exit, task
 from roles import (draft_config, gpu_stack, model_patches, models, monitoring, ordered, patch_check, router,
                    router_stack, sglang_service, system_packages)
 from specops import cli
+from specops import prompts as prompts_mod
 from specops import inventory as inventory_mod
 from specops.fleetwide import monitoring as monitoring_mod
 from specops.fleetwide import report as report_mod
@@ -97,7 +98,7 @@ def releases(c, sel):
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
             baseline="Also measure the target without speculation, in a GPU window, and compare",
-            prompts="A JSON list of prompts (default: files/prompts.json)",
+            prompts=prompts_mod.HELP,
             concurrency="Levels of concurrency, comma-separated (default 1,8,32)",
             requests="Requests per level (default 64)", max_new_tokens="Tokens per request (default 128)")
 def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="1,8,32", requests="64",
@@ -120,27 +121,34 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to tune (default: the host's only one)",
-            budget="The most restarts to spend (baseline and candidates; default: tune.budget, else one per "
-                   "setting); the service's own restart at the end is not counted",
+            budget="The most restarts to spend per draft (the baseline at the start and at the end, and "
+                   "candidates; default: tune.budget, else 40% of the grid's, at least 8); the service's own "
+                   "restart at the end is not counted",
             at="The concurrency the objective reads (default: the gate's at_concurrency, else the lowest level)",
             mean_speedup="Judge by the mean speedup over the load's levels instead of tok/s at one level",
             itl_p99_ms="Leave out settings whose p99 inter-token latency is above this (milliseconds)",
             concurrency="Levels of concurrency, comma-separated (default: the gate's load, else 1,8,32)",
             requests="Requests per level of the full load (default: the gate's load, else 64)",
             max_new_tokens="Tokens per request (default: the gate's load, else 128)",
+            prompts=prompts_mod.HELP, seed="Which prompts a load samples, and in which order (default 0)",
+            force="With --apply: write the winner even when the tune's figures were noisy",
             apply="Write the winner into host_vars/HOST.yml (comments and order kept) and deploy it with "
                   "--bench, so the service's gate (or, without one, the tune's objective) holds it")
 def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, itl_p99_ms=None,
-              concurrency=None, requests=None, max_new_tokens=None, apply=False):
-    """Which speculative settings pay off?  Searches the service's `tune:` space (default: one for its
-    algorithm), pruned with SGLang's rules, in one GPU window: the baseline once, then candidates as
-    transient units, a short load along a climb and the full load to the finalists.  The service is
-    always restarted on its own settings and verified (Ctrl-C too).  Prints the winner as inventory
-    lines, says when no settings beat serving without speculation or when the draft itself is the
-    limit, and keeps every figure in the release (tune.json)."""
+              concurrency=None, requests=None, max_new_tokens=None, prompts=None, seed=None, force=False,
+              apply=False):
+    """Which speculative settings, and which draft, pay off?  Searches the service's `tune:` space
+    (default: one for its algorithm), pruned with SGLang's rules, for each of `tune.drafts` (default:
+    its own), in one GPU window: the baseline, then candidates as transient units, a short load along
+    a climb (a reading far below its neighbours' measured again) and the full load to the finalists,
+    then the baseline again (moved more than 3%: the figures are noisy, and --apply refuses them
+    unless --force).  The service is always restarted on its own settings and verified (Ctrl-C too).
+    Prints the winner as inventory lines, says when no settings beat serving without speculation or
+    when the draft itself is the limit, and keeps every figure in the release (tune.json)."""
     try:
         ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
-                               concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens)
+                               concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens,
+                               prompts=prompts, seed=seed, force=force)
     except SpecopsError as e:
         cli.exit_with(e)
     reports = cli.play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
@@ -148,7 +156,7 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     if apply:
         try:
             tuning_apply.apply(sel, reports, lambda body: cli.play(
-                lambda run: rolling.deploy(run, body, drain=True), DEPLOY, sel, task="deploy"))
+                lambda run: rolling.deploy(run, body, drain=True), DEPLOY, sel, task="deploy"), force=ask.force)
         except SpecopsError as e:
             cli.exit_with(e)
 

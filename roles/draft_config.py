@@ -1,6 +1,5 @@
-"""The draft model's config.json: keys set as JSON, then linted against the target: SGLang reads
-the EAGLE-3 layer ids only from the nested eagle_config, captures id + 1 (so -1 is the embedding
-output, which upstream model files cannot capture), and never captures ids past the last layer."""
+"""The draft model's config.json: keys set as JSON, then its EAGLE-3 layer ids linted against the
+target (specops/sglang/drafts.py says what SGLang captures)."""
 from specops.inventory import schema
 from specops.ops import handlers
 from specops import protocol
@@ -9,13 +8,12 @@ from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
 from specops.services.sglang import draft_config_path
 from specops.services import of_kind
 
+from specops.sglang.drafts import LAYER_IDS, NESTED, check_layer_ids, target_layers
 from specops.sglang.patches import provides_embedding_capture
 
 NAME = "draft_config"
 VARS = schema.PATCH_VARS  # the host vars it reads
 AFTER = ("models", "model_patches")  # the roles it runs after, when they run
-LAYER_IDS = "eagle_aux_hidden_state_layer_ids"
-NESTED = f"eagle_config.{LAYER_IDS}"
 
 
 class LayerIdLint(Op):
@@ -41,26 +39,8 @@ class LayerIdLint(Op):
                 return Change(self.role, label, "ok", (self.svc["name"],), warning=f"only a top-level {LAYER_IDS} "
                               f"{doc[LAYER_IDS]}; SGLang reads {NESTED} and will ignore it")
             return self._change(label, "ok")
-        check_layer_ids(ids, self.embedding_capture, self._target_layers(facts), self.svc["name"])
+        check_layer_ids(ids, self.embedding_capture, target_layers(self.svc, facts), self.svc["name"])
         return self._change(label, "ok")
-
-    def _target_layers(self, facts):
-        if not facts.file(self.target)["exists"]:
-            return None
-        return JsonKeys(self.target, {}).current(facts).get("num_hidden_layers")
-
-
-def check_layer_ids(ids, embedding_capture, num_layers, service, error=PlanError):
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise error(f"{service}: {NESTED} must be a list of integers, not {ids!r}")
-    if -1 in ids and not embedding_capture:
-        raise error(f"{service}: {NESTED} has -1 (the embedding output), which upstream model "
-                        f"files cannot capture; deploy a patch that declares embedding capture")
-    bad = [i for i in ids if i < -1 or (num_layers is not None and i >= num_layers - 1)]
-    if bad:
-        limit = f"-1..{num_layers - 2}" if num_layers is not None else ">= -1"
-        raise error(f"{service}: {NESTED} ids {bad} are never captured: the target has "
-                        f"{num_layers} layers, so ids must be in {limit}")
 
 
 def ops(host):

@@ -38,12 +38,13 @@ def free_port():
 
 
 @contextlib.contextmanager
-def server(tmp_path, *flags, **env):
+def server(tmp_path, *flags, draft=None, **env):
+    """The simulator on a loopback port, its base URL; `draft`: keys added to the draft's config.json."""
     stub = tmp_path / "stub"
     stub.mkdir(exist_ok=True)
     (stub / "setproctitle.py").write_text("def setproctitle(title):\n    pass\n")  # not in .venv
     for name, cfg in (("target", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}),
-                      ("draft", {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1})):
+                      ("draft", {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, **(draft or {})})):
         (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
     port = free_port()
@@ -53,7 +54,8 @@ def server(tmp_path, *flags, **env):
          *flags], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": f"{stub}:{SIM}",
              "SGLANG_SIM_GPU_REGISTRY": str(tmp_path / "gpu"), "SGLANG_SIM_STARTUP_DELAY": "0",
-             "SGLANG_SIM_TOK_S": "2000", "SGLANG_SIM_ACCEPT_FILE": str(tmp_path / "accept_rate"), **env})
+             "SGLANG_SIM_TOK_S": "2000", "SGLANG_SIM_ACCEPT_FILE": str(tmp_path / "accept_rate"),
+             "SGLANG_SIM_SLOW_FILE": str(tmp_path / "slow.json"), **env})
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30  # bounds a broken start; a loaded box is slow

@@ -11,6 +11,7 @@ import pytest
 from specops import protocol
 from specops.errors import SpecopsError
 from specops.flows import specbench
+from specops.flows.tuning_record import record
 from specops.flows.tuning_search import Search
 from specops.inventory import Host
 from specops.sglang import tuning
@@ -67,11 +68,11 @@ def search(monkeypatch, table, budget, objective=None, **kw):
     monkeypatch.setattr(specbench, "measure", measure)
     space = tuning.prune(SVC, tuning.asked_space(SVC, SPACE))
     load = specbench.Load(concurrency=[1, 8], requests=8)
-    s = Search(Run(), SVC, space, objective or tuning.Objective(at=1), load, load, budget)
+    s = Search(Run(), SVC, space, objective or tuning.Objective(at=1), load, load, budget, ["/d"])
     return s, serve, served
 
 
-@pytest.mark.parametrize("budget", [3, 4, 6, 12])
+@pytest.mark.parametrize("budget", [4, 5, 6, 12])
 def test_the_budget_bounds_every_restart_and_keeps_one_for_a_finalists_full_load(monkeypatch, budget):
     s, serve, served = search(monkeypatch, {}, budget)
     s.search(serve, Settings(3, 1, 4))
@@ -98,7 +99,7 @@ def test_a_winner_replaces_what_runs_only_beyond_the_keep_margin(monkeypatch):
     for gain, kept in ((1.029, True), (1.031, False)):
         s, serve, _ = search(monkeypatch, {now: 200.0, other: 200.0 * gain}, 20, default=150.0)
         s.search(serve, now)
-        rec = s.record(now)
+        rec = record(s, now)
         assert rec["kept"] is kept and rec["changes"] is not kept, (gain, rec["verdict"])
         assert rec["winner"] == (now if kept else other).spec()
 
@@ -111,7 +112,7 @@ def test_a_finalist_that_could_not_be_measured_is_never_the_winner(monkeypatch):
     # the full load of the best short figure failed: the other finalist is judged alone
     s.measured = [dict(m, score=None, out="did not start") if m["settings"] == broken and m["rung"] == "full"
                   else m for m in s.measured]
-    rec = s.record(now)
+    rec = record(s, now)
     assert rec["winner"] == now.spec()
 
 
@@ -120,7 +121,7 @@ def test_the_mean_objective_is_said_and_judged_over_the_levels(monkeypatch):
     s, serve, _ = search(monkeypatch, {now: 200.0, better: 260.0}, 20, objective=tuning.Objective(at=1, mean=True),
                          default=150.0)
     s.search(serve, now)
-    rec = s.record(now)
+    rec = record(s, now)
     assert "at the mean over the levels" in rec["verdict"] and rec["winner"] == better.spec()
 
 
@@ -137,8 +138,8 @@ def test_the_climb_never_stands_twice_on_a_plateau_and_says_when_the_budget_stop
     assert spent.budget_spent and spent.path == [Settings(3, 1, 4)]  # no sideways steps it cannot measure
 
 
-@pytest.mark.parametrize("budget", [1, 0, "two", 2.5, True])
-def test_a_tune_budget_below_two_restarts_is_refused(budget):
+@pytest.mark.parametrize("budget", [3, 1, 0, "two", 2.5, True])
+def test_a_tune_budget_below_four_restarts_is_refused(budget):
     from specops.errors import UsageError
-    with pytest.raises(UsageError, match="tune.budget must be a whole number of restarts, 2 or more"):
+    with pytest.raises(UsageError, match="tune.budget must be a whole number of restarts, 4 or more"):
         tuning.asked_space(SVC, {"budget": budget})

@@ -11,6 +11,7 @@ from specops.sglang import tuning
 from specops.sglang.tuning import Settings
 
 
+DRAFT = "/models/d"
 SVC = {"name": "sglang", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/d",
                                          "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}
 ISSUE_SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16]}
@@ -148,18 +149,25 @@ def _level(c, tok_s, accept=None):
     return protocol.BenchLevel(concurrency=c, figures={"output_tok_s": tok_s, "accept_length": accept, "failed": 0})
 
 
-def _search(measured, base_tok_s=100.0, now=Settings(3, 1, 4), min_speedup=1.0):
-    """A Search whose window already ran: `measured` is [(settings, rung, tok/s, accept)]."""
+def _search(measured, base_tok_s=100.0, now=Settings(3, 1, 4), min_speedup=1.0, again=None):
+    """A Search whose window already ran: `measured` is [(settings, rung, tok/s, accept)] of the
+    service's own draft; `again` the baseline's tok/s at the end (default: as at the start)."""
     from specops.flows import specbench
+    from specops.flows.tuning_record import record
     from specops.flows.tuning_search import Search
     space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
-    s = Search(_Run(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(), specbench.Load(), 20)
-    s.base = [_level(1, base_tok_s)]
+    s = Search(_Run(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(), specbench.Load(),
+               20, [DRAFT])
+    s.base, s.base_again = [_level(1, base_tok_s)], [_level(1, again or base_tok_s)]
+    s.climbs[DRAFT], s.finals[DRAFT] = tuning.Climb(), {}
     for st, rung, tok_s, accept in measured:
-        s.measured.append({"settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)], "score": tok_s, "out": None})
+        s.measured.append({"draft": DRAFT, "settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)],
+                           "score": tok_s, "out": None})
         if rung == "short":
-            s.climb.scores[st] = tok_s
-    return s.record(now)
+            s.climbs[DRAFT].scores[st] = tok_s
+        else:
+            s.finals[DRAFT][st] = tok_s
+    return record(s, now)
 
 
 def test_the_verdict_names_the_winner_keeps_what_runs_within_3pct_and_refuses_what_does_not_pay():

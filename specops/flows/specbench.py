@@ -8,20 +8,16 @@ plain verdict, and keeps the result with the current release (perf.json).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import platform
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import pipeline, rolling
 from .. import protocol, services
+from ..prompts import read as read_prompts
 from ..remote import shipping
 from ..errors import SpecopsError, UsageError
 from ..layout import BASELINE_PREFIX
-
-PROMPTS = Path(__file__).resolve().parents[2] / "files" / "prompts.json"
 
 
 @dataclass
@@ -32,23 +28,19 @@ class Load:
     warmup: int = 4
     max_new_tokens: int = 128
     seed: int = 0
-    prompts: str | None = None  # a JSON list of strings (default: files/prompts.json)
+    prompts: str | None = None  # a prompt file (specops/prompts.py; default: files/prompts.json)
 
     def identity(self) -> dict:
-        """What two results must share to be compared: the load and the prompts' hash."""
-        text = json.dumps(self.prompt_list(), sort_keys=True).encode()
+        """What two results must share to be compared: the load, and the prompt set (its name,
+        digest, and the prompts in it and sent)."""
+        found = read_prompts(self.prompts)
         return {**{k: v for k, v in vars(self).items() if k != "prompts"},
-                "prompts": self.prompts or "files/prompts.json", "prompts_sha256": hashlib.sha256(text).hexdigest()}
+                **found.identity(len(found.sample(self.requests, self.seed)))}
 
-    def prompt_list(self) -> list[str]:
-        path = Path(self.prompts).expanduser() if self.prompts else PROMPTS
-        try:
-            prompts = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise SpecopsError(f"prompts {path}: {e}") from None
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise SpecopsError(f"prompts {path}: must be a JSON list of strings")
-        return prompts
+    def prompt_list(self) -> list:
+        """The prompts to send (each a string or {"messages": [...]}): the file's, sampled down to
+        the requests of a level by the seed when it holds more."""
+        return read_prompts(self.prompts).sample(self.requests, self.seed)
 
 
 def service_of(host, name: str | None) -> dict:

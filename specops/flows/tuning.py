@@ -1,48 +1,60 @@
 """`inv spec-tune`, the controller's side: which speculative settings pay off on this host?
 
-Checklist (the pure parts are specops/sglang/tuning.py; the window's body is tuning_search.py):
+Checklist (the pure parts are specops/sglang/tuning.py; the window's body is tuning_search.py,
+the verdict tuning_record.py):
   1. the space: the service's `tune:` grid, pruned with SGLang's rules, said before any restart;
-  2. what the service runs must be what the inventory says (else its figures would be misnamed);
-  3. the expected time, from the service's own last start and a short load on it as it runs;
-  4. one GPU window (specbench.window): the baseline once, then candidates as transient units,
-     what runs now among them, a short load each along the climb, the full load to the finalists;
-     at most `budget` restarts;
-  5. the service restarted on its own settings and verified, whatever happened (Ctrl-C too);
-  6. the verdict, the inventory lines to write, and every figure kept in tune.json.
+  2. the drafts to compare (`tune: {drafts: [...]}`, else the service's own), each checked as
+     deploy checks the service's draft (weights there, EAGLE-3 layer ids the target captures);
+  3. what the service runs must be what the inventory says (else its figures would be misnamed);
+  4. the expected time, from the service's own last start and a short load on it as it runs;
+  5. one GPU window (specbench.window): the baseline once, then per draft candidates as transient
+     units, what runs now among them, a short load each along the climb (warm-up requests first,
+     not counted), the full load to the finalists; the baseline again at the end (noise);
+     at most `budget` restarts per draft;
+  6. the service restarted on its own settings and verified, whatever happened (Ctrl-C too);
+  7. the verdict, the inventory lines to write, and every figure kept in tune.json.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from . import specbench
+from .tuning_record import record
 from .tuning_search import Search
 from .. import cli, protocol, services
 from ..errors import SpecopsError
-from ..sglang import rules, spec as spec_mod, tuning
+from ..ops import merge_wants
+from ..sglang import drafts as drafts_mod, rules, spec as spec_mod, tuning
+from ..sglang.patches import provides_embedding_capture
 from ..services.sglang import READY_LINE
 
 
 @dataclass
 class Ask:
     """What the task was asked: load options over the gate's load (else spec-bench's), the
-    objective's options, the budget."""
+    objective's options, the budget (restarts per draft), --force (apply a noisy tune)."""
     load: dict = field(default_factory=dict)
     at: int | None = None
     mean: bool = False
     max_itl_p99: float | None = None
     budget: int | None = None
+    force: bool = False
 
     @classmethod
-    def parse(cls, *, budget, at, mean, max_itl_p99_ms, concurrency, requests, max_new_tokens) -> "Ask":
+    def parse(cls, *, budget, at, mean, max_itl_p99_ms, concurrency, requests, max_new_tokens, prompts=None,
+              seed=None, force=False) -> "Ask":
         """From the task's options (numbers as text); a bad one is refused in one line."""
         load = {k: v for k, v in (
             ("concurrency", cli.positive_ints(concurrency, "--concurrency") if concurrency else None),
             ("requests", cli.whole(requests, "--requests", 1) if requests else None),
-            ("max_new_tokens", cli.whole(max_new_tokens, "--max-new-tokens", 1) if max_new_tokens else None))
+            ("max_new_tokens", cli.whole(max_new_tokens, "--max-new-tokens", 1) if max_new_tokens else None),
+            ("prompts", prompts), ("seed", cli.whole(seed, "--seed", 0) if seed is not None else None))
             if v is not None}
-        return cls(load=load, at=cli.whole(at, "--at", 1) if at else None, mean=mean,
-                   budget=cli.whole(budget, "--budget", 2) if budget else None,
+        ask = cls(load=load, at=cli.whole(at, "--at", 1) if at else None, mean=mean, force=force,
+                   budget=cli.whole(budget, "--budget", tuning.MIN_ASKED_BUDGET) if budget else None,
                    max_itl_p99=cli.whole(max_itl_p99_ms, "--itl-p99-ms", 1) / 1000 if max_itl_p99_ms else None)
+        ask.load_for({}).prompt_list()  # a malformed prompt file is refused before any connection
+        return ask
 
     def load_for(self, svc: dict) -> specbench.Load:
         """The gate's load with the options given on top, key by key."""
@@ -69,10 +81,11 @@ def objective_of(svc: dict, ask: Ask, load: specbench.Load) -> tuning.Objective:
 
 
 def short_load(load: specbench.Load, objective: tuning.Objective) -> specbench.Load:
-    """The first rung's load: the levels the objective reads, a quarter of the requests."""
+    """The first rung's load: the levels the objective reads, a quarter of the requests, after at
+    least one warm-up request (a fresh server's first requests pay compiles and cold caches)."""
     levels = objective.levels(load.concurrency)
     return specbench.Load(concurrency=levels, requests=max(load.requests // 4, max(levels)),
-                          warmup=min(load.warmup, 2), max_new_tokens=load.max_new_tokens, seed=load.seed,
+                          warmup=max(1, min(load.warmup, 2)), max_new_tokens=load.max_new_tokens, seed=load.seed,
                           prompts=load.prompts)
 
 
@@ -112,13 +125,39 @@ def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: int) -> N
             + (f": up to about {longest / 60:.1f} min" if started is not None else ""))
 
 
+def drafts_of(svc: dict) -> list[str]:
+    """The drafts to compare: `tune.drafts` (the service's own first when listed), else its own."""
+    own = svc["speculative"].get("draft_model_path")
+    asked = (svc.get("tune") or {}).get("drafts")
+    if not asked:
+        return [own]
+    if not own:
+        raise SpecopsError(f"{svc['name']}: tune.drafts compares draft checkpoints; {svc['speculative']['algorithm']} "
+                           f"here runs none (no speculative.draft_model_path)")
+    bad = [d for d in asked if not isinstance(d, str) or not d.startswith("/")]
+    if bad or len(set(asked)) != len(asked):
+        raise SpecopsError(f"{svc['name']}: tune.drafts must be distinct absolute paths on the host"
+                           + (f", not {bad[0]!r}" if bad else ""))
+    return sorted(asked, key=lambda d: d != own)
+
+
+def check_drafts(run, svc: dict, drafts: list[str], facts) -> None:
+    capture = provides_embedding_capture(run.host, svc)
+    for d in drafts:
+        drafts_mod.check(svc, d, facts, capture)
+    if len(drafts) > 1:
+        run.say(f"{len(drafts)} drafts to compare: {', '.join(drafts)}")
+
+
 def tune(run, name: str | None, ask: Ask) -> dict:
     """The body of `inv spec-tune` on one host."""
-    run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
     svc = specbench.service_of(run.host, name)
     if services.kind_of(svc).name != "sglang" or not svc.get("speculative"):
         raise SpecopsError(f"{svc['name']}: spec-tune searches an SGLang server's speculative settings, "
                            "and this service runs none")
+    drafts = drafts_of(svc)
+    extra = protocol.Probe(venvs=[services.venv_of(run.host)])
+    facts = run.probe([], extra=merge_wants([extra, drafts_mod.wants(svc, [d for d in drafts if d])]), lock=True)
     releases = run.call(protocol.Releases())
     if not releases.current:
         raise SpecopsError(f"{run.host.name}: no release to keep the result in: deploy first")
@@ -127,19 +166,21 @@ def tune(run, name: str | None, ask: Ask) -> dict:
     if not space.candidates:
         raise SpecopsError(f"{svc['name']}: no settings in the space can run: {space.pruned[0].reason}")
     say_space(run, space)
+    check_drafts(run, svc, [d for d in drafts if d], facts)
     load = ask.load_for(svc)
     objective = objective_of(svc, ask, load)
     short = short_load(load, objective)
     run.say(f"objective: {objective.describe()}")
-    budget = ask.budget or (svc.get("tune") or {}).get("budget") or len(space.candidates) + 1
-    estimate(run, svc, short, budget, space.grid)
+    budget = ask.budget or (svc.get("tune") or {}).get("budget") or tuning.default_budget(space)
+    estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid * len(drafts))
     now = running_settings(svc)
-    search = Search(run, svc, space, objective, load, short, budget)
+    search = Search(run, svc, space, objective, load, short, budget, drafts)
     specbench.window(run, svc, lambda serve: search.search(serve, now))
-    out = search.record(now)
+    out = record(search, now)
     for line in out["said"]:
         run.say(line)
     rec = run.call(protocol.PerfRecord(perf=out, record="tune"))
     run.report.notes.append(f"tune.json in release {rec.stamp}")
-    run.report.extra["spec_tune"] = {k: out[k] for k in ("winner", "verdict", "draft_limit", "restarts", "grid_restarts")}
+    run.report.extra["spec_tune"] = {k: out[k] for k in ("winner", "winner_draft", "verdict", "draft_limit",
+                                                         "restarts", "grid_restarts", "noise")}
     return out

@@ -6,13 +6,18 @@ found nothing better than what it runs, or nothing that pays, is left alone.
 
 Nothing half-done: every file is checked before the first is written, and if the deploy does not
 end well (a gate refused, a host failed, Ctrl-C) the files are put back as they were, so the
-inventory never asks for settings no gate held."""
+inventory never asks for settings no gate held.  A tune whose baseline moved more than the keep
+margin (noisy figures) is refused unless --force; a winning draft other than the service's own is
+written as draft_model_path, beside the settings, unless the service fetches its draft from a
+`draft_weights:` source (which would then fetch the old one there)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from . import gate, pipeline
+from .. import cli, services
 from ..cli import DEFAULT_INVENTORY
+from ..errors import UsageError
 from ..inventory import writeback
 
 
@@ -29,10 +34,38 @@ def _fallback_gates(reports) -> dict:
     return out
 
 
-def apply(sel, reports, deploy) -> None:
-    """`deploy(body)` runs a deploy of the selection with `body` as pipeline.deploy's bench step."""
+def refusal(name: str, rec: dict, svc: dict | None, force: bool) -> str | None:
+    """Why this host's winner must not be written (None: it may)."""
+    if (rec.get("noise") or {}).get("noisy") and not force:
+        return (f"{name}: the tune's figures are noisy (the baseline moved {rec['noise']['baseline_moved']:+.1%} "
+                f"during it): not applied; tune again when the box is quiet, or give --force")
+    if "draft_model_path" in (rec.get("apply") or {}) and (svc or {}).get("draft_weights"):
+        return (f"{name}: {rec['service']} brings its draft from `draft_weights:`; the winner is another draft "
+                f"({rec['apply']['draft_model_path']}): point draft_weights at its source and write "
+                f"draft_model_path yourself")
+    return None
+
+
+def _service(hosts, name: str, rec: dict) -> dict | None:
+    return next((s for h in hosts if h.name == name for _, s in services.of_host(h) if s["name"] == rec["service"]),
+                None)
+
+
+def apply(sel, reports, deploy, force: bool = False) -> None:
+    """`deploy(body)` runs a deploy of the selection with `body` as pipeline.deploy's bench step.
+    Nothing is written when any host is refused."""
     inventory = Path(sel.inventory or DEFAULT_INVENTORY)
-    todo = []
+    todo, hosts = [], None
+    refused = []
+    for r in reports:
+        rec = r.result or {}
+        if rec.get("changes"):
+            # the inventory's entry matters only to a winner that is another draft
+            hosts = hosts or (cli.select(sel) if "draft_model_path" in rec["apply"] else None)
+            why = refusal(r.name, rec, _service(hosts or [], r.name, rec), force)
+            refused += [why] if why else []
+    if refused:
+        raise UsageError("; ".join(refused))
     for r in reports:
         rec = r.result or {}
         if not rec.get("changes"):

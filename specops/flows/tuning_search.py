@@ -1,15 +1,14 @@
-"""spec-tune's GPU window body (specops/flows/tuning.py opens the window): the baseline once, the
-climb on the short load with each candidate a transient unit, the finalists on the full load;
-then the verdict and the record tune.json keeps.
+"""spec-tune's GPU window body (specops/flows/tuning.py opens the window): the baseline once, then
+for each draft the climb on the short load with each candidate a transient unit and its finalists
+on the full load (tuning.search), then the baseline again, which says how noisy the figures are.
 
 A candidate that does not start or serve (untried settings: out of memory, a crash) is out, with
-why, and the search goes on; GPUs left busy after one stops end the tune, as they end any window."""
+why, and the search goes on; GPUs left busy after one stops end the tune, as they end any window.
+What tune.json keeps and says is tuning_record.py's."""
 from __future__ import annotations
 
-import time
-
 from . import specbench
-from .. import protocol, services
+from .. import services
 from ..errors import SpecopsError
 from ..sglang import tuning
 
@@ -19,107 +18,81 @@ def figures(levels) -> dict:
 
 
 class Search:
-    def __init__(self, run, svc, space, objective, load, short, budget):
+    """One service's search over its drafts; `drafts` in the order asked, the service's own first."""
+
+    def __init__(self, run, svc, space, objective, load, short, budget, drafts):
         self.run, self.svc, self.space, self.objective = run, svc, space, objective
-        self.load, self.short, self.budget = load, short, budget
-        self.base, self.measured, self.restarts, self.climb = [], [], 0, tuning.Climb()
+        self.load, self.short, self.budget, self.drafts = load, short, budget, drafts
+        self.base, self.base_again, self.measured, self.restarts = [], [], [], 0
+        self.climbs: dict = {}   # draft → tuning.Climb
+        self.finals: dict = {}   # draft → {settings: full-load score}
 
-    def values(self, s: tuning.Settings) -> dict:
-        """The `speculative` keys a candidate sets (and --apply writes)."""
+    def values(self, s: tuning.Settings, draft: str | None = None) -> dict:
+        """The `speculative` keys a candidate sets (and --apply writes): the draft when it is not
+        the service's own."""
         spec = tuning.speculative_for(self.svc["speculative"], s.spec())
-        return {k: spec[k] for k in (*tuning.KNOBS, "dflash_block_size") if spec.get(k) is not None}
+        out = {k: spec[k] for k in (*tuning.KNOBS, "dflash_block_size") if spec.get(k) is not None}
+        if draft and draft != self.svc["speculative"].get("draft_model_path"):
+            out["draft_model_path"] = draft
+        return out
 
-    def measure(self, serve, s: tuning.Settings, load, rung: str) -> float | None:
+    def measure(self, serve, draft: str, s: tuning.Settings, load, rung: str) -> float | None:
         self.restarts += 1
-        argv = services.kind_of(self.svc).argv({**self.svc, "speculative": {**self.svc["speculative"], **self.values(s)}},
-                                                services.venv_of(self.run.host))
+        again = any(m["draft"] == draft and m["settings"] == s and m["rung"] == rung for m in self.measured)
+        spec = {**self.svc["speculative"], **self.values(s, draft), "draft_model_path": draft}
+        argv = services.kind_of(self.svc).argv({**self.svc, "speculative": spec}, services.venv_of(self.run.host))
+        name = f"{s.label()}{self.draft_label(draft)} [{rung}{', again' if again else ''}]"
         try:
             with serve(argv, label="candidate", what=s.label()) as unit:
                 levels = specbench.measure(self.run, self.svc, load, unit=unit)
         except specbench.GpusBusy:
             raise
         except SpecopsError as e:
-            self.measured.append({"settings": s, "rung": rung, "levels": [], "score": None, "out": str(e)[:300]})
-            self.run.say(f"{s.label()} [{rung}]: out: {str(e)[:200]}")
+            self.measured.append({"draft": draft, "settings": s, "rung": rung, "levels": [], "score": None,
+                                  "out": str(e)[:300], "again": again})
+            self.run.say(f"{name}: out: {str(e)[:200]}")
             return None
         score, why = self.objective.score(figures(levels), figures(self.base))
         gain = self.objective.speedup(figures(levels), figures(self.base))
         accept = figures(levels).get(self.objective.at, {}).get("accept_length")
-        self.measured.append({"settings": s, "rung": rung, "levels": levels, "score": score, "out": why or None})
-        self.run.say(f"{s.label()} [{rung}]: " + (f"out: {why}" if score is None else f"{gain:.2f}x"
-                     + (f", accept length {accept:.2f}" if accept else "")))
+        self.measured.append({"draft": draft, "settings": s, "rung": rung, "levels": levels, "score": score,
+                              "out": why or None, "again": again})
+        self.run.say(f"{name}: " + (f"out: {why}" if score is None else f"{gain:.2f}x"
+                     + (f", accept length {accept:.2f}" if accept else ""))
+                     + (" (measured again: its first reading was far below its neighbours')" if again else ""))
         return score
+
+    def draft_label(self, draft: str) -> str:
+        return f", draft {draft}" if len(self.drafts) > 1 else ""
 
     def search(self, serve, now):
         self.run.say("starting the baseline (no speculation)")
         self.restarts += 1
         with serve(specbench.plain_argv(self.run, self.svc)) as unit:
             self.base = specbench.measure(self.run, self.svc, self.load, unit=unit)
-        start = now if now in self.space.candidates else tuning.middle(self.space.candidates)
-        # a restart kept for a finalist's full load
-        self.climb = tuning.climb(self.space.candidates, lambda s: self.measure(serve, s, self.short, "short"),
-                                  start, max(self.budget - 2, 1))
-        for s in tuning.finalists(self.climb):
-            if self.restarts >= self.budget:
-                break
-            self.measure(serve, s, self.load, "full")
+        own = self.svc["speculative"].get("draft_model_path")
+        for draft in self.drafts:
+            if len(self.drafts) > 1:
+                self.run.say(f"draft {draft}")
+            start = now if draft == own and now in self.space.candidates else tuning.middle(self.space.candidates)
+            self.climbs[draft], self.finals[draft] = tuning.search(
+                self.space.candidates, lambda s, d=draft: self.measure(serve, d, s, self.short, "short"),
+                lambda s, d=draft: self.measure(serve, d, s, self.load, "full"), start, self.budget)
+        # the same target with the same load at the end: how far the box moved under the tune
+        self.run.say("starting the baseline again (no speculation): how noisy were the figures?")
+        self.restarts += 1
+        with serve(specbench.plain_argv(self.run, self.svc)) as unit:
+            self.base_again = specbench.measure(self.run, self.svc, self.load, unit=unit)
 
-    def _judged(self) -> dict:
-        """The finalists' figures: the full load's where it ran, else (the budget ran out) the short's."""
-        full = {m["settings"]: m for m in self.measured if m["rung"] == "full"}
-        finals = [s for s in tuning.finalists(self.climb) if s in full] or tuning.finalists(self.climb)
-        judged = {s: full.get(s) or next(m for m in self.measured if m["settings"] == s and m["rung"] == "short")
-                  for s in finals}
-        return {s: m for s, m in judged.items() if m["score"] is not None}
-
-    def record(self, now) -> dict:
-        """The verdict and what tune.json keeps."""
-        obj, base = self.objective, figures(self.base)
-        judged = self._judged()
-        gain = {s: obj.speedup(figures(m["levels"]), base) for s, m in judged.items()}
-        pays = [s for s in judged if gain[s] is not None and gain[s] >= obj.min_speedup]
-        best = max(judged, key=lambda s: judged[s]["score"], default=None)
-        winner = max(pays, key=lambda s: judged[s]["score"], default=None)
-        # what runs now stays unless the winner beats it by KEEP_MARGIN (noise must not churn a fleet)
-        kept = winner is not None and now in pays and now != winner and \
-            judged[winner]["score"] <= judged[now]["score"] * (1 + tuning.KEEP_MARGIN)
-        winner = now if kept else winner
-        at = "the mean over the levels" if obj.mean else f"concurrency {obj.at}"
-        if winner:
-            verdict = f"best: {winner.label()}: {gain[winner]:.2f}x at {at}" + \
-                (" (what it runs now: nothing found beats it by 3%)" if kept else "")
-        elif best:
-            verdict = (f"no settings beat serving without speculation by {obj.min_speedup}x at {at}: the best, "
-                       f"{best.label()}, is {gain[best] or 0:.2f}x; serve {self.svc['name']} without speculation "
-                       f"(remove its `speculative:`)")
-        else:
-            verdict = "no candidate could be measured"
-        said = [verdict, f"{self.restarts} restarts (the full grid: {self.space.grid + 1})"
-                + ("; the budget ran out before the search converged" if self.climb.budget_spent else "")]
-        limit = tuning.draft_limit({m["settings"]: figures(m["levels"]).get(obj.at, {}).get("accept_length")
-                                    for m in self.measured})
-        said += [limit] if limit else []
-        changes = bool(winner and winner != now)
-        lines = inventory_lines(self.run.host.name, self.svc["name"], self.values(winner)) if changes else []
-        enc = lambda levels: [protocol.encode(lv) for lv in levels]  # noqa: E731
-        return {"service": self.svc["name"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "objective": {"at": obj.at, "mean": obj.mean, "max_itl_p99": obj.max_itl_p99,
-                              "min_speedup": obj.min_speedup, "text": obj.describe()},
-                "load": self.load.identity(), "short_load": self.short.identity(), "baseline": enc(self.base),
-                "incumbent": {"settings": now.spec() if now else None},
-                "candidates": [{"settings": m["settings"].spec(), "label": m["settings"].label(), "rung": m["rung"],
-                                "levels": enc(m["levels"]), "score": m["score"], "out": m["out"],
-                                "speedup": {str(c): g for c, g in specbench.speedups(m["levels"], self.base).items()}}
-                               for m in self.measured],
-                "pruned": [{"asked": p.asked, "reason": p.reason, "rule": p.rule,
-                            "runs_as": p.runs_as.spec() if p.runs_as else None} for p in self.space.pruned],
-                "path": [s.label() for s in self.climb.path], "winner": winner.spec() if winner else None,
-                "apply": self.values(winner) if changes else None, "kept": kept, "changes": changes,
-                "verdict": verdict, "draft_limit": limit, "restarts": self.restarts,
-                "grid_restarts": self.space.grid + 1, "budget": self.budget,
-                "budget_spent": self.climb.budget_spent, "said": said, "inventory_lines": lines}
-
-
-def inventory_lines(host: str, service: str, values: dict) -> list[str]:
-    return [f"to serve it, write under {service}'s `speculative:` (host_vars/{host}.yml, or a group's vars "
-            f"to roll it with inv deploy --group G --serial 1 --bench):"] + [f"    {k}: {v}" for k, v in values.items()]
+    def judged(self, draft: str) -> dict:
+        """A draft's finalists, each with its measurement: the better full-load reading where they
+        ran, else (the budget ran out before any) the short load's."""
+        finals = self.finals.get(draft) or {}
+        rung = "full" if finals else "short"
+        keep = set(finals) or (set(tuning.finalists(self.climbs[draft])) if draft in self.climbs else set())
+        pick: dict = {}
+        for m in self.measured:
+            if m["draft"] == draft and m["rung"] == rung and m["settings"] in keep and m["score"] is not None:
+                if m["settings"] not in pick or m["score"] > pick[m["settings"]]["score"]:
+                    pick[m["settings"]] = m
+        return pick

@@ -130,7 +130,8 @@ SERVICE = {
     },
     "tune": {  # inv spec-tune's search space (specops/sglang/tuning.py; default: the algorithm's)
         "num_steps": [int], "eagle_topk": [int], "num_draft_tokens": [int],
-        "budget": int,                  # the most restarts a tune may spend (--budget)
+        "budget": int,                  # the most restarts a tune may spend per draft (--budget)
+        "drafts": [str],                # draft checkpoints to compare (default: the service's own)
     },
     "watch": {  # what `inv monitoring`'s SpecDecodeNotPayingOff alert holds it to (specops/fleetwide/rules.py)
         "accept_fraction": NUMBER,      # production accept length below this × the release's measure fires

@@ -16,6 +16,9 @@ W, H = 460, 270
 LEFT, RIGHT, TOP, BOTTOM = 58, 62, 36, 58  # room for tick labels, axis titles, legend, a gate's label
 BLUE = "#0b5394"
 SERIES = {"speculative": (BLUE, "", "circle"), "baseline": ("#b45f06", "6 4", "square")}
+# Any other series (a draft's, on the tuning section), by its place: colour, dash and marker all differ
+OTHERS = [("#38761d", "2 3", "circle"), (BLUE, "", "square"), ("#b45f06", "6 4", "circle"),
+          ("#741b47", "8 3 2 3", "circle")]
 _STAMP = re.compile(r"^\d{4}(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)(?:\.\d+)?Z$")  # layout.new_stamp(): UTC, to the µs
 
 
@@ -95,7 +98,7 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], xlabel:
     px = {x: LEFT + inner * ((i + 0.5) / len(xs)) for i, x in enumerate(xs)}  # one level: mid-axis
     out += [_x_tick(px[x], str(x)) for x in xs]
     for i, (name, pts) in enumerate(series.items()):
-        colour, dash, shape = SERIES.get(name, ("#38761d", "2 3", "circle"))
+        colour, dash, shape = SERIES.get(name) or OTHERS[i % len(OTHERS)]
         path = " ".join(f"{px[x]:.1f},{py(y):.1f}" for x, y in sorted(pts))
         out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"'
                    + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")

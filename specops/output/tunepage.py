@@ -1,10 +1,12 @@
 """The report's tuning section: a release's latest spec-tune (tune.json, read back from the host):
-the speedup of every candidate at every level it was measured at, the winner marked, and the
-combinations pruned before any restart with why.  Values are escaped and checked, as the rest of
+the speedup of every candidate at every level it was measured at, the winner marked, the drafts
+side by side when it compared several (speedup against draft tokens, a line each, and a row each
+with its best settings and accept length per draft-token count), and the combinations pruned
+before any restart with why.  Values are escaped and checked, as the rest of
 the page's: a record of another shape shows as "-", never as markup."""
 from __future__ import annotations
 
-from .charts import _e
+from .charts import _e, line_chart
 
 
 def _num(value) -> str:
@@ -31,6 +33,7 @@ def section(releases: list[dict], name: str) -> list[str]:
            f"<p data-tune-verdict>{_e(rec.get('verdict', ''))}</p>",
            f"<p>{_e(rec.get('restarts', '?'))} restarts (the full grid: {_e(rec.get('grid_restarts', '?'))}); "
            f"objective: {_e((rec.get('objective') or {}).get('text', '?'))}</p>"]
+    out += _drafts(rec)
     if rec.get("draft_limit"):
         out.append(f"<p data-draft-limit>{_e(rec['draft_limit'])}</p>")
     out.append("<table data-tune><tr><th>settings</th><th>load</th>"
@@ -51,4 +54,31 @@ def section(releases: list[dict], name: str) -> list[str]:
             asked = ", ".join(f"{_e(k)} {_e(v)}" for k, v in (p.get("asked") or {}).items())
             out.append(f"<li>{asked}: {_e(p.get('reason', ''))}</li>")
         out.append("</ul></details>")
+    return out
+
+
+def _drafts(rec: dict) -> list[str]:
+    drafts = [d for d in rec.get("drafts") or [] if isinstance(d, dict) and isinstance(d.get("by_draft_tokens"), dict)]
+    if len(drafts) < 2:
+        return []
+    points = {str(d.get("draft")): [(int(n), v["speedup"]) for n, v in d["by_draft_tokens"].items()
+                                    if str(n).isdigit() and isinstance(v, dict)
+                                    and isinstance(v.get("speedup"), (int, float)) and not isinstance(v["speedup"], bool)]
+              for d in drafts}
+    points = {name.rstrip("/").rsplit("/", 1)[-1]: pts for name, pts in points.items() if pts}
+    counts = sorted({n for pts in points.values() for n, _ in pts})
+    out = [f"<div data-drafts-chart>{line_chart('Drafts side by side', points, 'draft tokens', 'speedup (x)')}</div>"
+           if points else "",
+           "<table data-drafts><tr><th>draft</th><th>best settings</th><th>speedup</th>"
+           + "".join(f"<th>accept length @{n} draft tokens</th>" for n in counts) + "</tr>"]
+    for d in drafts:
+        best = d.get("best") if isinstance(d.get("best"), dict) else None
+        won = d.get("draft") == rec.get("winner_draft") and best == rec.get("winner")
+        accepts = [(d["by_draft_tokens"].get(str(n)) or {}).get("accept_length") for n in counts]
+        out.append(f"<tr{' data-winner' if won else ''}><td>{_e(d.get('draft', '?'))}{' (winner)' if won else ''}</td>"
+                   f"<td>{_e(', '.join(f'{k} {v}' for k, v in best.items())) if best else '-'}</td>"
+                   f"<td>{_num(d.get('speedup'))}</td>"
+                   + "".join(f"<td>{a:.2f}</td>" if isinstance(a, (int, float)) and not isinstance(a, bool)
+                             else "<td>-</td>" for a in accepts) + "</tr>")
+    out.append("</table>")
     return out

@@ -29,9 +29,11 @@ class SpecBenchResult:
 class SpecBench:
     """Drive `service` on the host with the load client (agent/bench/specbench.py): per level of
     `concurrency`, `warmup` requests, then `requests` streaming requests of `max_new_tokens`
-    from closed-loop clients, the prompts cycled in an order fixed by `seed`."""
+    from closed-loop clients, the prompts cycled in an order fixed by `seed`.  A prompt is a
+    string (sent to the service's generate endpoint) or {"messages": [{"role", "content"}, ...]}
+    (sent to its chat endpoint)."""
     service: ServiceCheck
-    prompts: List[str]
+    prompts: List[Any]  # each a str or {"messages": [{"role": str, "content": str}, ...]}
     concurrency: List[int] = Factory(lambda: [1, 8, 32])
     requests: int = 64
     warmup: int = 4

@@ -41,12 +41,14 @@ class UnitRef:
 @message
 class Endpoints:
     """How to ask a kind of service over HTTP: ready (200 when serving), its effective
-    arguments (`info`, then `info_fallback` on 404), the models it serves, a generation."""
+    arguments (`info`, then `info_fallback` on 404), the models it serves, a generation, and
+    an OpenAI chat completion (spec-bench's prompts given as messages)."""
     ready: str = "/health"
     info: str = "/server_info"
     info_fallback: Optional[str] = "/get_server_info"
     models: Optional[str] = "/v1/models"
     generate: Optional[str] = "/generate"
+    chat: Optional[str] = "/v1/chat/completions"
     public: List[str] = Factory(lambda: ["/health"])  # paths that need no API key
     # A router's: lists its workers as {"workers": [{"url", "is_healthy", "load", ...}]}
     members: Optional[str] = None

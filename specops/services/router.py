@@ -98,6 +98,8 @@ class Router(ServiceKind):
     name = "router"
     titles = ()
     module = "sglang_router.launch_router"
+    # chat stays the default: sglang-router 0.3.2 routes /v1/chat/completions to a worker as it
+    # does /generate, so spec-bench's prompts given as messages go through a router too
     endpoints = protocol.Endpoints(ready="/health", info="/workers", info_fallback=None, models=None,
                                    generate="/generate", public=["/health"], members="/workers")
 

@@ -44,12 +44,17 @@ DEFAULT_SPACES = {
 TREE_POOL = "a tree of num_steps {s} and topk {k} has {n} candidate nodes, fewer than num_draft_tokens - 1 = {d}"
 FINALIST_MARGIN = 0.05  # within 5% of the best short figure: noise on a shared box can be that much
 MOVE_MARGIN = 0.01      # the climb moves only for a gain above this
-SIDEWAYS = 2            # moves to an equal neighbour (a plateau) the climb may make when it would stop
+SIDEWAYS = 1            # moves to an equal neighbour (a plateau) the climb may make when it would stop
+LEVEL = 0.07            # a neighbour within this of where the climb stands is level with it (noise on a short load)
 KEEP_MARGIN = 0.03      # a winner must beat what the service runs now by this much to replace it
 # A reading under this fraction of its best measured neighbour's is measured again before it counts
 # (the better of the two stands): settings one step apart do not differ that much, a slow reading
 # (a neighbour on a shared box, a compile after a start) does.
-OUTLIER = 0.6
+OUTLIER = 0.7
+BUDGET_SHARE = 0.4      # of the grid's restarts: what a search may spend by default (bench/tune_landscapes.py)
+MIN_BUDGET = 8
+MIN_ASKED_BUDGET = 4
+BUDGET_PARTS = "(the baseline, the baseline again at the end, a candidate and its full load)"
 FLAT_ACCEPT = 0.5       # accepted tokens gained across at least twice the draft tokens, below which
 FLAT_DRAFT_RATIO = 2    # the draft's own acceptance is the limit
 
@@ -106,9 +111,11 @@ def asked_space(svc: dict, space: dict | None) -> dict:
     grid = dict(DEFAULT_SPACES[algo])
     for knob, values in (space or {}).items():
         if knob == "budget":
-            if not isinstance(values, int) or values < 2:  # true and false are 1 and 0: refused too
-                raise UsageError(f"{svc['name']}: tune.budget must be a whole number of restarts, 2 or more "
-                                 f"(the baseline and one candidate)")
+            if not isinstance(values, int) or values < MIN_ASKED_BUDGET:  # true and false are 1 and 0: refused too
+                raise UsageError(f"{svc['name']}: tune.budget must be a whole number of restarts, "
+                                 f"{MIN_ASKED_BUDGET} or more {BUDGET_PARTS}")
+            continue
+        if knob == "drafts":  # checked where the host is known (flows/tuning.py drafts_of)
             continue
         if knob not in KNOBS:
             raise UsageError(f"{svc['name']}: tune.{knob}: not a knob spec-tune searches ({', '.join(KNOBS)})")
@@ -256,12 +263,20 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
             return
         spent += 1
         out.scores[c] = measure(c)
+        for s in [c] + neighbours(c, candidates):  # c may be the slow one, or show a neighbour was
+            suspect(s)
+
+    def suspect(c):
+        """Measure c again, once, when it reads under OUTLIER of its best measured neighbour."""
+        nonlocal spent
         near = [out.scores[n] for n in neighbours(c, candidates) if out.scores.get(n) is not None]
-        if out.scores[c] is not None and near and out.scores[c] < OUTLIER * max(near) and spent < budget:
-            spent += 1
-            second = measure(c)
-            out.again.append([c, out.scores[c], second])
-            out.scores[c] = max(out.scores[c], second if second is not None else out.scores[c])
+        if out.scores.get(c) is None or not near or out.scores[c] >= OUTLIER * max(near) \
+                or any(a[0] == c for a in out.again) or spent >= budget:
+            return
+        spent += 1
+        second = measure(c)
+        out.again.append([c, out.scores[c], second])
+        out.scores[c] = max(out.scores[c], second if second is not None else out.scores[c])
 
     x, last, sideways = start, None, 0
     probe(x)
@@ -276,12 +291,33 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
         if best is None or best == x or (here is not None and out.scores[best] <= here * (1 + MOVE_MARGIN)):
             # a plateau: a neighbour as good (within noise) that has not been stood on may lead on
             level = [c for c in neighbours(x, candidates) if out.scores.get(c) is not None and here is not None
-                     and out.scores[c] >= here * (1 - MOVE_MARGIN) and c not in out.path]
+                     and out.scores[c] >= here * (1 - LEVEL) and c not in out.path]
             if not level or sideways == SIDEWAYS or out.budget_spent:
                 return out
             best, sideways = max(level, key=lambda c: out.scores[c]), sideways + 1
         x, last = best, x
         out.path.append(x)
+
+
+def default_budget(space: Space) -> int:
+    """Restarts one draft's search may spend, both baselines included: BUDGET_SHARE of the grid's,
+    but never fewer than MIN_BUDGET (a small grid still needs a climb) nor more than a sweep."""
+    return min(max(int(BUDGET_SHARE * (space.grid + 1)), MIN_BUDGET), len(space.candidates) + 2)
+
+
+def search(candidates: list[Settings], short: Callable, full: Callable, start: Settings,
+           budget: int) -> tuple[Climb, dict]:
+    """The two rungs within `budget` restarts (two of them the baselines, which the caller runs):
+    the climb on the short load, leaving two for finalists, then the finalists on the full load.
+    The climb and the finalists' full-load scores."""
+    c = climb(candidates, short, start, max(budget - 4, 1))
+    return c, final(c, full, budget - 2 - len(c.scores) - len(c.again))
+
+
+def winner_of(c: Climb, scores: dict) -> Settings | None:
+    """The best full-load score; the best short one when no finalist got the full load."""
+    ok = [s for s, v in scores.items() if v is not None]
+    return max(ok, key=lambda s: (scores[s], -s.num_draft_tokens)) if ok else (None if scores else c.best())
 
 
 def finalists(c: Climb, most: int = 3) -> list[Settings]:
@@ -292,6 +328,25 @@ def finalists(c: Climb, most: int = 3) -> list[Settings]:
     top = c.scores[best]
     near = [s for s, v in c.scores.items() if v is not None and v >= top * (1 - FINALIST_MARGIN)]
     return sorted(near, key=lambda s: -c.scores[s])[:most]
+
+
+def final(c: Climb, measure: Callable[[Settings], float | None], budget: int) -> dict:
+    """The second rung: each finalist on the full load, at most `budget` restarts; the scores.  A
+    full reading under OUTLIER of the same settings' short one is a slow start, not the settings:
+    it is measured again and the better stands (noted in c.again)."""
+    out: dict = {}
+    for s in finalists(c):
+        if budget <= 0:
+            c.budget_spent = True
+            break
+        budget -= 1
+        out[s] = measure(s)
+        if out[s] is not None and out[s] < OUTLIER * c.scores[s] and budget > 0:
+            budget -= 1
+            second = measure(s)
+            c.again.append([s, out[s], second])
+            out[s] = max(out[s], second if second is not None else out[s])
+    return out
 
 
 def draft_limit(accepts: dict) -> str | None:

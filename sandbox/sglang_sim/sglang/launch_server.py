@@ -16,7 +16,15 @@ Behaviour knobs, from the environment (the flags stay SGLang's own):
   SGLANG_SIM_SHARD_MB       with SHARDS: GPU memory the load takes per shard (default 500)
   SGLANG_SIM_TOK_S, SGLANG_SIM_BATCH_COST, SGLANG_SIM_ACCEPT_RATE, SGLANG_SIM_TREE_GAIN,
   SGLANG_SIM_ACCEPT_LENGTH, SGLANG_SIM_DRAFT_COST,
-  SGLANG_SIM_VERIFY_COST    the performance model: how long /generate takes (sim_perf.py)
+  SGLANG_SIM_VERIFY_COST    the performance model: how long /generate takes (sim_perf.py); a
+                            draft's config.json may carry its own "sim_accept_rate" and
+                            "sim_tree_gain" (sim_perf.py: acceptance is the draft's)
+  SGLANG_SIM_WARMUP_REQUESTS, SGLANG_SIM_WARMUP_SECONDS
+                            the first N requests after a start (default 0) each pay that many more
+                            seconds (default 0.5) before their first token (sim_perf.py)
+  SGLANG_SIM_NOISE, SGLANG_SIM_NOISE_STARTS, SGLANG_SIM_SLOW_FILE
+                            opt-in noise: a speed drawn once per start (jitter, a random slow
+                            start), and slow starts planted for given settings (sim_noise.py)
   SGLANG_SIM_ACCEPT_FILE    a file (default /run/sglang-sim/accept_rate): while it holds a float,
                             that replaces SGLANG_SIM_ACCEPT_RATE for requests starting after it
                             changed; removing it restores the knob (traffic drifting away from
@@ -57,6 +65,9 @@ that moment), it exits without waiting for the requests.
                             /run/sglang-sim/gpu, what the nvidia-smi stand-in reads): a test that
                             runs the server outside a sandbox host points it elsewhere
 
+POST /v1/chat/completions is SGLang's OpenAI chat endpoint, on the same generation loop as
+/generate (sim_chat.py).
+
 With --enable-metrics, GET /metrics serves SGLang's Prometheus metrics from the requests' and steps'
 own counts (sim_metrics.py); without it, 404.  It never needs the API key, nor do /health* and
 /ready* (srt/utils/auth.py).
@@ -76,8 +87,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import setproctitle
 
-from sglang import sim_metrics, sim_startup
-from sglang.sim_perf import Model
+from sglang import sim_chat, sim_metrics, sim_noise, sim_startup
+from sglang.sim_perf import Model, with_draft
 from sglang.srt.server_args import prepare_server_args
 from sglang.version import __version__
 
@@ -87,6 +98,7 @@ ARCH_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
 # configure_logger (srt/utils/common.py): stderr, where its tqdm bars go too
 logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
 log = logging.getLogger("sglang")
+DEFAULT_MAX_NEW_TOKENS = 16  # the simulator's, when a request sets none (short: tests wait for it)
 
 
 def visible_gpus():
@@ -140,15 +152,23 @@ class State:
     metrics = None  # sim_metrics.Metrics with --enable-metrics
 
 
-def eagle3_capture_layers(args, model_config, module):
+def draft_config(args):
+    """The draft's config.json (None: no draft, or no such file)."""
+    if not args.speculative_algorithm or not args.speculative_draft_model_path:
+        return None
+    try:
+        with open(os.path.join(args.speculative_draft_model_path, "config.json")) as f:
+            return json.load(f)
+    except OSError:
+        return None
+
+
+def eagle3_capture_layers(args, model_config, module, draft):
     """As SGLang: layer ids only from the draft's nested eagle_config, captured at id + 1
     (index 0 is the embedding output); -1 needs a model file that captures embeddings."""
     if args.speculative_algorithm != "EAGLE3" or not args.speculative_draft_model_path:
         return None
-    try:
-        with open(os.path.join(args.speculative_draft_model_path, "config.json")) as f:
-            draft = json.load(f)
-    except OSError:
+    if draft is None:
         log.error("OSError: %s does not appear to have a file named config.json.",
                   args.speculative_draft_model_path)
         sys.exit(1)
@@ -253,15 +273,30 @@ def make_handler(args, model_module, model_config, capture):
                 req = json.loads(self.rfile.read(length) or b"{}")
             except ValueError:
                 return self._send(400, {"error": "invalid JSON"})
-            if self.path != "/generate":
+            if self.path not in ("/generate", sim_chat.PATH):
                 return self._send(404, {"detail": "Not Found"})
             if not State.ready:
                 return self._send(503)
+            if self.path == sim_chat.PATH:
+                return sim_chat.serve(self, req, args.stream_interval)
             params = req.get("sampling_params") or {}
-            n = int(params.get("max_new_tokens", 16))
+            n = params.get("max_new_tokens")
             interval = int(params.get("stream_interval") or args.stream_interval)
+            if not req.get("stream"):
+                text, meta = self.generate(str(req.get("text", "")), n, interval)
+                return self._send(200, {"text": text, "meta_info": meta})
+            self.start_stream()  # SGLang's: server-sent events (as stream_now says), then [DONE]
+            self.generate(str(req.get("text", "")), n, interval,
+                          lambda text, meta: self.event({"text": text, "meta_info": meta}))
+            self.event(None)
+
+        def generate(self, prompt, n, interval, emit=None):
+            """One request of `n` tokens (None: DEFAULT_MAX_NEW_TOKENS) through the performance
+            model: streaming (`emit` given), emit(text so far, meta_info) after each step whose
+            output goes out (stream_now); the final (text, meta_info), SGLang's /generate ones."""
+            n = DEFAULT_MAX_NEW_TOKENS if n is None else int(n)
             t0, made, verify_ct = time.time(), 0, 0
-            prompt_tokens = len(str(req.get("text", "")).split())
+            prompt_tokens = len(prompt.split())
 
             def meta(done):
                 m = {"id": "sim-%d" % int(t0 * 1000), "finish_reason": {"type": "length", "length": n} if done else None,
@@ -273,12 +308,7 @@ def make_handler(args, model_module, model_config, capture):
                              spec_accept_rate=(made - verify_ct) / proposed if proposed else 0.0,
                              spec_num_correct_drafts=made - verify_ct, spec_num_proposed_drafts=proposed)
                 return m
-            stream = bool(req.get("stream"))
-            if stream:  # SGLang's: server-sent events (as stream_now says), then [DONE]
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+            stream = emit is not None
             State.perf.begin()
             try:
                 record = State.metrics and State.metrics.request(stream, prompt_tokens, t0)  # and its prefill
@@ -287,19 +317,27 @@ def make_handler(args, model_module, model_config, capture):
                     made, verify_ct = made + tokens, verify_ct + 1
                     out = stream and stream_now(made, interval, made == n)
                     if out:
-                        self._chunk(b"data: " + json.dumps({"text": " tok" * made,
-                                                            "meta_info": meta(made == n)}).encode() + b"\n\n")
+                        emit(" tok" * made, meta(made == n))
                     if record:
                         record.step(tokens, made, made == n, out, verify_ct if args.speculative_algorithm else 0)
             finally:
                 State.perf.end()
             if args.speculative_algorithm:
                 State.verify_steps += verify_ct
-            if req.get("stream"):
+            return " tok" * n, meta(True)
+
+        def start_stream(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+        def event(self, body):
+            """One server-sent event of a JSON `body`; None: the last, [DONE], and the stream's end."""
+            if body is None:
                 self._chunk(b"data: [DONE]\n\n")
-                self._chunk(b"")
-                return
-            self._send(200, {"text": " tok" * n, "meta_info": meta(True)})
+                return self._chunk(b"")
+            self._chunk(b"data: " + json.dumps(body).encode() + b"\n\n")
 
         def _chunk(self, data):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -427,9 +465,10 @@ def main(argv=None):
     module = importlib.import_module("sglang.srt.models." + ARCH_MODULES.get(arch, "llama"))
     log.info("Loaded model code %s from %s (MODEL_CODE=%s, FILE_VERSION=%s)", module.__name__, module.__file__,
              module.MODEL_CODE, getattr(module, "FILE_VERSION", None))
-    capture = eagle3_capture_layers(args, model_config, module)
+    draft = draft_config(args)
+    capture = eagle3_capture_layers(args, model_config, module, draft)
     State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens,
-                       args.speculative_eagle_topk)
+                       args.speculative_eagle_topk, env=with_draft(os.environ, draft))
     if args.enable_metrics:
         State.metrics = sim_metrics.Metrics(args, State.perf)
     if os.environ.get("SGLANG_SIM_FAIL_WITHOUT_SPEC") and not args.speculative_algorithm:
@@ -456,6 +495,8 @@ def main(argv=None):
         if args.node_rank > 0:  # the other ranks run schedulers and a health check only
             signal.signal(signal.SIGTERM, shut_down_after(args.node_rank))
             dummy_health_server(args.host, args.port)
+    # Drawn by a start that is about to serve: a planted slow start is not spent on one that failed
+    State.perf.speed = sim_noise.start_speed(State.perf.settings)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
 
     def ready_later():

@@ -37,15 +37,41 @@ Each request looks once, as it starts (steps()): a stat, and a read only when th
 size or inode changed; a request keeps the L it started with.  It stands for traffic that moves
 away from what the draft was trained on.  A pinned SGLANG_SIM_ACCEPT_LENGTH still wins, as it does
 over the knob; steady_tok_s (the oracle) reads the knob, never the file.
+
+Per draft: acceptance is a property of the draft's weights, so a draft's config.json may carry
+"sim_accept_rate" and "sim_tree_gain" (keys only the simulator reads: real drafts have none, and
+SGLang ignores unknown config keys); a server with that draft runs with them in place of
+SGLANG_SIM_ACCEPT_RATE / SGLANG_SIM_TREE_GAIN (with_draft).  The accept file still wins over
+both, and a pinned SGLANG_SIM_ACCEPT_LENGTH over all.  The oracle for such a draft is
+steady_tok_s(with_draft(env, draft_config), concurrency, settings): the same env a test would
+write by hand with SGLANG_SIM_ACCEPT_RATE / SGLANG_SIM_TREE_GAIN set to the draft's values.
+
+Noise (opt-in, off by default, so the model above is exact unless a test asks): `speed`, the
+factor this start's decode steps run at (sim_noise.py draws it: a jittered or slow start), divides
+every step's seconds; and the first SGLANG_SIM_WARMUP_REQUESTS requests after the start (default 0)
+each pay SGLANG_SIM_WARMUP_SECONDS (default 0.5) more before their first token, a JIT compile or
+cache warm-up as a real server pays.  steady_tok_s knows neither: it is the noise-free optimum.
 """
 import os
 import threading
 
 ACCEPT_FILE = "/run/sglang-sim/accept_rate"
+DRAFT_KNOBS = {"sim_accept_rate": "SGLANG_SIM_ACCEPT_RATE", "sim_tree_gain": "SGLANG_SIM_TREE_GAIN"}
 
 
 def _knob(name, default, env=None):
     return float((os.environ if env is None else env).get("SGLANG_SIM_" + name, default))
+
+
+def with_draft(env, draft_config):
+    """`env` (SGLANG_SIM_* knobs) with the acceptance a draft's config.json carries in place of the
+    knobs' (module docstring): what a server with that draft runs with, and the env that makes
+    steady_tok_s the oracle for it."""
+    out = dict(env)
+    for key, knob in DRAFT_KNOBS.items():
+        if (draft_config or {}).get(key) is not None:
+            out[knob] = str(float(draft_config[key]))
+    return out
 
 
 def accept_length(alpha, tree_gain, num_steps, topk, num_draft_tokens):
@@ -59,24 +85,34 @@ def accept_length(alpha, tree_gain, num_steps, topk, num_draft_tokens):
 class Model:
     """One server's decode timing; `running` is kept by begin()/end() around each request."""
 
-    def __init__(self, speculative, num_steps=None, num_draft_tokens=None, eagle_topk=None):
+    def __init__(self, speculative, num_steps=None, num_draft_tokens=None, eagle_topk=None, env=None):
+        env = os.environ if env is None else env  # with_draft's, for a draft that carries its acceptance
         self.speculative = bool(speculative)
         self.num_steps = int(num_steps or 3)
         self.num_draft_tokens = int(num_draft_tokens or (self.num_steps + 1))
         self.topk = int(eagle_topk or 1)
-        self.tok_s = _knob("TOK_S", 100)
-        self.batch_cost = _knob("BATCH_COST", 0.03)
-        pinned = os.environ.get("SGLANG_SIM_ACCEPT_LENGTH")
+        self.tok_s = _knob("TOK_S", 100, env)
+        self.batch_cost = _knob("BATCH_COST", 0.03, env)
+        pinned = env.get("SGLANG_SIM_ACCEPT_LENGTH")
         self._pinned = max(1.0, float(pinned)) if pinned else None
-        self._alpha = _knob("ACCEPT_RATE", 0.8)
-        self._tree_gain = _knob("TREE_GAIN", 0.5)
-        self.accept_file = os.environ.get("SGLANG_SIM_ACCEPT_FILE", ACCEPT_FILE)
+        self._alpha = _knob("ACCEPT_RATE", 0.8, env)
+        self._tree_gain = _knob("TREE_GAIN", 0.5, env)
+        self.accept_file = env.get("SGLANG_SIM_ACCEPT_FILE", ACCEPT_FILE)
         self._file_seen = None  # (mtime_ns, size, inode) of the file last looked at; None: absent
         self.accept = self._accept_length(self._alpha)
-        self.draft_cost = _knob("DRAFT_COST", 0.15)
-        self.verify_cost = _knob("VERIFY_COST", 0.01)
+        self.draft_cost = _knob("DRAFT_COST", 0.15, env)
+        self.verify_cost = _knob("VERIFY_COST", 0.01, env)
+        self.speed = 1.0  # this start's (sim_noise.py), set once the server has drawn it
+        self._warmups = int(env.get("SGLANG_SIM_WARMUP_REQUESTS", "0"))
+        self.warmup_seconds = _knob("WARMUP_SECONDS", 0.5, env)
         self.running = 0
         self._lock = threading.Lock()
+
+    @property
+    def settings(self):
+        """[num_steps, eagle_topk, num_draft_tokens], as sim_noise's files name them; None without
+        speculation."""
+        return [self.num_steps, self.topk, self.num_draft_tokens] if self.speculative else None
 
     def _accept_length(self, alpha):
         if self._pinned is not None:
@@ -107,6 +143,15 @@ class Model:
         with self._lock:
             self.running += 1
 
+    def take_warmup(self):
+        """Extra seconds before a starting request's first token: the warm-up, for the first
+        SGLANG_SIM_WARMUP_REQUESTS requests of this start only."""
+        with self._lock:
+            if self._warmups <= 0:
+                return 0.0
+            self._warmups -= 1
+            return self.warmup_seconds
+
     def end(self):
         with self._lock:
             self.running -= 1
@@ -120,30 +165,34 @@ class Model:
         running = max(self.running, 1)
         base = self.target_step(running)
         if not self.speculative:
-            return base, 1.0
+            return base / self.speed, 1.0
         verify = base * (1.0 + self.verify_cost * self.num_draft_tokens * running)
         draft = self.draft_cost * self.target_step(running * self.topk)  # the draft's batch: topk per request
-        return verify + self.num_steps * draft, self.accept if accept is None else accept
+        return (verify + self.num_steps * draft) / self.speed, self.accept if accept is None else accept
 
     def steps(self, max_new_tokens):
         """(seconds, tokens) per step until max_new_tokens: accepted tokens are whole, and they
         add up to the mean accept length (as the real counts do over a request), the one in force
-        when the request starts (refresh_accept)."""
+        when the request starts (refresh_accept).  The first step carries the request's warm-up, if
+        it pays one (take_warmup)."""
         made, owed = 0, 0.0
         accept = self.refresh_accept()
+        extra = self.take_warmup()
         while made < max_new_tokens:
             seconds, mean = self.step(accept)
             owed += mean
             tokens = min(max(int(owed), 1), max_new_tokens - made)
             owed -= tokens
             made += tokens
-            yield seconds, tokens
+            yield seconds + extra, tokens
+            extra = 0.0
 
 
 def steady_tok_s(env, concurrency, settings=None):
     """Output tok/s with `concurrency` requests decoding at once, for knobs `env` (SGLANG_SIM_*)
     and speculative `settings` (num_steps, eagle_topk, num_draft_tokens), or None without
-    speculation: the model above in closed form, the oracle tests judge spec-tune by."""
+    speculation: the model above in closed form, the oracle tests judge spec-tune by (for a draft
+    that carries its own acceptance, give it with_draft(env, that draft's config))."""
     base = lambda n: (1.0 + _knob("BATCH_COST", 0.03, env) * (n - 1)) / _knob("TOK_S", 100, env)  # noqa: E731
     if settings is None:
         return concurrency / base(concurrency)

@@ -2,12 +2,15 @@
 data path) and measures what speculative decoding is worth.
 
 Per concurrency level: a warm-up, then `requests` requests from `level` closed-loop clients, each
-a streaming /generate of a fixed prompt (the prompts cycled in an order fixed by the seed) with
-temperature 0 and `max_new_tokens`.  Per request it keeps the raw timings (start, first token,
-each event's time and tokens, end) and SGLang's own speculative stats from the last event's
-meta_info (spec_verify_ct, spec_accept_length, spec_accept_rate: present only with speculation
-on).  Per level: output tok/s, requests/s, TTFT and inter-token latency p50/p99, and the accept
-length (completion tokens ÷ verify steps, over the level).
+a streaming request of a fixed prompt (the prompts cycled in an order fixed by the seed) with
+temperature 0 and `max_new_tokens`: a text prompt to /generate, a {"messages": [...]} prompt to
+the OpenAI chat endpoint (SGLang's /v1/chat/completions, asked for its usage on every chunk and
+its speculative counts at the end).  Per request it keeps the raw timings (start, first token,
+each event's time and tokens, end) and SGLang's own speculative stats (spec_verify_ct,
+spec_accept_length, spec_accept_rate: present only with speculation on), from the last event's
+meta_info (/generate) or the sglext.spec_tokens_details chunk (chat): the same figures from
+either.  Per level: output tok/s, requests/s, TTFT and inter-token latency p50/p99, and the
+accept length (completion tokens ÷ verify steps, over the level).
 """
 import json
 import os
@@ -23,14 +26,43 @@ from specops.agent.services.asking import api_key
 SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
 
 
-def one(svc, key, prompt, max_new_tokens, timeout=300):
-    """One streaming request: its raw timings and the server's last meta_info."""
-    body = json.dumps({"text": prompt, "stream": True,
-                       "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}).encode()
-    headers = {"Authorization": "Bearer " + key} if key else {}
-    t0, events, last = time.monotonic(), [], {}
+def generate_request(svc, prompt, max_new_tokens):
+    """A text prompt: (path, body) of SGLang's streaming /generate, and what its events say."""
+    return svc.endpoints.generate, {"text": prompt, "stream": True, "sampling_params": {
+        "max_new_tokens": max_new_tokens, "temperature": 0}}, generate_event
 
-    done_seen = []
+
+def generate_event(chunk):
+    """(completion tokens so far, spec figures) of a /generate event: its meta_info's."""
+    meta = chunk.get("meta_info") or {}
+    return meta.get("completion_tokens", 0), meta
+
+
+def chat_request(svc, prompt, max_new_tokens):
+    """A {"messages"} prompt: a streaming chat completion that reports its usage on every content
+    chunk (the event's tokens) and SGLang's speculative counts in a chunk of its own."""
+    return svc.endpoints.chat, {"messages": prompt["messages"], "stream": True, "max_completion_tokens": max_new_tokens,
+                                "temperature": 0, "return_spec_tokens_details": True,
+                                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, chat_event
+
+
+def chat_event(chunk):
+    """(completion tokens so far, or None: not a content chunk; spec figures) of a chat chunk.
+    The role, finish and usage chunks carry no new token; spec_tokens_details counts only with
+    speculation on (its verify count above 0), as /generate's meta_info has them only then."""
+    choices = chunk.get("choices") or [{}]
+    if (choices[0].get("delta") or {}).get("content") and isinstance(chunk.get("usage"), dict):
+        return chunk["usage"].get("completion_tokens", 0), {}
+    details = (chunk.get("sglext") or {}).get("spec_tokens_details")
+    return None, details if isinstance(details, dict) and details.get("spec_verify_ct") else {}
+
+
+def one(svc, key, prompt, max_new_tokens, timeout=300):
+    """One streaming request (chat for a {"messages"} prompt, else /generate): its raw timings,
+    completion tokens and the server's speculative stats."""
+    path, body, read = (chat_request if isinstance(prompt, dict) else generate_request)(svc, prompt, max_new_tokens)
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    t0, events, last, done_seen = time.monotonic(), [], {"completion_tokens": 0}, []
 
     def on_event(data):
         if data == b"[DONE]":
@@ -42,21 +74,20 @@ def one(svc, key, prompt, max_new_tokens, timeout=300):
         if "error" in chunk:
             err = chunk["error"]
             raise OSError("the server: %s" % (err.get("message", err) if isinstance(err, dict) else err))
-        meta = chunk.get("meta_info") or {}
-        done = meta.get("completion_tokens", 0) - last.get("completion_tokens", 0)
-        events.append([round(time.monotonic() - t0, 6), done])
-        last.clear()
-        last.update(meta)
+        tokens, figures = read(chunk)
+        if tokens is not None:
+            events.append([round(time.monotonic() - t0, 6), tokens - last["completion_tokens"]])
+            last["completion_tokens"] = tokens
+        last.update((k, figures[k]) for k in SPEC_FIELDS if k in figures)
     try:
-        status = http.stream(svc.host, svc.port, svc.endpoints.generate, body, headers, on_event, timeout)
+        status = http.stream(svc.host, svc.port, path, json.dumps(body).encode(), headers, on_event, timeout)
         error = None if status == 200 else "HTTP %s" % status
         if not error and not (done_seen and events):  # cut off, or not a stream at all
             error = "the stream ended without [DONE]" if events else "no event in the answer"
     except Exception as e:  # noqa: BLE001 (any failure is this request's, counted; the client goes on)
         error = ("%s: %s" % (type(e).__name__, e))[:200]
-    out = {"start": t0, "end": round(time.monotonic() - t0, 6), "events": events,
-           "completion_tokens": last.get("completion_tokens", 0), "error": error}
-    out.update({k: last[k] for k in SPEC_FIELDS if k in last})
+    out = {"start": t0, "end": round(time.monotonic() - t0, 6), "events": events, "error": error}
+    out.update(last)
     return out
 
 
@@ -129,11 +160,21 @@ def summary(results, wall):
     return out
 
 
+def check_prompts(svc, prompts):
+    """Before any request: each prompt one `one()` can send to this service."""
+    if not prompts:
+        raise ActionError("spec-bench needs at least one prompt")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str) and not (isinstance(p, dict) and isinstance(p.get("messages"), list)):
+            raise ActionError('spec-bench: prompt %d is neither a string nor {"messages": [...]}' % i)
+        if isinstance(p, dict) and not svc.endpoints.chat:
+            raise ActionError("spec-bench: %s has no chat endpoint for the prompts given as messages" % svc.name)
+
+
 def run(req):
     """Answer a protocol.SpecBench: each level measured in turn, with progress."""
     svc, key = req.service, api_key(req.service.name)
-    if not req.prompts:
-        raise ActionError("spec-bench needs at least one prompt")
+    check_prompts(svc, req.prompts)
     levels = []
     # As verify does: whatever answers on the port gets the API key only if it is the unit's,
     # asked before every connection (a server that dies mid-level frees the port for anyone).
