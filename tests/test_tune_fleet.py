@@ -90,9 +90,10 @@ def test_spec_tune_finds_the_known_optimum_applies_it_under_the_gate_and_twice_c
     assert "nothing to apply" in res.stdout and "gate passed" not in res.stdout
 
 
-def look_at_the_report(sandbox, inv, name, rec):
+def look_at_the_report(sandbox, inv, name, rec, drafts=0):
     """The report's tuning section as headless Chromium renders it (no network): a row per
-    measured candidate with its speedups, the winner marked, every pruned combination listed."""
+    measured candidate with its speedups, the winner marked, every pruned combination listed;
+    with `drafts`, that many rows side by side (the winner's marked) and a line each in the chart."""
     import subprocess
     from html.parser import HTMLParser
     page = sandbox.tmp / "report.html"
@@ -104,12 +105,18 @@ def look_at_the_report(sandbox, inv, name, rec):
     assert "data-tune" in run.stdout, run.stderr[-2000:]
 
     class Read(HTMLParser):
-        rows, winners, pruned, cells, where = [], [], 0, [], None
+        rows, winners, pruned, cells, where, drafts, draft_won, lines = [], [], 0, [], None, [], [], 0
 
         def handle_starttag(self, tag, attrs):
             a = dict(attrs)
             if tag == "table":
-                self.where = "tune" if "data-tune" in a else None
+                self.where = "tune" if "data-tune" in a else "drafts" if "data-drafts" in a else None
+            if tag == "tr" and self.where == "drafts":
+                self.drafts.append([])
+                if "data-winner" in a:
+                    self.draft_won.append(len(self.drafts) - 1)
+            if tag == "polyline":
+                self.lines += 1
             if tag == "tr" and self.where == "tune":
                 self.rows.append([])
                 if "data-winner" in a:
@@ -126,14 +133,21 @@ def look_at_the_report(sandbox, inv, name, rec):
         def handle_data(self, data):
             if self.where == "tune" and self.rows and data.strip():
                 self.rows[-1].append(data.strip())
+            if self.where == "drafts" and self.drafts and data.strip():
+                self.drafts[-1].append(data.strip())
     r = Read()
     r.feed(run.stdout)
     body = r.rows[1:]  # the header row first
     assert len(body) == len(rec["candidates"]) and r.pruned == len(rec["pruned"])
     for row, cand in zip(body, rec["candidates"]):
         assert row[0].startswith(cand["label"]) and row[2] == f"{cand['speedup']['1']:.2f}x"
-    marked = [f"{c['label']} (winner)" for c in rec["candidates"] if c["settings"] == rec["winner"] and c["rung"] == "full"]
+    marked = [f"{c['label']} (winner)" for c in rec["candidates"] if c["settings"] == rec["winner"] and c["rung"] == "full"
+              and c.get("draft") == rec.get("winner_draft")]
     assert marked and [body[i - 1][0] for i in r.winners] == marked
+    if drafts:
+        rows = r.drafts[1:]
+        assert len(rows) == drafts and r.lines >= drafts, (r.drafts, r.lines)
+        assert [rows[i - 1][0] for i in r.draft_won] == [f"{rec['winner_draft']} (winner)"]
 
 
 def test_the_seeds_draft_pays_with_no_settings_and_is_named_as_the_limit(sandbox):

@@ -126,7 +126,8 @@ def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: int) -> N
 
 
 def drafts_of(svc: dict) -> list[str]:
-    """The drafts to compare: `tune.drafts` (the service's own first when listed), else its own."""
+    """The drafts to compare: the service's own, then `tune.drafts` (what runs now is always
+    measured: a winner must beat it by the keep margin)."""
     own = svc["speculative"].get("draft_model_path")
     asked = (svc.get("tune") or {}).get("drafts")
     if not asked:
@@ -135,10 +136,11 @@ def drafts_of(svc: dict) -> list[str]:
         raise SpecopsError(f"{svc['name']}: tune.drafts compares draft checkpoints; {svc['speculative']['algorithm']} "
                            f"here runs none (no speculative.draft_model_path)")
     bad = [d for d in asked if not isinstance(d, str) or not d.startswith("/")]
-    if bad or len(set(asked)) != len(asked):
+    named = [d.rstrip("/") or "/" for d in asked if d not in bad]
+    if bad or len(set(named)) != len(named):
         raise SpecopsError(f"{svc['name']}: tune.drafts must be distinct absolute paths on the host"
                            + (f", not {bad[0]!r}" if bad else ""))
-    return sorted(asked, key=lambda d: d != own)
+    return [own] + [d for d in named if d != own.rstrip("/")]
 
 
 def check_drafts(run, svc: dict, drafts: list[str], facts) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from . import gate, pipeline
 from .. import cli, services
 from ..cli import DEFAULT_INVENTORY
+from ..prompts import DEFAULT_NAME
 from ..errors import UsageError
 from ..inventory import writeback
 
@@ -30,7 +31,9 @@ def _fallback_gates(reports) -> dict:
         if rec.get("changes"):
             out.setdefault(r.name, {})[rec["service"]] = {
                 "min_speedup": obj.get("min_speedup", 1.0), "at_concurrency": obj.get("at"),
-                "load": {k: load[k] for k in ("concurrency", "requests", "warmup", "max_new_tokens", "seed") if k in load}}
+                "load": {**{k: load[k] for k in ("concurrency", "requests", "warmup", "max_new_tokens", "seed")
+                            if k in load},
+                         **({"prompts": load["prompts"]} if load.get("prompts") not in (None, DEFAULT_NAME) else {})}}
     return out
 
 
@@ -39,10 +42,14 @@ def refusal(name: str, rec: dict, svc: dict | None, force: bool) -> str | None:
     if (rec.get("noise") or {}).get("noisy") and not force:
         return (f"{name}: the tune's figures are noisy (the baseline moved {rec['noise']['baseline_moved']:+.1%} "
                 f"during it): not applied; tune again when the box is quiet, or give --force")
-    if "draft_model_path" in (rec.get("apply") or {}) and (svc or {}).get("draft_weights"):
-        return (f"{name}: {rec['service']} brings its draft from `draft_weights:`; the winner is another draft "
-                f"({rec['apply']['draft_model_path']}): point draft_weights at its source and write "
-                f"draft_model_path yourself")
+    other = (rec.get("apply") or {}).get("draft_model_path")
+    for key, what in (("draft_weights", "brings its draft from `draft_weights:`, which would fetch the old one "
+                                         "there"),
+                      ("draft_config", "sets `draft_config:` keys made for its own draft, which deploy would "
+                                       "write into the winner's config.json (it was measured without them)")):
+        if other and (svc or {}).get(key):
+            return (f"{name}: {rec['service']} {what}; the winner is another draft ({other}): write draft_model_path "
+                    f"and {key} yourself")
     return None
 
 

@@ -80,6 +80,8 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
                     f"(a slow start, not the settings): the better reading stands")
     moved = baseline_moved(s)
     noisy = moved is not None and abs(moved) > tuning.KEEP_MARGIN
+    if moved is None:
+        said.append("the baseline could not be measured again at the end: how noisy the figures were is not known")
     if noisy:
         said.append(f"the figures are noisy: the baseline moved {moved:+.1%} between the start and the end of the "
                     f"tune, more than the {tuning.KEEP_MARGIN:.0%} a winner must clear; --apply refuses this tune "
@@ -93,7 +95,7 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
     return {"service": s.svc["name"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "objective": {"at": obj.at, "mean": obj.mean, "max_itl_p99": obj.max_itl_p99,
                           "min_speedup": obj.min_speedup, "text": obj.describe()},
-            "load": s.load.identity(), "short_load": s.short.identity(), "baseline": enc(s.base),
+            "load": s.load_identity, "short_load": s.short_identity, "baseline": enc(s.base),
             "baseline_again": enc(s.base_again), "noise": {"baseline_moved": moved, "noisy": noisy},
             "incumbent": {"settings": now.spec() if now else None, "draft": own},
             "drafts": drafts,

@@ -23,6 +23,8 @@ class Search:
     def __init__(self, run, svc, space, objective, load, short, budget, drafts):
         self.run, self.svc, self.space, self.objective = run, svc, space, objective
         self.load, self.short, self.budget, self.drafts = load, short, budget, drafts
+        # named as they are now, before the window: a file edited during a long tune is not what was sent
+        self.load_identity, self.short_identity = load.identity(), short.identity()
         self.base, self.base_again, self.measured, self.restarts = [], [], [], 0
         self.climbs: dict = {}   # draft → tuning.Climb
         self.finals: dict = {}   # draft → {settings: full-load score}
@@ -62,6 +64,11 @@ class Search:
                      + (" (measured again: its first reading was far below its neighbours')" if again else ""))
         return score
 
+    def accept_of(self, draft: str, s: tuning.Settings) -> float | None:
+        """The accept length SGLang's counters gave s's latest reading with this draft."""
+        found = [m for m in self.measured if m["draft"] == draft and m["settings"] == s and m["levels"]]
+        return figures(found[-1]["levels"]).get(self.objective.at, {}).get("accept_length") if found else None
+
     def draft_label(self, draft: str) -> str:
         return f", draft {draft}" if len(self.drafts) > 1 else ""
 
@@ -77,12 +84,18 @@ class Search:
             start = now if draft == own and now in self.space.candidates else tuning.middle(self.space.candidates)
             self.climbs[draft], self.finals[draft] = tuning.search(
                 self.space.candidates, lambda s, d=draft: self.measure(serve, d, s, self.short, "short"),
-                lambda s, d=draft: self.measure(serve, d, s, self.load, "full"), start, self.budget)
+                lambda s, d=draft: self.measure(serve, d, s, self.load, "full"), start, self.budget,
+                lambda s, d=draft: self.accept_of(d, s))
         # the same target with the same load at the end: how far the box moved under the tune
         self.run.say("starting the baseline again (no speculation): how noisy were the figures?")
         self.restarts += 1
-        with serve(specbench.plain_argv(self.run, self.svc)) as unit:
-            self.base_again = specbench.measure(self.run, self.svc, self.load, unit=unit)
+        try:
+            with serve(specbench.plain_argv(self.run, self.svc)) as unit:
+                self.base_again = specbench.measure(self.run, self.svc, self.load, unit=unit)
+        except specbench.GpusBusy:
+            raise
+        except SpecopsError as e:  # the candidates' figures stand; only their noise is unknown
+            self.run.say(f"the baseline again: out: {str(e)[:200]}")
 
     def judged(self, draft: str) -> dict:
         """A draft's finalists, each with its measurement: the better full-load reading where they

@@ -6,6 +6,8 @@ before any restart with why.  Values are escaped and checked, as the rest of
 the page's: a record of another shape shows as "-", never as markup."""
 from __future__ import annotations
 
+import math
+
 from .charts import _e, line_chart
 
 
@@ -39,7 +41,8 @@ def section(releases: list[dict], name: str) -> list[str]:
     out.append("<table data-tune><tr><th>settings</th><th>load</th>"
                + "".join(f"<th>speedup @{c}</th>" for c in levels) + "</tr>")
     for c in cands:
-        won = winner is not None and c.get("settings") == winner and c.get("rung") == "full"
+        won = winner is not None and c.get("settings") == winner and c.get("rung") == "full" \
+            and c.get("draft") == rec.get("winner_draft")  # both None in a record from before drafts
         speed = c.get("speedup") or {}
         out.append(f"<tr{' data-winner' if won else ''}><td>{_e(c.get('label', '?'))}{' (winner)' if won else ''}"
                    f"</td><td>{_e(c.get('rung', '?'))}</td>"
@@ -57,16 +60,29 @@ def section(releases: list[dict], name: str) -> list[str]:
     return out
 
 
+def _finite(value) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def _by_tokens(d: dict) -> dict:
+    """A draft's {draft tokens: {speedup, accept_length}}, what of it has the expected shape."""
+    rows = d.get("by_draft_tokens") if isinstance(d.get("by_draft_tokens"), dict) else {}
+    return {int(n): v for n, v in rows.items() if isinstance(n, str) and n.isascii() and n.isdigit()
+            and isinstance(v, dict)}
+
+
 def _drafts(rec: dict) -> list[str]:
-    drafts = [d for d in rec.get("drafts") or [] if isinstance(d, dict) and isinstance(d.get("by_draft_tokens"), dict)]
+    drafts = [d for d in rec.get("drafts") or [] if isinstance(d, dict)] if isinstance(rec.get("drafts"), list) else []
     if len(drafts) < 2:
         return []
-    points = {str(d.get("draft")): [(int(n), v["speedup"]) for n, v in d["by_draft_tokens"].items()
-                                    if str(n).isdigit() and isinstance(v, dict)
-                                    and isinstance(v.get("speedup"), (int, float)) and not isinstance(v["speedup"], bool)]
-              for d in drafts}
-    points = {name.rstrip("/").rsplit("/", 1)[-1]: pts for name, pts in points.items() if pts}
-    counts = sorted({n for pts in points.values() for n, _ in pts})
+    points = {}
+    for i, d in enumerate(drafts):  # the legend names a draft by its directory, its place when two share one
+        pts = [(n, _finite(v.get("speedup"))) for n, v in sorted(_by_tokens(d).items())]
+        name = str(d.get("draft")).rstrip("/").rsplit("/", 1)[-1]
+        points[name if name not in points else f"{name} ({i + 1})"] = [(n, g) for n, g in pts if g is not None]
+    points = {k: v for k, v in points.items() if v}
+    counts = sorted({n for d in drafts for n in _by_tokens(d)})
     out = [f"<div data-drafts-chart>{line_chart('Drafts side by side', points, 'draft tokens', 'speedup (x)')}</div>"
            if points else "",
            "<table data-drafts><tr><th>draft</th><th>best settings</th><th>speedup</th>"
@@ -74,11 +90,10 @@ def _drafts(rec: dict) -> list[str]:
     for d in drafts:
         best = d.get("best") if isinstance(d.get("best"), dict) else None
         won = d.get("draft") == rec.get("winner_draft") and best == rec.get("winner")
-        accepts = [(d["by_draft_tokens"].get(str(n)) or {}).get("accept_length") for n in counts]
+        accepts = [_finite((_by_tokens(d).get(n) or {}).get("accept_length")) for n in counts]
         out.append(f"<tr{' data-winner' if won else ''}><td>{_e(d.get('draft', '?'))}{' (winner)' if won else ''}</td>"
                    f"<td>{_e(', '.join(f'{k} {v}' for k, v in best.items())) if best else '-'}</td>"
-                   f"<td>{_num(d.get('speedup'))}</td>"
-                   + "".join(f"<td>{a:.2f}</td>" if isinstance(a, (int, float)) and not isinstance(a, bool)
-                             else "<td>-</td>" for a in accepts) + "</tr>")
+                   f"<td>{_num(_finite(d.get('speedup')))}</td>"
+                   + "".join("<td>-</td>" if a is None else f"<td>{a:.2f}</td>" for a in accepts) + "</tr>")
     out.append("</table>")
     return out

@@ -50,6 +50,10 @@ def check(svc: dict, draft: str, facts, embedding_capture: bool) -> None:
     fact = facts.file(config_of(draft))
     if not fact["exists"] or fact.get("type") == "dir":
         raise SpecopsError(f"{where} has no config.json on the host: copy the draft's weights there first")
+    if fact.get("unsafe") or fact.get("unsafe_write"):
+        # a server started on it runs what that user puts there (its config.json, remote code, weights)
+        raise SpecopsError(f"{where}: another user can change it ({fact.get('unsafe') or fact['unsafe_write']}); "
+                           f"serve drafts only from directories root alone can write")
     try:
         ids = dotted_get(JsonKeys(config_of(draft), {}).current(facts), NESTED)
         if ids is not None:

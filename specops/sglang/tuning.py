@@ -20,6 +20,7 @@ candidates that can still win reach.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -42,7 +43,7 @@ DEFAULT_SPACES = {
 # num_draft_tokens - 1 nodes with torch.topk over the draft's scores: topk from the root and
 # topk * topk at each further step.  Asking for more fails at the first verify, not at start.
 TREE_POOL = "a tree of num_steps {s} and topk {k} has {n} candidate nodes, fewer than num_draft_tokens - 1 = {d}"
-FINALIST_MARGIN = 0.05  # within 5% of the best short figure: noise on a shared box can be that much
+FINALIST_MARGIN = 0.08  # within 8% of the best short figure: noise on a shared box can be that much
 MOVE_MARGIN = 0.01      # the climb moves only for a gain above this
 SIDEWAYS = 1            # moves to an equal neighbour (a plateau) the climb may make when it would stop
 LEVEL = 0.07            # a neighbour within this of where the climb stands is level with it (noise on a short load)
@@ -51,8 +52,12 @@ KEEP_MARGIN = 0.03      # a winner must beat what the service runs now by this m
 # (the better of the two stands): settings one step apart do not differ that much, a slow reading
 # (a neighbour on a shared box, a compile after a start) does.
 OUTLIER = 0.7
+RIDGE = 1e-3           # keeps the plane's fit solvable while a knob has one value measured
+USE_ACCEPT = True
+EXPLORE = 4             # restarts a climb started again leaves to finalists, beyond search()'s two
+FINALISTS = 6          # at most, within FINALIST_MARGIN, as the budget allows (three at least)
 BUDGET_SHARE = 0.4      # of the grid's restarts: what a search may spend by default (bench/tune_landscapes.py)
-MIN_BUDGET = 8
+MIN_BUDGET = 12
 MIN_ASKED_BUDGET = 4
 BUDGET_PARTS = "(the baseline, the baseline again at the end, a candidate and its full load)"
 FLAT_ACCEPT = 0.5       # accepted tokens gained across at least twice the draft tokens, below which
@@ -184,6 +189,32 @@ def _toward(x: Settings, last: Settings | None, c: Settings) -> tuple:
     return (-agree, sum(1 for w in way if w), c)
 
 
+def _plane(scores: dict):
+    """A guess of unmeasured settings' figures, to try the likeliest neighbour first: the log of
+    the figure as a plane in the knobs' logs, fitted by least squares to every reading so far
+    (None: fewer than five).  Crude, and only an order: every neighbour is still measured before
+    the climb stops."""
+    pts = [(s, math.log(v)) for s, v in scores.items() if v]
+    if len(pts) < 5:
+        return None
+    feats = lambda s: [1.0] + [math.log(getattr(s, k)) for k in KNOBS]  # noqa: E731
+    n = len(KNOBS) + 1
+    # the normal equations, a small ridge (a knob not varied yet), solved by elimination
+    a = [[sum(feats(s)[i] * feats(s)[j] for s, _ in pts) + RIDGE * (i == j > 0) for j in range(n)] for i in range(n)]
+    b = [sum(feats(s)[i] * y for s, y in pts) for i in range(n)]
+    for i in range(n):
+        p = max(range(i, n), key=lambda r: abs(a[r][i]))
+        a[i], a[p], b[i], b[p] = a[p], a[i], b[p], b[i]
+        for r in range(i + 1, n):
+            m = a[r][i] / a[i][i]
+            a[r] = [x - m * y for x, y in zip(a[r], a[i])]
+            b[r] -= m * b[i]
+    w = [0.0] * n
+    for i in reversed(range(n)):
+        w[i] = (b[i] - sum(a[i][c] * w[c] for c in range(i + 1, n))) / a[i][i]
+    return lambda s: sum(x * y for x, y in zip(w, feats(s)))
+
+
 def middle(candidates: list[Settings]) -> Settings:
     """Where a search starts when the service's own settings are not in the space."""
     values = {k: sorted({getattr(c, k) for c in candidates}) for k in KNOBS}
@@ -249,10 +280,19 @@ class Climb:
 
 
 def climb(candidates: list[Settings], measure: Callable[[Settings], float | None], start: Settings,
-          budget: int) -> Climb:
-    """Hill-climb with `measure` (one restart each; at most `budget`)."""
-    out = Climb()
-    spent = 0
+          budget: int, out: Climb | None = None, accept: Callable = lambda s: None) -> Climb:
+    """Hill-climb with `measure` (one restart each; at most `budget`, counting the readings `out`
+    holds already when it goes on from an earlier climb's).  `accept(s)`: the accept length s was
+    measured with (None: not known)."""
+    out = out or Climb()
+    spent = len(out.scores) + len(out.again)
+
+    def expected(c, n):
+        """What neighbour n's reading says c should read: as much, or less in proportion when c's
+        draft got fewer tokens accepted a step (a slow start slows every step; it does not change
+        what the draft gets accepted, so a setting worse for its acceptance is no outlier)."""
+        a, b = accept(c), accept(n)
+        return out.scores[n] * (min(1.0, a / b) if a and b and USE_ACCEPT else 1.0)
 
     def probe(c):
         nonlocal spent
@@ -269,7 +309,7 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
     def suspect(c):
         """Measure c again, once, when it reads under OUTLIER of its best measured neighbour."""
         nonlocal spent
-        near = [out.scores[n] for n in neighbours(c, candidates) if out.scores.get(n) is not None]
+        near = [expected(c, n) for n in neighbours(c, candidates) if out.scores.get(n) is not None]
         if out.scores.get(c) is None or not near or out.scores[c] >= OUTLIER * max(near) \
                 or any(a[0] == c for a in out.again) or spent >= budget:
             return
@@ -283,7 +323,11 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
     out.path.append(x)
     while True:  # first improvement: move on as soon as a neighbour beats where the climb stands
         here = out.scores.get(x)
-        for n in sorted(neighbours(x, candidates), key=lambda c: _toward(x, last, c)):
+        todo = [n for n in neighbours(x, candidates) if n not in out.scores]
+        while todo and not out.budget_spent:
+            guess = _plane(out.scores)  # refitted after every reading
+            todo.sort(key=lambda c: ((-guess(c),) if guess else ()) + _toward(x, last, c))
+            n = todo.pop(0)
             probe(n)
             if out.scores.get(n) is not None and (here is None or out.scores[n] > here * (1 + MOVE_MARGIN)):
                 break
@@ -301,16 +345,26 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
 
 def default_budget(space: Space) -> int:
     """Restarts one draft's search may spend, both baselines included: BUDGET_SHARE of the grid's,
-    but never fewer than MIN_BUDGET (a small grid still needs a climb) nor more than a sweep."""
-    return min(max(int(BUDGET_SHARE * (space.grid + 1)), MIN_BUDGET), len(space.candidates) + 2)
+    but at least MIN_BUDGET (a small grid still needs a climb), and no more than every distinct
+    setting once with the four restarts search() keeps (two baselines, two finalists)."""
+    return min(max(int(BUDGET_SHARE * (space.grid + 1)), MIN_BUDGET), len(space.candidates) + 4)
 
 
 def search(candidates: list[Settings], short: Callable, full: Callable, start: Settings,
-           budget: int) -> tuple[Climb, dict]:
+           budget: int, accept: Callable = lambda s: None) -> tuple[Climb, dict]:
     """The two rungs within `budget` restarts (two of them the baselines, which the caller runs):
     the climb on the short load, leaving two for finalists, then the finalists on the full load.
     The climb and the finalists' full-load scores."""
-    c = climb(candidates, short, start, max(budget - 4, 1))
+    rung = max(budget - 4, 1)
+    c = climb(candidates, short, start, rung, accept=accept)
+    while not c.budget_spent and len(c.scores) + len(c.again) < rung - EXPLORE:
+        # the climb stopped with restarts left: climb again from the likeliest setting not measured
+        # (a space whose values are far apart can hide the optimum behind a worse neighbour)
+        rest = [s for s in candidates if s not in c.scores]
+        if not rest:
+            break
+        guess = _plane(c.scores)
+        c = climb(candidates, short, max(rest, key=lambda s: (guess(s) if guess else 0, s)), rung, c, accept)
     return c, final(c, full, budget - 2 - len(c.scores) - len(c.again))
 
 
@@ -335,7 +389,7 @@ def final(c: Climb, measure: Callable[[Settings], float | None], budget: int) ->
     full reading under OUTLIER of the same settings' short one is a slow start, not the settings:
     it is measured again and the better stands (noted in c.again)."""
     out: dict = {}
-    for s in finalists(c):
+    for s in finalists(c, max(3, min(budget, FINALISTS))):
         if budget <= 0:
             c.budget_spent = True
             break

@@ -47,11 +47,12 @@ def chat_request(svc, prompt, max_new_tokens):
 
 
 def chat_event(chunk):
-    """(completion tokens so far, or None: not a content chunk; spec figures) of a chat chunk.
-    The role, finish and usage chunks carry no new token; spec_tokens_details counts only with
-    speculation on (its verify count above 0), as /generate's meta_info has them only then."""
-    choices = chunk.get("choices") or [{}]
-    if (choices[0].get("delta") or {}).get("content") and isinstance(chunk.get("usage"), dict):
+    """(completion tokens so far, or None: no usage in it; spec figures) of a chat chunk.  Every
+    chunk's usage counts, whatever its delta carries (content, reasoning_content, tool_calls: a
+    server with a reasoning parser streams no content for a while), and the final usage chunk
+    brings tokens streamed with no text; spec_tokens_details counts only with speculation on (its
+    verify count above 0), as /generate's meta_info has them only then."""
+    if isinstance(chunk.get("usage"), dict):
         return chunk["usage"].get("completion_tokens", 0), {}
     details = (chunk.get("sglext") or {}).get("spec_tokens_details")
     return None, details if isinstance(details, dict) and details.get("spec_verify_ct") else {}
@@ -75,7 +76,7 @@ def one(svc, key, prompt, max_new_tokens, timeout=300):
             err = chunk["error"]
             raise OSError("the server: %s" % (err.get("message", err) if isinstance(err, dict) else err))
         tokens, figures = read(chunk)
-        if tokens is not None:
+        if tokens is not None and tokens != last["completion_tokens"]:  # a chunk with no new token is no event
             events.append([round(time.monotonic() - t0, 6), tokens - last["completion_tokens"]])
             last["completion_tokens"] = tokens
         last.update((k, figures[k]) for k in SPEC_FIELDS if k in figures)
