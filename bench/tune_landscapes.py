@@ -1,4 +1,4 @@
-"""How often spec-tune's search (specops/sglang/tuning.py: the climb on the short load, then the
+"""How often spec-tune's search (specops/sglang/climb.py: the climb on the short load, then the
 finalists on the full load) ends near the optimum, and what it spends, over many landscapes of the
 simulator's performance model in closed form (sim_perf.steady_tok_s): accept rate, draft cost and
 concurrency varied, two spaces, two starting points.  Pure: no fleet.
@@ -22,14 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from sandbox.oracle import sim_perf  # noqa: E402
-from specops.sglang import tuning  # noqa: E402
+from specops.sglang import climb, tuning  # noqa: E402
 
 
 SVC = {"name": "s", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/d",
                                     "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}
 SPACES = {"EAGLE3 default": None,
           "the issue's": {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16]}}
-TARGET = tuning.BUDGET_SHARE  # of the grid's restarts
+TARGET = climb.BUDGET_SHARE  # of the grid's restarts
 
 
 def noisy(f, rng, jitter, slow=0.1):
@@ -40,12 +40,12 @@ def noisy(f, rng, jitter, slow=0.1):
 
 
 def search(f, space, start, rng, accept):
-    """One tune as spec-tune runs it (tuning.search within the default budget): the winner and
+    """One tune as spec-tune runs it (climb.search within the default budget): the winner and
     the restarts it spent, both baselines included."""
     short = noisy(f, rng, 0.03) if rng else f
     full = noisy(f, rng, 0.015) if rng else f
-    climb, scores = tuning.search(space.candidates, short, full, start, tuning.default_budget(space), accept)
-    return tuning.winner_of(climb, scores), 2 + len(climb.scores) + len(climb.again) + len(scores)
+    run, scores = climb.search(space.candidates, short, full, start, climb.default_budget(space), accept)
+    return climb.winner_of(run, scores), 2 + len(run.scores) + len(run.again) + len(scores)
 
 
 def main():
@@ -60,7 +60,7 @@ def main():
             best = max(f(s) for s in space.candidates)
             # SGLang's counters give each reading's accept length; a slow start does not change it
             accept = lambda s: sim_perf.accept_length(alpha, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens)  # noqa: E731
-            for i, start in enumerate((tuning.Settings(3, 1, 4), tuning.middle(space.candidates))):
+            for i, start in enumerate((tuning.Settings(3, 1, 4), climb.middle(space.candidates))):
                 for seed in range(seeds if noise else 1):
                     rng = random.Random(zlib.crc32(repr((name, alpha, cost, c, i, seed)).encode())) if noise else None
                     winner, restarts = search(f, space, start, rng, accept)

@@ -8,7 +8,7 @@ import pytest
 
 from specops.errors import SpecopsError, UsageError
 from specops.flows import tuning as flow, tuning_apply
-from specops.sglang import tuning
+from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 from test_tuning import DRAFT, HOST_VARS, SVC, _level, _search, _vars
 
@@ -35,9 +35,9 @@ def test_a_slow_reading_is_measured_again_when_read_and_the_better_one_stands():
     knobs = {"SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_DRAFT_COST": "0.15", "SGLANG_SIM_ACCEPT_RATE": "0.8"}
     truth = {s: sim_perf.steady_tok_s(knobs, 1, (s.num_steps, s.eagle_topk, s.num_draft_tokens)) for s in cands}
     best = max(cands, key=truth.get)
-    assert best == Settings(5, 4, 16) and tuning.climb(cands, truth.get, Settings(3, 1, 4), budget=100).best() == best
+    assert best == Settings(5, 4, 16) and climb.climb(cands, truth.get, Settings(3, 1, 4), budget=100).best() == best
     read, seen = _reader(truth, {best})
-    c = tuning.climb(cands, read, Settings(3, 1, 4), budget=100)
+    c = climb.climb(cands, read, Settings(3, 1, 4), budget=100)
     assert seen.count(best) == 2 and [a[0] for a in c.again] == [best] and c.scores[best] == truth[best]
     assert c.best() == best
 
@@ -46,7 +46,7 @@ def test_a_start_that_read_slow_is_measured_again_once_a_neighbour_shows_it():
     cands = _space()
     truth = {s: 200.0 if s == Settings(3, 1, 4) else 150.0 for s in cands}
     read, seen = _reader(truth, {Settings(3, 1, 4)})  # read first, with no neighbour to compare yet
-    c = tuning.climb(cands, read, Settings(3, 1, 4), budget=100)
+    c = climb.climb(cands, read, Settings(3, 1, 4), budget=100)
     assert seen.count(Settings(3, 1, 4)) == 2 and c.best() == Settings(3, 1, 4)
 
 
@@ -54,34 +54,34 @@ def test_a_reading_only_somewhat_lower_is_not_measured_again():
     cands = _space()
     truth = {s: 100.0 + 40 * (s == Settings(3, 1, 4)) for s in cands}  # 100 against 140: above 0.7
     read, seen = _reader(truth, set())
-    c = tuning.climb(cands, read, Settings(3, 1, 4), budget=100)
+    c = climb.climb(cands, read, Settings(3, 1, 4), budget=100)
     assert not c.again and len(seen) == len(set(seen))
 
 
 def test_a_slow_full_reading_is_measured_again_within_the_budget():
-    c = tuning.Climb(scores={Settings(5, 4, 16): 300.0, Settings(3, 4, 16): 290.0})
+    c = climb.Climb(scores={Settings(5, 4, 16): 300.0, Settings(3, 4, 16): 290.0})
     read, seen = _reader({Settings(5, 4, 16): 300.0, Settings(3, 4, 16): 290.0}, {Settings(5, 4, 16)})
-    scores = tuning.final(c, read, budget=3)
+    scores = climb.final(c, read, budget=3)
     assert scores == {Settings(5, 4, 16): 300.0, Settings(3, 4, 16): 290.0} and len(seen) == 3
     read, seen = _reader({Settings(5, 4, 16): 300.0, Settings(3, 4, 16): 290.0}, {Settings(5, 4, 16)})
     c.again = []
-    assert tuning.final(c, read, budget=1) == {Settings(5, 4, 16): 120.0} and c.budget_spent
-    assert tuning.winner_of(c, {}) == Settings(5, 4, 16) and tuning.winner_of(c, {Settings(3, 4, 16): None}) is None
+    assert climb.final(c, read, budget=1) == {Settings(5, 4, 16): 120.0} and c.budget_spent
+    assert climb.winner_of(c, {}) == Settings(5, 4, 16) and climb.winner_of(c, {Settings(3, 4, 16): None}) is None
 
 
 def test_the_search_keeps_within_its_budget_with_the_two_baselines():
     cands = _space()
     for budget in (4, 5, 8, 20):
-        c, finals = tuning.search(cands, lambda s: 100.0 + s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
+        c, finals = climb.search(cands, lambda s: 100.0 + s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
         assert 2 + len(c.scores) + len(c.again) + len(finals) <= budget and finals, budget
 
 
 def test_the_default_budget_is_40pct_of_the_grid_at_least_12_and_never_more_than_a_sweep_needs():
     space = tuning.prune(SVC, tuning.asked_space(SVC, None))
-    assert tuning.default_budget(space) == int(0.4 * (space.grid + 1)) == 32
+    assert climb.default_budget(space) == int(0.4 * (space.grid + 1)) == 32
     small = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [3], "eagle_topk": [1], "num_draft_tokens": [4]}))
-    assert tuning.default_budget(small) == 5 and tuning.default_budget(tuning.prune(SVC, tuning.asked_space(SVC, SPACE))) == 12
-    c, finals = tuning.search(small.candidates, lambda s: 100.0, lambda s: 100.0, small.candidates[0], 5)
+    assert climb.default_budget(small) == 5 and climb.default_budget(tuning.prune(SVC, tuning.asked_space(SVC, SPACE))) == 12
+    c, finals = climb.search(small.candidates, lambda s: 100.0, lambda s: 100.0, small.candidates[0], 5)
     assert list(c.scores) == small.candidates and list(finals) == small.candidates and not c.budget_spent
 
 
@@ -117,7 +117,7 @@ def test_the_winner_across_drafts_is_written_with_its_draft_and_each_draft_repor
         for rung in ("short", "full"):
             s.measured.append({"draft": draft, "settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)],
                                "score": tok_s, "out": None})
-        s.climbs.setdefault(draft, tuning.Climb()).scores[st] = tok_s
+        s.climbs.setdefault(draft, climb.Climb()).scores[st] = tok_s
         s.finals.setdefault(draft, {})[st] = tok_s
     rec = record(s, Settings(3, 1, 4))
     assert rec["winner_draft"] == other and rec["apply"] == {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16,
@@ -228,5 +228,5 @@ def test_a_reading_slow_every_time_is_measured_again_once_only():
     def read(s):
         seen.append(s)
         return 40.0 if s == Settings(5, 1, 6) else 200.0
-    tuning.climb(cands, read, Settings(3, 1, 4), budget=100)
+    climb.climb(cands, read, Settings(3, 1, 4), budget=100)
     assert seen.count(Settings(5, 1, 6)) == 2

@@ -14,7 +14,7 @@ from specops.flows import specbench
 from specops.flows.tuning_record import record
 from specops.flows.tuning_search import Search
 from specops.inventory import Host
-from specops.sglang import tuning
+from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 
 SVC = {"name": "sglang", "model_path": "/m", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/d",
@@ -91,7 +91,7 @@ def pair():
     """What runs now, and a neighbour of it (the climb's first step reaches it)."""
     space = tuning.prune(SVC, tuning.asked_space(SVC, SPACE))
     now = Settings(3, 1, 4)
-    return now, tuning.neighbours(now, space.candidates)[0]
+    return now, climb.neighbours(now, space.candidates)[0]
 
 
 def test_a_winner_replaces_what_runs_only_beyond_the_keep_margin(monkeypatch):
@@ -127,14 +127,14 @@ def test_the_mean_objective_is_said_and_judged_over_the_levels(monkeypatch):
 
 def test_the_climb_never_stands_twice_on_a_plateau_and_says_when_the_budget_stopped_it():
     space = tuning.prune(SVC, tuning.asked_space(SVC, SPACE))
-    flat = tuning.climb(space.candidates, lambda s: 100.0, Settings(3, 1, 4), budget=1000)
+    flat = climb.climb(space.candidates, lambda s: 100.0, Settings(3, 1, 4), budget=1000)
     assert len(flat.path) == len(set(flat.path)) and not flat.budget_spent
     a, b = pair()  # a plateau of two, everything around it lower: one step across it, never back
-    two = tuning.climb(space.candidates, lambda s: 200.0 if s in (a, b) else 100.0, a, budget=1000)
+    two = climb.climb(space.candidates, lambda s: 200.0 if s in (a, b) else 100.0, a, budget=1000)
     assert two.path == [a, b] or two.path == [a], two.path
-    short = tuning.climb(space.candidates, lambda s: 100.0 + s.num_draft_tokens, Settings(1, 1, 2), budget=2)
+    short = climb.climb(space.candidates, lambda s: 100.0 + s.num_draft_tokens, Settings(1, 1, 2), budget=2)
     assert short.budget_spent and len(short.scores) == 2
-    spent = tuning.climb(space.candidates, lambda s: 100.0, Settings(3, 1, 4), budget=3)  # flat, budget gone
+    spent = climb.climb(space.candidates, lambda s: 100.0, Settings(3, 1, 4), budget=3)  # flat, budget gone
     assert spent.budget_spent and spent.path == [Settings(3, 1, 4)]  # no sideways steps it cannot measure
 
 

@@ -7,7 +7,7 @@ import pytest
 from specops.errors import UsageError
 from specops.inventory import writeback
 from sandbox.oracle import sim_perf
-from specops.sglang import tuning
+from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 
 
@@ -50,9 +50,9 @@ def test_the_climb_finds_the_optimum_in_far_fewer_restarts_than_the_grid(c):
     space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
     f = oracle(GOOD, c)
     best = max(space.candidates, key=f)
-    climb = tuning.climb(space.candidates, f, Settings(3, 1, 4), budget=100)
-    restarts = 1 + len(climb.scores) + len(tuning.finalists(climb))  # baseline, climb, finalists' full load
-    assert f(climb.best()) >= 0.97 * f(best), (climb.best(), best)
+    run = climb.climb(space.candidates, f, Settings(3, 1, 4), budget=100)
+    restarts = 1 + len(run.scores) + len(climb.finalists(run))  # baseline, climb, finalists' full load
+    assert f(run.best()) >= 0.97 * f(best), (run.best(), best)
     assert restarts <= 0.4 * (space.grid + 1), restarts
 
 
@@ -66,8 +66,8 @@ def test_the_optimum_alone_differs_from_the_optimum_at_32():
 def test_the_budget_caps_the_restarts():
     space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
     calls = []
-    climb = tuning.climb(space.candidates, lambda s: calls.append(s) or oracle(GOOD, 1)(s), Settings(3, 1, 4), budget=3)
-    assert len(calls) == 3 and climb.budget_spent
+    run = climb.climb(space.candidates, lambda s: calls.append(s) or oracle(GOOD, 1)(s), Settings(3, 1, 4), budget=3)
+    assert len(calls) == 3 and run.budget_spent
 
 
 def test_no_setting_pays_with_the_seeds_draft_and_its_accept_length_is_flat():
@@ -159,7 +159,7 @@ def _search(measured, base_tok_s=100.0, now=Settings(3, 1, 4), min_speedup=1.0, 
     s = Search(_Run(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(), specbench.Load(),
                20, [DRAFT])
     s.base, s.base_again = [_level(1, base_tok_s)], [_level(1, again or base_tok_s)]
-    s.climbs[DRAFT], s.finals[DRAFT] = tuning.Climb(), {}
+    s.climbs[DRAFT], s.finals[DRAFT] = climb.Climb(), {}
     for st, rung, tok_s, accept in measured:
         s.measured.append({"draft": DRAFT, "settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)],
                            "score": tok_s, "out": None})
@@ -193,8 +193,8 @@ def test_a_plateau_does_not_stop_the_climb():
                                                        "num_draft_tokens": [4, 16]}))
     f = oracle(GOOD, 1)
     flat = lambda s: f(Settings(3, 1, 4)) if s == Settings(5, 1, 6) else f(s)  # noqa: E731
-    climb = tuning.climb(space.candidates, flat, Settings(3, 1, 4), budget=7)
-    assert climb.best() == Settings(5, 4, 16) and climb.path[1] == Settings(5, 1, 6)
+    run = climb.climb(space.candidates, flat, Settings(3, 1, 4), budget=7)
+    assert run.best() == Settings(5, 4, 16) and run.path[1] == Settings(5, 1, 6)
 
 
 def _vars(tmp_path, name, text=HOST_VARS):

@@ -24,7 +24,7 @@ from .tuning_search import Search
 from .. import cli, protocol, services
 from ..errors import SpecopsError
 from ..ops import merge_wants
-from ..sglang import drafts as drafts_mod, rules, spec as spec_mod, tuning
+from ..sglang import climb, drafts as drafts_mod, rules, spec as spec_mod, tuning
 from ..sglang.patches import provides_embedding_capture
 from ..services.sglang import READY_LINE
 
@@ -173,7 +173,7 @@ def tune(run, name: str | None, ask: Ask) -> dict:
     objective = objective_of(svc, ask, load)
     short = short_load(load, objective)
     run.say(f"objective: {objective.describe()}")
-    budget = ask.budget or (svc.get("tune") or {}).get("budget") or tuning.default_budget(space)
+    budget = ask.budget or (svc.get("tune") or {}).get("budget") or climb.default_budget(space)
     estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid * len(drafts))
     now = running_settings(svc)
     search = Search(run, svc, space, objective, load, short, budget, drafts)

@@ -1,6 +1,6 @@
 """spec-tune's GPU window body (specops/flows/tuning.py opens the window): the baseline once, then
 for each draft the climb on the short load with each candidate a transient unit and its finalists
-on the full load (tuning.search), then the baseline again, which says how noisy the figures are.
+on the full load (climb.search), then the baseline again, which says how noisy the figures are.
 
 A candidate that does not start or serve (untried settings: out of memory, a crash) is out, with
 why, and the search goes on; GPUs left busy after one stops end the tune, as they end any window.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import specbench
 from .. import services
 from ..errors import SpecopsError
-from ..sglang import tuning
+from ..sglang import climb, tuning
 
 
 def figures(levels) -> dict:
@@ -26,7 +26,7 @@ class Search:
         # named as they are now, before the window: a file edited during a long tune is not what was sent
         self.load_identity, self.short_identity = load.identity(), short.identity()
         self.base, self.base_again, self.measured, self.restarts = [], [], [], 0
-        self.climbs: dict = {}   # draft → tuning.Climb
+        self.climbs: dict = {}   # draft → climb.Climb
         self.finals: dict = {}   # draft → {settings: full-load score}
 
     def values(self, s: tuning.Settings, draft: str | None = None) -> dict:
@@ -81,8 +81,8 @@ class Search:
         for draft in self.drafts:
             if len(self.drafts) > 1:
                 self.run.say(f"draft {draft}")
-            start = now if draft == own and now in self.space.candidates else tuning.middle(self.space.candidates)
-            self.climbs[draft], self.finals[draft] = tuning.search(
+            start = now if draft == own and now in self.space.candidates else climb.middle(self.space.candidates)
+            self.climbs[draft], self.finals[draft] = climb.search(
                 self.space.candidates, lambda s, d=draft: self.measure(serve, d, s, self.short, "short"),
                 lambda s, d=draft: self.measure(serve, d, s, self.load, "full"), start, self.budget,
                 lambda s, d=draft: self.accept_of(d, s))
@@ -102,7 +102,7 @@ class Search:
         ran, else (the budget ran out before any) the short load's."""
         finals = self.finals.get(draft) or {}
         rung = "full" if finals else "short"
-        keep = set(finals) or (set(tuning.finalists(self.climbs[draft])) if draft in self.climbs else set())
+        keep = set(finals) or (set(climb.finalists(self.climbs[draft])) if draft in self.climbs else set())
         pick: dict = {}
         for m in self.measured:
             if m["draft"] == draft and m["rung"] == rung and m["settings"] in keep and m["score"] is not None:
