@@ -76,6 +76,16 @@ def test_the_search_keeps_within_its_budget_with_the_two_baselines():
         assert 2 + len(c.scores) + len(c.again) + len(finals) <= budget and finals, budget
 
 
+def test_the_climb_leaves_a_sixth_of_the_budget_2_to_4_to_the_full_load():
+    """A flat landscape keeps the climb going until its budget: what is left for finalists is
+    what it reserved (short readings 3% apart are noise; the full load must see the top four)."""
+    cands = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8],
+                                                        "num_draft_tokens": [2, 4, 8, 16]})).candidates
+    for budget, reserved in ((26, 4), (18, 3), (12, 2)):
+        c, finals = climb.search(cands, lambda s: 100.0 + 0.01 * s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
+        assert len(c.scores) + len(c.again) == budget - 2 - reserved and len(finals) == reserved, budget
+
+
 def test_the_default_budget_is_40pct_of_the_grid_at_least_12_and_never_more_than_a_sweep_needs():
     space = tuning.prune(SVC, tuning.asked_space(SVC, None))
     assert climb.default_budget(space) == int(0.4 * (space.grid + 1)) == 32
