@@ -62,7 +62,7 @@ def read(path: str | None = None) -> PromptSet:
 def parse(data: bytes, where: str) -> list:
     """The prompts in a file's bytes, in order (the formats in the module's docstring)."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # an editor on Windows starts the file with a BOM
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
         raise SpecopsError(f"prompts {where} line {line}: not UTF-8 text") from None

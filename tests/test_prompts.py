@@ -33,6 +33,12 @@ def test_jsonl_lines_are_prompts_or_messages_in_file_order(tmp_path):
         "one", CHAT, {"messages": [{"role": "tool", "content": "42"}]}]  # other keys left out
 
 
+def test_a_file_an_editor_started_with_a_byte_order_mark_is_read(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    assert prompts.read(write(tmp_path, bom + b'{"prompt": "one"}\n')).prompts == ["one"]
+    assert prompts.read(write(tmp_path, bom + b'["a"]', "p.json")).prompts == ["a"]
+
+
 @pytest.mark.parametrize("lines, where, why", [
     (['{"prompt": "a"}', '{"prompt": "b" "c"}'], "line 2", "not JSON (Expecting ',' delimiter at column 16)"),
     (['{"prompt": "a"}', "", '{"text": "b"}'], "line 3",

@@ -405,3 +405,13 @@ def test_releases_measured_with_different_loads_are_said_to_be_so():
               "perf": {"sglang": {**_perf(54.8, accept=1.2), "load": dict(load, max_new_tokens=128)}}}
     assert since([old, new, undone], undone) == ("r2", ["sglang tok/s @1: 80.0 -> 54.8, accept length 2.1 -> 1.2"])
     assert since([old, undone, dict(new, stamp="r4")], dict(new, stamp="r4"))[0] == "r1"  # not the rolled-back one
+
+
+def test_a_chat_chunk_counts_its_usage_and_sglang_spec_details_only_with_speculation_on():
+    """SGLang 0.5.23 (serving_chat.py) streams usage on every chunk with continuous_usage_stats and
+    sglext.spec_tokens_details in a chunk of its own; a verify count of 0 means no speculation."""
+    assert specbench.chat_event({"choices": [], "usage": {"completion_tokens": 7}}) == (7, {})
+    details = {"spec_verify_ct": 3, "spec_accept_length": 2.5}
+    assert specbench.chat_event({"choices": [], "sglext": {"spec_tokens_details": details}}) == (None, details)
+    assert specbench.chat_event({"sglext": {"spec_tokens_details": {"spec_verify_ct": 0}}}) == (None, {})
+    assert specbench.chat_event({"choices": [{"delta": {"content": "x"}}]}) == (None, {})

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from sandbox.oracle import sim_perf
+from specops.sglang.drafts import LAYER_IDS
 from test_tune_fleet import SPEC, look_at_the_report, tune, write_inventory
 
 pytestmark = pytest.mark.fleet
@@ -94,6 +95,16 @@ def test_two_drafts_the_one_better_only_with_many_draft_tokens_wins_and_is_appli
     assert res.returncode != 0 and f"prompts {chat} line 3:" in res.stdout + res.stderr, res.stdout + res.stderr
     assert "starting the baseline" not in res.stdout
     assert h.run("systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "sglang").stdout == since
+    # a draft made for another target is refused before any restart, as deploy refuses its own
+    bad = f"{OTHER}-58"
+    h.run("cp", "-a", OWN, bad)
+    h.path(f"{bad}/config.json").write_text(json.dumps({**config, "eagle_config": {LAYER_IDS: [2, 58]}}))
+    write_inventory(sandbox, "t5", DRAFT_KNOBS, {**DRAFTS_SPACE, "drafts": [OTHER, bad]})
+    res, _ = tune(sandbox, "t5", inv)
+    assert res.returncode != 0 and "ids [58] are never captured" in res.stdout + res.stderr, res.stdout[-3000:]
+    assert "starting the baseline" not in res.stdout
+    assert h.run("systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "sglang").stdout == since
+    write_inventory(sandbox, "t5", DRAFT_KNOBS, {**DRAFTS_SPACE, "drafts": [OTHER]})
     chat.write_text("\n".join(map(json.dumps, lines)) + "\n")
     res, rep = tune(sandbox, "t5", inv, "--prompts", str(chat), "--apply", "--force")
     assert res.returncode == 0, res.stdout[-6000:]
