@@ -58,7 +58,7 @@ def test_a_slow_reading_planted_on_the_optimum_is_measured_again_and_the_optimum
     prompts.write_text("".join(json.dumps({"prompt": f"Write about {w}.", "source": "logs"}) + "\n"
                                for w in ("rivers", "trains", "bees", "salt", "glass")) + "\n")
     res, rep = tune(sandbox, "t4", inv, "--prompts", str(prompts), "--seed", "3")
-    assert res.returncode == 0, res.stdout[-5000:]
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
     rec = json.loads(h.path(SPEC).read_text())["sglang"]
     assert json.loads(h.run("cat", SLOW).stdout)[0]["starts"] == 0, res.stdout[-5000:]  # the slow start happened
     assert settings(rec["winner"]) == OPTIMUM, rec["verdict"]  # first: what a user sees
