@@ -184,7 +184,7 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
     host; check it with `promtool check config OUT/prometheus.yml`."""
     try:
         written, warnings = monitoring_mod.write(
-            inventory_mod.load(sel.inventory or cli.DEFAULT_INVENTORY), out, scrape_interval,
+            inventory_mod.load(cli.inventory_path(sel.inventory)), out, scrape_interval,
             [a.strip() for a in (alertmanager or "").split(",") if a.strip()])
     except SpecopsError as e:
         cli.exit_with(e)

@@ -19,7 +19,20 @@ from .output.report import HostReport, Interrupted, Redactor, Reporter, recap
 from .run import HostRun, Options, run_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_INVENTORY = os.environ.get("SPECOPS_INVENTORY", str(ROOT / "inventory"))
+DEFAULT_INVENTORY = ROOT / "inventory"  # yours: git-ignored, made from the example
+EXAMPLE_INVENTORY = ROOT / "inventory.example"
+
+
+def inventory_path(given: str | None) -> str:
+    """-i, else $SPECOPS_INVENTORY, else inventory/ once the user made it.  Never the example:
+    its hosts are real machines elsewhere, which a fresh clone must not reach by default."""
+    chosen = given or os.environ.get("SPECOPS_INVENTORY")
+    if chosen:
+        return chosen
+    if DEFAULT_INVENTORY.exists():
+        return str(DEFAULT_INVENTORY)
+    raise UsageError(f"no inventory: give -i DIR|FILE, or copy {os.path.relpath(EXAMPLE_INVENTORY)}/ "
+                     f"to {os.path.relpath(DEFAULT_INVENTORY)}/ (the default) and make it yours")
 
 
 @dataclass
@@ -46,7 +59,7 @@ HELP = {
     "host": "Host name(s), comma-separated",
     "group": "Every host in this inventory group",
     "all": "Every host in the inventory (every task needs --host, --group or --all)",
-    "inventory": f"Inventory directory or hosts file (default: {DEFAULT_INVENTORY})",
+    "inventory": "Inventory directory or hosts file (default: $SPECOPS_INVENTORY, else inventory/ once you made it)",
     "check": "Probe for real and show what would change, with diffs; change nothing",
     "diff": "Show unified diffs of changed files",
     "verify-weights": "Hash every weight file against its manifest; fetch again those that differ",
@@ -131,7 +144,7 @@ def _same_batch(hosts: list[inv.Host], serial: int, forks: int) -> None:
 def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
     """The selected hosts: a task reaches every host of an inventory only with --all (as Kamal and
     Capistrano ask for a destination).  `services`: names every selected host must define."""
-    inventory = inv.load(sel.inventory or DEFAULT_INVENTORY)
+    inventory = inv.load(inventory_path(sel.inventory))
     if not (sel.host or sel.group or sel.all):
         groups = ", ".join(sorted(g for g in inventory.groups if g not in ("all", "ungrouped")))
         raise UsageError("choose the hosts: --host NAME, --group NAME or --all"

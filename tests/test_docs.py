@@ -13,11 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Folders of the tree a path written in the docs starts with.
-TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "templates", "files", "inventory", "docs", ".ci")
+TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "templates", "files", "inventory.example", "inventory",
+       "docs", ".ci")
 # Where a path in the docs is read from: the root; the package (`agent/converge/stage.py`); the
 # patch folder (a patch is named by its path inside the sglang package, `srt/models/llama.py`).
 BASES = (ROOT, ROOT / "specops", ROOT / "files" / "patches")
-GENERATED = {"sandbox/inventory"}  # written by `inv sandbox.up` (git-ignored), named in the docs
+# Named in the docs, git-ignored: written by `inv sandbox.up`, and the user's own (from inventory.example/).
+GENERATED = {"sandbox/inventory", "inventory"}
 WRITTEN = re.compile(r"\.(merge|patch)-?\d[\w.]*$")  # what `inv patch --rebase` writes: FILE.merge-0.5.24
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")

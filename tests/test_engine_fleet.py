@@ -338,9 +338,9 @@ def test_readme_demo_command(sandbox, tmp_path):
         again = sandbox.inv("deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
         assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout
         assert host_snapshot(demo, "/models/tiny-llama-eagle3/config.json") == before
-        # The sandbox never wrote into the user's inventory, and a plain deploy there reaches nothing.
+        # The sandbox never wrote into the user's inventory, and a plain deploy with the example reaches nothing.
         assert not (ROOT / "inventory" / "sandbox.yml").exists()
-        plain = sandbox.inv("deploy", env={**env, "SPECOPS_INVENTORY": str(ROOT / "inventory")})
+        plain = sandbox.inv("deploy", env={**env, "SPECOPS_INVENTORY": str(ROOT / "inventory.example")})
         assert plain.returncode == 2 and plain.stdout == "" and "choose the hosts" in plain.stderr
     finally:
         down = sandbox.inv("sandbox.down", env=env)

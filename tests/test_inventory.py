@@ -62,7 +62,7 @@ def test_selection_by_host_group_and_all(tmp_path):
 
 
 def test_example_inventory_loads():
-    inv = inventory.load(inventory.Path(__file__).parent.parent / "inventory" / "hosts.yml")
+    inv = inventory.load(inventory.Path(__file__).parent.parent / "inventory.example" / "hosts.yml")
     ct129 = inv.hosts["ct129"]
     assert ct129["address"] == "10.1.230.172" and ct129["ssh_user"] == "root"
     assert "gpu_boxes" in ct129.groups and ct129["torch"]["cuda"] == "auto"
@@ -85,6 +85,13 @@ BAD = {
     "bad enum": ("hosts.yml", "all:\n  hosts:\n    a: {host_key_policy: yolo}\n",
                  r"host_key_policy: must be one of reject, accept-new"),
     "bad group_vars": ("group_vars/all.yml", "venv: [1]\n", r"group_vars/all.yml: venv: must be a string"),
+    # Issue 38: a typo in an Ansible connection key was ignored, and the run logged in as someone else.
+    "ansible key typo": ("hosts.yml", "all:\n  hosts:\n    a: {ansible_usr: ubuntu}\n",
+                         r"hosts.yml: all.hosts.a.ansible_usr: unknown key \(did you mean 'ansible_user'\?\)"),
+    "ansible key typo in group_vars": ("group_vars/all.yml", "ansible_hsot: 10.0.0.1\n",
+                                       r"group_vars/all.yml: ansible_hsot: unknown key \(did you mean 'ansible_host'\?\)"),
+    "an INI file beside hosts.yml": ("hosts.ini", "a\n", r"both hosts.yml and hosts.ini could be the inventory: "
+                                                         r"keep one there, or give -i \S+/hosts.ini$"),
     "spec algorithm": ("hosts.yml", "all:\n  hosts:\n    a:\n      services:\n        - {name: s, model_path: /m, speculative: {algorithm: MEDUSA}}\n",
                        r"speculative.algorithm: must be one of EAGLE"),
 }

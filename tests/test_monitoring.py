@@ -70,7 +70,7 @@ def _targets(out, job):
 
 
 def test_the_example_inventory_gives_a_configuration_promtool_accepts(tmp_path):
-    written, warnings = monitoring.write(inventory.load(ROOT / "inventory"), tmp_path, "15s")
+    written, warnings = monitoring.write(inventory.load(ROOT / "inventory.example"), tmp_path, "15s")
     assert sorted(str(p.relative_to(tmp_path)) for p in written) == [
         "prometheus.yml", "rules/specops.rules.yml", "targets/node.json", "targets/sglang-router.json",
         "targets/sglang.json"]
@@ -143,7 +143,7 @@ def test_one_address_rule_for_routers_ranks_and_scrapes(tmp_path):
 
 
 def test_the_task_says_what_it_wrote_and_refuses_a_bad_interval(tmp_path):
-    inv = [sys.executable, "-m", "invoke", "monitoring", "--inventory", str(ROOT / "inventory")]
+    inv = [sys.executable, "-m", "invoke", "monitoring", "--inventory", str(ROOT / "inventory.example")]
     ok = subprocess.run([*inv, "--out", str(tmp_path / "p")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and f"wrote {tmp_path / 'p' / 'prometheus.yml'}" in ok.stdout, ok.stderr
     assert "warning: ct129/sglang listens on 127.0.0.1 only" in ok.stderr

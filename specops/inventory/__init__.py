@@ -1,7 +1,8 @@
-"""Ansible-style inventory: hosts.yml plus group_vars/ and host_vars/, or an Ansible INI file.
+"""Ansible-style inventory: hosts.yml or an Ansible INI file, plus group_vars/ and host_vars/.
 
 Ansible's connection variables (ansible_host, ansible_user, ...) are read as ours
-(`ansible`); unknown ansible_* keys are named in one warning line each.
+(`ansible`); unknown ansible_* keys are named in one warning line each (refused one typo away
+from a key we read).
 Precedence is all < parent group < child group < host; a group_vars file
 overrides the vars written inline for that group.  Mappings merge key by key,
 everything else replaces.  Every error names the file and the key path, and
@@ -29,7 +30,7 @@ def _host_vars(values: Any, file: str, where: str) -> dict:
     """A vars mapping checked against the schema, with Ansible's spellings read as ours."""
     if isinstance(values, dict) and any(str(k).startswith("ansible_") for k in values):
         warnings: list[str] = []
-        values = ansible.translate(values, f"{file}: {where}", warnings)
+        values = ansible.translate(values, file, where, warnings)
         for line in warnings:
             if line not in _warned:  # once per run, however often the inventory is loaded
                 _warned.add(line)
@@ -108,15 +109,29 @@ def _vars_file(directory: Path, name: str) -> dict:
     return {}
 
 
+def _hosts_files(directory: Path) -> list[Path]:
+    """The hosts files of an inventory directory: hosts.yml and any other *.yml beside it, or its
+    one Ansible INI file (hosts.ini, hosts, production, ...), as Ansible takes a directory."""
+    yml = sorted(directory.glob("*.yml"), key=lambda p: (p.name != "hosts.yml", p.name))
+    ini = [p for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith(".")
+           and (p.suffix == ".ini" or (not p.suffix and ansible.looks_like_ini(p)))]
+    if yml and ini:
+        raise UsageError(f"{directory}: both {yml[0].name} and {ini[0].name} could be the inventory: "
+                         f"keep one there, or give -i {directory / ini[0].name}")
+    if len(ini) > 1:
+        raise UsageError(f"{directory}: {', '.join(p.name for p in ini)} could each be the inventory: "
+                         f"give one with -i {directory / ini[0].name}")
+    if not yml and not ini:
+        raise UsageError(f"{directory}: no hosts.yml or INI inventory (hosts.ini) in the inventory directory")
+    return yml or ini
+
+
 def load(path: str | Path) -> Inventory:
-    """Load an inventory directory (hosts.yml and any other *.yml beside it) or one hosts file:
-    YAML, or Ansible's INI format when its name does not end in .yml/.yaml."""
+    """Load an inventory directory (hosts.yml and any other *.yml beside it, or one INI file) or
+    one hosts file: YAML, or Ansible's INI format when its name does not end in .yml/.yaml."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(path.glob("*.yml"), key=lambda p: (p.name != "hosts.yml", p.name))
-        if not files:
-            raise UsageError(f"{path}: no hosts.yml in the inventory directory")
-        root_dir = path
+        files, root_dir = _hosts_files(path), path
     elif path.exists():
         files, root_dir = [path], path.parent
     else:

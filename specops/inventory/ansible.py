@@ -3,7 +3,9 @@
 A team that manages its GPU boxes with Ansible already has an inventory.  `parse_ini` reads
 Ansible's INI format into the same all → children → hosts tree a hosts.yml has; `translate`
 maps the `ansible_*` connection variables to ours (one spelling per host, or a one-line
-error) and sets the unknown `ansible_*` keys aside, to be named in one warning line each.
+error) and sets the unknown `ansible_*` keys aside, to be named in one warning line each; one
+a single typo away from a key it reads (`ansible_usr`) is refused, since ignoring it would log in
+as someone else.
 
 Values are typed as Ansible's own INI plugin types them (lib/ansible/plugins/inventory/ini.py,
 `_parse_value`): a Python literal where the text is one (`5` is 5, `True` is True, `'5'` is "5"),
@@ -21,6 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..remote import become
+from .schema import did_you_mean, key_path
 
 ALIASES = {
     "ansible_host": "address",
@@ -75,6 +78,29 @@ def _pairs(words: list[str], where: str) -> dict:
     return out
 
 
+def looks_like_ini(path: Path) -> bool:
+    """Whether a file reads as an Ansible INI inventory (so `-i DIR` can take one named `hosts`
+    or `production`, and not a README): its first line that is not blank or a comment is a
+    [section], or a host name followed by key=value words only."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            text = f.read(1 << 16)
+    except (OSError, UnicodeDecodeError):
+        return False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if _SECTION.match(line):
+            return True
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            return False
+        return bool(words) and "=" not in words[0] and all("=" in w for w in words[1:])
+    return False
+
+
 def parse_ini(path: Path) -> dict:
     """Ansible's INI inventory as {"all": {...}}: [group], [group:vars], [group:children];
     hosts before the first section are in "ungrouped"."""
@@ -121,28 +147,45 @@ def parse_ini(path: Path) -> dict:
     return {"all": root}
 
 
-def translate(values: dict, where: str, warnings: list[str]) -> dict:
-    """`values` with ansible_* connection variables under our names; unknown ansible_* keys are
-    dropped with a warning; a setting written both ways is an error."""
+def _one_edit(typed: str, known: str) -> bool:
+    """One letter added, dropped or changed, or two neighbours swapped, turns `typed` into `known`."""
+    if typed == known or abs(len(typed) - len(known)) > 1:
+        return False
+    i = next((n for n, (a, b) in enumerate(zip(typed, known)) if a != b), min(len(typed), len(known)))
+    if len(typed) != len(known):
+        longer, shorter = (typed, known) if len(typed) > len(known) else (known, typed)
+        return longer[i + 1:] == shorter[i:]
+    return typed[i + 1:] == known[i + 1:] or (typed[i:i + 2] == known[i:i + 2][::-1] and typed[i + 2:] == known[i + 2:])
+
+
+def translate(values: dict, file: str, where: str, warnings: list[str]) -> dict:
+    """`values` (at key path `where` of `file`) with ansible_* connection variables under our
+    names; unknown ansible_* keys are dropped with a warning, or refused one typo away from one we
+    read; a setting written both ways is an error."""
+    at = f"{file}: {where}" if where else file
     out = {k: v for k, v in values.items() if not k.startswith("ansible_")}
     for key, value in values.items():
         if not key.startswith("ansible_"):
             continue
         if key in PASSWORDS:  # (its value is never repeated: it is a secret)
-            warnings.append(f"warning: {where}: {key} is ignored: specops reads no password from the inventory; "
+            warnings.append(f"warning: {at}: {key} is ignored: specops reads no password from the inventory; "
                             f"use --ask-become-pass or set {become.ENV}")
             continue
         ours = ALIASES.get(key)
         if ours is None:
-            warnings.append(f"warning: {where}: {key} is not used by specops; ignored")
+            near = [k for k in ALIASES if _one_edit(key, k)]
+            if near:
+                raise UsageError(f"{file}: {key_path(where, key)}: unknown key{did_you_mean(key, near, 'ansible_')}")
+            warnings.append(f"warning: {at}: {key} is not used by specops; ignored"
+                            f"{did_you_mean(key, ALIASES, 'ansible_')}")
             continue
         if ours in values:
-            raise UsageError(f"{where}: both {key} and {ours} are set; keep one spelling")
+            raise UsageError(f"{at}: both {key} and {ours} are set; keep one spelling")
         if ours == "become" and not isinstance(value, bool):
             # Ansible's boolean(): yes/no, true/false, on/off and 1/0, as text or (INI-typed) numbers
             word = str(value).lower() if isinstance(value, (str, int)) else None
             if word not in BOOLEAN:
-                raise UsageError(f"{where}.{key}: must be true or false, not {value!r}")
+                raise UsageError(f"{file}: {key_path(where, key)}: must be true or false, not {value!r}")
             value = BOOLEAN[word]
         if ours == "ssh_port" and isinstance(value, str) and value.isdigit():
             value = int(value)

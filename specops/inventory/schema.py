@@ -247,13 +247,11 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
             fail(f"must be a mapping, not {_kind(value)}")
         for k, v in value.items():
             if k not in schema:
-                close = difflib.get_close_matches(str(k).replace("-", "_"), list(schema), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise UsageError(f"{file}: {_join(where, k)}: unknown key{hint}")
-            check(v, schema[k], file, _join(where, k))
+                raise UsageError(f"{file}: {key_path(where, k)}: unknown key{did_you_mean(k, schema)}")
+            check(v, schema[k], file, key_path(where, k))
         for k, sub in schema.items():
             if isinstance(sub, Req) and k not in value:
-                raise UsageError(f"{file}: {_join(where, k)}: required key is missing")
+                raise UsageError(f"{file}: {key_path(where, k)}: required key is missing")
     elif isinstance(schema, list):
         if not isinstance(value, list):
             fail(f"must be a list, not {_kind(value)}")
@@ -266,8 +264,17 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
             fail(f"must be {_TYPE_NAMES.get(schema, schema)}, not {_kind(value)}")
 
 
-def _join(where: str, key: Any) -> str:
+def key_path(where: str, key: Any) -> str:
     return f"{where}.{key}" if where else str(key)
+
+
+def did_you_mean(key: Any, known, prefix: str = "") -> str:
+    """' (did you mean 'x'?)' naming the known key closest to a mistyped one, or ''.  A `prefix`
+    they all share (ansible_) is left out of the likeness: it would make every pair look alike."""
+    word = str(key).replace("-", "_")
+    names = {k[len(prefix):]: k for k in known if k.startswith(prefix)}
+    close = difflib.get_close_matches(word[len(prefix):] if word.startswith(prefix) else word, list(names), n=1)
+    return f" (did you mean {names[close[0]]!r}?)" if close else ""
 
 
 def _kind(value: Any) -> str:
