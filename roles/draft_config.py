@@ -39,7 +39,10 @@ class LayerIdLint(Op):
                 return Change(self.role, label, "ok", (self.svc["name"],), warning=f"only a top-level {LAYER_IDS} "
                               f"{doc[LAYER_IDS]}; SGLang reads {NESTED} and will ignore it")
             return self._change(label, "ok")
-        check_layer_ids(ids, self.embedding_capture, target_layers(self.svc, facts), self.svc["name"])
+        # ids draft_config writes are the inventory's; others are the draft's own
+        own = self.edit is None or not any(NESTED == k or NESTED.startswith(k + ".") for k in self.edit.keys)
+        check_layer_ids(ids, self.embedding_capture, target_layers(self.svc, facts), self.svc["name"],
+                        draft=self.svc["speculative"]["draft_model_path"] if own else None)
         return self._change(label, "ok")
 
 

@@ -32,7 +32,9 @@ class Converging:
             self.report.extra["bytes_pushed"] = (self.report.extra.get("bytes_pushed", 0)
                                                  + self.connect().push(local, remote, progress, offset))
 
-    def apply(self, actions: list) -> None:
+    def apply(self, actions: list, planned: list | None = None) -> None:
+        """Run a batch; `planned`: the (record, Change) pairs it makes, so a failed batch leaves
+        the ones it never made out of the recap's changed."""
         if not actions:
             return
         if self.before_change:  # e.g. take this worker out of its router and let it drain
@@ -45,8 +47,13 @@ class Converging:
         self.applied += [a for i, a in enumerate(actions)
                          if i in done and isinstance(a, (protocol.Write, protocol.Remove))]
         if not res.ok:
+            made = [actions[i] for i in done if actions[i].KIND not in protocol.CHECK_KINDS]
+            for record, c in planned or []:
+                # its own actions, or for a change that only notifies, the batch's handlers
+                if not c.copies and not any(a is m for a in (c.actions or actions) for m in made):
+                    record.update(changed=False, applied=False)
             raise SpecopsError(f"{res.error} (action {res.failed + 1} of {len(actions)}; "
-                               f"{len(res.results)} applied before it)")
+                               f"{len(made)} changes made before it)")
 
     def run_checks(self, checks: list, after: str | None) -> None:
         """Check mode: the read-only checks run for real, unless an earlier role's changes
@@ -74,13 +81,14 @@ class Converging:
             ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
         remaining = [op for _, ops in self.plan for op in ops]
         facts = facts or self.probe(remaining, lock=not ctx.check)
-        pending, checks, changed_by = [], [], None
+        pending, checks, changed_by, planned = [], [], None, []
         self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
             role_actions, moved = [], False
             for op in ops:
                 c = op.plan(facts, ctx)
                 self.report.changes.append(c.record(self.host.name))
+                planned += [(self.report.changes[-1], c)] if c.changed else []
                 self.out.change(self.host.name, c, ctx.check)
                 role_actions += c.actions
                 checks += c.checks
@@ -98,8 +106,8 @@ class Converging:
                 if ctx.check:
                     changed_by = changed_by or role.NAME
                     continue
-                self.apply(checks + pending)
-                pending, checks = [], []
+                self.apply(checks + pending, planned)
+                pending, checks, planned = [], [], []
                 facts = self.probe(remaining)
         todo = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
         for h in handlers.ordered(ctx.notified):
@@ -108,5 +116,5 @@ class Converging:
             if self.opts.run_checks:
                 self.run_checks(checks, changed_by)
         else:
-            self.apply(checks + pending + todo)
+            self.apply(checks + pending + todo, planned)
         return ctx

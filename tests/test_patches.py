@@ -56,6 +56,33 @@ def test_layer_ids_range():
         draft_config.check_layer_ids("2,3", False, 32, "s")
     with pytest.raises(PlanError, match=r"ids \[-2\]"):
         draft_config.check_layer_ids([-2, 3], True, None, "s")
+    with pytest.raises(PlanError) as e:  # the draft's own ids: named with its file, as another target's
+        draft_config.check_layer_ids([2, 58], False, 32, "s", draft="/models/x")
+    assert str(e.value) == ("s: the draft /models/x (its config.json: /models/x/config.json) was made for another "
+                            f"target: {IDS} ids [58] are never captured: the target has 32 layers, so ids must be "
+                            "in -1..30; use a draft made for this target")
+    with pytest.raises(PlanError, match=r"^s: draft /models/x: .* ids \[-2\] are never captured"):
+        draft_config.check_layer_ids([-2, 3], True, 32, "s", draft="/models/x")  # never valid: no target's
+
+
+def test_the_lint_says_whose_ids_miss_the_target():
+    """The draft's own config.json, or the inventory's draft_config: only the first is a draft
+    made for another target."""
+    import base64
+    import json
+    from specops.ops import Facts, JsonKeys
+
+    def facts(ids):
+        doc = lambda d: {"exists": True, "type": "file", "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}  # noqa: E731
+        return Facts({"files": {"/models/t/config.json": doc({"num_hidden_layers": 32}),
+                                "/models/d/config.json": doc({"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}})}})
+    svc = host().vars["services"][0]
+    with pytest.raises(PlanError, match=r"^sglang: the draft /models/d \(its config.json: /models/d/config.json\) "
+                                        r"was made for another target: .* ids \[58\] are never captured"):
+        draft_config.LayerIdLint(svc, None, False).plan(facts([2, 58]), None)
+    edit = JsonKeys("/models/d/config.json", {IDS: [2, 58]})
+    with pytest.raises(PlanError, match=r"^sglang: eagle_config.eagle_aux_hidden_state_layer_ids ids \[58\] are never"):
+        draft_config.LayerIdLint(svc, edit, False).plan(facts([2, 58]), None)
 
 
 def test_draft_config_needs_a_draft_model():

@@ -230,6 +230,7 @@ def test_draft_layer_ids_out_of_range_for_the_target(sandbox):
     res, report = deploy(sandbox, "t5", sandbox_service(draft_config={IDS: [2, 16, 31]}))
     assert res.returncode == 1
     assert "ids [31] are never captured: the target has 32 layers" in report["error"]
+    assert "another target" not in report["error"]  # the ids are the inventory's, not the draft's
     assert sha256_on(h, DRAFT_CFG) == before
     # The oracle: the simulator, like SGLang, cannot start with that config...
     h.path(DRAFT_CFG).write_text(json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 31]}}))
@@ -242,6 +243,8 @@ def test_draft_layer_ids_out_of_range_for_the_target(sandbox):
     res, report = deploy(sandbox, "t5", sandbox_service(patches=[LLAMA]), "--check")
     assert res.returncode == 1 and report is not None, res.stdout
     assert "ids [31] are never captured: the target has 32 layers" in report["error"]
+    assert (f"the draft /models/tiny-llama-eagle3 (its config.json: {DRAFT_CFG}) was made for another target"
+            in report["error"])
 
 
 def test_top_level_layer_ids_warn(sandbox):

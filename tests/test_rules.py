@@ -2,7 +2,7 @@
 import pytest
 
 from specops.errors import UsageError
-from specops.sglang.rules import check_service, resolve
+from specops.sglang.rules import check_service, resolve, tree_nodes
 
 from conftest import record_inputs
 
@@ -46,8 +46,38 @@ def test_seed_case_is_an_adjustment_to_two_draft_tokens():
     (adj,) = res.adjustments
     assert (adj.rule, adj.field, adj.asked, adj.effective) == ("topk1-draft", "speculative_num_draft_tokens", 16, 2)
     msg = adj.message()
-    assert "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1" in msg
-    assert "you asked for speculative_num_draft_tokens = 16, SGLang would run with 2" in msg
+    assert msg == ("you asked for num_draft_tokens: 16, SGLang would run with 2 (SGLang rule [topk1-draft]: "
+                   "with eagle_topk 1, SGLang runs num_steps + 1 draft tokens)")
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 5, 7])
+@pytest.mark.parametrize("draft", [1, 2, 3, 4, 8, 16, 32])
+@pytest.mark.parametrize("backend", [{}, {"page_size": 16, "attention_backend": "flashmla"},
+                                     {"attention_backend": "trtllm_mha"}])
+def test_topk1_draft_fixes_run_as_written(steps, draft, backend):
+    """Each fix offered, written into the inventory, is what SGLang runs: no adjustment, no refusal,
+    and a tree wide enough to fill its draft tokens."""
+    asked = spec(num_steps=steps, eagle_topk=1, num_draft_tokens=draft)
+    findings = resolve(asked, **backend).findings
+    if draft == steps + 1:
+        assert not findings
+        return
+    (adj,) = findings
+    assert adj.fixes[0] == f"set num_draft_tokens: {steps + 1}"
+    for fix in adj.fixes:
+        key, value = fix.removeprefix("set ").split(" for ")[0].split(": ")
+        fixed = resolve({**asked, key: int(value)}, **backend)
+        assert not fixed.findings, fix
+        runs = fixed.effective
+        assert runs["speculative_num_draft_tokens"] - 1 <= tree_nodes(runs["speculative_num_steps"],
+                                                                      runs["speculative_eagle_topk"])
+    assert any("eagle_topk" in f for f in adj.fixes) == (draft >= 2 and not backend)
+
+
+def test_trtllm_mha_runs_no_tree():
+    assert [f.rule for f in resolve(spec(num_steps=3, eagle_topk=4), attention_backend="trtllm_mha").errors] \
+        == ["topk1-backend"]
+    assert not resolve(spec(num_steps=3, eagle_topk=1), attention_backend="trtllm_mha").findings
 
 
 def test_topk1_draft_valid_and_filled():
@@ -66,6 +96,9 @@ def test_page_tree_backends():
 def test_ngram_topk_is_overwritten_by_bfs_breadth():
     bad = resolve({"algorithm": "NGRAM", "eagle_topk": 4})
     assert [(f.rule, f.asked, f.effective) for f in bad.adjustments] == [("ngram-topk", 4, 10)]
+    assert bad.adjustments[0].fixes == ["leave out eagle_topk", "set ngram_max_bfs_breadth: 4"]
+    assert not resolve({"algorithm": "NGRAM"}).findings
+    assert not resolve({"algorithm": "NGRAM", "eagle_topk": 4, "ngram_max_bfs_breadth": 4}).findings
     ok = resolve({"algorithm": "NGRAM", "eagle_topk": 8, "ngram_max_bfs_breadth": 8, "num_draft_tokens": 16})
     assert not ok.findings and effective(ok) == (2, 8, 16)  # steps = draft // topk
     default = resolve({"algorithm": "NGRAM"})
@@ -76,6 +109,8 @@ def test_dflash_rules():
     assert [f.rule for f in resolve({"algorithm": "DFLASH"}).errors] == ["dflash-draft"]
     bad = resolve(spec("DFLASH", num_steps=3, eagle_topk=2))
     assert sorted(f.rule for f in bad.adjustments) == ["dflash-steps", "dflash-topk"]
+    assert [f.fixes for f in bad.adjustments] == [["set num_steps: 1", "leave it out"],
+                                                  ["set eagle_topk: 1", "leave it out"]]
     assert [f.rule for f in resolve(spec("DFLASH", dflash_block_size=8, num_draft_tokens=16)).errors] == ["dflash-block"]
     ok = resolve(spec("DFLASH", num_steps=1, eagle_topk=1, dflash_block_size=16))
     assert not ok.findings and effective(ok) == (1, 1, 16)
@@ -106,8 +141,18 @@ def test_check_service_refuses_seed_case_in_one_line(record_property):
         check_service(service(), "ct129: service 'sglang'")
     msg = str(e.value)
     assert "\n" not in msg
-    assert msg.startswith("ct129: service 'sglang': SGLang rule [topk1-draft]")
-    assert "allow_sglang_adjustments: true" in msg
+    # the inventory's keys, the fixes first, the override last
+    assert msg == ("ct129: service 'sglang': you asked for num_draft_tokens: 16, SGLang would run with 2 "
+                   "(SGLang rule [topk1-draft]: with eagle_topk 1, SGLang runs num_steps + 1 draft tokens). "
+                   "Set num_draft_tokens: 2; or set num_steps: 15 for a chain of 16; or set eagle_topk: 15 "
+                   "for a tree of 16; or set allow_sglang_adjustments: true to run with 2 anyway")
+
+
+def test_the_readme_quotes_the_refusal_as_it_is():
+    from pathlib import Path
+    with pytest.raises(UsageError) as e:
+        check_service(service(), "ct129: service 'sglang'")
+    assert str(e.value) in (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
 
 
 def test_check_service_opt_in_records_effective_values():
@@ -134,5 +179,5 @@ def test_cli_refuses_seed_case_without_connecting(tmp_path, record_property):
         """, "deploy", "--host", "ct129")
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "[topk1-draft]" in res.stderr
-    assert "SGLang would run with 2" in res.stderr
+    assert "SGLang would run with 2" in res.stderr and "Set num_draft_tokens: 2;" in res.stderr
     assert attempts == 0

@@ -149,7 +149,7 @@ def test_check_mode_runs_the_preflight_for_real(sandbox, tmp_path):
     res, _ = deploy(sandbox, "t3", [sandbox_service(extra_args=["--bogus-flag"])], "--check")
     assert res.returncode == 1, res.stdout
     assert "check failed: host preflight: the installed SGLang refuses these arguments" in res.stdout
-    assert "--bogus-flag" in res.stdout and "passed" not in res.stdout
+    assert "argparse error: unrecognized arguments: --bogus-flag" in res.stdout and "passed" not in res.stdout
     res, _ = deploy(sandbox, "t3", [sandbox_service(tp=2)], "--check")
     assert res.returncode == 0, res.stdout
     assert "check           preflight sglang: the installed SGLang resolves the new arguments: passed" in res.stdout

@@ -174,7 +174,8 @@ def test_a_draft_is_checked_as_deploy_checks_the_services_own():
     unsafe.data["files"]["/d2/config.json"]["unsafe_write"] = "/d2 is writable by alice"
     with pytest.raises(SpecopsError, match="another user can change it .*writable by alice"):
         drafts.check(svc, "/d2", unsafe, True)
-    with pytest.raises(SpecopsError, match=r"ids \[31\] are never captured"):
+    with pytest.raises(SpecopsError, match=r"^s: the draft /d2 \(its config.json: /d2/config.json\) was made for "
+                                           r"another target: .* ids \[31\] are never captured"):
         drafts.check(svc, "/d2", facts({"eagle_config": {drafts.LAYER_IDS: [2, 16, 31]}}), False)
 
 

@@ -133,8 +133,8 @@ class HostReport:
         return sum(1 for c in self.changes if c["changed"])
 
     @property
-    def ok(self) -> int:
-        return sum(1 for c in self.changes if not c["changed"])
+    def ok(self) -> int:  # a change a failed batch never made is neither ok nor changed
+        return sum(1 for c in self.changes if not c["changed"] and c.get("applied", True))
 
     @property
     def status(self) -> str:

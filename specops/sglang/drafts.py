@@ -19,17 +19,25 @@ def config_of(path: str) -> str:
     return f"{path.rstrip('/')}/config.json"
 
 
-def check_layer_ids(ids, embedding_capture, num_layers, service, error=PlanError):
+def check_layer_ids(ids, embedding_capture, num_layers, service, error=PlanError, draft=None):
+    """`draft`: the draft's directory when the ids are those of its own config.json (not ones
+    draft_config writes there): ids past the target's last layer then say the draft was trained
+    on another target, and it is named with the file that says so."""
+    where = f"{service}: draft {draft}" if draft else service
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise error(f"{service}: {NESTED} must be a list of integers, not {ids!r}")
+        raise error(f"{where}: {NESTED} must be a list of integers, not {ids!r}")
     if -1 in ids and not embedding_capture:
-        raise error(f"{service}: {NESTED} has -1 (the embedding output), which upstream model "
+        raise error(f"{where}: {NESTED} has -1 (the embedding output), which upstream model "
                     f"files cannot capture; deploy a patch that declares embedding capture")
     bad = [i for i in ids if i < -1 or (num_layers is not None and i >= num_layers - 1)]
     if bad:
         limit = f"-1..{num_layers - 2}" if num_layers is not None else ">= -1"
-        raise error(f"{service}: {NESTED} ids {bad} are never captured: the target has "
-                    f"{num_layers} layers, so ids must be in {limit}")
+        never = (f"{NESTED} ids {bad} are never captured: the target has {num_layers} layers, "
+                 f"so ids must be in {limit}")
+        if draft and num_layers is not None and max(bad) >= num_layers - 1:
+            raise error(f"{service}: the draft {draft} (its config.json: {config_of(draft)}) was made "
+                        f"for another target: {never}; use a draft made for this target")
+        raise error(f"{where}: {never}")
 
 
 def target_layers(svc: dict, facts) -> int | None:
@@ -57,6 +65,6 @@ def check(svc: dict, draft: str, facts, embedding_capture: bool) -> None:
     try:
         ids = dotted_get(JsonKeys(config_of(draft), {}).current(facts), NESTED)
         if ids is not None:
-            check_layer_ids(ids, embedding_capture, target_layers(svc, facts), where)
+            check_layer_ids(ids, embedding_capture, target_layers(svc, facts), svc["name"], draft=draft)
     except PlanError as e:
         raise SpecopsError(str(e)) from None

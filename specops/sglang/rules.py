@@ -7,6 +7,8 @@ for.  Two kinds of finding:
     for (it logs a warning at most).  The seed's bug is one: steps 1, topk 1,
     draft tokens 16 runs with 2 draft tokens.
 Values the service leaves unset and SGLang fills in are neither.
+Findings speak in the inventory's keys (`speculative:`), and an adjustment comes with the
+settings that would run as asked (`fixes`).
 
 The installed SGLang's own resolver is the authority on a host (the preflight);
 this table is checked against the real 0.5.23 resolver by a differential test.
@@ -14,17 +16,21 @@ this table is checked against the real 0.5.23 resolver by a differential test.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import field as fields_default  # Finding has a `field` of its own
 from typing import Any
 
 from ..errors import UsageError
+from .spec import SPEC_FLAGS
 
 SOURCE = "sglang/srt/arg_groups/speculative_hook.py"
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
 PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
+TOPK1_ONLY_BACKENDS = ("trtllm_mha",)
 NGRAM_MAX_BFS_BREADTH_DEFAULT = 10
 NGRAM_DRAFT_TOKENS_DEFAULT = 12
 DFLASH_DRAFT_TOKENS_DEFAULT = 16
 MAX_RUNNING_REQUESTS_SPEC = 48
+KEY_OF = {field: key for key, _, field in SPEC_FLAGS}  # SGLang's field → the `speculative:` key
 
 # (steps, topk, draft tokens) SGLang picks when steps is unset: by algorithm, then target architecture.
 AUTO_PARAMS_BY_ALGORITHM = {"STANDALONE": (3, 1, 4)}
@@ -32,24 +38,23 @@ AUTO_PARAMS_BY_ARCH = {"LlamaForCausalLM": (5, 4, 8), "Grok1ForCausalLM": (5, 4,
                        "Grok1VForCausalLM": (5, 4, 8)}
 AUTO_PARAMS_DEFAULT = (3, 1, 4)
 
+# SGLang's rules (SOURCE), said in the inventory's `speculative:` keys
 RULES = {
-    "auto-params": "if speculative_num_steps is unset, speculative_eagle_topk and "
-                   "speculative_num_draft_tokens must be unset too (AssertionError); SGLang then "
-                   "picks all three from the target architecture",
-    "topk-needed": "speculative_num_steps without speculative_eagle_topk: SGLang compares "
-                   "topk > 1 and fails with a TypeError",
-    "topk1-draft": "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-                   "speculative_eagle_topk == 1",
-    "page-tree": "speculative_eagle_topk > 1 with page_size > 1 is only supported on "
-                 "attention backends flashinfer, fa3, triton",
-    "ngram-topk": "NGRAM overwrites speculative_eagle_topk with --speculative-ngram-max-bfs-breadth "
+    "auto-params": "if num_steps is unset, eagle_topk and num_draft_tokens must be unset too "
+                   "(AssertionError); SGLang then picks all three from the target architecture",
+    "topk-needed": "num_steps needs eagle_topk too: without it SGLang compares eagle_topk > 1 and "
+                   "fails with a TypeError",
+    "topk1-draft": "with eagle_topk 1, SGLang runs num_steps + 1 draft tokens",
+    "page-tree": "eagle_topk > 1 with page_size > 1 is only supported on attention backends "
+                 "flashinfer, fa3, triton",
+    "topk1-backend": "the trtllm_mha attention backend only supports eagle_topk 1 (ValueError)",
+    "ngram-topk": "NGRAM overwrites eagle_topk with ngram_max_bfs_breadth "
                   f"(default {NGRAM_MAX_BFS_BREADTH_DEFAULT})",
-    "dflash-steps": "DFLASH only supports speculative_num_steps == 1; SGLang overrides it to 1",
-    "dflash-topk": "DFLASH only supports speculative_eagle_topk == 1; SGLang overrides it to 1",
-    "dflash-draft": "DFLASH speculative decoding requires --speculative-draft-model-path",
-    "dflash-block": "DFLASH needs --speculative-dflash-block-size equal to "
-                    "--speculative-num-draft-tokens when both are set",
-    "positive": "steps, topk and draft tokens must be positive integers",
+    "dflash-steps": "DFLASH only supports num_steps 1; SGLang overrides it to 1",
+    "dflash-topk": "DFLASH only supports eagle_topk 1; SGLang overrides it to 1",
+    "dflash-draft": "DFLASH speculative decoding requires draft_model_path",
+    "dflash-block": "DFLASH needs dflash_block_size equal to num_draft_tokens when both are set",
+    "positive": "num_steps, eagle_topk and num_draft_tokens must be positive integers",
 }
 
 
@@ -60,13 +65,14 @@ class Finding:
     asked: Any = None
     effective: Any = None
     error: bool = False
+    fixes: list[str] = fields_default(default_factory=list)  # what to write instead, to run as asked
 
     def message(self) -> str:
         head = f"SGLang rule [{self.rule}]: {RULES[self.rule]}"
         if self.error:
             return f"{head}; SGLang would refuse to start"
-        return (f"{head}; you asked for {self.field} = {self.asked}, SGLang would run with "
-                f"{self.effective}")
+        return (f"you asked for {KEY_OF.get(self.field, self.field)}: {self.asked}, SGLang would run "
+                f"with {self.effective} ({head})")
 
 
 @dataclass
@@ -81,6 +87,14 @@ class Resolution:
     @property
     def adjustments(self) -> list[Finding]:
         return [f for f in self.findings if not f.error]
+
+
+def tree_nodes(steps: int, topk: int) -> int:
+    """The candidate nodes an EAGLE tree draws its num_draft_tokens - 1 from.  SGLang's tree
+    (srt/speculative/eagle_utils.py organize_draft_results) picks them with torch.topk over the
+    draft's scores: topk from the root and topk * topk at each further step.  Asking for more
+    fails at the first verify, not at start."""
+    return topk + (steps - 1) * topk ** 2
 
 
 def _auto(algorithm: str, arch: str | None) -> tuple | None:
@@ -123,16 +137,21 @@ def resolve(spec: dict, *, arch: str | None = None, page_size: int | None = None
         elif topk is None:
             err("topk-needed")
             return res
+        if topk > 1 and attention_backend in TOPK1_ONLY_BACKENDS:
+            err("topk1-backend")
+            return res
         if topk == 1 and draft != steps + 1:
             if draft is not None:
-                res.findings.append(Finding("topk1-draft", "speculative_num_draft_tokens", draft, steps + 1))
+                res.findings.append(Finding("topk1-draft", "speculative_num_draft_tokens", draft, steps + 1,
+                                            fixes=_chain_fixes(spec, steps, draft, page_size, attention_backend)))
             draft = steps + 1
         if topk > 1 and (page_size or 1) > 1 and attention_backend not in PAGE_TREE_SPEC_BACKENDS:
             err("page-tree")
     elif algo == "NGRAM":
         breadth = spec.get("ngram_max_bfs_breadth", NGRAM_MAX_BFS_BREADTH_DEFAULT)
         if topk is not None and topk != breadth:
-            res.findings.append(Finding("ngram-topk", "speculative_eagle_topk", topk, breadth))
+            res.findings.append(Finding("ngram-topk", "speculative_eagle_topk", topk, breadth,
+                                        fixes=["leave out eagle_topk", f"set ngram_max_bfs_breadth: {topk}"]))
         topk = breadth
         if draft is None:
             draft = NGRAM_DRAFT_TOKENS_DEFAULT
@@ -142,9 +161,11 @@ def resolve(spec: dict, *, arch: str | None = None, page_size: int | None = None
         if spec.get("draft_model_path") is None:
             err("dflash-draft")
         if steps is not None and steps != 1:
-            res.findings.append(Finding("dflash-steps", "speculative_num_steps", steps, 1))
+            res.findings.append(Finding("dflash-steps", "speculative_num_steps", steps, 1,
+                                        fixes=["set num_steps: 1", "leave it out"]))
         if topk is not None and topk != 1:
-            res.findings.append(Finding("dflash-topk", "speculative_eagle_topk", topk, 1))
+            res.findings.append(Finding("dflash-topk", "speculative_eagle_topk", topk, 1,
+                                        fixes=["set eagle_topk: 1", "leave it out"]))
         steps = topk = 1
         block = spec.get("dflash_block_size")
         if block is not None:
@@ -158,6 +179,21 @@ def resolve(spec: dict, *, arch: str | None = None, page_size: int | None = None
     return res
 
 
+def _chain_fixes(spec: dict, steps: int, draft: int, page_size, attention_backend) -> list[str]:
+    """With eagle_topk 1 the draft is a chain of num_steps + 1 tokens: what runs `draft` tokens
+    as asked is that chain's length, a longer chain, or a tree wide enough to fill them."""
+    fixes = [f"set num_draft_tokens: {steps + 1}"]
+    if draft < 2:  # one draft token verifies nothing drafted: no chain or tree runs it
+        return fixes
+    fixes.append(f"set num_steps: {draft - 1} for a chain of {draft}")
+    topk = next(k for k in range(2, draft + 1) if tree_nodes(steps, k) >= draft - 1)  # k >= draft - 1 fills it
+    tree = resolve({**spec, "num_steps": steps, "eagle_topk": topk, "num_draft_tokens": draft},
+                   page_size=page_size, attention_backend=attention_backend)
+    if not tree.findings:  # a tree this page size and backend can run
+        fixes.append(f"set eagle_topk: {topk} for a tree of {draft}")
+    return fixes
+
+
 def check_service(svc: dict, where: str) -> Resolution | None:
     """Plan-time check of a service's spec flags; raises UsageError naming SGLang's rule."""
     spec = svc.get("speculative")
@@ -168,6 +204,7 @@ def check_service(svc: dict, where: str) -> Resolution | None:
     if res.errors:
         raise UsageError(f"{where}: {res.errors[0].message()}")
     if res.adjustments and not svc.get("allow_sglang_adjustments"):
-        raise UsageError(f"{where}: {res.adjustments[0].message()} "
-                         f"(set allow_sglang_adjustments: true to accept)")
+        first = res.adjustments[0]
+        todo = "; or ".join(first.fixes + [f"set allow_sglang_adjustments: true to run with {first.effective} anyway"])
+        raise UsageError(f"{where}: {first.message()}. {todo[0].upper()}{todo[1:]}")
     return res

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from .rules import EAGLE_FAMILY, resolve
+from .rules import EAGLE_FAMILY, resolve, tree_nodes
 
 KNOBS = ("num_steps", "eagle_topk", "num_draft_tokens")
 # A default space per algorithm family (NEXTN, DeepSeek's MTP head, is EAGLE to SGLang):
@@ -27,9 +27,7 @@ DEFAULT_SPACES = {
     # DFLASH runs one step and topk 1 (SGLang forces both): only the block of draft tokens varies
     "DFLASH": {"num_draft_tokens": [4, 8, 16, 32]},
 }
-# SGLang's EAGLE tree (srt/speculative, build_tree_kernel_efficient_preprocess) picks
-# num_draft_tokens - 1 nodes with torch.topk over the draft's scores: topk from the root and
-# topk * topk at each further step.  Asking for more fails at the first verify, not at start.
+# A tree that cannot fill its draft tokens (rules.tree_nodes)
 TREE_POOL = "a tree of num_steps {s} and topk {k} has {n} candidate nodes, fewer than num_draft_tokens - 1 = {d}"
 KEEP_MARGIN = 0.03      # a winner must beat what the service runs now by this much to replace it
 MIN_ASKED_BUDGET = 4
@@ -120,7 +118,7 @@ def prune(svc: dict, grid: dict) -> Space:
             continue
         eff = res.effective
         runs = Settings.of(eff)
-        pool = runs.eagle_topk + (runs.num_steps - 1) * runs.eagle_topk ** 2
+        pool = tree_nodes(runs.num_steps, runs.eagle_topk)
         if eff["speculative_algorithm"] in EAGLE_FAMILY and runs.num_draft_tokens - 1 > pool:
             pruned.append(Pruned(asked, TREE_POOL.format(s=runs.num_steps, k=runs.eagle_topk, n=pool,
                                                          d=runs.num_draft_tokens - 1), rule="tree-pool"))
