@@ -5,8 +5,8 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import (draft_config, gpu_stack, model_patches, models, monitoring, ordered, patch_check, router,
-                   router_stack, sglang_service, system_packages)
+from roles import (draft_config, gpu_fit, gpu_stack, model_patches, models, monitoring, ordered, patch_check,
+                   router, router_stack, sglang_service, system_packages)
 from specops import cli
 from specops import prompts as prompts_mod
 from specops import inventory as inventory_mod
@@ -22,8 +22,8 @@ from specops.sglang import patches
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
 
-DEPLOY = ordered([patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router,
-                  monitoring])
+DEPLOY = ordered([gpu_fit, patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack,
+                  router, monitoring])
 BOOTSTRAP = ordered([system_packages, *DEPLOY])
 
 
