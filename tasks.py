@@ -28,7 +28,8 @@ BOOTSTRAP = ordered([system_packages, *DEPLOY])
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",
-            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy)",
+            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy); "
+                  "refused when no selected service has one",
             no_drain="Do not take workers out of their routers while they change, and stop their servers without "
                      "draining (requests will fail)")
 def deploy(c, sel, bench=False, no_drain=False):
@@ -37,7 +38,8 @@ def deploy(c, sel, bench=False, no_drain=False):
     previous release verified.  A worker behind a router is taken out of it and drained before
     it changes, and put back once it verifies (with --serial N: a rolling deploy)."""
     body = lambda run: pipeline.deploy(run, gate.gated if bench else None)  # noqa: E731
-    cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy")
+    cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy",
+             refuse=gate.refuse_ungated if bench else None)
 
 
 @fleet_task(*FLEET, "verify_weights")
