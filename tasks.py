@@ -5,8 +5,8 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import (draft_config, gpu_stack, model_patches, models, monitoring, ordered, patch_check, router,
-                   router_stack, sglang_service, system_packages)
+from roles import (draft_config, gpu_fit, gpu_stack, model_patches, models, monitoring, ordered, patch_check,
+                   router, router_stack, sglang_service, system_packages)
 from specops import cli
 from specops import prompts as prompts_mod
 from specops import inventory as inventory_mod
@@ -22,13 +22,14 @@ from specops.sglang import patches
 from specops.output.report import Redactor
 from specops.flows.verify import verify as verify_host
 
-DEPLOY = ordered([patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack, router,
-                  monitoring])
+DEPLOY = ordered([gpu_fit, patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack,
+                  router, monitoring])
 BOOTSTRAP = ordered([system_packages, *DEPLOY])
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",
-            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy)",
+            bench="After verify, hold each service with a `gate` to it (spec-bench; a failure undoes the deploy); "
+                  "refused when no selected service has one",
             no_drain="Do not take workers out of their routers while they change, and stop their servers without "
                      "draining (requests will fail)")
 def deploy(c, sel, bench=False, no_drain=False):
@@ -37,7 +38,8 @@ def deploy(c, sel, bench=False, no_drain=False):
     previous release verified.  A worker behind a router is taken out of it and drained before
     it changes, and put back once it verifies (with --serial N: a rolling deploy)."""
     body = lambda run: pipeline.deploy(run, gate.gated if bench else None)  # noqa: E731
-    cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy")
+    cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy",
+             refuse=gate.refuse_ungated if bench else None)
 
 
 @fleet_task(*FLEET, "verify_weights")

@@ -4,11 +4,11 @@ Each role module has NAME, VARS (the host vars it reads: specops/inventory/schem
 the inventory's vocabulary from them), AFTER (the roles it must follow when they run too),
 optionally REPROBE, and ops(host).
 """
-from . import (draft_config, gpu_stack, model_patches, models, monitoring, patch_check, router,  # noqa: E402
+from . import (draft_config, gpu_fit, gpu_stack, model_patches, models, monitoring, patch_check, router,  # noqa: E402
                router_stack, sglang_service, system_packages)
 
-ALL = (system_packages, patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack,
-       router, monitoring)
+ALL = (gpu_fit, system_packages, patch_check, models, gpu_stack, model_patches, draft_config, sglang_service,
+       router_stack, router, monitoring)
 
 
 def ordered(roles) -> list:

@@ -18,7 +18,7 @@ from specops.sglang import patchfile, patchlint, stack
 
 NAME = "patch_check"
 VARS = {**schema.STACK_VARS, **schema.INDEX_VARS, **schema.PATCH_VARS}  # the host vars it reads
-AFTER = ("system_packages",)  # the roles it runs after, when they run (a bare box gets its tools first)
+AFTER = ("gpu_fit", "system_packages")  # the roles it runs after, when they run (a bare box gets its tools first)
 
 
 class NewStackPatches(Op):

@@ -8,7 +8,7 @@ from specops.services.sglang import weight_peers
 
 NAME = "system_packages"
 VARS = {}  # the host vars it reads
-AFTER = ()  # the roles it runs after, when they run
+AFTER = ("gpu_fit",)  # the roles it runs after, when they run (a box its GPUs refuse gets no package)
 # Installed before the next role plans: the models role's peer copy runs rsync while it plans.
 REPROBE = True
 PACKAGES = ["python3", "python3-venv", "ca-certificates"]

@@ -15,10 +15,11 @@ def test_a_task_runs_its_roles_in_one_order_however_they_are_listed():
     for task in (tasks.DEPLOY, tasks.BOOTSTRAP):
         for listing in itertools.islice(itertools.permutations(task), 0, None, 997):
             assert roles.ordered(listing) == task
-    assert [r.NAME for r in tasks.BOOTSTRAP] == ["system_packages", "patch_check", "models", "gpu_stack",
+    # what the GPUs refuse comes first, before a bare box gets its packages
+    assert [r.NAME for r in tasks.BOOTSTRAP] == ["gpu_fit", "system_packages", "patch_check", "models", "gpu_stack",
                                                  "model_patches", "draft_config", "sglang_service", "router_stack",
                                                  "router", "monitoring"]
-    assert tasks.DEPLOY == tasks.BOOTSTRAP[1:]
+    assert tasks.DEPLOY == tasks.BOOTSTRAP[:1] + tasks.BOOTSTRAP[2:]
 
 
 def test_roles_that_wait_on_each_other_are_refused():

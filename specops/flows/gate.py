@@ -1,12 +1,18 @@
 """`inv deploy --bench`: after verify, each service with a `gate` is measured (spec-bench, with its
 baseline when the gate asks for a speedup) and held to it.  A failure is raised like a failed
-verify, and undoes the deploy; a pass is said with the figures that passed it."""
+verify, and undoes the deploy; a pass is said with the figures that passed it.  A selection with
+no gate is refused before connecting (it would measure nothing), and a service without one is
+said not to be held."""
 from __future__ import annotations
+
+import sys
 
 from .. import protocol, services
 from . import specbench
 from . import verify as verify_mod
-from ..errors import GateFailed, SpecopsError
+from ..errors import GateFailed, SpecopsError, UsageError
+
+EXAMPLE = "gate: {min_speedup: 1.1}"  # what a service is told to add
 
 
 def checks(gate: dict, perf: dict, previous: dict | None) -> list[tuple[bool, str]]:
@@ -54,6 +60,22 @@ def evaluate(gate: dict, perf: dict, previous: dict | None) -> list[str]:
     return [text for ok, text in checks(gate, perf, previous) if not ok]
 
 
+def refuse_ungated(hosts) -> None:
+    """`deploy --bench` over hosts where no SGLang service has a gate measures nothing: refused,
+    naming them; where only some have one, the others are named on stderr before the run."""
+    held, loose = [], []
+    for h in hosts:
+        for svc in services.of_kind(h, "sglang"):
+            (held if svc.get("gate") else loose).append(f"{h.name}: {svc['name']}")
+    if not held:
+        raise UsageError(f"--bench holds each service to its gate, and no selected service has one "
+                         f"({', '.join(loose) or 'no SGLang service'}): give the service one, e.g. {EXAMPLE}, "
+                         f"or deploy without --bench")
+    if loose:
+        print(f"--bench: not held to a gate (they have none; add one, e.g. {EXAMPLE}): {', '.join(loose)}",
+              file=sys.stderr)
+
+
 def gated(run, fallback: dict | None = None) -> list[dict]:
     """The bench of `inv deploy --bench` (pipeline.deploy's `bench`): the services' records, or
     SpecopsError naming each rule a service failed.  `fallback`: service → the gate it is held to
@@ -61,9 +83,11 @@ def gated(run, fallback: dict | None = None) -> list[dict]:
     # The release this deploy replaces (or, a no-op, the one it keeps): its record is "previous".
     current = next((r for r in run.call(protocol.Releases()).releases if r["current"]), None)
     results, failures = [], []
-    for _, svc in services.of_host(run.host):
+    for kind, svc in services.of_host(run.host):
         gate, name = svc.get("gate") or (fallback or {}).get(svc["name"]), svc["name"]
         if not gate:
+            if kind.name == "sglang":
+                run.say(f"{name}: not held to a gate: it has none (add one, e.g. {EXAMPLE})")
             continue
         if not svc.get("speculative"):
             raise SpecopsError(f"{name}: a gate measures speculative decoding, and the service runs none")

@@ -1,4 +1,5 @@
-"""Which torch build a host gets: the CUDA variant from the driver (a data table), its index."""
+"""Which torch build a host gets: the CUDA variant from the driver (a data table), its index, and
+whether the driver runs the variant asked for."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +8,9 @@ import yaml
 
 from ..errors import SpecopsError
 
-TABLE = yaml.safe_load((Path(__file__).parent / "cuda_variants.yml").read_text())
+_DATA = yaml.safe_load((Path(__file__).parent / "cuda_variants.yml").read_text())
+TABLE = _DATA["auto"]
+RUNS_ON = {int(major): driver for major, driver in _DATA["runs_on"].items()}  # CUDA major → oldest driver major
 DEFAULT_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 
@@ -40,6 +43,23 @@ def variant_for(wanted: str, gpu: dict, host: str) -> str:
             return row["variant"]
     raise SpecopsError(f"{host}: NVIDIA driver {gpu['driver']} is older than every CUDA variant "
                        f"specops knows (the oldest needs {TABLE[-1]['min_driver']})")
+
+
+def driver_refusal(variant: str, gpu: dict, host: str) -> str | None:
+    """Why the host's driver cannot run torch `variant` (None: it can, or the facts do not say)."""
+    cuda = cuda_of(variant)
+    driver = str(gpu.get("driver") or "")
+    if cuda is None or not gpu.get("present") or gpu.get("error") or not driver.split(".")[0].isdigit():
+        return None
+    floor, have = RUNS_ON.get(int(cuda.split(".")[0])), int(driver.split(".")[0])
+    if floor is None or have >= floor:
+        return None
+    auto = next((row["variant"] for row in TABLE if have >= row["min_driver"]), None)
+    runs = max((m for m, d in RUNS_ON.items() if have >= d), default=None)
+    fix = (f"set torch.cuda: auto ({auto} here)" if auto else
+           f"set torch.cuda to a CUDA {runs}.x variant" if runs else f"upgrade the NVIDIA driver to {floor} or newer")
+    return (f"torch {variant} (CUDA {cuda}) needs an NVIDIA driver {floor} or newer; {host} has {driver} "
+            f"(nvidia-smi): {fix}" + (f", or upgrade the driver to {floor} or newer" if auto or runs else ""))
 
 
 def index_for(variant: str, template: str | None) -> str:
