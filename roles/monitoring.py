@@ -87,7 +87,8 @@ def ops(host):
         # another directory is made root's alone (node exporter must be told to read it)
         *([] if m["textfile_dir"] == TEXTFILE_DIR else [Directory(m["textfile_dir"], mode="0755")]),
         Directory("/usr/local/lib/specops"),
-        File(TEXTFILE_AGENT, zipped, mode="0644"),  # the next tick runs the new code
+        # the next tick runs the new code
+        File(TEXTFILE_AGENT, zipped, mode="0644", own="specops's agent, for the textfile"),
         unit_file(UNIT, service_text(m["textfile_dir"]), notify_restart=False),
         File(TIMER, timer_text(m["refresh"]), mode="0644", validate=["systemd-analyze", "verify", UNIT_ONLY, "{}"],
              notify=[handlers.daemon_reload(f"{UNIT}.timer")]),

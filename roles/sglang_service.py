@@ -75,7 +75,8 @@ def ops(host):
     services = of_kind(host, "sglang")
     check(host, services)
     out = [Directory(ENV_DIR, mode="0700"), Directory(os.path.dirname(LAUNCHER)),
-           File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for _, s in of_host(host)])]
+           File(LAUNCHER, LAUNCHER_SOURCE, mode="0644", notify=[handlers.restart(s["name"]) for _, s in of_host(host)],
+                own="specops's launcher")]
     out += service_users(host, services)
     for svc in services:
         out += ops_for_service(svc, venv)

@@ -111,7 +111,8 @@ class Converging:
                 facts = self.probe(remaining)
         todo = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
         for h in handlers.ordered(ctx.notified):
-            self.say(f"{'handler':<15} {h}: " + ("would run" if ctx.check else "run"))
+            # notified, not run yet: the batch's step runs it, or says why it was not needed
+            self.say(f"{'handler':<15} {h}: " + ("would be notified" if ctx.check else "notified"))
         if ctx.check:
             if self.opts.run_checks:
                 self.run_checks(checks, changed_by)

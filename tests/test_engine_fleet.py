@@ -90,7 +90,7 @@ def test_check_mode_prints_diff_and_changes_nothing(sandbox):
     assert "-hello before\n+hello after" in out
     assert "-Description=specops test unit before" in out and "+Description=specops test unit after" in out
     assert '-  "tag": "before"' in out and '+  "tag": "after"' in out
-    assert "would change" in out and "handler         restart demo-sleep: would run" in out
+    assert "would change" in out and "handler         restart demo-sleep: would be notified" in out
     assert sha256_on(h, *paths) == before
     assert unit_prop(h, "demo-sleep", "ExecMainStartTimestampMonotonic") == started
 

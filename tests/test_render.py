@@ -182,3 +182,100 @@ def test_every_unit_and_baseline_carries_the_sandboxing_and_a_user_only_when_ask
     assert not any(l.startswith("Environment=HOME=/var/lib") for l in unitfile.unit_text(own_home, "/v").splitlines())
     assert kind_of(as_user).properties(as_user)["User"] == "sglang-svc"
     assert set(PROPERTIES) <= set(kind_of(SVC).properties(SVC))
+
+
+def test_a_directory_step_names_its_directory():
+    """Issue 38: the host's step line said "[2/9] create directory", naming none."""
+    from specops.ops import Directory
+    made = Directory("/etc/specops", mode="0700").plan(facts_with("/etc/specops", exists=False), Context("h", False))
+    assert made.summary == "create directory" and made.actions[0].desc == "create directory /etc/specops"
+    moded = Directory("/etc/specops", mode="0700").plan(
+        facts_with("/etc/specops", exists=True, type="dir", mode="0755", owner="root", group="root"),
+        Context("h", False))
+    assert moded.actions[0].desc == "/etc/specops: directory attrs 0755 → 0700"
+
+
+def test_specops_own_launcher_is_one_line_and_the_users_unit_keeps_its_diff():
+    """Issue 38: the first `--check --diff` printed all of specops's own launcher; now one line,
+    its old content never asked for, while the unit (the user's) keeps its unified diff."""
+    import roles.sglang_service as role
+    from specops.layout import LAUNCHER
+    from sandbox.provision import sandbox_service
+    ops = role.ops(Host("t1", {"services": [sandbox_service()]}))
+    launcher = next(op for op in ops if getattr(op, "path", None) == LAUNCHER)
+    assert launcher.wants().content == {}
+    lines = len(role.LAUNCHER_SOURCE.decode().splitlines())
+    new = launcher.plan(facts_with(LAUNCHER, exists=False), Context("h", True))
+    assert new.diff == f"+ {LAUNCHER} (specops's launcher, {lines} lines)\n"
+    old = launcher.plan(facts_with(LAUNCHER, exists=True, type="file", sha256="0" * 64, size=9, mode="0644",
+                                   owner="root", group="root"), Context("h", True))
+    assert old.diff == f"~ {LAUNCHER} (specops's launcher, a new version: {lines} lines)\n"
+    unit = next(op for op in ops if getattr(op, "path", "").endswith("/sglang.service"))
+    assert unit.plan(facts_with(unit.path, exists=False), Context("h", True)).diff.count("\n+") > 10
+    import roles.monitoring as monitoring
+    from specops.layout import TEXTFILE_AGENT
+    agent = next(op for op in monitoring.ops(Host("t1", {"monitoring": True}))
+                 if getattr(op, "path", None) == TEXTFILE_AGENT)
+    assert agent.plan(facts_with(TEXTFILE_AGENT, exists=False), Context("h", True)).diff == \
+        f"+ {TEXTFILE_AGENT} (specops's agent, for the textfile, {len(agent.content)} bytes)\n"
+
+
+def _unit_change(old_text, new_text):
+    import base64, hashlib
+    from specops.ops import unit_file
+    op = unit_file("sglang", new_text)
+    f = facts_with(op.path, exists=True, type="file", sha256=hashlib.sha256(old_text.encode()).hexdigest(),
+                   size=len(old_text), mode="0644", owner="root", group="root",
+                   content_b64=base64.b64encode(old_text.encode()).decode())
+    return op.plan(f, Context("h", True)).diff
+
+
+def test_an_execstart_diff_shows_the_arguments_that_changed():
+    """Issue 38: a changed ExecStart= was one huge line each side; now the arguments that changed."""
+    from sandbox.provision import sandbox_service
+    before = sandbox_service()
+    after = {**before, "speculative": {**before["speculative"], "num_steps": 5},
+             "extra_args": ["--enable-torch-compile"]}
+    diff = _unit_change(unitfile.unit_text(before, "/opt/specops/venvs/aaa"),
+                        unitfile.unit_text(after, "/opt/specops/venvs/bbb"))
+    assert ("\n~ExecStart: /opt/specops/venvs/aaa/bin/python → /opt/specops/venvs/bbb/bin/python; "
+            "--speculative-num-steps 3 → 5; + --enable-torch-compile\n") in diff, diff
+    assert "-ExecStart=" not in diff and "+ExecStart=" not in diff
+    assert max(map(len, diff.splitlines())) < 160, diff
+    gone = _unit_change(unitfile.unit_text(after, "/v"), unitfile.unit_text(before, "/v"))
+    assert "~ExecStart: --speculative-num-steps 5 → 3; - --enable-torch-compile\n" in gone, gone
+    # an unchanged ExecStart around another change is shortened, and the change is a plain diff
+    env = _unit_change(unitfile.unit_text(before, "/v"), unitfile.unit_text({**before, "env": {"A": "1"}}, "/v"))
+    assert ' ExecStart=… (unchanged)\n' in env and '-Environment="SGLANG_SIM_STARTUP_DELAY=1"' in env, env
+
+
+def test_a_notified_handler_is_said_notified_not_run():
+    """Issue 38: `handler daemon-reload sglang: run` was followed by `daemon-reload: not needed`:
+    a handler is notified when planned; the batch's step runs it or says why it was not needed."""
+    from types import SimpleNamespace
+    from specops.converging import Converging
+    from specops.ops import unit_file
+    from specops.output.report import HostReport
+
+    class Run(Converging):
+        def __init__(self, check):
+            self.host, self.quick, self.report = Host("t1", {}), (), HostReport("t1")
+            self.opts = SimpleNamespace(check=check, verify_weights=False, run_checks=False)
+            self.plan = [(SimpleNamespace(NAME="demo"), [unit_file("demo", "[Service]\nExecStart=/bin/true\n")])]
+            self.out, self.said, self.sent = SimpleNamespace(change=lambda *a: None), [], []
+            self.before_change, self.acted, self.applied = None, False, []
+
+        def probe(self, ops, lock=False):
+            return facts_with("/etc/systemd/system/demo.service", exists=False)
+
+        def say(self, text):
+            self.said.append(text)
+
+        def call(self, req, on_stderr=None):
+            self.sent.append(req)
+            return protocol.ApplyResult(ok=True, results=[])
+    for check, word in ((False, "notified"), (True, "would be notified")):
+        run = Run(check)
+        run.converge()
+        assert [s for s in run.said if s.startswith("handler")] == [
+            f"handler         daemon-reload demo: {word}", f"handler         restart demo: {word}"]

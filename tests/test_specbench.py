@@ -189,7 +189,8 @@ def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
                 {"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": "<b>x</b>",
                  "perf": {"sglang": perf}, "verify": [{"name": "sglang", "intended": {"speculative_num_steps": 3}}],
                  "verified": [{"name": "sglang", "checks": ["/server_info speculative_num_steps = 3"],
-                               "generate": {"completion_tokens": 16, "tok_s": 80.1, "spec_accept_length": 3.1}}]}]
+                               "generate": {"completion_tokens": 16, "tok_s": 80.1,
+                                            "spec_accept_length": 2.909090909090909}}]}]
     text = perfpage.page([perfpage.service_section("t1", "sglang", releases, {"min_speedup": 1.0})])
 
     class Read(HTMLParser):
@@ -212,6 +213,7 @@ def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
     # tok/s lines (baseline dashed), accept length bars, speedup bars with the gate's line at 1.0
     assert text.count("<svg") == 3 and "stroke-dasharray" in text and ">gate 1.0</text>" in text
     assert "<li data-verified>/server_info speculative_num_steps = 3</li>" in text and "80.1 tok/s" in text
+    assert "80.1 tok/s, accept length 2.91</li>" in text  # issue 38: two decimals, never 2.909090909090909
 
 
 def test_percentiles_are_nearest_rank():
@@ -258,10 +260,11 @@ def test_two_releases_are_compared_beside_their_speed():
     old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
            "files": {"/opt/p/qwen3.py": "aa", "/etc/u": "bb"}, "perf": {"sglang": _perf(100.0, accept=3.0)}}
     new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
-           "files": {"/opt/p/qwen3.py": "cc", "/etc/u": "bb"}, "perf": {"sglang": _perf(80.0, accept=2.1)}}
+           "files": {"/opt/p/qwen3.py": "cc", "/etc/u": "bb"},
+           "perf": {"sglang": _perf(80.0, accept=2.909090909090909)}}
     assert compare(old, new) == ["sglang speculative_num_steps: 3 -> 5", "package sglang: 0.5.22 -> 0.5.23",
                                  "file /opt/p/qwen3.py: changed",
-                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
+                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.00 -> 2.91"]
 
 
 def test_releases_into_a_pipe_are_whole_lines_and_on_a_terminal_cut_between_words():
@@ -399,11 +402,11 @@ def test_releases_measured_with_different_loads_are_said_to_be_so():
     new = {"stamp": "r2", "status": "deployed", "spec": {"sglang": {"tp_size": 1}},
            "perf": {"sglang": {**_perf(80.0, accept=2.1), "load": dict(load, max_new_tokens=128)}}}
     assert compare(old, new) == ["sglang measured with different loads, not like for like: max_new_tokens 48 -> 128",
-                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.0 -> 2.1"]
+                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.00 -> 2.10"]
     assert compare(old, dict(new, perf=old["perf"]))[0].startswith("sglang tok/s @1")  # the same load: nothing said
     undone = {"stamp": "r3", "status": "rolled-back",  # its manifest: no spec, packages or files
               "perf": {"sglang": {**_perf(54.8, accept=1.2), "load": dict(load, max_new_tokens=128)}}}
-    assert since([old, new, undone], undone) == ("r2", ["sglang tok/s @1: 80.0 -> 54.8, accept length 2.1 -> 1.2"])
+    assert since([old, new, undone], undone) == ("r2", ["sglang tok/s @1: 80.0 -> 54.8, accept length 2.10 -> 1.20"])
     assert since([old, undone, dict(new, stamp="r4")], dict(new, stamp="r4"))[0] == "r1"  # not the rolled-back one
 
 
@@ -415,3 +418,101 @@ def test_a_chat_chunk_counts_its_usage_and_sglang_spec_details_only_with_specula
     assert specbench.chat_event({"choices": [], "sglext": {"spec_tokens_details": details}}) == (None, details)
     assert specbench.chat_event({"sglext": {"spec_tokens_details": {"spec_verify_ct": 0}}}) == (None, {})
     assert specbench.chat_event({"choices": [{"delta": {"content": "x"}}]}) == (None, {})
+
+
+LEVELS = {1: {"output_tok_s": 50.0, "requests_s": 0.5, "ttft_p50": 0.12, "ttft_p99": 0.3, "itl_p50": 0.0102,
+              "itl_p99": 0.014, "accept_length": 2.909090909090909, "seconds": 16.0, "requests": 8, "failed": 0},
+          8: {"output_tok_s": 300.0, "requests_s": 2.67, "ttft_p50": 0.2, "ttft_p99": 1.5, "itl_p50": 0.02,
+              "itl_p99": 0.031, "accept_length": 2.5, "seconds": 3.0, "requests": 8, "failed": 1}}
+
+
+class BenchRun:
+    """A host whose agent answers each level with LEVELS' figures, and its last start with `start`."""
+
+    def __init__(self, start=30.0):
+        from sandbox.provision import sandbox_service
+        from specops import inventory
+        self.svc = sandbox_service()
+        self.host, self.start = inventory.Host("t1", {"services": [self.svc]}), start
+        self.said, self.sent = [], []
+
+    def say(self, text):
+        self.said.append(text)
+
+    def call(self, req, on_stderr=None, **kw):
+        self.sent.append(req)
+        if isinstance(req, protocol.Startup):
+            return protocol.StartupResult(seconds=self.start)
+        (c,) = req.concurrency
+        return protocol.SpecBenchResult(levels=[protocol.BenchLevel(concurrency=c, figures=LEVELS[c], raw=[])])
+
+
+def test_spec_bench_says_each_level_with_its_latencies_and_the_time_left(monkeypatch):
+    """Issue 38: spec-bench was silent for minutes with no estimate, and its lines had no inter-token
+    latency.  Now a request per level, each said as it ends with TTFT and ITL and about how long is
+    left: the later levels in waves of their concurrency, each as long as a request took (16 s for
+    8 requests one at a time: 2 s a wave), and with --baseline its start and the service's again
+    (each as long as the service's last start, 30 s) and the same load."""
+    from specops.flows import specbench as flow
+    load = flow.Load(concurrency=[1, 8], requests=8, warmup=0, max_new_tokens=16)
+    run = BenchRun()
+    spec, base = flow.measured(run, run.svc, load, with_baseline=False)
+    assert [lv.concurrency for lv in spec] == [1, 8] and base is None
+    assert [r.concurrency for r in run.sent] == [[1], [8]]  # a request per level
+    assert run.said == [
+        "measuring with speculation: concurrency 1, 8; 8 requests a level, up to 16 tokens each",
+        "  concurrency 1: 50.0 tok/s, 0.50 req/s, TTFT p50 120 ms p99 300 ms, ITL p50 10.2 ms p99 14.0 ms, "
+        "accept length 2.91 (1 of 2, 16 s; about 2 s left)",
+        "  concurrency 8: 300.0 tok/s, 2.67 req/s, TTFT p50 200 ms p99 1.50 s, ITL p50 20.0 ms p99 31.0 ms, "
+        "accept length 2.50, 1 of 8 failed (2 of 2, 3 s)"]
+    measured_base = []
+    monkeypatch.setattr(flow, "baseline", lambda run, svc, load, deployed, start: measured_base.append(start) or [])
+    run = BenchRun()
+    flow.measured(run, run.svc, load, with_baseline=True)
+    assert isinstance(run.sent[0], protocol.Startup) and measured_base == [30.0]
+    # 2 starts of 30 s, 2 s of this load left, 18 s of the baseline's; then 60 + 19 s
+    assert run.said[1].endswith("(1 of 2, 16 s; about 80 s left)")
+    assert run.said[2].endswith("(2 of 2, 3 s; about 79 s left)")
+    run = BenchRun(start=None)
+    flow.measured(run, run.svc, load, with_baseline=True)
+    assert run.said[1].endswith("(1 of 2, 16 s; about 20 s of load left, and 2 start(s) of unknown length)")
+
+
+def test_spec_tune_estimates_with_spec_benchs_one_definition():
+    """The same estimate, said before spec-tune's first restart: budget × (the last start + four
+    short loads): 4 × (30 s + 4 × 16 s)."""
+    from specops.flows import specbench as flow, tuning
+    run = BenchRun()
+    tuning.estimate(run, run.svc, flow.Load(concurrency=[1], requests=8, warmup=0), 4, 15)
+    assert run.said[-1] == "at most 4 restarts (the grid would need 16), each 30 s start (its last, measured) + " \
+                           "16 s of short load: up to about 6.3 min"
+
+
+def test_verify_says_the_accept_length_with_two_decimals():
+    """Issue 38: verify printed spec_accept_length 2.909090909090909."""
+    from specops import inventory
+    from specops.flows import verify
+    from specops.output.report import HostReport
+    said, generated = [], {"completion_tokens": 32, "tok_s": 80.1, "spec_verify_ct": 11,
+                           "spec_accept_length": 2.909090909090909}
+
+    class Run:
+        host, report = inventory.Host("t1", {}), HostReport("t1")
+
+        def say(self, text):
+            said.append(text)
+
+        def call(self, req, **kw):
+            return protocol.VerifyResult(services=[protocol.ServiceReport(name="sglang", generate=generated)])
+    verify.verify(Run(), [protocol.ServiceCheck(name="sglang", port=30000)])
+    assert ("verify          sglang: /generate 32 tokens at 80.1 tok/s, spec_verify_ct 11, "
+            "spec_accept_length 2.91") in said
+
+
+def test_verify_on_the_host_names_a_low_accept_length_with_two_decimals(monkeypatch):
+    from specops.agent.services import asking, service_http
+    meta = {"completion_tokens": 32, "spec_verify_ct": 11, "spec_accept_length": 2.909090909090909}
+    monkeypatch.setattr(asking, "call", lambda *a, **kw: (200, json.dumps({"meta_info": meta}).encode()))
+    report = protocol.ServiceReport(name="sglang")
+    service_http._generate(protocol.ServiceCheck(name="sglang", port=1, min_accept_length=3.0), report, None)
+    assert report.failures == ["spec_accept_length 2.91 is below min_accept_length 3.0"]

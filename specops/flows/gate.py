@@ -92,9 +92,8 @@ def gated(run, fallback: dict | None = None) -> list[dict]:
         if not svc.get("speculative"):
             raise SpecopsError(f"{name}: a gate measures speculative decoding, and the service runs none")
         load = specbench.Load(**(gate.get("load") or {}))
-        spec = specbench.measure(run, svc, load)
-        base = specbench.baseline(run, svc, load, verify_mod.checks(run) if run.applied else None) \
-            if gate.get("min_speedup") is not None else None
+        spec, base = specbench.measured(run, svc, load, gate.get("min_speedup") is not None,
+                                        verify_mod.checks(run) if run.applied else None)
         perf = specbench.result(run, svc, load, spec, base)
         run.say(perf["verdict"])
         said = checks(gate, perf, ((current or {}).get("perf") or {}).get(name))

@@ -3,11 +3,13 @@
 The load runs on the host (agent/bench/specbench.py); this module asks for it, runs the baseline in a
 GPU window (the same target, the same arguments minus the speculative ones, as a transient unit:
 agent/bench/baseline.py), always restores the service, turns the two measurements into speedups and a
-plain verdict, and keeps the result with the current release (perf.json).
+plain verdict, and keeps the result with the current release (perf.json).  Each level is its own
+request, said as it ends with its figures and, for a bench's own load, about how long is left.
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from ..prompts import read as read_prompts
 from ..remote import shipping
 from ..errors import SpecopsError, UsageError
 from ..layout import BASELINE_PREFIX
+from ..output.report import accept_text
+from ..services.sglang import READY_LINE
 
 
 @dataclass
@@ -68,22 +72,109 @@ def _check(run, svc) -> protocol.ServiceCheck:
     return services.kind_of(svc).check(run.host, svc)
 
 
-def measure(run, svc: dict, load: Load, unit: str | None = None) -> list[protocol.BenchLevel]:
-    res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=load.prompt_list(), unit=unit,
-                                      concurrency=load.concurrency, requests=load.requests,
-                                      warmup=load.warmup, max_new_tokens=load.max_new_tokens, seed=load.seed),
-                   on_stderr=lambda line: run.say(line.strip()))
-    return res.levels
+def about(seconds: float) -> str:
+    """A time still to come, as spec-bench and spec-tune say it: "about 40 s", "about 4.4 min"."""
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
 
 
-def baseline(run, svc: dict, load: Load, deployed: list | None = None) -> list[protocol.BenchLevel]:
-    """Inside a GPU window, serve the target without speculation as a transient unit and measure it."""
+def last_start(run, svc: dict) -> float | None:
+    """Seconds the service's own last start took, from its journal: what a restart is expected to
+    take (None: not in its journal)."""
+    return run.call(protocol.Startup(unit=services.kind_of(svc).unit(svc).name, ready_line=READY_LINE)).seconds
+
+
+def expected(restarts: int, start: float | None, load_s: float) -> float | None:
+    """The one estimate of spec-tune and spec-bench: `restarts` starts, each as long as the service's
+    own last one (`start`), plus `load_s` seconds of load; None when a start is to come and its
+    length is unknown."""
+    if restarts and start is None:
+        return None
+    return restarts * (start or 0.0) + load_s
+
+
+@dataclass
+class Ahead:
+    """What a bench still does once a measurement ends, for the time it says is left: `restarts`
+    (each as long as the service's last start, `start`) and `loads` more runs of the same load
+    (the baseline's).  `what` names the measurement."""
+    what: str = "with speculation"
+    restarts: int = 0
+    loads: int = 0
+    start: float | None = None
+
+    def left(self, load_s: float) -> str:
+        total = expected(self.restarts, self.start, load_s)
+        if total is None:
+            return f"{about(load_s)} of load left, and {self.restarts} start(s) of unknown length"
+        return f"{about(total)} left" if total >= 1 else ""
+
+
+def level_seconds(done: protocol.BenchLevel, load: Load, concurrency: int) -> float:
+    """A level still to run, from one that ran: its requests go in waves of `concurrency` (its
+    warm-up's too), each wave as long as a request took at the level that ran (requests slow
+    down as concurrency grows: an estimate, and said as one)."""
+    wave = (done.figures.get("seconds") or 0.0) / math.ceil(load.requests / done.concurrency)
+    warm = min(load.warmup, load.requests)
+    return wave * (math.ceil(load.requests / concurrency) + (math.ceil(warm / min(concurrency, warm)) if warm else 0))
+
+
+def level_text(f: dict) -> str:
+    """A level's figures in one line: tok/s, requests/s, TTFT and inter-token latency, accept length."""
+    ms = lambda s: ("-" if s is None else f"{s:.2f} s" if s >= 1 else  # noqa: E731
+                    f"{s * 1000:.0f} ms" if s >= 0.1 else f"{s * 1000:.1f} ms")
+    return (f"{f['output_tok_s']:.1f} tok/s, {f['requests_s']:.2f} req/s, TTFT p50 {ms(f.get('ttft_p50'))} "
+            f"p99 {ms(f.get('ttft_p99'))}, ITL p50 {ms(f.get('itl_p50'))} p99 {ms(f.get('itl_p99'))}"
+            + (f", accept length {accept_text(f['accept_length'])}" if f.get("accept_length") else "")
+            + (f", {f['failed']} of {f['requests']} failed" if f.get("failed") else ""))
+
+
+def measure(run, svc: dict, load: Load, unit: str | None = None,
+            ahead: Ahead | None = None) -> list[protocol.BenchLevel]:
+    """The load, a request per level of concurrency, each level said as it ends; with `ahead` (a
+    bench's own load, not a spec-tune candidate's) also where it is and about how long is left."""
+    prompts, levels, n = load.prompt_list(), [], len(load.concurrency)
+    if ahead:
+        run.say(f"measuring {ahead.what}: concurrency {', '.join(map(str, load.concurrency))}; {load.requests} "
+                f"requests a level" + (f" after {load.warmup} warm-up" if load.warmup else "")
+                + f", up to {load.max_new_tokens} tokens each")
+    for i, c in enumerate(load.concurrency):
+        res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=prompts, unit=unit, concurrency=[c],
+                                          requests=load.requests, warmup=load.warmup,
+                                          max_new_tokens=load.max_new_tokens, seed=load.seed),
+                       on_stderr=lambda line: run.say(line.strip()))
+        levels += res.levels
+        lv, where = res.levels[0], ""
+        if ahead:
+            rest = sum(level_seconds(lv, load, later) for later in load.concurrency[i + 1:])
+            whole = sum(x.figures.get("seconds") or 0.0 for x in levels) + rest
+            left = ahead.left(rest + ahead.loads * whole)
+            where = f" ({i + 1} of {n}, {lv.figures.get('seconds') or 0:.0f} s" + (f"; {left})" if left else ")")
+        run.say(f"  concurrency {c}: {level_text(lv.figures)}{where}")
+    return levels
+
+
+def measured(run, svc: dict, load: Load, with_baseline: bool, deployed: list | None = None) -> tuple[list, list | None]:
+    """A bench's measurements: the load with speculation, then, `with_baseline`, the baseline in a
+    GPU window (`deployed`: what the service is verified against after it), each level said with
+    about how long is left (the restarts as long as the service's last start)."""
+    if not with_baseline:
+        return measure(run, svc, load, ahead=Ahead()), None
+    start = last_start(run, svc)
+    # then the baseline's start and load, and the service's start after it
+    spec = measure(run, svc, load, ahead=Ahead(restarts=2, loads=1, start=start))
+    return spec, baseline(run, svc, load, deployed, start)
+
+
+def baseline(run, svc: dict, load: Load, deployed: list | None = None,
+             start: float | None = None) -> list[protocol.BenchLevel]:
+    """Inside a GPU window, serve the target without speculation as a transient unit and measure it
+    (said with the time left: the service's restart after it, as long as `start`)."""
     argv = plain_argv(run, svc)  # refused before the window opens
 
     def body(serve):
         run.say("starting the baseline (no speculation)")
         with serve(argv) as unit:
-            return measure(run, svc, load, unit=unit)
+            return measure(run, svc, load, unit=unit, ahead=Ahead("the baseline", restarts=1, start=start))
     return window(run, svc, body, deployed)
 
 
@@ -182,15 +273,15 @@ def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
     svc = service_of(run.host, name)
     if not run.call(protocol.Releases()).current:
         raise SpecopsError(f"{run.host.name}: no release to keep the result in: deploy first")
-    spec = measure(run, svc, load)
-    base = baseline(run, svc, load) if with_baseline else None
+    spec, base = measured(run, svc, load, with_baseline)
     out = result(run, svc, load, spec, base)
     for lv in spec:
-        f = lv.figures
+        f, b = lv.figures, next((b.figures for b in base or [] if b.concurrency == lv.concurrency), None)
         run.say(f"concurrency {lv.concurrency:>3}: {f['output_tok_s']:.1f} tok/s"
-                + (f" (baseline {next(b.figures['output_tok_s'] for b in base if b.concurrency == lv.concurrency):.1f})"
-                   if base else "")
-                + (f", accept length {f['accept_length']:.2f}" if f.get("accept_length") else ""))
+                + (f" (baseline {b['output_tok_s']:.1f})" if b else "")
+                + (f", ITL p50 {f['itl_p50'] * 1000:.1f} ms" if f.get("itl_p50") is not None else "")
+                + (f" (baseline {b['itl_p50'] * 1000:.1f})" if b and b.get("itl_p50") is not None else "")
+                + (f", accept length {accept_text(f['accept_length'])}" if f.get("accept_length") else ""))
     run.say(out["verdict"])
     rec = run.call(protocol.PerfRecord(perf=out))
     run.report.notes.append(f"perf.json in release {rec.stamp}")

@@ -26,7 +26,6 @@ from ..errors import SpecopsError
 from ..ops import merge_wants
 from ..sglang import climb, drafts as drafts_mod, rules, spec as spec_mod, tuning
 from ..sglang.patches import provides_embedding_capture
-from ..services.sglang import READY_LINE
 
 
 @dataclass
@@ -115,14 +114,14 @@ def check_runs_as_asked(run, svc: dict, releases) -> None:
 
 def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: int) -> None:
     """Said before the first restart: the service's own last start, and a short load on it as it runs."""
-    started = run.call(protocol.Startup(unit=services.kind_of(svc).unit(svc).name, ready_line=READY_LINE)).seconds
+    started = specbench.last_start(run, svc)
     load_s = sum(lv.figures.get("seconds") or 0 for lv in specbench.measure(run, svc, short))
     # the baseline and up to three finalists run the full load: about four times the short one
-    longest = budget * ((started or 0) + 4 * load_s)
+    longest = specbench.expected(budget, started, budget * 4 * load_s)
     each = f"{started:.0f} s start (its last, measured)" if started is not None else \
         "a start (its last is not in its journal: unknown)"
     run.say(f"at most {budget} restarts (the grid would need {grid + 1}), each {each} + {load_s:.0f} s of short load"
-            + (f": up to about {longest / 60:.1f} min" if started is not None else ""))
+            + (f": up to {specbench.about(longest)}" if longest is not None else ""))
 
 
 def drafts_of(svc: dict) -> list[str]:

@@ -6,6 +6,7 @@ import threading
 
 from .. import protocol, services
 from ..errors import SpecopsError
+from ..output.report import accept_text
 from ..run import HostRun
 
 
@@ -81,7 +82,7 @@ def verify(run: HostRun, wanted: list[protocol.ServiceCheck] | None = None, last
         if s.generate:
             g = s.generate
             say(f"/generate {g['completion_tokens']} tokens at {g['tok_s']} tok/s, spec_verify_ct "
-                f"{g['spec_verify_ct']}, spec_accept_length {g['spec_accept_length']}")
+                f"{g['spec_verify_ct']}, spec_accept_length {accept_text(g['spec_accept_length'])}")
         for note in s.notes:
             say(note)
         for f in s.failures:

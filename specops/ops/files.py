@@ -39,27 +39,32 @@ class Directory(Op):
         if same:
             return self._change(self.path, "ok")
         verb = "create directory" if not f["exists"] else f"directory attrs {f['mode']} → {self.mode}"
+        step = f"create directory {self.path}" if not f["exists"] else f"{self.path}: {verb}"  # the host's step line
         return self._change(self.path, verb, [protocol.Mkdir(path=self.path, mode=self.mode, owner=self.owner,
-                                                             group=self.group, desc=verb)])
+                                                             group=self.group, desc=step)])
 
 
 class File(Op):
-    """A whole file: content, mode, owner.  `validate` is an argv run on the staged copy ({})."""
+    """A whole file: content, mode, owner.  `validate` is an argv run on the staged copy ({}).
+    `own` says what of specops's own this file is ("specops's launcher"): its diff is then one
+    line, never its body (the user reviews their own files' diffs, not specops's code)."""
 
     def __init__(self, path: str, content: bytes | str, mode: str = "0644", owner: str | None = "root",
                  group: str | None = "root", validate: list[str] | None = None, notify=(),
-                 secret: bool = False, label: str | None = None, validator: str | None = None):
+                 secret: bool = False, label: str | None = None, validator: str | None = None,
+                 own: str | None = None):
         self.path = path
         self.content = content.encode() if isinstance(content, str) else content
         self.mode, self.owner, self.group = mode, owner, group
-        self.validate, self.notify, self.secret = validate, tuple(notify), secret
+        self.validate, self.notify, self.secret, self.own = validate, tuple(notify), secret, own
         self.label = label or path
         self.validator = validator or (" ".join(validate[:2]) if validate else None)
         self.sha256 = hashlib.sha256(self.content).hexdigest()
 
     def wants(self):
-        # Old content comes back only when it differs, for the diff; a secret's never does.
-        return protocol.Probe(files=[self.path], content={} if self.secret else {self.path: self.sha256})
+        # Old content comes back only when it differs, for the diff; a secret's never does, nor
+        # specops's own file's (its diff is one line).
+        return protocol.Probe(files=[self.path], content={} if self.secret or self.own else {self.path: self.sha256})
 
     def plan(self, facts, ctx):
         f = facts.file(self.path)
@@ -88,10 +93,12 @@ class File(Op):
         old = base64.b64decode(f["content_b64"]) if "content_b64" in f else None
         if self.secret:
             diff = f"--- {self.label}\n+++ {self.label}\n(secret content: not shown)\n"
+        elif self.own:
+            diff = own_diff(self.content, self.label, self.own, f["exists"])
         elif f["exists"] and old is None:
             diff = f"{self.label}: content differs ({f['size']} → {len(self.content)} bytes; too large to diff)\n"
         else:
-            diff = unified_diff(old, self.content, self.label)
+            diff = self.diff(old)
         summary = "create" if not f["exists"] else "update"
         write = protocol.Write(path=f["path"], data=base64.b64encode(self.content).decode(), mode=self.mode,
                                owner=self.owner, group=self.group, validate=self.validate,
@@ -102,6 +109,19 @@ class File(Op):
                           owner=self.owner or f.get("owner"), group=self.group or f.get("group"),
                           changed_now=True)
         return summary, write, diff
+
+    def diff(self, old: bytes | None) -> str:
+        """What --diff shows of the new content against the host's (None: none there)."""
+        return unified_diff(old, self.content, self.label)
+
+
+def own_diff(content: bytes, label: str, own: str, exists: bool) -> str:
+    """specops's own file in one line: "+ <its path> (specops's launcher, 210 lines)"."""
+    try:
+        size = f"{len(content.decode().splitlines())} lines"
+    except UnicodeDecodeError:
+        size = f"{len(content)} bytes"
+    return f"+ {label} ({own}, {size})\n" if not exists else f"~ {label} ({own}, a new version: {size})\n"
 
 
 def refuse_unsafe(f: dict) -> None:

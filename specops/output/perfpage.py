@@ -19,6 +19,7 @@ import time
 from ..protocol import ROLLED_BACK
 from . import tunepage
 from .charts import _e, bar_chart, line_chart, stamp_labels
+from .report import accept_text
 
 FIGURES = ("output_tok_s", "accept_length", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
 SHOWN_REFUSALS = 5  # a tampered file could name thousands; the page says how many more
@@ -219,7 +220,7 @@ def _verified(name: str, release: dict) -> list[str]:
             g = found.get("generate") if isinstance(found.get("generate"), dict) else {}
             lines = _texts(found.get("checks")) + _texts(found.get("notes")) + (
                 [f"/generate {g.get('completion_tokens')} tokens at {g.get('tok_s')} tok/s, accept length "
-                 f"{g.get('spec_accept_length')}"] if g else [])
+                 f"{accept_text(g.get('spec_accept_length'))}"] if g else [])
             out.append("<h3>Verify (when the current release was deployed)</h3><ul>"
                        + "".join(f"<li data-verified>{_e(line)}</li>" for line in lines) + "</ul>")
     for check in _dicts(release.get("verify")):

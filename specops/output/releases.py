@@ -8,7 +8,7 @@ import sys
 
 from ..protocol import ROLLED_BACK
 from .perfpage import load_differences, load_value
-from .report import shorten
+from .report import accept_text, shorten
 
 
 def width() -> int | None:
@@ -86,9 +86,9 @@ def compare(old: dict, new: dict) -> list[str]:
         for lv in perf.get("spec", []):
             before, now = levels.get(lv["concurrency"]), lv["figures"]
             if before:
+                accept = [accept_text(x.get("accept_length")) for x in (before, now)]
                 figures.append(f"{name} tok/s @{lv['concurrency']}: {before['output_tok_s']:.1f} -> "
-                               f"{now['output_tok_s']:.1f}" + (f", accept length {before.get('accept_length')} -> "
-                                                              f"{now.get('accept_length')}"
+                               f"{now['output_tok_s']:.1f}" + (f", accept length {accept[0]} -> {accept[1]}"
                                                               if now.get("accept_length") or before.get("accept_length")
                                                               else ""))
         differ = load_differences([was.get("load"), perf.get("load")])

@@ -59,6 +59,12 @@ def shorten(text: str, room: int) -> str:
     return text if at <= 0 else cut[:at].rstrip(",;:") + " …"
 
 
+def accept_text(value: Any) -> str:
+    """An accept length as a person reads it: two decimals ("2.91", never 2.909090909090909);
+    "-" where none was measured (or a record holds something else)."""
+    return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 class Reporter:
     """Thread-safe, redacted output: a line per change, diffs on request, a recap."""
 

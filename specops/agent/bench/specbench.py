@@ -20,7 +20,7 @@ import time
 
 from specops import protocol
 from specops.agent.services import http, listeners
-from specops.agent.host import ActionError, say
+from specops.agent.host import ActionError
 from specops.agent.services.asking import api_key
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
@@ -173,7 +173,8 @@ def check_prompts(svc, prompts):
 
 
 def run(req):
-    """Answer a protocol.SpecBench: each level measured in turn, with progress."""
+    """Answer a protocol.SpecBench: each level measured in turn (the controller asks for one level
+    a request, and says its figures and the time left as each ends)."""
     svc, key = req.service, api_key(req.service.name)
     check_prompts(svc, req.prompts)
     levels = []
@@ -196,8 +197,5 @@ def run(req):
         if figures["failed"] == figures["requests"]:
             raise ActionError("spec-bench: every request at concurrency %d failed: %s"
                               % (concurrency, results[0]["error"] if results else "none ran"))
-        say("  concurrency %d: %.1f tok/s, %.2f req/s, TTFT p50 %.3fs%s" % (
-            concurrency, figures["output_tok_s"], figures["requests_s"], figures["ttft_p50"] or 0,
-            ", accept length %.2f" % figures["accept_length"] if "accept_length" in figures else ""))
         levels.append(protocol.BenchLevel(concurrency=concurrency, figures=figures, raw=results))
     return protocol.SpecBenchResult(levels=levels)

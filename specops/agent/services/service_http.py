@@ -118,7 +118,8 @@ def _generate(svc, report, key):
     report.generate = {"completion_tokens": tokens, "tok_s": round(tok_s, 1),
                        "spec_verify_ct": meta.get("spec_verify_ct"), "spec_accept_length": accept}
     if svc.min_accept_length is not None and (accept is None or accept < svc.min_accept_length):
-        report.failures.append("spec_accept_length %s is below min_accept_length %s" % (accept, svc.min_accept_length))
+        report.failures.append("spec_accept_length %s is below min_accept_length %s" % (
+            "none" if accept is None else "%.2f" % accept, svc.min_accept_length))
     if svc.baseline_tok_s is not None and tok_s < svc.baseline_tok_s:
         report.failures.append("%.1f tok/s is slower than the baseline without speculation (%s tok/s)"
                                % (tok_s, svc.baseline_tok_s))
