@@ -86,14 +86,15 @@ def rollback(c, sel, to=None):
 @fleet_task(*SELECT)
 def releases(c, sel):
     """List each host's releases, newest last; * marks current."""
-    reports = cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
-    columns = releases_out.width()
-    for r in reports:
-        for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
-            print(line)
-        for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else [],
-                                             r.result.uv_cache if r.result else 0):
-            print(line)
+    def show(reports):
+        columns = releases_out.width()
+        for r in reports:
+            for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
+                print(line)
+            for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else [],
+                                                 r.result.uv_cache if r.result else 0):
+                print(line)
+    cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, show=show)
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
@@ -238,14 +239,14 @@ def status(c, sel, strict=False):
     the unit runs (stack, SGLang version, release) and, from its /metrics, production against what
     its release measured; GPU memory, and memory held by processes of no running service."""
     sel.check = True
-    reports = []
-    try:
-        reports = cli.play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
-                           exit_on_failure=False)
-    finally:
+
+    def show(reports):
         results = {r.name: r.result for r in reports if r.result}
         if results:
             print(Redactor(cli.select(sel))(status_mod.table(results)))
+    reports = cli.play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
+                       exit_on_failure=False, show=show)
+    results = {r.name: r.result for r in reports if r.result}
     if any(r.error for r in reports) or (strict and status_mod.needs_doing(results)):
         raise Exit(code=1)
 
