@@ -195,12 +195,14 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
         print(f"wrote {path}")
 
 
-@fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)")
-def stop(c, sel, service=None):
+@fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)",
+            disable="Also disable the unit, so a reboot does not start it again (inv deploy enables it)")
+def stop(c, sel, service=None, disable=False):
     """Stop SGLang and prove its GPU memory is free: leftovers of its runs are killed; anything
     else still holding GPU memory is named, and stop fails.  A worker behind a router is taken
-    out of it first (and idle) and stays out until a deploy puts it back."""
-    cli.play(lambda run: pipeline.stop_task(run, [service] if service else None), [], sel, task="stop",
+    out of it first (and idle) and stays out until a deploy puts it back.  The unit stays
+    enabled, so a reboot starts it again, unless --disable (a deploy enables and starts it)."""
+    cli.play(lambda run: pipeline.stop_task(run, [service] if service else None, disable), [], sel, task="stop",
              services=[service] if service else None)
 
 
