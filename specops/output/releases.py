@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from ..protocol import ROLLED_BACK
+from ..protocol import ROLLED_BACK, is_rolled_back
 from .perfpage import load_differences, load_value
 from .report import shorten
 
@@ -21,9 +21,13 @@ def lines(host: str, releases: list[dict], columns: int | None = None) -> list[s
     """The listing of one host's releases; `columns`: see width()."""
     out = []
     for rel in releases:
-        head = f"{host:<12} {'*' if rel['current'] else ' '} {rel['stamp']}  {rel['status']:<11} " \
+        status = ROLLED_BACK if is_rolled_back(rel) else rel["status"]
+        head = f"{host:<12} {'*' if rel['current'] else ' '} {rel['stamp']}  {status:<11} " \
                f"{', '.join(rel['services'])}  "
         out.append(head + (shorten(rel["summary"], columns - len(head)) if columns else rel["summary"]))
+        if status != rel["status"]:  # deployed, then left by inv rollback
+            to = rel["rolled_back"].get("to") if isinstance(rel["rolled_back"], dict) else None
+            out.append(f"{'':<14} rolled back to {to or 'an older release'}")
         for name, perf in sorted((rel.get("perf") or {}).items()):
             out.append(f"{'':<14} perf {name}: {perf_line(perf)}")
         for name, tune in sorted((rel.get("tune") or {}).items()):
