@@ -64,3 +64,23 @@ def test_a_release_left_before_rollbacks_marked_it_is_known_by_being_newer_than_
     now = listed()
     assert now[STAMPS[2]]["rolled_back"] == {"to": STAMPS[0]} and now[STAMPS[0]]["rolled_back"] is None
     assert protocol.is_rolled_back(now[STAMPS[2]]) and not protocol.is_rolled_back(now[STAMPS[0]])
+
+
+def test_a_release_names_its_stack_by_the_versions_it_moved_not_its_hash():
+    """Issue 38: the listing and the report said "stack /opt/specops/venvs/2c1f…" where a person
+    wants "sglang 0.5.23 → 0.5.24"."""
+    from specops.output.releases import stack_lines
+    old, new = {"sglang": "0.5.23", "torch": "2.9.1"}, {"sglang": "0.5.24", "torch": "2.9.1"}
+    listed = [{"stamp": STAMPS[0], "status": "deployed", "current": False, "services": ["sglang"],
+               "summary": "stack /opt/specops/venvs/aaaa", "packages": old},
+              {"stamp": STAMPS[1], "status": "rolled-back", "current": False, "services": ["sglang"],
+               "summary": "verify failed"},  # an undone deploy records no packages: compared past it
+              {"stamp": STAMPS[2], "status": "deployed", "current": True, "services": ["sglang"],
+               "summary": "stack /opt/specops/venvs/bbbb", "packages": new}]
+    text = lines("t1", listed)
+    assert text[-1] == f"{'':<14} stack: sglang 0.5.23 → 0.5.24" and sum("stack:" in line for line in text) == 1, text
+    page = perfpage.service_section("t1", "sglang", listed, None)
+    assert "<td data-stack>sglang 0.5.23, torch 2.9.1</td>" in page and "<td data-stack>-</td>" in page
+    assert "<td data-stack>sglang 0.5.23 → 0.5.24, torch 2.9.1</td>" in page
+    assert "/opt/specops/venvs/b  sglang 0.5.24, torch 2.9.1  " in stack_lines("t1", [
+        {"path": "/opt/specops/venvs/b", "packages": new, "bytes": 0, "new": 0, "releases": [STAMPS[2]]}])[1]

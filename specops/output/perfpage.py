@@ -18,6 +18,7 @@ import time
 
 from ..protocol import ROLLED_BACK, is_rolled_back
 from . import tunepage
+from ..sglang import stack
 from .charts import _e, bar_chart, line_chart, stamp_labels
 
 FIGURES = ("output_tok_s", "accept_length", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99")
@@ -169,12 +170,17 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
     releases = [r for r in releases if isinstance(r, dict)]
     measured = [(r, p) for r in releases for p in [_perf_of(r, name)] if p]
     out = [f'<section data-host="{_e(host)}" data-service="{_e(name)}"><h2>{_e(host)}: {_e(name)}</h2>',
-           "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>what changed</th><th>perf</th></tr>"]
+           "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>stack</th><th>what changed</th>"
+           "<th>perf</th></tr>"]
+    prior: dict = {}
     for r in releases:
         status = ROLLED_BACK if is_rolled_back(r) else r.get("status")
+        packages = r.get("packages") if isinstance(r.get("packages"), dict) else {}
         out.append(f'<tr data-stamp="{_e(r.get("stamp"))}"><td>{_e(r.get("stamp"))}'
                    f'{" (current)" if r.get("current") is True else ""}</td><td>{_e(status)}</td>'
+                   f'<td data-stack>{_e(stack.versions(packages, prior) or "-")}</td>'
                    f'<td>{_e(r.get("summary", ""))}</td>{_perf_cell(r, _perf_of(r, name))}</tr>')
+        prior = packages or prior
     out.append("</table>")
     if gate:
         out.append("<h3>Gate</h3><p data-gate>" + ", ".join(f"{_e(k)}: {_e(v)}" for k, v in gate.items() if k != "load")
