@@ -144,8 +144,9 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     a climb (a reading far below its neighbours' measured again) and the full load to the finalists,
     then the baseline again (moved more than 3%: the figures are noisy, and --apply refuses them
     unless --force).  The service is always restarted on its own settings and verified (Ctrl-C too).
-    Prints the winner as inventory lines, says when no settings beat serving without speculation or
-    when the draft itself is the limit, and keeps every figure in the release (tune.json)."""
+    Prints the winner as inventory lines, says when what runs now is already the best, when no
+    settings serve faster than without speculation, or when the draft itself is the limit, and
+    keeps every figure in the release (tune.json)."""
     try:
         ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
                                concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens,
