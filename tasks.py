@@ -88,14 +88,15 @@ def rollback(c, sel, to=None):
 @fleet_task(*SELECT)
 def releases(c, sel):
     """List each host's releases, newest last; * marks current."""
-    reports = cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
-    columns = releases_out.width()
-    for r in reports:
-        for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
-            print(line)
-        for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else [],
-                                             r.result.uv_cache if r.result else 0):
-            print(line)
+    def show(reports):
+        columns = releases_out.width()
+        for r in reports:
+            for line in releases_out.lines(r.name, r.result.releases if r.result else [], columns):
+                print(line)
+            for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else [],
+                                                 r.result.uv_cache if r.result else 0):
+                print(line)
+    cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, show=show)
 
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
@@ -145,8 +146,9 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     a climb (a reading far below its neighbours' measured again) and the full load to the finalists,
     then the baseline again (moved more than 3%: the figures are noisy, and --apply refuses them
     unless --force).  The service is always restarted on its own settings and verified (Ctrl-C too).
-    Prints the winner as inventory lines, says when no settings beat serving without speculation or
-    when the draft itself is the limit, and keeps every figure in the release (tune.json)."""
+    Prints the winner as inventory lines, says when what runs now is already the best, when no
+    settings serve faster than without speculation, or when the draft itself is the limit, and
+    keeps every figure in the release (tune.json)."""
     try:
         ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
                                concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens,
@@ -196,12 +198,14 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
         print(f"wrote {path}")
 
 
-@fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)")
-def stop(c, sel, service=None):
+@fleet_task(*SELECT, "json", "break_lock", service="Only this service (default: all on the host)",
+            disable="Also disable the unit, so a reboot does not start it again (inv deploy enables it)")
+def stop(c, sel, service=None, disable=False):
     """Stop SGLang and prove its GPU memory is free: leftovers of its runs are killed; anything
     else still holding GPU memory is named, and stop fails.  A worker behind a router is taken
-    out of it first (and idle) and stays out until a deploy puts it back."""
-    cli.play(lambda run: pipeline.stop_task(run, [service] if service else None), [], sel, task="stop",
+    out of it first (and idle) and stays out until a deploy puts it back.  The unit stays
+    enabled, so a reboot starts it again, unless --disable (a deploy enables and starts it)."""
+    cli.play(lambda run: pipeline.stop_task(run, [service] if service else None, disable), [], sel, task="stop",
              services=[service] if service else None)
 
 
@@ -240,14 +244,14 @@ def status(c, sel, strict=False):
     the unit runs (stack, SGLang version, release) and, from its /metrics, production against what
     its release measured; GPU memory, and memory held by processes of no running service."""
     sel.check = True
-    reports = []
-    try:
-        reports = cli.play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
-                           exit_on_failure=False)
-    finally:
+
+    def show(reports):
         results = {r.name: r.result for r in reports if r.result}
         if results:
             print(Redactor(cli.select(sel))(status_mod.table(results)))
+    reports = cli.play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
+                       exit_on_failure=False, show=show)
+    results = {r.name: r.result for r in reports if r.result}
     if any(r.error for r in reports) or (strict and status_mod.needs_doing(results)):
         raise Exit(code=1)
 

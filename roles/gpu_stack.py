@@ -119,7 +119,17 @@ class Stack(Op):
         self.torch = host.get("torch")
 
     def wants(self):
-        return protocol.Probe(venvs=[self.path], gpu=bool(self.torch), stacks=True)
+        return protocol.Probe(venvs=[self.path], gpu=bool(self.torch), stacks=True,
+                              units=[s["name"] for s in of_kind(self.host, "sglang")])
+
+    def running(self, facts) -> dict | None:
+        """The packages of the stack the host's SGLang units run now, when another one (else None)."""
+        for s in of_kind(self.host, "sglang"):
+            venv = stack.venv_in_unit(facts.unit(s["name"]).get("text"))
+            if venv and venv != self.path:
+                return next((st["packages"] for st in facts.stacks if st["path"] == venv), None) or \
+                    facts.venv(venv).get("packages")
+        return None
 
     def plan(self, facts, ctx):
         target = f"stack {self.path}"
@@ -150,7 +160,9 @@ class Stack(Op):
         first = index_for(variant, (self.torch or {}).get("index_url")) if variant else None
         facts.assume_venv(self.path, {"exists": True, "packages": {"sglang": expect.get("sglang")},
                                       "torch_cuda": expect.get("torch.version.cuda"), "planned": True})
-        return self._change(target, "build with uv: " + " ".join(specs), [protocol.BuildStack(
+        # what a person upgrades by ("sglang 0.5.23 → 0.5.24"), before the specs a new hash stands for
+        moved = stack.versions(expect, self.running(facts), changed_only=True)
+        return self._change(target, (f"{moved}; " if moved else "") + "build with uv: " + " ".join(specs), [protocol.BuildStack(
             path=self.path, python=self.definition["python"], specs=specs, sources=uv_sources(self.host, first),
             uv_pip_args=pip_sources(self.host), defines=self.definition, need=need,
             check=IMPORT_CHECK, expect=expect, desc=f"build stack {self.path} ({' '.join(specs)})")])

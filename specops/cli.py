@@ -177,10 +177,12 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
 
 def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: str = "run",
          services: list[str] | None = None, run_checks: bool = True, stream=None, quiet: bool | None = None,
-         exit_on_failure: bool = True, refuse: Callable[[list[inv.Host]], None] | None = None) -> list[HostReport]:
+         exit_on_failure: bool = True, refuse: Callable[[list[inv.Host]], None] | None = None,
+         show: Callable[[list[HostReport]], None] | None = None) -> list[HostReport]:
     """Select hosts, run `body` on each, print the recap, exit non-zero on any failure.
     Each report's `result` is what `body` returned for that host.  `refuse(hosts)` raises
-    UsageError for what the task must not do to them, before any connection."""
+    UsageError for what the task must not do to them, before any connection.  `show(reports)`
+    prints what the task found (a table) before the recap, so the recap comes last, as deploy's."""
     try:
         hosts = select(sel, services)
         if not hosts:
@@ -203,6 +205,9 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
         if isinstance(e, Interrupted):  # the hosts' state as far as known, --json too
             recap(e.reports, out, sel.json, cut=True)
         raise Exit(code=130)
+    if show:
+        show(reports)
+        sys.stdout.flush()  # the table (stdout) before the recap (stderr) on one terminal
     code = recap(reports, out, sel.json)
     if code and exit_on_failure:
         raise Exit(code=code)

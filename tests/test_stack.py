@@ -68,6 +68,19 @@ def test_a_built_stack_is_never_installed_into(tmp_path):
     assert isinstance(plan(h, half).actions[0], protocol.BuildStack)
 
 
+def test_a_new_stack_is_said_by_the_versions_it_moves_from_the_one_that_runs(tmp_path):
+    """Issue 38: --check said a new stack by its hash; a person upgrades "sglang 0.5.23 → 0.5.24"."""
+    svc = {"services": [{"name": "sglang", "model_path": "/models/m"}]}
+    old, new = stack.venv_of(host(tmp_path, **svc)), host(tmp_path, sglang={"version": "0.5.24"}, **svc)
+    unit = f'[Service]\nExecStart="{old}/bin/python" /usr/local/lib/specops/launch.py --port 30000\n'
+    runs = {"units": {"sglang": {"text": unit}},
+            "stacks": [{"path": old, "packages": {"torch": "2.9.1", "torch.version.cuda": "12.8", "sglang": "0.5.23"}}]}
+    assert plan(new, runs).summary == "sglang 0.5.23 → 0.5.24; build with uv: torch==2.9.1+cu128 sglang==0.5.24"
+    assert plan(new, {"units": {}}).summary.startswith("build with uv: ")  # nothing runs yet: nothing moves
+    assert stack.versions({"sglang": "0.5.24", "torch": "2.9.1+cu128", "flash-linear-attention": "import failed: x"},
+                          {"sglang": "0.5.23", "torch": "2.9.1+cu128"}) == "sglang 0.5.23 → 0.5.24, torch 2.9.1+cu128"
+
+
 def test_a_stack_the_disk_cannot_hold_is_refused_at_plan_time(tmp_path):
     with pytest.raises(Exception, match=r"needs 12.0 GiB free on /opt/specops/venvs; 3.0 GiB free"):
         plan(host(tmp_path), {"stacks_free": 3 * 2**30})

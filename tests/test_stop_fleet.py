@@ -34,6 +34,7 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     killed = re.search(r"sglang: did not exit on SIGTERM: systemd killed it at TimeoutStopSec, "
                        r"after ([\d.]+)s \(result 'timeout'\)", out)
     assert killed and 8 <= float(killed.group(1)) < 15, out[-3000:]
+    assert "sglang: still enabled: a reboot starts it again (inv stop --disable keeps it stopped)" in out, out[-3000:]
     log = journal(h)
     assert "SIGTERM received. Draining requests" in log, log[-3000:]
     assert re.search(r"Remaining number of requests [1-9]", log), log[-3000:]
@@ -54,6 +55,15 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     assert "result 'timeout'" not in out, out[-3000:]
     assert "sglang: need not drain: told to exit at SIGTERM without waiting for its requests" in out, out[-3000:]
     assert "force shutdown flag set. Force exiting." in journal(h)
+
+    # Issue 38: stop --disable keeps a reboot from starting it again; a deploy enables and starts it.
+    res = sandbox.inv("stop", "--host", "t5", "--disable", inventory=quick)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
+    assert "sglang: disabled: a reboot leaves it stopped (inv deploy enables and starts it again)" in res.stdout
+    assert h.run("systemctl", "is-enabled", "sglang", check=False).stdout.strip() == "disabled"
+    res = sandbox.inv("deploy", "--host", "t5", inventory=quick)
+    assert res.returncode == 0 and "service sglang: changed (enable" in res.stdout, res.stdout[-3000:]
+    assert h.run("systemctl", "is-enabled", "sglang", check=False).stdout.strip() == "enabled"
 
 
 def test_a_single_node_unit_that_crashes_while_being_stopped_stays_failed(sandbox):

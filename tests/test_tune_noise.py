@@ -133,6 +133,13 @@ def test_the_winner_across_drafts_is_written_with_its_draft_and_each_draft_repor
     assert rec["winner_draft"] == other and rec["apply"] == {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16,
                                                              "draft_model_path": other}
     assert "draft /models/wide" in rec["verdict"]
+    # one baseline for the whole sweep: every combination with each draft, and it
+    assert rec["grid_restarts"] == 2 * space.grid + 1
+    assert f"where the full grid would need {2 * space.grid + 1} restarts ({space.grid} combinations × 2 drafts + " \
+           f"the baseline)" in rec["said"][1], rec["said"]
+    from specops.output import tunepage
+    page = "\n".join(tunepage.section([{"stamp": "r1", "tune": {"sglang": rec}}], "sglang"))
+    assert f"where the full grid would need {2 * space.grid + 1};" in page
     by = {d["draft"]: d for d in rec["drafts"]}
     assert by[DRAFT]["by_draft_tokens"]["4"]["accept_length"] == 3.0 and by[other]["by_draft_tokens"]["16"]["speedup"] == 2.9
     # the service fetches its draft from a source: writing another path would fetch the old one there

@@ -2,6 +2,8 @@
 closed form (sim_perf.steady_tok_s, the formula its docstring documents), and the write-back of
 the winner into a host's vars file.  No fleet."""
 
+import re
+
 import pytest
 
 from specops.errors import UsageError
@@ -176,13 +178,42 @@ def test_the_verdict_names_the_winner_keeps_what_runs_within_3pct_and_refuses_wh
     assert rec["winner"] == b.spec() and rec["changes"] and rec["apply"] == b.spec()
     assert rec["verdict"] == "best: steps 5, topk 4, draft tokens 16: 2.68x at concurrency 1"
     assert rec["inventory_lines"][1:] == ["    num_steps: 5", "    eagle_topk: 4", "    num_draft_tokens: 16"]
-    # within 3% of what runs now: what runs stays, nothing to write
+    # within 3% of what runs now: what runs stays, nothing to write, and the verdict says so
     rec = _search([(a, "short", 264, 5.2), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 262, 5.2)])
     assert rec["winner"] == a.spec() and rec["kept"] and not rec["changes"] and not rec["inventory_lines"]
+    assert rec["verdict"] == ("what runs now (steps 3, topk 1, draft tokens 4) stays: 2.62x at concurrency 1; the "
+                              "best measured, steps 5, topk 4, draft tokens 16 at 2.68x, does not beat it by 3%")
+    # what runs now measured best outright (issue 38: the verdict named it as if it were new)
+    rec = _search([(a, "short", 280, 5.2), (b, "short", 270, 5.3), (a, "full", 281, 5.2), (b, "full", 268, 5.3)])
+    assert rec["winner"] == a.spec() and not rec["kept"] and not rec["changes"] and not rec["inventory_lines"]
+    assert rec["verdict"] == ("what runs now (steps 3, topk 1, draft tokens 4) is already the best measured: "
+                              "2.81x at concurrency 1")
     # nothing reaches min_speedup: no winner, and the advice to serve without speculation
     rec = _search([(a, "short", 90, 1.2), (b, "short", 95, 1.3), (b, "full", 96, 1.3)], min_speedup=1.0)
     assert rec["winner"] is None and "serve sglang without speculation" in rec["verdict"]
+    assert rec["verdict"].startswith("no settings serve faster than without speculation at concurrency 1: ")
     assert "the best, steps 5, topk 4, draft tokens 16, is 0.96x" in rec["verdict"]
+    rec = _search([(a, "short", 90, 1.2), (b, "short", 105, 1.3), (b, "full", 106, 1.3)], min_speedup=1.1)
+    assert rec["verdict"].startswith("no settings serve at least 1.1x as fast as without speculation at ")
+
+
+def test_the_objective_and_the_grid_are_said_in_numbers_that_agree():
+    """Issue 38: "must beat serving without speculation by 1.0x"; "80 combinations asked; 51
+    distinct" then "the grid would need 81" with no word of what the 81 was."""
+    assert tuning.Objective(at=1).describe() == ("output tok/s at concurrency 1; it must serve faster than "
+                                                 "without speculation")
+    assert tuning.Objective(at=8, min_speedup=1.25).describe().endswith(
+        "it must serve at least 1.25x as fast as without speculation")
+    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
+    said = space.summary()
+    asked, distinct, again, refused = (int(n) for n in re.findall(r"(\d+) (?:combinations|distinct|that|it)", said))
+    assert said.startswith("64 combinations asked: ") and asked == 64 == distinct + again + refused, said
+    assert distinct == len(space.candidates) and refused == sum(1 for p in space.pruned if not p.runs_as), said
+    assert space.grid_words() == "65 restarts (64 combinations + the baseline)"
+    assert space.grid_words(2) == "129 restarts (64 combinations × 2 drafts + the baseline)"
+    rec = _search([(Settings(3, 1, 4), "short", 200, 3.0)])
+    assert rec["grid_restarts"] == 65 and rec["said"][1] == ("0 restarts, where the full grid would need 65 restarts "
+                                                             "(64 combinations + the baseline)"), rec["said"]
 
 
 def test_a_plateau_does_not_stop_the_climb():
@@ -247,3 +278,23 @@ def test_apply_checks_every_file_before_it_writes_one_and_puts_them_back_when_th
     assert a.read_text() == HOST_VARS and "put back as it was" in capsys.readouterr().out
     tuning_apply.apply(sel, [_tuned("t1", apply=winner)], deploys.append)  # a deploy that ends well
     assert "num_steps: 5" in a.read_text() and len(deploys) == 1 and b.read_text().count("elsewhere") == 1
+
+
+def test_a_candidates_start_names_its_settings_before_the_transient_unit(monkeypatch, capsys):
+    """Issue 38: `candidate: specops-baseline-sglang started (steps 3, …)` read as if the baseline
+    ran.  The line names what runs, then the unit every window's transient server runs under."""
+    from types import SimpleNamespace
+    from specops import protocol
+    from specops.agent.bench import baseline
+    monkeypatch.setattr(baseline, "Unit", lambda name: SimpleNamespace(active=True))
+    monkeypatch.setattr(baseline, "run_quiet", lambda argv: (0, ""))
+    monkeypatch.setattr(baseline, "on_interrupt", lambda f: None)
+    monkeypatch.setattr(baseline, "remember_invocation", lambda name: None)
+    monkeypatch.setattr(baseline, "stop_unit", lambda *a, **k: None)
+    monkeypatch.setattr(baseline.http, "request", lambda *a, **k: SimpleNamespace(status=200))
+    monkeypatch.setattr(baseline.listeners, "Listener", lambda *a: SimpleNamespace(problem=lambda: None))
+    baseline.start(protocol.BaselineStart(service="sglang", argv=["python"], port=30000, label="candidate",
+                                          what="steps 3, topk 1, draft tokens 4"))
+    said = capsys.readouterr().err
+    assert "  candidate: steps 3, topk 1, draft tokens 4 started (transient unit specops-baseline-sglang)\n" in said
+    assert "  candidate: ready" in said

@@ -146,11 +146,14 @@ def test_upgrade_carries_the_diff_patch_and_keeps_the_old_stack(sandbox, upgrade
     torch_init = "lib/python3.11/site-packages/torch/__init__.py"
     inodes = {h.run("stat", "-c", "%i", f"{v}/{torch_init}").stdout.strip() for v in (venv_for(v23), venv_for(v24))}
     assert len(inodes) == 1, inodes
+    # issue 38: the new stack is said by the versions it moves, not only by its hash
+    assert "sglang 0.5.23 → 0.5.24; build with uv: " in upgraded["upgrade"], upgraded["upgrade"][-6000:]
     res, rep = run(sandbox, "t4", v24)
     assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]
     res, _ = run(sandbox, "t4", v24, task="releases")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "stacks: 2 kept" in res.stdout and "GiB on disk together" in res.stdout, res.stdout
+    assert f"{'':<14} stack: sglang 0.5.23 → 0.5.24" in res.stdout, res.stdout
 
 
 @pytest.mark.reliability("start-failure", "fault")
@@ -192,9 +195,15 @@ def test_manual_rollback_across_a_version_and_back(sandbox, upgraded):
     res, _ = run(sandbox, "t4", v24, task="status")
     assert (f"t4: sglang runs sglang 0.5.23 from stack {venv_for(upgraded['v23'])} (release {upgraded['first']}); "
             f"the inventory asks for stack {venv_for(v24)}: inv deploy to run it") in res.stdout, res.stdout
+    # issue 38: the release the rollback left is listed rolled back, not "deployed"
+    res, _ = run(sandbox, "t4", v24, task="releases")
+    assert f" {upgraded['second']}  rolled-back " in res.stdout, res.stdout
+    assert f"rolled back to {upgraded['first']}" in res.stdout, res.stdout
     res, rep = run(sandbox, "t4", v24, "--to", upgraded["second"], task="rollback")
     assert res.returncode == 0, res.stdout[-3000:]
     assert running(h) == ("patched: diff", "0.5.24") and current(h) == upgraded["second"]
+    res, _ = run(sandbox, "t4", v24, task="releases")
+    assert f"* {upgraded['second']}  deployed " in res.stdout, res.stdout  # current again: no longer rolled back
     assert uv_calls(h) == []
     print(f"BENCH rollback across a version: {took:.1f} s")
 

@@ -89,16 +89,32 @@ def record(req):
         previous[path] = _snapshot_fact(kept) if how == "backup" and os.path.exists(kept) else None
     manifest = dict(req.manifest, stamp=req.stamp, status=req.status, files=files, previous=previous,
                     recorded_at=time.time())
-    path = os.path.join(d, "manifest.json")
-    with open(path + ".tmp", "w") as f:  # whole or not at all: pruning reads which stacks it names
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    _write_manifest(manifest)
     if req.status == "deployed":
         _set_current(req.stamp)
     _prune()
     return protocol.RecordResult(stamp=req.stamp, files=len(files))
+
+
+def _write_manifest(manifest):
+    """A release's manifest.json, whole or not at all: pruning reads which stacks it names."""
+    path = os.path.join(RELEASES, manifest["stamp"], "manifest.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def mark_rolled_back(left, to):
+    """After a rollback to release `to`: the releases it left (`left`: their manifests) say so,
+    and `to`, current again, no longer does.  The status stays "deployed": a later rollback
+    still reads what each replaced, and may go back to one."""
+    for m in left:
+        if not m.get("rolled_back"):
+            _write_manifest(dict(m, rolled_back={"to": to["stamp"], "at": time.time()}))
+    if to.get("rolled_back"):
+        _write_manifest({k: v for k, v in to.items() if k != "rolled_back"})
 
 
 def _prune():
@@ -135,11 +151,22 @@ def releases(req):
     return protocol.ReleasesResult(current=now, releases=[
         {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
          "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
+         "rolled_back": _rolled_back(m, now),
          "summary": m.get("summary", ""), "verify": m.get("verify", []),
          "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
          "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline",)),
          "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
          "weights": m.get("weights", {})} for m in manifests()], stacks=kept, uv_cache=cache)
+
+
+def _rolled_back(m, now):
+    """Its rollback mark; one recorded before rollbacks marked what they left is known by being
+    deployed and newer than current (a deploy always becomes current)."""
+    if m["stamp"] == now:
+        return None
+    if m.get("rolled_back"):
+        return m["rolled_back"]
+    return {"to": now} if m.get("status") == "deployed" and now and m["stamp"] > now else None
 
 
 def _raw_out(side):

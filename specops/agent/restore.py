@@ -10,7 +10,7 @@ from specops import protocol
 from specops.agent.converge.bytecode import purge
 from specops.agent.converge.stage import Staged
 from specops.agent.host import ActionError, sha256
-from specops.agent.releases import _set_current, current, current_manifest, manifests
+from specops.agent.releases import _set_current, current, current_manifest, manifests, mark_rolled_back
 from specops.agent.safefs import UnsafePath, read_file, remove
 from specops.agent.services import units
 from specops.agent.weights import read_manifest
@@ -114,6 +114,7 @@ def rollback(req):
     _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
              req.services)
     _set_current(target["stamp"])
+    mark_rolled_back([m for m in deployed if target["stamp"] < m["stamp"] <= (now or "")], target)
     return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
                                    verify=target.get("verify", []), notes=_weights_differ(target))
 

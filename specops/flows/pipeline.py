@@ -128,17 +128,26 @@ def _selected(run: HostRun, names: list[str] | None) -> list[protocol.UnitRef]:
     return [ref for name, ref in refs.items() if not names or name in names]
 
 
-def stop_task(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
-    """`inv stop`: out of their routers first, and left out (a deploy puts them back)."""
+def stop_task(run: HostRun, names: list[str] | None = None, disable: bool = False) -> protocol.StopResult:
+    """`inv stop`: out of their routers first, and left out (a deploy puts them back); says what a
+    reboot does to each (an enabled unit starts again; --disable keeps it stopped)."""
     run.probe([], lock=True)
-    return rolling.out_of_routers(run, lambda: stop(run, names), names, back=False)
+    res = rolling.out_of_routers(run, lambda: stop(run, names, disable), names, back=False)
+    for s in res.services:
+        if s.enabled == "disabled":
+            run.say(f"{s.name}: disabled: a reboot leaves it stopped (inv deploy enables and starts it again)")
+        elif s.enabled == "enabled":
+            run.say(f"{s.name}: still enabled: a reboot starts it again (inv stop --disable keeps it stopped)")
+    return res
 
 
-def stop(run: HostRun, names: list[str] | None = None) -> protocol.StopResult:
-    """Stop services and prove their GPU memory free, killing leftovers of their runs."""
+def stop(run: HostRun, names: list[str] | None = None, disable: bool = False) -> protocol.StopResult:
+    """Stop services and prove their GPU memory free, killing leftovers of their runs; `disable`:
+    disable their units too (a reboot does not start them)."""
     refs = _selected(run, names)
     others = [n for n in services.unit_refs(run.host) if n not in {r.name for r in refs}]
-    res = run.call(protocol.Stop(services=refs, others=others), on_stderr=lambda line: run.say(line.strip()))
+    res = run.call(protocol.Stop(services=refs, others=others, disable=disable),
+                   on_stderr=lambda line: run.say(line.strip()))
     failures = []
     for s in res.services:
         for k in s.killed:

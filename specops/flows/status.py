@@ -2,8 +2,6 @@
 arguments; per host, GPU memory and who holds it."""
 from __future__ import annotations
 
-import re
-import shlex
 import time
 
 from .. import protocol, services
@@ -11,6 +9,7 @@ from . import verify as verify_mod
 from .facts import base_wants
 from ..run import HostRun
 from ..services import router as router_kind
+from ..sglang import stack
 
 
 def _gpu(facts, active: set[str]) -> tuple[list[str], list[str]]:
@@ -98,19 +97,13 @@ def collect(run: HostRun) -> dict:
     return summary
 
 
-EXEC_START = re.compile(r"^ExecStart=(.*)$", re.M)
 MIN_VERIFY_CALLS = 200  # fewer since the server started: too little traffic to judge its accept length
 
 
 def runs(unit_text: str | None, kept: protocol.ReleasesResult, name: str, peeked, inventory_venv: str) -> dict:
     """The stack, SGLang version and release the unit actually runs (its unit file's ExecStart; the
     newest release that deployed that unit file), and the stack the inventory asks for."""
-    m = EXEC_START.search(unit_text or "")
-    try:  # its first word, quoted as ops/unitfmt.py quotes it (as a shell would read it): the stack's python
-        python = shlex.split(m.group(1))[0] if m else ""
-    except (ValueError, IndexError):
-        python = ""
-    venv = python[:-len("/bin/python")] if python.endswith("/bin/python") else None
+    venv = stack.venv_in_unit(unit_text)
     current = next((r for r in kept.releases if r["stamp"] == kept.current), None)
     mine = [r for r in kept.releases if r.get("status") == "deployed" and name in (r.get("services") or [])]
     release = current if current and current.get("venv") in (venv, None) else \

@@ -112,7 +112,7 @@ def check_runs_as_asked(run, svc: dict, releases) -> None:
                            f"release runs {deployed.get(differ[0])}: deploy first, then tune what runs")
 
 
-def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: int) -> None:
+def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: str) -> None:
     """Said before the first restart: the service's own last start, and a short load on it as it runs."""
     started = specbench.last_start(run, svc)
     load_s = sum(lv.figures.get("seconds") or 0 for lv in specbench.measure(run, svc, short))
@@ -120,8 +120,8 @@ def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: int) -> N
     longest = specbench.expected(budget, started, budget * 4 * load_s)
     each = f"{started:.0f} s start (its last, measured)" if started is not None else \
         "a start (its last is not in its journal: unknown)"
-    run.say(f"at most {budget} restarts (the grid would need {grid + 1}), each {each} + {load_s:.0f} s of short load"
-            + (f": up to {specbench.about(longest)}" if longest is not None else ""))
+    run.say(f"at most {budget} restarts, where the full grid would need {grid}; each {each} + {load_s:.0f} s "
+            f"of short load" + (f": up to {specbench.about(longest)}" if longest is not None else ""))
 
 
 def drafts_of(svc: dict) -> list[str]:
@@ -173,7 +173,7 @@ def tune(run, name: str | None, ask: Ask) -> dict:
     short = short_load(load, objective)
     run.say(f"objective: {objective.describe()}")
     budget = ask.budget or (svc.get("tune") or {}).get("budget") or climb.default_budget(space)
-    estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid * len(drafts))
+    estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid_words(len(drafts)))
     now = running_settings(svc)
     search = Search(run, svc, space, objective, load, short, budget, drafts)
     specbench.window(run, svc, lambda serve: search.search(serve, now))

@@ -51,20 +51,23 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
     incumbent = (own, now)
     kept = winner is not None and incumbent in pays and incumbent != winner and \
         judged[winner]["score"] <= judged[incumbent]["score"] * (1 + tuning.KEEP_MARGIN)
-    winner = incumbent if kept else winner
+    top, winner = winner, incumbent if kept else winner
     at = "the mean over the levels" if obj.mean else f"concurrency {obj.at}"
     named = lambda k: k[1].label() + s.draft_label(k[0])  # noqa: E731
-    if winner:
-        verdict = f"best: {named(winner)}: {gain[winner]:.2f}x at {at}" + \
-            (" (what it runs now: nothing found beats it by 3%)" if kept else "")
+    if kept:
+        verdict = (f"what runs now ({named(winner)}) stays: {gain[winner]:.2f}x at {at}; the best measured, "
+                   f"{named(top)} at {gain[top]:.2f}x, does not beat it by {tuning.KEEP_MARGIN:.0%}")
+    elif winner and winner == incumbent:
+        verdict = f"what runs now ({named(winner)}) is already the best measured: {gain[winner]:.2f}x at {at}"
+    elif winner:
+        verdict = f"best: {named(winner)}: {gain[winner]:.2f}x at {at}"
     elif best:
-        verdict = (f"no settings beat serving without speculation by {obj.min_speedup}x at {at}: the best, "
-                   f"{named(best)}, is {gain[best] or 0:.2f}x; serve {s.svc['name']} without speculation "
-                   f"(remove its `speculative:`)")
+        verdict = (f"no settings {obj.bar()} at {at}: the best, {named(best)}, is {gain[best] or 0:.2f}x; "
+                   f"serve {s.svc['name']} without speculation (remove its `speculative:`)")
     else:
         verdict = "no candidate could be measured"
     spent = any(c.budget_spent for c in s.climbs.values())
-    said = [verdict, f"{s.restarts} restarts (the full grid: {(s.space.grid + 1) * len(s.drafts)})"
+    said = [verdict, f"{s.restarts} restarts, where the full grid would need {s.space.grid_words(len(s.drafts))}"
             + ("; the budget ran out before the search converged" if spent else "")]
     drafts = [per_draft(s, d) for d in s.drafts]
     if len(s.drafts) > 1:
@@ -107,7 +110,7 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
             "path": {d: [x.label() for x in c.path] for d, c in s.climbs.items()},
             "winner": winner[1].spec() if winner else None, "winner_draft": winner[0] if winner else None,
             "apply": values, "kept": kept, "changes": changes, "verdict": verdict, "draft_limit": limit,
-            "restarts": s.restarts, "grid_restarts": (s.space.grid + 1) * len(s.drafts), "budget": s.budget,
+            "restarts": s.restarts, "grid_restarts": s.space.grid_restarts(len(s.drafts)), "budget": s.budget,
             "budget_spent": spent, "said": said,
             "inventory_lines": inventory_lines(s.run.host.name, s.svc["name"], values) if changes else []}
 

@@ -45,7 +45,7 @@ class Search:
         argv = services.kind_of(self.svc).argv({**self.svc, "speculative": spec}, services.venv_of(self.run.host))
         name = f"{s.label()}{self.draft_label(draft)} [{rung}{', again' if again else ''}]"
         try:
-            with serve(argv, label="candidate", what=s.label()) as unit:
+            with serve(argv, label="candidate", what=s.label() + self.draft_label(draft)) as unit:
                 levels = specbench.measure(self.run, self.svc, load, unit=unit)
         except specbench.GpusBusy:
             raise

@@ -16,8 +16,9 @@ import json
 import math
 import time
 
-from ..protocol import ROLLED_BACK
+from ..protocol import ROLLED_BACK, is_rolled_back
 from . import tunepage
+from ..sglang import stack
 from .charts import _e, bar_chart, line_chart, stamp_labels
 from .report import accept_text
 
@@ -141,15 +142,10 @@ def _perf_of(release: dict, name: str) -> dict | None:
     return read_perf(perf.get(name)) if isinstance(perf, dict) else None
 
 
-def _rolled_back(release: dict) -> bool:
-    """A release whose deploy was undone (a failed verify or gate); what its gate measured is kept."""
-    return release.get("status") == ROLLED_BACK
-
-
 def _perf_cell(release: dict, perf: dict | None) -> str:
     if not perf:
         return "<td>-</td>"
-    if _rolled_back(release):
+    if is_rolled_back(release):
         return f"<td data-rolled-back>{_e(perf['verdict'])} (measured, then rolled back)</td>"
     return f"<td>{_e(perf['verdict'])}</td>"
 
@@ -157,7 +153,7 @@ def _perf_cell(release: dict, perf: dict | None) -> str:
 def _per_release_charts(measured: list[tuple[dict, dict]], at: str, gate: dict) -> list[str]:
     """Accept length and speedup at one level, a bar per release (rolled-back ones in outline)."""
     def bars(key):
-        return [(str(r.get("stamp")), v, "rolled back" if _rolled_back(r) else "")
+        return [(str(r.get("stamp")), v, "rolled back" if is_rolled_back(r) else "")
                 for r, p in measured for v in [p[key].get(at)] if v]
     accepts, gains = bars("accept_length"), bars("speedup")
     charted = [(r, p) for r, p in measured if p["accept_length"].get(at) or p["speedup"].get(at)]
@@ -175,11 +171,17 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
     releases = [r for r in releases if isinstance(r, dict)]
     measured = [(r, p) for r in releases for p in [_perf_of(r, name)] if p]
     out = [f'<section data-host="{_e(host)}" data-service="{_e(name)}"><h2>{_e(host)}: {_e(name)}</h2>',
-           "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>what changed</th><th>perf</th></tr>"]
+           "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>stack</th><th>what changed</th>"
+           "<th>perf</th></tr>"]
+    prior: dict = {}
     for r in releases:
+        status = ROLLED_BACK if is_rolled_back(r) else r.get("status")
+        packages = r.get("packages") if isinstance(r.get("packages"), dict) else {}
         out.append(f'<tr data-stamp="{_e(r.get("stamp"))}"><td>{_e(r.get("stamp"))}'
-                   f'{" (current)" if r.get("current") is True else ""}</td><td>{_e(r.get("status"))}</td>'
+                   f'{" (current)" if r.get("current") is True else ""}</td><td>{_e(status)}</td>'
+                   f'<td data-stack>{_e(stack.versions(packages, prior) or "-")}</td>'
                    f'<td>{_e(r.get("summary", ""))}</td>{_perf_cell(r, _perf_of(r, name))}</tr>')
+        prior = packages or prior
     out.append("</table>")
     if gate:
         out.append("<h3>Gate</h3><p data-gate>" + ", ".join(f"{_e(k)}: {_e(v)}" for k, v in gate.items() if k != "load")
@@ -187,7 +189,7 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
     if measured:
         release, latest = measured[-1]
         out.append(f"<h3>Latest spec-bench ({_e(latest['at'])}, release {_e(release.get('stamp'))}"
-                   f"{', rolled back' if _rolled_back(release) else ''})</h3><p>{_e(latest['verdict'])}</p>")
+                   f"{', rolled back' if is_rolled_back(release) else ''})</h3><p>{_e(latest['verdict'])}</p>")
         out += _refusals(latest)
         series = {side: pts for side, key in (("speculative", "spec"), ("baseline", "baseline"))
                   for pts in [[(c, f["output_tok_s"]) for c, f in latest[key].items() if f["output_tok_s"] is not None]]

@@ -1,12 +1,14 @@
 """What `inv releases` prints: each host's releases, newest last (* marks current), with the
-spec-bench record each keeps (`perf_line`) and what changed since the last deployed release measured
-(`since`, `compare`), saying so when the two were measured with different loads."""
+versions its stack moved to, the spec-bench record each keeps (`perf_line`) and what changed since
+the last deployed release measured (`since`, `compare`), saying so when the two were measured with
+different loads."""
 from __future__ import annotations
 
 import shutil
 import sys
 
-from ..protocol import ROLLED_BACK
+from ..protocol import ROLLED_BACK, is_rolled_back
+from ..sglang import stack
 from .perfpage import load_differences, load_value
 from .report import accept_text, shorten
 
@@ -19,11 +21,19 @@ def width() -> int | None:
 
 def lines(host: str, releases: list[dict], columns: int | None = None) -> list[str]:
     """The listing of one host's releases; `columns`: see width()."""
-    out = []
+    out, prior = [], {}
     for rel in releases:
-        head = f"{host:<12} {'*' if rel['current'] else ' '} {rel['stamp']}  {rel['status']:<11} " \
+        status = ROLLED_BACK if is_rolled_back(rel) else rel["status"]
+        head = f"{host:<12} {'*' if rel['current'] else ' '} {rel['stamp']}  {status:<11} " \
                f"{', '.join(rel['services'])}  "
         out.append(head + (shorten(rel["summary"], columns - len(head)) if columns else rel["summary"]))
+        if status != rel["status"]:  # deployed, then left by inv rollback
+            to = rel["rolled_back"].get("to") if isinstance(rel["rolled_back"], dict) else None
+            out.append(f"{'':<14} rolled back to {to or 'an older release'}")
+        moved = stack.versions(rel.get("packages") or {}, prior, changed_only=True) if prior else ""
+        if moved:  # the stack by the versions in it, where they moved since the release before
+            out.append(f"{'':<14} stack: {moved}")
+        prior = rel.get("packages") or prior
         for name, perf in sorted((rel.get("perf") or {}).items()):
             out.append(f"{'':<14} perf {name}: {perf_line(perf)}")
         for name, tune in sorted((rel.get("tune") or {}).items()):
@@ -41,8 +51,7 @@ def stack_lines(host: str, stacks: list[dict], uv_cache: int = 0) -> list[str]:
     out = [f"{host:<12}   stacks: {len(stacks)} kept, {sum(s['new'] for s in stacks) / 2**30:.2f} GiB on disk together"
            f" (and uv's cache {uv_cache / 2**30:.2f} GiB more)"]
     for s in stacks:
-        pk = s.get("packages") or {}
-        names = ", ".join(f"{k} {v}" for k, v in sorted(pk.items()) if k in ("sglang", "torch") and "failed" not in str(v))
+        names = stack.versions(s.get("packages") or {})
         out.append(f"{'':<14} {s['path']}  {names or '-'}  {s['bytes'] / 2**20:.0f} MiB of files, "
                    f"{s['new'] / 2**20:.0f} MiB its own  releases: {', '.join(s['releases']) or 'none'}")
     return out

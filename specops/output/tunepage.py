@@ -33,7 +33,8 @@ def section(releases: list[dict], name: str) -> list[str]:
     winner = rec.get("winner") if isinstance(rec.get("winner"), dict) else None
     out = [f"<h3>Tuning ({_e(rec.get('at', '?'))}, release {_e(release.get('stamp'))})</h3>",
            f"<p data-tune-verdict>{_e(rec.get('verdict', ''))}</p>",
-           f"<p>{_e(rec.get('restarts', '?'))} restarts (the full grid: {_e(rec.get('grid_restarts', '?'))}); "
+           f"<p>{_e(rec.get('restarts', '?'))} restarts, where the full grid would need "
+           f"{_e(rec.get('grid_restarts', '?'))}; "
            f"objective: {_e((rec.get('objective') or {}).get('text', '?'))}</p>"]
     out += _drafts(rec)
     if rec.get("draft_limit"):

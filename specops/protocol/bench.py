@@ -65,7 +65,7 @@ class BaselineStart:
     timeout: float = 3600
     properties: Dict[str, str] = DICT
     label: str = "baseline"  # how its progress lines name it ("candidate" for spec-tune's)
-    what: str = "the target without speculation"
+    what: str = "the target without speculation"  # what runs, named before the unit ("steps 3, topk 1, …")
     Result = BaselineResult
 
 

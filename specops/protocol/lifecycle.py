@@ -26,6 +26,8 @@ class StopReport:
     # systemd's Result when the unit was already "failed" before this stop, and stays so: a failure
     # that was not the stop's (a rank that lost its peer earlier, a crash)
     failed_before: Optional[str] = None
+    # its UnitFileState after the stop: "enabled" starts it again at boot, "disabled" does not
+    enabled: Optional[str] = None
 
 
 @message
@@ -38,9 +40,11 @@ class StopResult:
 @request("stop", changes_host=True)
 class Stop:
     """Stop units, kill what of their runs still lives, prove their GPU memory free.  `others`:
-    the host's other units, whose processes may keep holding GPU memory."""
+    the host's other units, whose processes may keep holding GPU memory.  `disable`: also
+    disable them, so that a reboot does not start them again."""
     services: List[UnitRef]
     others: List[str] = LIST
+    disable: bool = False
     Result = StopResult
 
 

@@ -11,6 +11,14 @@ from .wire import LIST, message, request
 ROLLED_BACK = "rolled-back"  # a ReleaseRecord's status when the deploy it records was undone
 
 
+def is_rolled_back(release):
+    # type: (Dict[str, Any]) -> bool
+    """Whether a listed release (ReleasesResult.releases) was rolled back: its deploy undone (a
+    failed verify or gate), or left by `inv rollback` for an older one (`rolled_back`), and not
+    current again since.  Listings show it as ROLLED_BACK."""
+    return release.get("status") == ROLLED_BACK or bool(release.get("rolled_back") and not release.get("current"))
+
+
 @message
 class RecordResult:
     """The release recorded, and how many managed files it snapshotted."""
@@ -33,7 +41,8 @@ class ReleaseRecord:
 
 @message
 class ReleasesResult:
-    """current stamp, and every release [{stamp, status, services, current, summary, spec,
+    """current stamp, and every release [{stamp, status, services, current, rolled_back ({to, at}:
+    `inv rollback` left it for release `to`; None), summary, spec,
     verify (the checks), verified (what verify found: name, checks, generate, notes),
     packages, venv (the stack it runs), weights (service → what it ran), files: {path: sha256},
     perf: {service: spec-bench result} or None, tune: {service: spec-tune

@@ -180,7 +180,7 @@ def default_budget(space: Space) -> int:
     """Restarts one draft's search may spend, both baselines included: BUDGET_SHARE of the grid's,
     but at least MIN_BUDGET (a small grid still needs a climb), and no more than every distinct
     setting once with four restarts more (two baselines, two finalists at least)."""
-    return min(max(int(BUDGET_SHARE * (space.grid + 1)), MIN_BUDGET), len(space.candidates) + 4)
+    return min(max(int(BUDGET_SHARE * space.grid_restarts()), MIN_BUDGET), len(space.candidates) + 4)
 
 
 def search(candidates: list[Settings], short: Callable, full: Callable, start: Settings,

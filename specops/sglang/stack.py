@@ -12,11 +12,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+import shlex
 from pathlib import Path
 
 from ..layout import DEFAULT_VENV, STACKS_DIR
 
 PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and its host var
+NAMED_BY = ("sglang", "torch", "flash-linear-attention")  # the versions a person names a stack by
+EXEC_START = re.compile(r"^ExecStart=(.*)$", re.M)
 PYPI = "https://pypi.org/simple"
 GiB = 2**30
 # The free disk a stack needs before it is built, unless the inventory says (stack_need_gib): a
@@ -47,6 +51,33 @@ def venv_of(host) -> str:
     if definition is None:
         return host.get("venv", DEFAULT_VENV)
     return f"{STACKS_DIR}/{key(definition)}"
+
+
+def venv_in_unit(unit_text: str | None) -> str | None:
+    """The venv a unit runs: its ExecStart's interpreter (quoted as ops/unitfmt.py quotes it, read
+    as a shell would), less /bin/python; None when it runs no venv's python."""
+    m = EXEC_START.search(unit_text or "")
+    try:
+        python = shlex.split(m.group(1))[0] if m else ""
+    except (ValueError, IndexError):
+        python = ""
+    return python[:-len("/bin/python")] if python.endswith("/bin/python") else None
+
+
+def versions(packages: dict, before: dict | None = None, changed_only: bool = False) -> str:
+    """"sglang 0.5.23 → 0.5.24, torch 2.9.1": what a person names a stack by (its hash says
+    nothing), each with what it was in `before` where that differs; `changed_only`: only those."""
+    def version(pkgs, dist):
+        v = (pkgs or {}).get(dist)
+        return str(v) if v and "failed" not in str(v) else None
+    out = []
+    for dist in NAMED_BY:
+        now, then = version(packages, dist), version(before, dist)
+        if now and then and now != then:
+            out.append(f"{dist} {then} → {now}")
+        elif now and not changed_only:
+            out.append(f"{dist} {now}")
+    return ", ".join(out)
 
 
 def need(host, torch_in_cache: bool) -> int:

@@ -70,13 +70,24 @@ class Pruned:
 class Space:
     candidates: list[Settings]
     pruned: list[Pruned]
-    grid: int  # asked combinations: the restarts a full sweep needs (one per combination)
+    grid: int  # asked combinations: a full sweep restarts once per combination (and per draft)
 
     def summary(self) -> str:
-        adjusted = sum(1 for p in self.pruned if p.runs_as)
-        refused = len(self.pruned) - adjusted
-        return (f"{self.grid} combinations asked; {len(self.candidates)} distinct settings to search "
-                f"({adjusted} that SGLang would run as another, {refused} it would refuse or that cannot run)")
+        """The asked combinations, each counted once: distinct settings, the same settings again
+        (as asked, or as SGLang would run them), refused; the three add up to the grid."""
+        refused = sum(1 for p in self.pruned if not p.runs_as)
+        again = self.grid - len(self.candidates) - refused
+        return (f"{self.grid} combinations asked: {len(self.candidates)} distinct settings to search, {again} "
+                f"that SGLang would run as one of those, {refused} it would refuse or that cannot run")
+
+    def grid_restarts(self, drafts: int = 1) -> int:
+        """The restarts a full sweep needs: every combination with every draft, and the baseline."""
+        return self.grid * drafts + 1
+
+    def grid_words(self, drafts: int = 1) -> str:
+        """"81 restarts (80 combinations + the baseline)": the sweep a search is set against."""
+        per = f"{self.grid} combinations" + (f" × {drafts} drafts" if drafts > 1 else "")
+        return f"{self.grid_restarts(drafts)} restarts ({per} + the baseline)"
 
 
 def asked_space(svc: dict, space: dict | None) -> dict:
@@ -180,7 +191,14 @@ class Objective:
     def describe(self) -> str:
         what = "the mean speedup over the load's levels" if self.mean else f"output tok/s at concurrency {self.at}"
         bound = f", p99 inter-token latency at most {self.max_itl_p99 * 1000:.0f} ms" if self.max_itl_p99 else ""
-        return f"{what}{bound}; it must beat serving without speculation by {self.min_speedup}x"
+        return f"{what}{bound}; it must {self.bar()}"
+
+    def bar(self) -> str:
+        """What a winner must do, in words: "serve faster than without speculation" (a min_speedup
+        of 1), else "serve at least 1.1x as fast as without speculation"."""
+        if self.min_speedup == 1:
+            return "serve faster than without speculation"
+        return f"serve at least {self.min_speedup:g}x as fast as without speculation"
 
 
 def draft_limit(accepts: dict) -> str | None:

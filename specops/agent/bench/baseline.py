@@ -53,7 +53,9 @@ def start(req):
     # link, a killed controller), the baseline goes and the service comes back without it.
     on_interrupt(lambda: _restore(name, req.service))
     remember_invocation(name)
-    say("  %s: %s started (%s)" % (req.label, name, req.what))
+    # What runs first (a candidate's settings), then the unit: spec-bench's baseline and each of
+    # spec-tune's candidates run in turn under the one transient unit name the window cleans up.
+    say("  %s: %s started (transient unit %s)" % (req.label, req.what, name))
     deadline = time.time() + req.timeout
     while time.time() < deadline:
         try:

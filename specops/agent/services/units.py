@@ -177,5 +177,10 @@ def stop(req):
     for ref in req.services:
         report = stop_unit(ref, [n for n in names if n != ref.name])
         report.failures += _unowned_failures(report)
+        if req.disable:  # a symlink removed: no daemon-reload needed for the next boot to see it
+            rc, out = run_quiet(["systemctl", "disable", "--quiet", "--no-reload", ref.name])
+            if rc != 0:
+                report.failures.append("systemctl disable %s: %s" % (ref.name, out.strip()[-300:]))
+        report.enabled = show(ref.name, "UnitFileState").get("UnitFileState") or None
         reports.append(report)
     return protocol.StopResult(services=reports, gpus=_used(_gpu()))

@@ -1,0 +1,73 @@
+"""`inv stop` without the fleet: the unit stays enabled unless --disable, and stop says what a
+reboot does to each service (issue 38: a reboot started a stopped server again, and nothing said
+so).  The fleet test: test_stop_fleet.py."""
+from types import SimpleNamespace
+
+from invoke import Context
+
+import tasks
+from specops import cli, protocol
+from specops.agent.services import units
+from specops.flows import pipeline, rolling
+from specops.output.report import HostReport
+
+
+def test_the_agent_disables_each_stopped_unit_only_when_asked_and_reports_its_state(monkeypatch):
+    ran, state = [], {"sglang": "enabled"}
+
+    def run_quiet(argv, timeout=None):
+        ran.append(argv)
+        if argv[:2] == ["systemctl", "disable"]:
+            state[argv[-1]] = "disabled"
+        return 0, ""
+    monkeypatch.setattr(units, "stop_unit", lambda ref, others=(), measure=True: protocol.StopReport(ref.name, 1.0))
+    monkeypatch.setattr(units, "run_quiet", run_quiet)
+    monkeypatch.setattr(units, "show", lambda name, *props: {"UnitFileState": state[name]})
+    monkeypatch.setattr(units, "_gpu", lambda: {})
+    kept = units.stop(protocol.Stop(services=[protocol.UnitRef(name="sglang")]))
+    assert kept.services[0].enabled == "enabled" and not ran
+    gone = units.stop(protocol.Stop(services=[protocol.UnitRef(name="sglang")], disable=True))
+    assert ran == [["systemctl", "disable", "--quiet", "--no-reload", "sglang"]]
+    assert gone.services[0].enabled == "disabled" and not gone.services[0].failures
+
+
+class _Run:
+    def __init__(self):
+        self.said = []
+        self.host = SimpleNamespace(name="t1")
+
+    def say(self, text):
+        self.said.append(text)
+
+    def probe(self, *a, **k):
+        pass
+
+
+def test_stop_says_what_a_reboot_does(monkeypatch):
+    asked = []
+    monkeypatch.setattr(rolling, "out_of_routers", lambda run, body, names=None, back=True: body())
+
+    def stop(run, names=None, disable=False):
+        asked.append(disable)
+        return protocol.StopResult(services=[protocol.StopReport("sglang", 1.0, enabled="disabled" if disable
+                                                                 else "enabled")])
+    monkeypatch.setattr(pipeline, "stop", stop)
+    run = _Run()
+    pipeline.stop_task(run)
+    assert run.said == ["sglang: still enabled: a reboot starts it again (inv stop --disable keeps it stopped)"]
+    run = _Run()
+    pipeline.stop_task(run, disable=True)
+    assert run.said == ["sglang: disabled: a reboot leaves it stopped (inv deploy enables and starts it again)"]
+    assert asked == [False, True]
+
+
+def test_inv_stop_passes_disable_to_each_host(tmp_path, monkeypatch):
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    t1:\n      address: 192.0.2.1\n      services:\n"
+                                        "        - {name: sglang, model_path: /models/m}\n")
+    asked = []
+    monkeypatch.setattr(pipeline, "stop_task", lambda run, names=None, disable=False: asked.append((names, disable)))
+    monkeypatch.setattr(cli, "run_hosts", lambda hosts, body, roles, opts, out: [
+        HostReport(h.name, result=body(None)) for h in hosts])
+    tasks.stop(Context(), host="t1", inventory=str(tmp_path), disable=True)
+    tasks.stop(Context(), host="t1", inventory=str(tmp_path), service="sglang")
+    assert asked == [(None, True), (["sglang"], False)]
