@@ -54,9 +54,10 @@ def test_the_host_says_which_of_its_services_no_gate_holds(tmp_path, monkeypatch
     host = inventory.load(path).hosts["ct129"]
     said = []
     run = SimpleNamespace(host=host, say=said.append, report=SimpleNamespace(extra={}, notes=[]),
-                          call=lambda req: SimpleNamespace(releases=[]))
+                          call=lambda req: SimpleNamespace(releases=[]), applied=False)
     measured = []
-    monkeypatch.setattr(gate.specbench, "measure", lambda run, svc, load: measured.append(svc["name"]) or [])
+    monkeypatch.setattr(gate.specbench, "measured",
+                        lambda run, svc, load, base, checks: (measured.append(svc["name"]) or [], None))
     monkeypatch.setattr(gate.specbench, "result", lambda run, svc, load, spec, base: {
         "verdict": "v", "spec": [{"concurrency": 1, "figures": {"output_tok_s": 10.0, "accept_length": 2.5}}]})
     assert len(gate.gated(run)) == 1 and measured == ["sglang"]

@@ -483,9 +483,10 @@ def test_spec_tune_estimates_with_spec_benchs_one_definition():
     short loads): 4 × (30 s + 4 × 16 s)."""
     from specops.flows import specbench as flow, tuning
     run = BenchRun()
-    tuning.estimate(run, run.svc, flow.Load(concurrency=[1], requests=8, warmup=0), 4, 15)
-    assert run.said[-1] == "at most 4 restarts (the grid would need 16), each 30 s start (its last, measured) + " \
-                           "16 s of short load: up to about 6.3 min"
+    tuning.estimate(run, run.svc, flow.Load(concurrency=[1], requests=8, warmup=0), 4,
+                    "16 restarts (15 combinations + the baseline)")
+    assert run.said[-1] == "at most 4 restarts, where the full grid would need 16 restarts (15 combinations + the " \
+                           "baseline); each 30 s start (its last, measured) + 16 s of short load: up to about 6.3 min"
 
 
 def test_verify_says_the_accept_length_with_two_decimals():
