@@ -61,17 +61,26 @@ def test_a_typo_of_an_ansible_key_is_refused_and_others_named_with_the_nearest(t
         inventory.load(tmp_path / "typo.ini")
     assert str(e.value) == (f"{tmp_path}/typo.ini: all.children.ungrouped.hosts.box.ansible_uesr: unknown key "
                             f"(did you mean 'ansible_user'?)")
-    inventory.load(tmp_path / "old.ini")
+    old = inventory.load(tmp_path / "old.ini").hosts["box"]
     err = capsys.readouterr().err
-    assert "ansible_ssh_user is not used by specops; ignored (did you mean 'ansible_user'?)" in err, err
+    assert old["ssh_user"] == "ubuntu"  # Ansible's older spelling, read as it reads it
     assert "ansible_python_interpreter is not used by specops; ignored\n" in err, err
+
+
+def test_ansibles_older_spellings_are_read_and_two_spellings_of_one_key_refused(tmp_path):
+    write(tmp_path, {"old.ini": "box ansible_ssh_host=10.9.0.2 ansible_ssh_port=2222 ansible_private_key_file=/k\n",
+                     "both.ini": "box ansible_user=a ansible_ssh_user=b\n"})
+    box = inventory.load(tmp_path / "old.ini").hosts["box"]
+    assert (box["address"], box["ssh_port"], box["ssh_key"]) == ("10.9.0.2", 2222, "/k")
+    with pytest.raises(UsageError, match="both ansible_user and ansible_ssh_user are set; keep one spelling"):
+        inventory.load(tmp_path / "both.ini")
 
 
 def test_ansibles_own_variables_are_never_taken_for_typos(tmp_path):
     """Ansible's connection and become variables specops does not read stay warnings, not errors."""
-    theirs = ["ansible_connection", "ansible_password", "ansible_ssh_pass", "ansible_ssh_host", "ansible_ssh_port",
-              "ansible_ssh_user", "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_pipelining",
-              "ansible_ssh_executable", "ansible_private_key_file", "ansible_become_user", "ansible_become_exe",
+    theirs = ["ansible_connection", "ansible_password", "ansible_ssh_pass",
+              "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_pipelining",
+              "ansible_ssh_executable", "ansible_become_user", "ansible_become_exe",
               "ansible_become_flags", "ansible_shell_type", "ansible_shell_executable", "ansible_python_interpreter",
               "ansible_timeout", "ansible_pipelining", "ansible_network_os", "ansible_sudo", "ansible_su"]
     write(tmp_path, {"hosts.ini": "box " + " ".join(f"{k}=x" for k in theirs) + "\n"})

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import tutorial
 from conftest import ROOT
 from sandbox import fleet, pkgindex, provision
 from specops import inventory as inventory_mod
@@ -74,14 +75,6 @@ def _index_processes(address: str) -> list[int]:
     return found
 
 
-def readme_sandbox_steps() -> list[str]:
-    """The commands of README.md's "Trying it on the sandbox", one a line, comments taken off."""
-    text = (Path(ROOT) / "README.md").read_text()
-    block = text.split("### Trying it on the sandbox", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    steps = [line.split("  #")[0].strip() for line in block.splitlines()]
-    return [s for s in steps if s and not s.startswith("#") and not s.startswith("I=")]
-
-
 def resolve_docstring(merged: str) -> str:
     """What a person makes of the demo patch's conflict: 0.5.24's docstring, with the patch's line."""
     m = re.search(r'<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n', merged, re.S)
@@ -96,101 +89,89 @@ def running(h) -> tuple[str, str]:
     return info["model_code"], info.get("model_code_version")
 
 
-def test_sandbox_up_serves_the_package_index_its_stack_inventory_names_and_down_stops_it(tmp_path):
-    """The README's 'Upgrading SGLang' on the sandbox, as a new user follows it: `inv sandbox.up`
-    starts the site's package index (a process that outlives it) and says its versions; the
-    inventory it writes puts the host on a stack (no `venv:`, SGLang pinned) built from that index;
-    a second `sandbox.up` leaves the index alone; the upgrade its comment describes works; and
-    `inv sandbox.down` stops the index and takes its address off lo."""
+def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
+    """docs/tutorial.md, every command as a new user types it, checked for what its comments promise
+    (tests/tutorial.py), on a sandbox site of its own; beside it, what the words cannot show:
+    `inv sandbox.up` starts the site's package index (a process that outlives it) and says its
+    versions; the inventory it writes puts the host on a stack (no `venv:`, SGLang pinned) built
+    from that index; the README's first command leaves the index alone and deploys; a refused
+    deploy leaves the unit as it was; which SGLang runs after each upgrade step and the rollback;
+    `stop --disable` leaves the unit disabled; `inv sandbox.down` stops the index and takes its
+    address off lo."""
     site = fleet.Site("soi", "192.168.243", tmp_path / "site")
-    env = {"SPECOPS_SANDBOX_SITE": f"{site.prefix},{site.subnet},{site.state}"}
+    editor = tmp_path / "editor"  # a person resolving the demo patch's conflict: one docstring of both
+    editor.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+                      "from test_sandbox_fleet import resolve_docstring as r; from pathlib import Path; "
+                      "p = Path(sys.argv[1]); p.write_text(r(p.read_text()))' \"$1\"\n")
+    editor.chmod(0o755)
+    env = {"SPECOPS_SANDBOX_SITE": f"{site.prefix},{site.subnet},{site.state}", "EDITOR": str(editor)}
     address = fleet.service_address(site)
     url = f"http://{address}:{pkgindex.PORT}"
     inv_dir = site.inventory_dir
     h = fleet.Host("sandbox", 1, site)
-    pid = None
+    unit = "/etc/systemd/system/sglang.service"
+    pid, done, version, deploys = None, [], provision.SIM_VERSION, 0
     try:
-        up = _inv("sandbox.up", env=env)
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert f"package index: {url}/simple" in up.stdout
-        assert f"SGLang versions: {', '.join(provision.SIM_VERSIONS)}" in up.stdout
-        assert f"{provision.SIM_FAILING} fails at start, on purpose" in up.stdout
-        pid = pkgindex.recorded(site)
-        assert pid and _index_processes(address) == [pid]
-        # the index answers the host itself, over its veth, listing every release's wheel
-        page = h.run("curl", "-sf", f"{url}/simple/sglang/").stdout
-        for version in provision.SIM_VERSIONS:
-            assert f">sglang-{version}-py3-none-any.whl<" in page, page
-        # the inventory: a stack pinned to the preinstalled version, from that index; fla not pinned
-        (host,) = inventory_mod.load(inv_dir).select("sandbox", None)
-        assert "venv" not in host.vars and "fla" not in host.vars
-        assert host["sglang"] == {"version": provision.SIM_VERSION} == {"version": "0.5.23"}
-        assert host["torch"] == {"version": "2.9.1", "cuda": "auto", "index_url": f"{url}/whl/{{variant}}"}
-        assert host["package_index"] == f"{url}/simple"
-        assert stack.defines(host) is not None
-        text = (inv_dir / "hosts.yml").read_text()
-        assert f"# {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} fails at start" in text
-        assert "# To upgrade, change `sglang: {version: 0.5.23}` below (e.g. to 0.5.24), then" in text
-        # the README's first command: a second `sandbox.up` (the index left running), then deploy
-        first = _inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
-        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
-        assert "package index already running" in first.stderr and pkgindex.recorded(site) == pid
-        recap = first.stdout.strip().splitlines()[-1]
-        assert "failed=0" in recap and "sglang verified" in recap, first.stdout[-3000:]
-        assert f"{stack.venv_of(host)}/bin/python" in h.path("/etc/systemd/system/sglang.service").read_text()
-        info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
-        assert info["version"] == "0.5.23" and info["model_code"] == "patched: embedding capture"
-        # README.md's "Trying it on the sandbox", step by step, as written
-        steps = readme_sandbox_steps()
-        hosts_yml, merge = inv_dir / "hosts.yml", inv_dir / "patches" / "srt/models/llama.py.merge-0.5.24"
-        patch = inv_dir / "patches" / provision.DEMO_PATCH
-        ran = 0
-        for step in steps:
-            if step.startswith("sed -i "):
-                old, new = re.match(r"sed -i 's/version: (\S+)\$/version: (\S+)/' ", step).groups()
-                text = hosts_yml.read_text()
-                assert text.count(f"version: {old}\n") == 1, text
-                hosts_yml.write_text(text.replace(f"version: {old}\n", f"version: {new}\n"))
-                version = new
+        for step in tutorial.steps():
+            if step.command == tutorial.SETUP or step.sets:
+                done.append(step)
                 continue
-            if step.startswith("$EDITOR"):
-                merged = merge.read_text()
-                merge.write_text(resolve_docstring(merged))
-                continue
-            args = step.split()[1:]  # after .venv/bin/inv
-            args = [a for a in args if a != "$I"]
-            args[1:1] = ["--inventory", str(inv_dir), "--host", "sandbox"]
-            args = [str(merge) if a.endswith("llama.py.merge-0.5.24") else a for a in args]
-            res = _inv(*args, env=env)
-            ran += 1
+            before = h.path(unit).read_text() if pid and h.path(unit).exists() else None
+            res = tutorial.run(step, done, inv_dir, env)
             out = res.stdout + res.stderr
-            if "--check" in args:
-                assert res.returncode == 1, out[-3000:]
-                assert ("hunk 1 of 1 (@@ -1,10 +1,12 @@) does not apply to sglang 0.5.24's srt/models/llama.py "
-                        "(cut from sglang 0.5.23); carry it onto sglang 0.5.24 with: inv patch --host sandbox "
-                        "srt/models/llama.py --rebase") in out, out[-3000:]
-                assert not h.path(stack.venv_of({**host.vars, "sglang": {"version": "0.5.24"}})).exists()
-            elif "--rebase" in args:
-                assert res.returncode == 1, out[-3000:]
-                assert ("1 conflict(s) rebasing llama.py.patch from sglang 0.5.23 onto 0.5.24: hunk 1 of 1 "
-                        "(@@ -1,10 +1,12 @@) against sglang 0.5.24's lines 1-4") in out, out[-3000:]
-                assert f"Resolve them in {merge}" in out and "|||||||" in merge.read_text()
-            elif "--edited" in args:
-                assert res.returncode == 0, out[-3000:]
+            assert not tutorial.broken_promises(step, res), (step.command, tutorial.broken_promises(step, res), out[-4000:])
+            done.append(step)
+            words = step.command.split()
+            if words[-1] == "sandbox.up":
+                pid = pkgindex.recorded(site)
+                assert pid and _index_processes(address) == [pid] and f"package index: {url}/simple" in out
+                assert f"SGLang versions: {', '.join(provision.SIM_VERSIONS)}" in out
+                assert f"{provision.SIM_FAILING} fails at start, on purpose" in out
+                # the index answers the host itself, over its veth, listing every release's wheel
+                page = h.run("curl", "-sf", f"{url}/simple/sglang/").stdout
+                for v in provision.SIM_VERSIONS:
+                    assert f">sglang-{v}-py3-none-any.whl<" in page, page
+                # the inventory: a stack pinned to the preinstalled version, from that index; fla not pinned
+                (host,) = inventory_mod.load(inv_dir).select("sandbox", None)
+                assert "venv" not in host.vars and "fla" not in host.vars
+                assert host["sglang"] == {"version": provision.SIM_VERSION} == {"version": "0.5.23"}
+                assert host["torch"] == {"version": "2.9.1", "cuda": "auto", "index_url": f"{url}/whl/{{variant}}"}
+                assert host["package_index"] == f"{url}/simple" and stack.defines(host) is not None
+                text = (inv_dir / "hosts.yml").read_text()
+                assert f"# {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} fails at start" in text
+            elif words[0] == "sed" and "version:" in step.command:
+                version = re.search(r"version: (\S+)\$/", step.command).group(1)
+            elif words[1:2] == ["deploy"] and "--check" in words:
+                assert not h.path(stack.venv_of({**host.vars, "sglang": {"version": version}})).exists()
+            elif words[1:2] == ["deploy"] and res.returncode == 0:
+                deploys += 1
+                assert running(h) == ("patched: embedding capture", version) and "hunk" not in out
+                assert f"{stack.venv_of({**host.vars, 'sglang': {'version': version}})}/bin/python" in h.path(unit).read_text()
+                if deploys == 1:  # the README's first command, a second `sandbox.up` (the index left running) with it
+                    first = _inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
+                    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+                    assert "package index already running" in first.stderr and pkgindex.recorded(site) == pid
+                    recap = first.stdout.strip().splitlines()[-1]
+                    assert "failed=0" in recap and "sglang verified" in recap, first.stdout[-3000:]
+            elif words[1:2] == ["deploy"] and "ROLLING BACK" in out:
+                assert running(h) == ("patched: embedding capture", "0.5.24")
+            elif words[1:2] == ["deploy"]:  # refused before anything moved
+                assert h.path(unit).read_text() == before and running(h)[1] == version
+            elif words[1:3] == ["patch", "srt/models/llama.py"] and "--edited" in words:
+                patch = inv_dir / "patches" / provision.DEMO_PATCH
                 assert patchfile.base_of(patch.read_text()).version == "0.5.24"
-            elif args[0] == "deploy" and version == provision.SIM_FAILING:
-                assert res.returncode == 1 and "ROLLING BACK" in out and "verified" in out, out[-3000:]
-                assert running(h) == ("patched: embedding capture", "0.5.24")
-            elif args[0] == "deploy":
-                assert res.returncode == 0 and "sglang verified" in out, out[-3000:]
-                assert running(h) == ("patched: embedding capture", "0.5.24")
-                assert "hunk" not in out
-            elif args[0] == "rollback":
-                assert res.returncode == 0, out[-3000:]
+            elif words[1:2] == ["rollback"]:
                 assert running(h) == ("patched: embedding capture", "0.5.23")
-        assert ran == 6, steps  # every inv step of the README's was run, and checked
+            elif words[1:2] == ["stop"]:
+                assert h.run("systemctl", "is-enabled", "sglang", check=False).stdout.strip() == "disabled"
+                assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() != "active"
+            elif words[-1] == "sandbox.down":
+                down = res
+        assert [s.command.split()[1] for s in done if s.command.startswith(".venv/bin/inv ")].count("deploy") == 8
     finally:
-        down = _inv("sandbox.down", env=env)
+        if "down" not in locals():
+            down = _inv("sandbox.down", env=env)
+        (ROOT / "report.html").unlink(missing_ok=True)
     assert down.returncode == 0 and "package index stopped" in down.stdout, down.stdout + down.stderr
     assert _index_processes(address) == []
     assert pid is None or not Path(f"/proc/{pid}").exists()

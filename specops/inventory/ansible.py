@@ -32,6 +32,12 @@ ALIASES = {
     "ansible_ssh_private_key_file": "ssh_key",
     "ansible_become": "become",
     "ansible_become_method": "become_method",
+    # the older spellings Ansible's ssh connection still reads (plugins/connection/ssh.py): ignored,
+    # they would send the run to the local user's login on another address
+    "ansible_ssh_host": "address",
+    "ansible_ssh_user": "ssh_user",
+    "ansible_ssh_port": "ssh_port",
+    "ansible_private_key_file": "ssh_key",
 }
 BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 _SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]$")
@@ -179,8 +185,9 @@ def translate(values: dict, file: str, where: str, warnings: list[str]) -> dict:
             warnings.append(f"warning: {at}: {key} is not used by specops; ignored"
                             f"{did_you_mean(key, ALIASES, 'ansible_')}")
             continue
-        if ours in values:
-            raise UsageError(f"{at}: both {key} and {ours} are set; keep one spelling")
+        same = [k for k in values if k != key and (k == ours or ALIASES.get(k) == ours)]
+        if same:
+            raise UsageError(f"{at}: both {key} and {same[0]} are set; keep one spelling")
         if ours == "become" and not isinstance(value, bool):
             # Ansible's boolean(): yes/no, true/false, on/off and 1/0, as text or (INI-typed) numbers
             word = str(value).lower() if isinstance(value, (str, int)) else None
