@@ -10,10 +10,11 @@ pushed, in --check too.  What the facts do not say (no nvidia-smi, memory it can
 checkpoint not on the host yet) is not refused here."""
 from specops import protocol
 from specops.inventory import schema
-from specops.ops import Op, PlanError
+from specops.ops import JsonKeys, Op, PlanError
 from specops.services import of_kind
 from specops.services.sglang import weight_sources
 from specops.sglang import placement
+from specops.sglang.drafts import config_of
 from specops.sglang.torchvariant import driver_refusal
 
 NAME = "gpu_fit"
@@ -48,8 +49,10 @@ class GpusFit(Op):
         self.weights = [(setting, path.rstrip("/"), source) for setting, path, source in weight_sources(svc)]
 
     def wants(self):
+        configs = [config_of(p) for _, p, _ in self.weights]
         return protocol.Probe(gpu=True, weights=[p for _, p, source in self.weights if source],
-                              listdirs=[p for _, p, source in self.weights if not source])
+                              listdirs=[p for _, p, source in self.weights if not source],
+                              files=configs, content={c: "always" for c in configs})
 
     def plan(self, facts, ctx):
         gpu, p = facts.gpu, placement.of(self.svc)
@@ -83,12 +86,13 @@ class GpusFit(Op):
         sizes = [(setting, path, self.on_host(facts, path, source)) for setting, path, source in self.weights]
         if sizes[0][2] is None:
             return  # the target's weights are not on the host yet: nothing to hold them to
-        total = sum(size or 0 for _, _, size in sizes)
+        total = sum((size or 0) * loaded_share(facts, path) for _, path, size in sizes)
         share_mib = total / MiB / p.shards()
         room_mib = gpu_mib - placement.reserve_mib(self.svc, p, gpu_mib)
         if share_mib <= room_mib:
             return
         disk = " + ".join(f"{'draft ' if setting != 'model_path' else ''}{path} {size / GiB:.1f} GiB"
+                          + (" (float32: half of it as 16-bit)" if loaded_share(facts, path) < 1 else "")
                           for setting, path, size in sizes if size)
         kept = (f"mem_fraction_static {self.svc['mem_fraction_static']} leaves {room_mib / 1024:.1f} GiB of each for "
                 f"weights and cache" if self.svc.get("mem_fraction_static") is not None else
@@ -109,6 +113,19 @@ class GpusFit(Op):
         if not made or have.get("differ") or any(made.get(k) != source.get(k) for k in IDENTITY):
             return None
         return placement.weight_bytes(have.get("present") or {})
+
+
+def loaded_share(facts, path) -> float:
+    """What share of a checkpoint's bytes on disk its weights take on the GPU under SGLang's
+    default dtype (auto: srt/configs/model_config.py _get_and_verify_dtype): float32, or a
+    config that names no dtype (taken as float32), is cast to 16 bits.  Unknown: half, so a
+    checkpoint is never refused for bytes SGLang would not load."""
+    try:
+        doc = JsonKeys(config_of(path), {}).current(facts)
+    except (PlanError, KeyError, ValueError, TypeError):
+        return 0.5
+    dtype = doc.get("dtype") or doc.get("torch_dtype")
+    return 1.0 if isinstance(dtype, str) and dtype != "float32" else 0.5
 
 
 def ops(host):

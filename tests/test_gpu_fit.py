@@ -1,6 +1,7 @@
 """Issue 38, item 3: the plan refuses what the one-round-trip facts already contradict (the GPUs a
 service's ranks need, the memory its weights need on each, the driver its torch variant needs),
 before anything moves, in --check too.  Facts built here, as the probe gives them; no fleet."""
+import base64
 import io
 import json
 
@@ -32,8 +33,15 @@ def hosts(tmp_path, **host_vars):
     return inventory.load(tmp_path / "hosts.yml").hosts
 
 
-def plan(host, gpu, listings=None, weights=None):
-    facts = Facts({"gpu": gpu, "listings": listings or {}, "weights": weights or {}, "files": {}, "venvs": {}})
+def configs(dtype="bfloat16", paths=("/models/m", "/d")):
+    """The checkpoints' config.json as the probe gives them: a dtype SGLang loads as it is stored."""
+    doc = base64.b64encode(json.dumps({"torch_dtype": dtype} if dtype else {}).encode()).decode()
+    return {f"{p}/config.json": {"exists": True, "type": "file", "content_b64": doc} for p in paths}
+
+
+def plan(host, gpu, listings=None, weights=None, files=None):
+    facts = Facts({"gpu": gpu, "listings": listings or {}, "weights": weights or {},
+                   "files": configs() if files is None else files, "venvs": {}})
     return [op.plan(facts, Context(host.name, True)) for op in gpu_fit.ops(host)]
 
 
@@ -47,6 +55,8 @@ def test_tp_beyond_the_gpus_nvidia_smi_shows_is_refused_with_what_to_set(tmp_pat
     h = hosts(tmp_path, ct129={"svc": {"tp": 8}})["ct129"]
     assert refusal(h, gpus(4)) == "sglang: tp 8 needs 8 GPUs; ct129 has 4 (nvidia-smi): set tp: 4 or fewer"
     assert [c.summary for c in plan(h, gpus(8))] == ["ok"]
+    five = hosts(tmp_path, a={"svc": {"tp": 5}})["a"]  # one more than the host has: refused too
+    assert refusal(five, gpus(4)) == "sglang: tp 5 needs 5 GPUs; a has 4 (nvidia-smi): set tp: 4 or fewer"
 
 
 @pytest.mark.parametrize("check", [True, False])
@@ -128,6 +138,18 @@ def test_weights_whose_share_does_not_fit_each_gpu_are_refused(tmp_path):
     assert plan(cast, gpus(4), listings={"/models/m": shards(320, 4)})  # fp8 on load: not the bytes on disk
 
 
+def test_a_float32_checkpoint_counts_as_the_16_bits_sglang_loads_it_as(tmp_path):
+    """SGLang's dtype auto casts float32 (and a config naming no dtype) to float16: 320 GiB of
+    float32 on disk is 160 on the GPUs, 40 on each of 4; unknown is taken as float32 too."""
+    h = hosts(tmp_path, ct129={"svc": {"tp": 4}})["ct129"]
+    big = {"/models/m": shards(320, 64)}
+    assert "its weights need 80.0 GiB on each GPU" in refusal(h, gpus(4), listings=big)
+    for files in (configs("float32"), configs(None), {}):
+        assert plan(h, gpus(4), listings=big, files=files)
+    assert "(float32: half of it as 16-bit)" in refusal(h, gpus(4), listings={"/models/m": shards(700, 64)},
+                                                        files=configs("float32"))
+
+
 def test_weights_with_a_source_count_only_when_the_host_has_that_source(tmp_path):
     source = {"source": "hf", "repo": "org/m", "revision": "main"}
     h = hosts(tmp_path, a={"svc": {"tp": 1, "weights": source}})["a"]
@@ -157,3 +179,26 @@ def test_a_torch_variant_the_driver_cannot_run_is_refused_and_minor_versions_are
     assert plan(host("cu128"), gpus(1, driver="535.183.01"))
     assert plan(host("cu130"), {"present": False})
     assert [type(op) for op in gpu_fit.ops(host("auto"))] == []  # auto follows the driver
+
+
+def test_the_probe_lists_weight_files_on_disk_through_roots_links_only(tmp_path, monkeypatch):
+    """probe.weight_listing: regular *.safetensors / *.bin, at most their allocated blocks (a sparse
+    file another user planted is not 900 GiB); a link another user owns, or a directory of too
+    many names, is not listed (never a refusal, never a huge answer)."""
+    import os
+    from specops.agent.converge import probe
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"x" * 65536)
+    with open(d / "huge.bin", "wb") as f:
+        f.truncate(900 * GiB)
+    (d / "config.json").write_text("{}")
+    os.symlink(d / "model.safetensors", d / "linked.safetensors")
+    got = probe.weight_listing(str(d))
+    assert got["model.safetensors"] == 65536 and got["huge.bin"] < 2**20 and set(got) == {"model.safetensors", "huge.bin"}
+    link = tmp_path / "theirs"
+    os.symlink(d, link)
+    os.lchown(link, 1000, 1000)
+    assert probe.weight_listing(str(link)) == {} and probe.weight_listing(str(tmp_path / "none")) == {}
+    monkeypatch.setattr(probe, "LISTED", 3)
+    assert probe.weight_listing(str(d)) == {}

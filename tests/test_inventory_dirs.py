@@ -117,3 +117,14 @@ def test_a_fresh_clone_refuses_a_task_in_one_line():
     assert res.returncode == 2 and res.stdout == "", res.stdout
     assert res.stderr == ("error: no inventory: give -i DIR|FILE, or copy inventory.example/ to inventory/ "
                           "(the default) and make it yours\n")
+
+
+@pytest.mark.parametrize("text, ini", [
+    ("inventory\n\nOur boxes, as Ansible knows them.\n", False), ("all:\n\tpython -m pytest\n", False),
+    ("# hosts\nbox1\nbox2 ansible_host=10.0.0.2\n[gpu]\nbox1\n[gpu:vars]\nansible_user=root\n", True),
+    ("web[01:09].example.com\n", True), ("\n# only a comment\n", False),
+])
+def test_a_file_without_a_suffix_is_an_ini_inventory_only_when_every_line_reads_as_one(tmp_path, text, ini):
+    from specops.inventory.ansible import looks_like_ini
+    (tmp_path / "f").write_text(text)
+    assert looks_like_ini(tmp_path / "f") is ini

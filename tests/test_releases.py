@@ -84,3 +84,12 @@ def test_a_release_names_its_stack_by_the_versions_it_moved_not_its_hash():
     assert "<td data-stack>sglang 0.5.23 → 0.5.24, torch 2.9.1</td>" in page
     assert "/opt/specops/venvs/b  sglang 0.5.24, torch 2.9.1  " in stack_lines("t1", [
         {"path": "/opt/specops/venvs/b", "packages": new, "bytes": 0, "new": 0, "releases": [STAMPS[2]]}])[1]
+
+
+def test_a_rollback_that_happened_is_not_failed_by_its_listing_mark(host, monkeypatch):
+    def broken(*a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(restore, "mark_rolled_back", broken)
+    res = restore.rollback(protocol.Rollback(to=STAMPS[0]))
+    assert res.to == STAMPS[0] and listed()[STAMPS[0]]["current"]
+    assert res.notes == ["the releases left behind are not marked rolled back: No space left on device"]

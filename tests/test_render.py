@@ -209,7 +209,7 @@ def test_specops_own_launcher_is_one_line_and_the_users_unit_keeps_its_diff():
     assert new.diff == f"+ {LAUNCHER} (specops's launcher, {lines} lines)\n"
     old = launcher.plan(facts_with(LAUNCHER, exists=True, type="file", sha256="0" * 64, size=9, mode="0644",
                                    owner="root", group="root"), Context("h", True))
-    assert old.diff == f"~ {LAUNCHER} (specops's launcher, a new version: {lines} lines)\n"
+    assert old.diff == f"~ {LAUNCHER} (specops's launcher: not this specops's, replaced by its {lines} lines)\n"
     unit = next(op for op in ops if getattr(op, "path", "").endswith("/sglang.service"))
     assert unit.plan(facts_with(unit.path, exists=False), Context("h", True)).diff.count("\n+") > 10
     import roles.monitoring as monitoring

@@ -248,3 +248,15 @@ def test_a_reading_slow_every_time_is_measured_again_once_only():
         return 40.0 if s == Settings(5, 1, 6) else 200.0
     climb.climb(cands, read, Settings(3, 1, 4), budget=100)
     assert seen.count(Settings(5, 1, 6)) == 2
+
+
+def test_apply_writes_into_the_inventory_the_tune_selected_from_spec_ops_inventory_too(tmp_path, monkeypatch):
+    """No -i: $SPECOPS_INVENTORY, as the host selection read it (cli.inventory_path), never another."""
+    a, b = Settings(3, 1, 4), Settings(5, 4, 16)
+    rec = _search([(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)])
+    path = _vars(tmp_path, "t1")
+    monkeypatch.setenv("SPECOPS_INVENTORY", str(tmp_path))
+    deploys = []
+    sel = SimpleNamespace(inventory=None, host="t1", group=None, all=False)
+    tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append)
+    assert "num_steps: 5" in path.read_text() and len(deploys) == 1

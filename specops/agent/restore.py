@@ -114,9 +114,13 @@ def rollback(req):
     _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
              req.services)
     _set_current(target["stamp"])
-    mark_rolled_back([m for m in deployed if target["stamp"] < m["stamp"] <= (now or "")], target)
+    notes = _weights_differ(target)
+    try:  # the rollback happened: a listing's mark is not worth failing it for
+        mark_rolled_back([m for m in deployed if target["stamp"] < m["stamp"] <= (now or "")], target)
+    except OSError as e:
+        notes = list(notes) + ["the releases left behind are not marked rolled back: %s" % (e.strerror or e)]
     return protocol.RollbackResult(to=target["stamp"], replaced=now, restored=changed,
-                                   verify=target.get("verify", []), notes=_weights_differ(target))
+                                   verify=target.get("verify", []), notes=notes)
 
 
 def _runnable(target, want):

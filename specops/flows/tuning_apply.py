@@ -16,7 +16,6 @@ from pathlib import Path
 
 from . import gate, pipeline
 from .. import cli, services
-from ..cli import DEFAULT_INVENTORY
 from ..prompts import DEFAULT_NAME
 from ..errors import UsageError
 from ..inventory import writeback
@@ -61,7 +60,7 @@ def _service(hosts, name: str, rec: dict) -> dict | None:
 def apply(sel, reports, deploy, force: bool = False) -> None:
     """`deploy(body)` runs a deploy of the selection with `body` as pipeline.deploy's bench step.
     Nothing is written when any host is refused."""
-    inventory = Path(sel.inventory or DEFAULT_INVENTORY)
+    inventory = Path(cli.inventory_path(sel.inventory))  # the one the tune selected its hosts from
     todo, hosts = [], None
     refused = []
     for r in reports:

@@ -41,6 +41,7 @@ ALIASES = {
 }
 BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 _SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]$")
+_HOST = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")  # a name, an address, a range (web[01:09])
 
 
 # Ansible's sudo become plugin reads its password from any of these (become/sudo.py, become_pass).
@@ -86,25 +87,27 @@ def _pairs(words: list[str], where: str) -> dict:
 
 def looks_like_ini(path: Path) -> bool:
     """Whether a file reads as an Ansible INI inventory (so `-i DIR` can take one named `hosts`
-    or `production`, and not a README): its first line that is not blank or a comment is a
-    [section], or a host name followed by key=value words only."""
+    or `production`, and not a README or a Makefile): every line that is not blank or a comment
+    is a [section], a host name followed by key=value words only, or key=value words (a group's
+    vars), and one at least is."""
     try:
         with path.open(encoding="utf-8") as f:
             text = f.read(1 << 16)
     except (OSError, UnicodeDecodeError):
         return False
+    seen = False
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
-        if _SECTION.match(line):
-            return True
         try:
-            words = shlex.split(line, comments=True)
+            words = [] if _SECTION.match(line) else shlex.split(line, comments=True)
         except ValueError:
             return False
-        return bool(words) and "=" not in words[0] and all("=" in w for w in words[1:])
-    return False
+        if words and not all("=" in w for w in words[1 if _HOST.match(words[0]) else 0:]):
+            return False  # neither a host line nor a [group:vars] line
+        seen = True
+    return seen
 
 
 def parse_ini(path: Path) -> dict:

@@ -121,7 +121,7 @@ def own_diff(content: bytes, label: str, own: str, exists: bool) -> str:
         size = f"{len(content.decode().splitlines())} lines"
     except UnicodeDecodeError:
         size = f"{len(content)} bytes"
-    return f"+ {label} ({own}, {size})\n" if not exists else f"~ {label} ({own}, a new version: {size})\n"
+    return f"+ {label} ({own}, {size})\n" if not exists else f"~ {label} ({own}: not this specops's, replaced by its {size})\n"
 
 
 def refuse_unsafe(f: dict) -> None:

@@ -151,10 +151,7 @@ def probe(req):
     for name in req.units:
         facts.units[name] = unit_fact(name)
     for d in req.listdirs:
-        try:
-            facts.listings[d] = {n: os.lstat(os.path.join(d, n)).st_size for n in os.listdir(d)}
-        except OSError:
-            facts.listings[d] = {}
+        facts.listings[d] = weight_listing(d)
     for dest in req.weights:
         facts.weights[dest] = weights.fact(dest, req.allow_shared_dirs)
     if req.gpu:
@@ -165,3 +162,31 @@ def probe(req):
     if req.lock_peek and facts.lock is None:
         facts.lock = lock.peek()
     return facts
+
+
+LISTED = 10000  # entries at most: more is no checkpoint, and the answer must stay small
+
+
+def weight_listing(d):
+    """The weight files at the top of directory `d` (name -> bytes it holds on disk), reached
+    through root's links only ({}: not known).  Only regular files count, at most their
+    allocated blocks: another user's link, a sparse file or a directory of a million names
+    must never make the GPUs look too small (a refusal) nor the answer huge."""
+    try:
+        fd, _ = safefs.open_dir(d, for_writing=False)
+    except (OSError, safefs.UnsafePath):
+        return {}
+    try:
+        names = os.listdir(fd)
+        if len(names) > LISTED:
+            return {}
+        out = {}
+        for n in names:
+            st = safefs.lstat_in(fd, n) if n.endswith((".safetensors", ".bin")) else None
+            if st is not None and stat.S_ISREG(st.st_mode):
+                out[n] = min(st.st_size, st.st_blocks * 512)
+        return out
+    except OSError:
+        return {}
+    finally:
+        os.close(fd)
