@@ -114,9 +114,14 @@ def test_a_signal_to_the_agent_ends_its_commands_first(tmp_path, signal_name):
     agent = agent_running(tmp_path, f"trap '' TERM HUP; echo $$ > {pidfile}; while :; do sleep 0.1; done")
     pid = wait_for(pidfile)
     import signal
-    agent.send_signal(getattr(signal, signal_name))
-    assert agent.wait(10) == 130
-    assert not alive(pid)
+    try:
+        agent.send_signal(getattr(signal, signal_name))
+        assert agent.wait(10) == 130
+        assert not alive(pid)
+    finally:  # a failed run leaves nothing behind: the command ignores TERM and HUP
+        agent.kill()
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_command_of_a_request_without_the_lock_never_makes_a_run_wait(tmp_path, monkeypatch):
