@@ -62,18 +62,18 @@ class Patched(File):
     def __init__(self, host, key, rel, text: bytes, any_base: bool, **kw):
         super().__init__(key, text, **kw)
         self.host, self.rel, self.text, self.any_base = host, patched_file(rel), text, any_base
-        self.diff = rel.endswith(DIFF_SUFFIX)
+        self.is_diff = rel.endswith(DIFF_SUFFIX)
 
     def wants(self):
         return protocol.Probe(files=[self.path], upstream=[self.path],
-                              content={self.path: "always" if self.diff else self.sha256})
+                              content={self.path: "always" if self.is_diff else self.sha256})
 
     def plan(self, facts, ctx):
         up = facts.upstream(self.path)
         if facts.venv(self.path.split(":")[1]).get("planned"):  # check mode, before a new stack is built
-            return self._change(self.label, f"{'apply the diff to' if self.diff else 'replace'} the new stack's file")
+            return self._change(self.label, f"{'apply the diff to' if self.is_diff else 'replace'} the new stack's file")
         version = up.get("version") or "?"
-        if self.diff:
+        if self.is_diff:
             if up.get("content_b64") is None:
                 raise PlanError(f"{self.label}: the upstream file of sglang {version} is not on the host (the "
                                 f"installed file differs from what its RECORD says, and no copy was kept); "
@@ -87,7 +87,7 @@ class Patched(File):
                 patchlint.check(base64.b64decode(up["content_b64"]).decode(), self.text.decode(), self.rel, version)
         c = super().plan(facts, ctx)
         f = facts.file(self.path)
-        if self.diff and c.actions and up.get("sha256") and not up.get("kept") and not f.get("kept_upstream"):
+        if self.is_diff and c.actions and up.get("sha256") and not up.get("kept") and not f.get("kept_upstream"):
             # Keep the upstream file before it is replaced: the diff is applied to it again later.
             c.actions[:0] = [protocol.KeepUpstream(sha256=up["sha256"], data=up["content_b64"],
                                                    desc=f"keep sglang {version}'s {self.rel} (upstream)")]

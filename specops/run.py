@@ -12,6 +12,9 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import traceback
+import sys
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -151,8 +154,12 @@ def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
         run.report.error = run.out.redact(str(e))
         run.say(f"FAILED: {run.report.error}")
     except Exception as e:  # a bug or an unexpected transport error: fail this host only
-        run.report.error = run.out.redact(f"{type(e).__name__}: {e}")
+        last = traceback.extract_tb(e.__traceback__)[-1:]
+        at = f" (at {os.path.basename(last[0].filename)}:{last[0].lineno})" if last else ""
+        run.report.error = run.out.redact(f"{type(e).__name__}: {e}{at}")
         run.say(f"FAILED: {run.report.error}")
+        if os.environ.get("SPECOPS_TRACEBACK"):  # for a bug report: where it happened
+            sys.stderr.write(run.out.redact(traceback.format_exc()))
     finally:
         if run.remote:
             run.report.round_trips = run.remote.round_trips

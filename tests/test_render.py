@@ -279,3 +279,19 @@ def test_a_notified_handler_is_said_notified_not_run():
         run.converge()
         assert [s for s in run.said if s.startswith("handler")] == [
             f"handler         daemon-reload demo: {word}", f"handler         restart demo: {word}"]
+
+
+def test_no_kind_of_file_shadows_a_method_of_file_with_an_attribute():
+    """model_patches.Patched once kept a flag in self.diff, which File.diff(old) became: every
+    diff of a patched file failed with "'bool' object is not callable".  An attribute a subclass
+    assigns must not be the name of a method of File."""
+    import ast
+    import inspect
+    from roles import model_patches
+    from specops.ops import files, systemd
+    methods = {n for n, v in vars(files.File).items() if callable(v)}
+    for cls in (model_patches.Patched, systemd.UnitFile):
+        tree = ast.parse(inspect.getsource(cls))
+        assigned = {t.attr for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+        assert not assigned & methods, (cls.__name__, assigned & methods)
