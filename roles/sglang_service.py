@@ -11,7 +11,7 @@ from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Servic
 from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind, venv_of
 from specops.services.unitfile import env_text, unit_text
-from specops.sglang.spec import expectations, launch_args, venv_python
+from specops.sglang.spec import expectations, launch_args, said_as, venv_python
 
 NAME = "sglang_service"
 VARS = schema.STACK_VARS  # the host vars it reads
@@ -42,7 +42,7 @@ class Preflight(Op):
             return self._change(target, "ok")
         return self._change(target, "the installed SGLang resolves the new arguments", checks=[protocol.Preflight(
             python=venv_python(self.venv), script=RESOLVER, argv=launch_args(self.svc), expect=self.expect,
-            service=self.svc["name"],
+            service=self.svc["name"], said_as=said_as(),
             desc=f"preflight {self.svc['name']}: the installed SGLang resolves the new arguments")])
 
 

@@ -181,3 +181,20 @@ def test_cli_refuses_seed_case_without_connecting(tmp_path, record_property):
     assert res.stderr.count("\n") == 1 and "[topk1-draft]" in res.stderr
     assert "SGLang would run with 2" in res.stderr and "Set num_draft_tokens: 2;" in res.stderr
     assert attempts == 0
+
+
+def test_verify_and_the_preflight_say_a_field_by_its_inventory_key_first():
+    """Issue 38: "num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2"."""
+    from types import SimpleNamespace
+    from specops.agent.converge import checks
+    from specops.agent.services import service_http
+    from specops.sglang.spec import said_as
+    words = said_as()
+    assert words["speculative_num_draft_tokens"] == "num_draft_tokens" and words["tp_size"] == "tp"
+    assert "model_path" not in words  # the same word in both
+    with pytest.raises(Exception, match=r"num_draft_tokens \(speculative_num_draft_tokens\): intended 16, effective 2"):
+        checks.compare({"speculative_num_draft_tokens": 2}, {"speculative_num_draft_tokens": 16}, "x", words)
+    report = SimpleNamespace(notes=[], failures=[])
+    svc = SimpleNamespace(intended={"tp_size": 2, "model_path": "/m"}, accepted={}, said_as=words)
+    service_http._compare(svc, {"tp_size": 1, "model_path": "/n"}, report)
+    assert report.failures == ["model_path: intended /m, effective /n", "tp (tp_size): intended 2, effective 1"]

@@ -25,7 +25,7 @@ def test_seed_case_with_opt_in_deploys_and_verify_reads_effective_value(sandbox)
     svc = sandbox_service(speculative=SEED, allow_sglang_adjustments=True)
     res, report = deploy(sandbox, "t1", [svc])
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "speculative_num_draft_tokens: intended 16, effective 2 (accepted SGLang adjustment)" in res.stdout
+    assert "num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2 (accepted SGLang adjustment)" in res.stdout
     (verified,) = report["hosts"]["t1"]["verify"]
     assert verified["effective"]["speculative_num_draft_tokens"] == 2  # read from /server_info
     assert verified["failures"] == []
@@ -47,7 +47,7 @@ def test_preflight_refuses_before_restart(sandbox, monkeypatch):
     reports, out = sandbox.apply(inv, [sglang_service])
     err = reports[0].error
     assert err and "host preflight (the installed SGLang's own resolver) refuses sglang" in err, out
-    assert "speculative_num_draft_tokens: intended 16, effective 2" in err
+    assert "num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2" in err
     assert sha256_on(h, *files) == before
     assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") == started
     assert unit_prop(h, "sglang", "ActiveState") == "active"

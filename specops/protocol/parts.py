@@ -66,6 +66,7 @@ class ServiceCheck:
     served_model_name: Optional[str] = None
     intended: Dict[str, Any] = DICT
     accepted: Dict[str, Any] = DICT
+    said_as: Dict[str, str] = DICT  # field -> its inventory key, for the words (sglang/spec.py said_as)
     timeout: float = 3600           # the ceiling on a start, however much progress it shows
     stall_timeout: float = 300      # a start with no progress for this long has failed
     progress: List[List[str]] = LIST  # [regex, label]: what a journal line says the service is doing
@@ -227,6 +228,7 @@ class Preflight:
     expect: Dict[str, Any]
     service: str
     desc: str = ""
+    said_as: Dict[str, str] = DICT  # field -> its inventory key, for the words
 
 
 @action("expect")

@@ -12,7 +12,7 @@ from .. import protocol
 from ..layout import API_KEY_ENV, LAUNCHER, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
 from ..sglang import stack
-from ..sglang.spec import bind_address, expectations, intended, launch_args, metrics_on
+from ..sglang.spec import bind_address, expectations, intended, launch_args, metrics_on, said_as
 from . import ServiceKind, hardening, register
 
 
@@ -90,7 +90,7 @@ class SGLang(ServiceKind):
         v = svc.get("verify") or {}
         return protocol.ServiceCheck(
             name=svc["name"], port=self.port(svc), host=bind_address(svc),
-            served_model_name=svc.get("served_model_name"), intended=want, accepted=accepted,
+            served_model_name=svc.get("served_model_name"), intended=want, accepted=accepted, said_as=said_as(),
             timeout=v.get("timeout", 3600), stall_timeout=v.get("stall_timeout", 300), progress=PROGRESS,
             prompt=v.get("prompt", "The capital of France is"),
             min_accept_length=v.get("min_accept_length"), baseline_tok_s=v.get("baseline_tok_s"),

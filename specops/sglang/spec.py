@@ -67,6 +67,12 @@ def metrics_on(svc: dict) -> bool:
     return svc.get("metrics", True) is not False
 
 
+def said_as() -> dict[str, str]:
+    """/server_info's field -> the inventory key that sets it, where they differ (verify's and the
+    preflight's words: "num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2")."""
+    return {field: key for key, _, field in SERVER_FLAGS + SPEC_FLAGS if key != field}
+
+
 def intended(svc: dict) -> dict[str, Any]:
     """What /server_info should report for the fields specops sets."""
     out: dict[str, Any] = {"model_path": svc["model_path"], "port": port(svc)}

@@ -6,8 +6,13 @@ import os
 from specops.agent.host import ActionError, clean, run_owned
 
 
-def compare(got, expect, what):
-    diffs = ["%s: intended %s, effective %s" % (k, v, got.get(k)) for k, v in sorted(expect.items())
+def named(field, said_as):
+    """A field in the inventory's words, SGLang's beside it: "num_draft_tokens (speculative_num_draft_tokens)"."""
+    return "%s (%s)" % (said_as[field], field) if field in (said_as or {}) else field
+
+
+def compare(got, expect, what, said_as=None):
+    diffs = ["%s: intended %s, effective %s" % (named(k, said_as), v, got.get(k)) for k, v in sorted(expect.items())
              if got.get(k) != v]
     if diffs:
         raise ActionError("%s: %s" % (what, "; ".join(diffs)))
@@ -26,7 +31,7 @@ def preflight(a):
     if not result["ok"]:
         raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
     return compare(result["values"], a.expect, "host preflight (the installed SGLang's own resolver) "
-                                                       "refuses %s" % a.service)
+                                                       "refuses %s" % a.service, a.said_as)
 
 
 def expect(a):

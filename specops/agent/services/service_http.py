@@ -10,6 +10,7 @@ import time
 from specops import protocol
 from specops.agent.services import asking, listeners, procs, ranks, routing, running, verdicts
 from specops.agent.host import clean, journal, say
+from specops.agent.converge.checks import named
 from specops.agent.converge.probe import unit_fact
 from specops.agent.services.startup import Startup
 
@@ -92,7 +93,7 @@ def _compare(svc, info, report):
         have = info.get(field)
         if have == want:
             continue
-        text = "%s: intended %s, effective %s" % (field, want, have)
+        text = "%s: intended %s, effective %s" % (named(field, svc.said_as), want, have)
         if field in svc.accepted and svc.accepted[field] == have:
             report.notes.append(text + " (accepted SGLang adjustment)")
         else:
