@@ -51,7 +51,7 @@ class GpusFit(Op):
     def wants(self):
         configs = [config_of(p) for _, p, _ in self.weights]
         return protocol.Probe(gpu=True, weights=[p for _, p, source in self.weights if source],
-                              listdirs=[p for _, p, source in self.weights if not source],
+                              weight_dirs=[p for _, p, source in self.weights if not source],
                               files=configs, content={c: "always" for c in configs})
 
     def plan(self, facts, ctx):
@@ -107,7 +107,7 @@ class GpusFit(Op):
         with a source count only when the manifest says they are that source's: a source that
         changed will replace them."""
         if not source:  # listed with lstat: an HF cache's links count as links (less: never a refusal)
-            return placement.weight_bytes(facts.listing(path))
+            return placement.weight_bytes(facts.weight_listing(path))
         have = (facts.data.get("weights") or {}).get(path) or {}
         made = ((have.get("manifest") or {}).get("source")) or {}
         if not made or have.get("differ") or any(made.get(k) != source.get(k) for k in IDENTITY):

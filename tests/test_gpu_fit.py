@@ -9,7 +9,7 @@ import pytest
 
 import tasks
 from roles import gpu_fit
-from specops import inventory
+from specops import inventory, protocol
 from specops.ops import Context, Facts, PlanError
 from specops.output.report import Redactor, Reporter
 from specops.run import HostRun, Options
@@ -40,7 +40,7 @@ def configs(dtype="bfloat16", paths=("/models/m", "/d")):
 
 
 def plan(host, gpu, listings=None, weights=None, files=None):
-    facts = Facts({"gpu": gpu, "listings": listings or {}, "weights": weights or {},
+    facts = Facts({"gpu": gpu, "weight_listings": listings or {}, "weights": weights or {},
                    "files": configs() if files is None else files, "venvs": {}})
     return [op.plan(facts, Context(host.name, True)) for op in gpu_fit.ops(host)]
 
@@ -202,3 +202,9 @@ def test_the_probe_lists_weight_files_on_disk_through_roots_links_only(tmp_path,
     assert probe.weight_listing(str(link)) == {} and probe.weight_listing(str(tmp_path / "none")) == {}
     monkeypatch.setattr(probe, "LISTED", 3)
     assert probe.weight_listing(str(d)) == {}
+    # a probe's plain listing (gpu_stack's wheelhouse) is another request, of every name: weights
+    # only there made the wheelhouse look empty, pushed again on every deploy (seen on the fleet)
+    (d / "torch-2.13.0-cp311-none-any.whl").write_bytes(b"w")
+    facts = probe.probe(protocol.Probe(listdirs=[str(d)], weight_dirs=[str(d)]))
+    assert facts.listings[str(d)]["torch-2.13.0-cp311-none-any.whl"] == 1
+    assert "torch-2.13.0-cp311-none-any.whl" not in facts.weight_listings[str(d)]

@@ -15,19 +15,22 @@ from specops.output.report import HostReport
 def test_the_agent_disables_each_stopped_unit_only_when_asked_and_reports_its_state(monkeypatch):
     ran, state = [], {"sglang": "enabled"}
 
+    """The state is what `systemctl is-enabled` reads from the links on disk: PID 1's UnitFileState
+    still said "enabled" after `disable --no-reload` (seen on the fleet)."""
     def run_quiet(argv, timeout=None):
         ran.append(argv)
         if argv[:2] == ["systemctl", "disable"]:
             state[argv[-1]] = "disabled"
-        return 0, ""
+        return (0, state[argv[-1]] + "\n") if argv[:2] == ["systemctl", "is-enabled"] else (0, "")
     monkeypatch.setattr(units, "stop_unit", lambda ref, others=(), measure=True: protocol.StopReport(ref.name, 1.0))
     monkeypatch.setattr(units, "run_quiet", run_quiet)
-    monkeypatch.setattr(units, "show", lambda name, *props: {"UnitFileState": state[name]})
+    monkeypatch.setattr(units, "show", lambda name, *props: {"UnitFileState": "enabled"})  # PID 1, not reloaded
     monkeypatch.setattr(units, "_gpu", lambda: {})
     kept = units.stop(protocol.Stop(services=[protocol.UnitRef(name="sglang")]))
-    assert kept.services[0].enabled == "enabled" and not ran
+    assert kept.services[0].enabled == "enabled" and ran == [["systemctl", "is-enabled", "sglang"]]
+    ran.clear()
     gone = units.stop(protocol.Stop(services=[protocol.UnitRef(name="sglang")], disable=True))
-    assert ran == [["systemctl", "disable", "--quiet", "--no-reload", "sglang"]]
+    assert ran == [["systemctl", "disable", "--quiet", "--no-reload", "sglang"], ["systemctl", "is-enabled", "sglang"]]
     assert gone.services[0].enabled == "disabled" and not gone.services[0].failures
 
 

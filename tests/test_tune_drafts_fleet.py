@@ -61,7 +61,7 @@ def test_a_slow_reading_planted_on_the_optimum_is_measured_again_and_the_optimum
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
     rec = json.loads(h.path(SPEC).read_text())["sglang"]
     assert json.loads(h.run("cat", SLOW).stdout)[0]["starts"] == 0, res.stdout[-5000:]  # the slow start happened
-    assert settings(rec["winner"]) == OPTIMUM, rec["verdict"]  # first: what a user sees
+    assert settings(rec["winner"]) == OPTIMUM, (rec["verdict"], res.stdout[-6000:])  # first: what a user sees
     first = [c for c in rec["candidates"] if settings(c["settings"]) == OPTIMUM and c["rung"] == "short"]
     assert len(first) == 2 and not first[0]["again"] and first[1]["again"], first
     assert first[0]["score"] < 0.6 * first[1]["score"], [c["score"] for c in first]  # 0.4 of its speed, then not

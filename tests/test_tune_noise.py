@@ -260,3 +260,28 @@ def test_apply_writes_into_the_inventory_the_tune_selected_from_spec_ops_invento
     sel = SimpleNamespace(inventory=None, host="t1", group=None, all=False)
     tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append)
     assert "num_steps: 5" in path.read_text() and len(deploys) == 1
+
+
+def test_a_slow_reading_found_as_the_climb_spends_its_last_restart_is_still_measured_again():
+    """LEND: one restart of the final rung's may measure it again (a lost optimum costs more)."""
+    cands = _space()
+    truth = {s: 200.0 + 10 * s.num_steps + s.num_draft_tokens for s in cands}
+    order = []
+    climb.climb(cands, lambda s: order.append(s) or truth[s], Settings(3, 1, 4), budget=100)
+    last = order[-1]
+    read, seen = _reader(truth, {last})
+    c = climb.climb(cands, read, Settings(3, 1, 4), budget=len(order))
+    assert seen.count(last) == 2 and c.scores[last] == truth[last] and len(seen) == len(order) + climb.LEND
+
+
+def test_a_small_space_is_swept_when_the_climb_stops_and_what_is_left_fits_its_restarts():
+    """Seen on the fleet: a jittery reading left (5, 1, 6) under the start, the climb stepped
+    sideways the other way and stopped, and the optimum two tokens values away was never read."""
+    cands = _space()
+    truth = {Settings(3, 1, 4): 400, Settings(3, 4, 4): 394, Settings(5, 1, 6): 390, Settings(1, 1, 2): 300,
+             Settings(1, 4, 4): 320, Settings(5, 4, 4): 310, Settings(3, 4, 16): 470, Settings(5, 4, 16): 550}
+    assert set(truth) == set(cands)
+    stuck = climb.climb(cands, truth.get, Settings(3, 1, 4), budget=8)
+    assert Settings(5, 4, 16) not in stuck.scores and not stuck.budget_spent  # the climb alone misses it
+    c, finals = climb.search(cands, truth.get, truth.get, Settings(3, 1, 4), 12)
+    assert set(c.scores) == set(cands) and climb.winner_of(c, finals) == Settings(5, 4, 16)

@@ -76,6 +76,10 @@ class Facts:
         """name → size of the files in a directory."""
         return (self.data.get("listings") or {}).get(directory, {})
 
+    def weight_listing(self, directory: str) -> dict[str, int]:
+        """name → bytes on disk of a checkpoint's weight files (probe.weight_listing)."""
+        return (self.data.get("weight_listings") or {}).get(directory, {})
+
     def upstream(self, key: str) -> dict:
         return (self.data.get("upstream") or {}).get(key) or {}
 
@@ -112,7 +116,7 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
     """One probe for every op: lists unioned in order, mappings merged, flags or'ed."""
     out = protocol.Probe()
     for w in parts:
-        for k in ("files", "units", "venvs", "listdirs", "weights", "upstream"):
+        for k in ("files", "units", "venvs", "listdirs", "weight_dirs", "weights", "upstream"):
             getattr(out, k).extend(x for x in getattr(w, k) if x not in getattr(out, k))
         out.content.update(w.content)
         out.checks.update(w.checks)

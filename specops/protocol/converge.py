@@ -31,6 +31,7 @@ class ProbeResult:
     units: Dict[str, Any] = DICT
     venvs: Dict[str, Any] = DICT
     listings: Dict[str, Dict[str, int]] = DICT
+    weight_listings: Dict[str, Dict[str, int]] = DICT
     checks: Dict[str, int] = DICT
     weights: Dict[str, Any] = DICT
     stacks: List[Dict[str, Any]] = LIST
@@ -56,6 +57,7 @@ class Probe:
     units: List[str] = LIST
     venvs: List[str] = LIST
     listdirs: List[str] = LIST
+    weight_dirs: List[str] = LIST  # checkpoints: their weight files' bytes on disk (probe.weight_listing)
     checks: Dict[str, str] = DICT
     weights: List[str] = LIST
     stacks: bool = False

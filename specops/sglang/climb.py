@@ -1,20 +1,21 @@
-"""spec-tune's search over a space of Settings (tuning.py makes the space): it spends restarts,
-not load, and each reading may be noisy.
+"""spec-tune's search over a space of Settings (tuning.py makes the space): it spends restarts, not
+load, and each reading may be noisy.
 
-It starts from what the service runs now (or the middle of the space) and measures neighbours
-with a short load (every candidate near it on each knob, diagonals included: the knobs are
-coupled), the one a plane fitted to every reading so far guesses best first, moves to the first
-that beats where it stands, and stops when none does (stepping once onto a level neighbour
-first).  Throughput mostly rises and then falls along these moves (more steps, a wider tree or
-more draft tokens each buy accepted tokens with per-step cost), so the climb usually ends at the
-optimum without the grid.  When it stops with restarts to spare it climbs again from the
-likeliest setting not measured (a space whose values are far apart can hide the optimum behind a
-worse neighbour).  A reading far below what a neighbour predicts for it (the neighbour's figure,
-scaled by their accept lengths) is a slow start, not the settings: it is measured again before it
-can drop a candidate.  The finalists (those within FINALIST_MARGIN of the best short figure) then
-get the full load: the second rung of a successive halving, which only the candidates that can
-still win reach.  bench/tune_landscapes.py says how often this ends within 3% of the optimum,
-with and without noise.
+It starts from what the service runs now (or the middle of the space) and measures neighbours with
+a short load (every candidate near it on each knob, diagonals included: the knobs are coupled), the
+one a plane fitted to every reading so far guesses best first, moves to the first that beats where
+it stands, and stops when none does (stepping once onto a level neighbour first). Throughput mostly
+rises and then falls along these moves (more steps, a wider tree or more draft tokens each buy
+accepted tokens with per-step cost), so the climb usually ends at the optimum without the grid.
+When it stops with restarts to spare it climbs again from the likeliest setting not measured (a
+space whose values are far apart can hide the optimum behind a worse neighbour), and in a small
+space measures all that is left when its restarts hold it. A reading far below what a neighbour
+predicts for it (the neighbour's figure, scaled by their accept lengths) is a slow start, not the
+settings: it is measured again before it can drop a candidate, with a restart taken from the final
+rung if the climb's are spent. The finalists (those within FINALIST_MARGIN of the best short
+figure) then get the full load: the second rung of a successive halving, which only the candidates
+that can still win reach. bench/tune_landscapes.py says how often this ends within 3% of the
+optimum, with and without noise.
 """
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ EXPLORE = 8             # restarts a climb started again leaves to finalists, be
 FINALISTS = 6          # at most, within FINALIST_MARGIN, as the budget allows (three at least)
 BUDGET_SHARE = 0.4      # of the grid's restarts: what a search may spend by default (bench/tune_landscapes.py)
 MIN_BUDGET = 12
+# A slow reading found when the climb's restarts are spent may still be measured again, with this
+# many taken from the final rung: a lost optimum costs more than one finalist's full load less.
+LEND = 1
 # Restarts the climb leaves to the finalists' full loads: a sixth of the budget, 2 to 4.  Short
 # readings 3% apart are noise on a shared box: the full load must see the top few, not the top two
 # (bench/tune_landscapes.py --noise: 93.6% -> 96.1% within 3% on the issue's space at 2 -> 4).
@@ -144,7 +148,7 @@ def climb(candidates: list[Settings], measure: Callable[[Settings], float | None
         nonlocal spent
         near = [expected(c, n) for n in neighbours(c, candidates) if out.scores.get(n) is not None]
         if out.scores.get(c) is None or not near or out.scores[c] >= OUTLIER * max(near) \
-                or any(a[0] == c for a in out.again) or spent >= budget:
+                or any(a[0] == c for a in out.again) or spent >= budget + LEND:
             return
         spent += 1
         second = measure(c)
@@ -190,11 +194,12 @@ def search(candidates: list[Settings], short: Callable, full: Callable, start: S
     The climb and the finalists' full-load scores."""
     rung = max(budget - 2 - max(2, min(RESERVE, budget // 6)), 1)
     c = climb(candidates, short, start, rung, accept=accept)
-    while not c.budget_spent and len(c.scores) + len(c.again) < rung - EXPLORE:
+    while not c.budget_spent:
         # the climb stopped with restarts left: climb again from the likeliest setting not measured
-        # (a space whose values are far apart can hide the optimum behind a worse neighbour)
-        rest = [s for s in candidates if s not in c.scores]
-        if not rest:
+        # (a space whose values are far apart can hide the optimum behind a worse neighbour), and
+        # in a small space measure what is left when the restarts left hold it all
+        rest, left = [s for s in candidates if s not in c.scores], rung - len(c.scores) - len(c.again)
+        if not rest or (left <= EXPLORE and len(rest) > left):
             break
         guess = _plane(c.scores)
         c = climb(candidates, short, max(rest, key=lambda s: (guess(s) if guess else 0, s)), rung, c, accept)

@@ -151,7 +151,12 @@ def probe(req):
     for name in req.units:
         facts.units[name] = unit_fact(name)
     for d in req.listdirs:
-        facts.listings[d] = weight_listing(d)
+        try:
+            facts.listings[d] = {n: os.lstat(os.path.join(d, n)).st_size for n in os.listdir(d)}
+        except OSError:
+            facts.listings[d] = {}
+    for d in req.weight_dirs:
+        facts.weight_listings[d] = weight_listing(d)
     for dest in req.weights:
         facts.weights[dest] = weights.fact(dest, req.allow_shared_dirs)
     if req.gpu:

@@ -181,6 +181,8 @@ def stop(req):
             rc, out = run_quiet(["systemctl", "disable", "--quiet", "--no-reload", ref.name])
             if rc != 0:
                 report.failures.append("systemctl disable %s: %s" % (ref.name, out.strip()[-300:]))
-        report.enabled = show(ref.name, "UnitFileState").get("UnitFileState") or None
+        # is-enabled reads the links on disk; PID 1's UnitFileState still says "enabled" until a reload
+        rc, out = run_quiet(["systemctl", "is-enabled", ref.name])
+        report.enabled = out.strip().splitlines()[-1] if out.strip() else None
         reports.append(report)
     return protocol.StopResult(services=reports, gpus=_used(_gpu()))
