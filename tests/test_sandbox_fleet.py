@@ -142,7 +142,8 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
             elif words[0] == "sed" and "version:" in step.command:
                 version = re.search(r"version: (\S+)\$/", step.command).group(1)
             elif words[1:2] == ["deploy"] and "--check" in words:
-                assert not h.path(stack.venv_of({**host.vars, "sglang": {"version": version}})).exists()
+                if version != provision.SIM_VERSION:  # the upgrade's: its stack is not built by a check
+                    assert not h.path(stack.venv_of({**host.vars, "sglang": {"version": version}})).exists()
             elif words[1:2] == ["deploy"] and res.returncode == 0:
                 deploys += 1
                 assert running(h) == ("patched: embedding capture", version) and "hunk" not in out

@@ -177,8 +177,8 @@ def stop(req):
     for ref in req.services:
         report = stop_unit(ref, [n for n in names if n != ref.name])
         report.failures += _unowned_failures(report)
-        if req.disable:  # a symlink removed: no daemon-reload needed for the next boot to see it
-            rc, out = run_quiet(["systemctl", "disable", "--quiet", "--no-reload", ref.name])
+        if req.disable:  # with its reload: PID 1's UnitFileState, which deploy reads, must say disabled
+            rc, out = run_quiet(["systemctl", "disable", "--quiet", ref.name])
             if rc != 0:
                 report.failures.append("systemctl disable %s: %s" % (ref.name, out.strip()[-300:]))
         # is-enabled reads the links on disk; PID 1's UnitFileState still says "enabled" until a reload
