@@ -100,9 +100,9 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     address off lo."""
     site = fleet.Site("soi", "192.168.243", tmp_path / "site")
     editor = tmp_path / "editor"  # a person resolving the demo patch's conflict: one docstring of both
-    editor.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
-                      "from test_sandbox_fleet import resolve_docstring as r; from pathlib import Path; "
-                      "p = Path(sys.argv[1]); p.write_text(r(p.read_text()))' \"$1\"\n")
+    editor.write_text(f"#!{sys.executable}\nimport sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+                      "from test_sandbox_fleet import resolve_docstring\n"
+                      "p = Path(sys.argv[1])\np.write_text(resolve_docstring(p.read_text()))\n")
     editor.chmod(0o755)
     env = {"SPECOPS_SANDBOX_SITE": f"{site.prefix},{site.subnet},{site.state}", "EDITOR": str(editor)}
     address = fleet.service_address(site)
@@ -140,7 +140,7 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
                 text = (inv_dir / "hosts.yml").read_text()
                 assert f"# {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} fails at start" in text
             elif words[0] == "sed" and "version:" in step.command:
-                version = re.search(r"version: (\S+)\$/", step.command).group(1)
+                version = re.search(r"\$/version: ([^/]+)/", step.command).group(1)  # what it becomes
             elif words[1:2] == ["deploy"] and "--check" in words:
                 if version != provision.SIM_VERSION:  # the upgrade's: its stack is not built by a check
                     assert not h.path(stack.venv_of({**host.vars, "sglang": {"version": version}})).exists()
