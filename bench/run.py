@@ -181,17 +181,20 @@ def _cpu_stat(path: Path) -> float:
 
 
 def hosts_cpu(f: "fleet.Fleet") -> float:
-    """CPU seconds the sandbox hosts spent outside the simulated servers: the containers' cgroup
-    (cgroup v2's cpu.stat, present without any controller) minus their sglang.service's."""
+    """CPU seconds the sandbox hosts spent outside the simulated servers: each container's payload
+    cgroup (cgroup v2's cpu.stat, present without any controller) minus its sglang.service's."""
     unified = next((line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
                     if line.split()[2] == "cgroup2"), None)
-    init = fleet._container_pid(f.hosts[0]) if unified else None
-    if not init:
-        return 0.0
-    rel = next(line.split(":", 2)[2] for line in Path(f"/proc/{init}/cgroup").read_text().splitlines()
-               if line.startswith("0::")).strip()
-    root = Path(unified) / rel.strip("/").split("/")[0]  # the containers' payload, above their units
-    return _cpu_stat(root) - _cpu_stat(root / "system.slice/sglang.service")
+    total = 0.0
+    for h in f.hosts if unified else ():
+        init = fleet._container_pid(h)
+        if not init:
+            continue
+        rel = next(line.split(":", 2)[2] for line in Path(f"/proc/{init}/cgroup").read_text().splitlines()
+                   if line.startswith("0::")).strip()
+        payload = Path(unified) / rel.strip("/").rsplit("/", 1)[0]  # the container's, above its units
+        total += _cpu_stat(payload) - _cpu_stat(payload / "system.slice/sglang.service")
+    return total
 
 
 KEYS = ("first", "noop", "channels_first", "channels_noop", "trips_first", "trips_noop", "controller_cpu_first",

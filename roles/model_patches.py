@@ -1,5 +1,6 @@
-"""Patched SGLang model files: compiled by the service's own interpreter, placed atomically,
-their bytecode purged, the service restarted.
+"""Patched SGLang model files: compiled by the service's own interpreter (or here, once, when
+this interpreter writes the same bytecode), placed atomically, their bytecode purged, the
+service restarted.
 
 A patch is a unified diff against SGLang's file (`<file>.patch`), applied to the file of the
 version installed in the stack, or a whole file that says which upstream file it replaces
@@ -8,12 +9,14 @@ upstream file is not one it fits, or when the patched file has a name error the 
 has not (specops/sglang/patchlint.py: compiling cannot see those).
 """
 import base64
+import posixpath
 
 from specops.inventory import schema
 from specops import protocol
 from specops.ops import handlers
 from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PlanError, PurgeBytecode
+from specops.ops.code import precompiled
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
 from specops.sglang import patchfile, patchlint
@@ -63,6 +66,7 @@ class Patched(File):
         super().__init__(key, text, **kw)
         self.host, self.rel, self.text, self.any_base = host, patched_file(rel), text, any_base
         self.is_diff = rel.endswith(DIFF_SUFFIX)
+        self.module = posixpath.basename(self.rel)[:-3]
 
     def wants(self):
         return protocol.Probe(files=[self.path], upstream=[self.path],
@@ -86,6 +90,11 @@ class Patched(File):
             if up.get("content_b64") is not None and self.rel.endswith(".py"):
                 patchlint.check(base64.b64decode(up["content_b64"]).decode(), self.text.decode(), self.rel, version)
         c = super().plan(facts, ctx)
+        for write in (a for a in c.actions if isinstance(a, protocol.Write) and a.validate):
+            # Compiled here when the host's interpreter writes the same bytecode: not on every host.
+            made = precompiled(self.content, facts.venv(self.path.split(":")[1]), self.module, self.label)
+            if made:
+                write.validate, write.validator, write.bytecode = None, None, made
         f = facts.file(self.path)
         if self.is_diff and c.actions and up.get("sha256") and not up.get("kept") and not f.get("kept_upstream"):
             # Keep the upstream file before it is replaced: the diff is applied to it again later.

@@ -4,6 +4,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
+import shutil
 import signal
 import subprocess
 import sys
@@ -286,11 +288,19 @@ _found: dict = {}
 
 
 def pytest_configure(config):
+    # Each session starts with an empty memo of its own: no test sees a verdict an earlier one kept.
+    os.environ["SPECOPS_MEMO"] = tempfile.mkdtemp(prefix="specops-memo-")
     config.addinivalue_line("markers", "reliability(case, kind): a row of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "security(case, attack): a row of docs/RELIABILITY.md's security table")
     config.addinivalue_line("markers", "found(key): this test covers a case found while writing the tests "
                                        "(tests/reliability.py FOUND[key]): a line of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "logins(*flavours): run once per login (default: root, ubuntu-sudo-pass)")
+
+
+def pytest_unconfigure(config):
+    memo = os.environ.pop("SPECOPS_MEMO", None)
+    if memo:
+        shutil.rmtree(memo, ignore_errors=True)
 
 
 def _outcome(item, report):

@@ -69,3 +69,38 @@ def test_the_compile_opens_only_the_staged_file_and_prints_none_of_another(tmp_p
         staged(tmp_path, [sys.executable, "-I", "-S", "-c", swap + COMPILE + later, "{}..."])
     assert "hunter2" not in str(refused.value)
     assert os.listdir(tmp_path) == []
+
+
+def venv_fact(magic=None):
+    from importlib.util import MAGIC_NUMBER
+    return {"tag": sys.implementation.cache_tag, "magic": magic or MAGIC_NUMBER.hex()}
+
+
+def test_bytecode_the_controller_compiled_is_what_the_purge_installs(tmp_path):
+    """The same interpreter's bytecode: compiled once on the controller, no validator on the host."""
+    from specops.ops.code import precompiled
+    made = precompiled(SOURCE, venv_fact(), "mod", "sglang/mod.py")
+    write = protocol.Write(path=str(tmp_path / "mod.py"), data=base64.b64encode(SOURCE).decode(),
+                           owner=None, group=None, bytecode=made)
+    s = stage.Staged(write).write()
+    digest, [(name, pyc)] = s.bytecode
+    assert digest == hashlib.sha256(SOURCE).hexdigest() and name == f"mod.{sys.implementation.cache_tag}.pyc"
+    assert pyc[4:8] == CHECKED_HASH
+    space = {}
+    exec(__import__("marshal").loads(pyc[16:]), space)
+    assert space["VALUE"] == 1
+    s.discard()
+
+
+def test_another_interpreters_bytecode_is_left_to_the_host():
+    """PyPy's, another CPython's, or a venv fact kept before the magic was asked: the host compiles."""
+    from specops.ops.code import precompiled
+    assert precompiled(SOURCE, venv_fact(magic="00000000"), "mod", "m.py") is None
+    assert precompiled(SOURCE, {"tag": "cpython-311"}, "mod", "m.py") is None
+
+
+def test_a_patched_file_that_does_not_compile_is_refused_before_anything_moves():
+    from specops.ops import PlanError
+    from specops.ops.code import precompiled
+    with pytest.raises(PlanError, match=r"refused sglang/srt/models/llama.py: SyntaxError: .* \(line 2\)"):
+        precompiled(b"A = 1\ndef oops(:\n", venv_fact(), "llama", "sglang/srt/models/llama.py")

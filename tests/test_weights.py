@@ -1,4 +1,5 @@
 """The weights manifest's no-op rule and the inventory's weights sources: no fleet needed."""
+import hashlib
 import json
 import os
 import time
@@ -120,7 +121,7 @@ def _fetched(tmp_path, monkeypatch, names=("a.safetensors", "config.json")):
     for n in names:
         (dest / n).write_bytes(n.encode() * 10)
     files = {n: {"size": (dest / n).stat().st_size, "mtime_ns": (dest / n).stat().st_mtime_ns,
-                 "sha256": weights.hashlib.sha256(n.encode() * 10).hexdigest()} for n in names}
+                 "sha256": hashlib.sha256(n.encode() * 10).hexdigest()} for n in names}
     weights.write_manifest(str(dest), {"dest": str(dest), "source": {}, "commit": "c1", "files": files})
     return dest
 
@@ -217,7 +218,7 @@ def test_a_file_the_hub_gives_no_sha256_for_is_compared_by_its_git_blob_sha1_not
     dest.mkdir(mode=0o755)
     (dest / "config.json").write_bytes(b"hello\n")
     st = (dest / "config.json").stat()
-    known = {"size": 6, "mtime_ns": st.st_mtime_ns, "sha256": weights.hashlib.sha256(b"hello\n").hexdigest()}
+    known = {"size": 6, "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(b"hello\n").hexdigest()}
     blob = "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object` of "hello\n"
     dfd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -248,7 +249,7 @@ def test_a_new_commit_fetches_only_what_changed_and_the_manifest_hashes_what_it_
     monkeypatch.setattr(weights, "download", lambda *a: asked.append(a))
 
     def git_sha1(data):
-        return weights.hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
     info = {"commit": "c2", "files": [
         {"name": "config.json", "size": 110, "sha256": None, "blob": git_sha1(b"config.json" * 10)},
         {"name": "tokenizer.json", "size": 10, "sha256": None, "blob": git_sha1(b"new tokens")}]}
@@ -262,8 +263,8 @@ def test_a_new_commit_fetches_only_what_changed_and_the_manifest_hashes_what_it_
         os.close(dfd)
     assert res["fetched"] == [] and asked == [] and not [s for s in said if "fetched again" in s]
     files = weights.read_manifest(str(dest))["files"]
-    assert files["tokenizer.json"]["sha256"] == weights.hashlib.sha256(b"new tokens").hexdigest()
-    assert files["config.json"]["sha256"] == weights.hashlib.sha256(b"config.json" * 10).hexdigest()
+    assert files["tokenizer.json"]["sha256"] == hashlib.sha256(b"new tokens").hexdigest()
+    assert files["config.json"]["sha256"] == hashlib.sha256(b"config.json" * 10).hexdigest()
 
 
 FAKE_HUB = '''

@@ -14,7 +14,6 @@ Never a secret: names, versions, digests and numbers only (no env file, argument
 into it).  Written whole to a temporary name in the same directory, fsync'd, then renamed: the
 collector never reads a torn file; the directory must be root's alone (safefs).
 """
-import hashlib
 import os
 import sys
 import time
@@ -22,7 +21,7 @@ import time
 from specops import protocol
 from specops.agent import lock, safefs
 from specops.agent.converge.venvs import resolve_key
-from specops.agent.host import run_quiet, wall_time
+from specops.agent.host import run_quiet, sha256, wall_time
 from specops.agent.releases import current_manifest, read_perf
 from specops.agent.services.running import stale_check
 from specops.agent.services.verdicts import verdicts
@@ -104,7 +103,7 @@ def changed_files(check, snapshot):
             data = safefs.read_file(path) if want else None
         except (OSError, safefs.UnsafePath):
             data = None
-        if want and (data is None or hashlib.sha256(data).hexdigest() != want):
+        if want and (data is None or sha256(data).hexdigest() != want):
             out.append(path)
     return out
 

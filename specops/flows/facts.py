@@ -6,9 +6,10 @@ from ..run import HostRun
 
 
 def base_wants(host) -> protocol.Probe:
-    """The venv, every service's unit, the GPUs and the lock: what status and facts show."""
+    """The venv, every service's unit, the GPUs with who holds their memory, and the lock: what status
+    and facts show."""
     return protocol.Probe(venvs=[services.venv_of(host)], units=[s["name"] for _, s in services.of_host(host)],
-                          gpu=True, lock_peek=True)
+                          gpu=True, gpu_apps=True, lock_peek=True)
 
 
 def facts_probe(run: HostRun) -> dict:

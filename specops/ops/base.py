@@ -121,6 +121,7 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
         out.content.update(w.content)
         out.checks.update(w.checks)
         out.gpu = out.gpu or w.gpu
+        out.gpu_apps = out.gpu_apps or w.gpu_apps
         out.stacks = out.stacks or w.stacks
         if w.wheel_files and out.wheel_files and w.wheel_files != out.wheel_files:
             # One request per probe (the agent reads one wheel): a second would be silently dropped.

@@ -6,9 +6,9 @@ import dataclasses
 import json
 
 from . import handlers
-from .. import protocol
-from ..layout import STATE_FILE, restart_stamp_is_stale
-from .base import Op
+from .. import memo, protocol
+from ..layout import CHECKED_HASH, STATE_FILE, restart_stamp_is_stale
+from .base import Op, PlanError
 
 STATE_WANTS = protocol.Probe(files=[STATE_FILE], content={STATE_FILE: "always"})
 
@@ -115,3 +115,31 @@ class RunningCode(Op):
             return self._change(target, "ok")
         change = self._change(target, f"{why}; restart", notify=list(self.notify))
         return dataclasses.replace(change, stale=True)
+
+
+def precompiled(source: bytes, venv: dict, module: str, label: str) -> list[str] | None:
+    """[.pyc name, base64 .pyc] of `source` for the venv's interpreter (its probe fact), compiled
+    here when this interpreter writes the same bytecode (the same importlib MAGIC_NUMBER), else
+    None: the host's interpreter compiles it while validating.  A checked-hash .pyc (PEP 552),
+    as the validator makes; kept by the memo, so a fleet's first deploy compiles a patched module
+    once instead of once per host.  A file that does not compile is refused here, as the host's
+    validator would."""
+    from importlib.util import MAGIC_NUMBER
+    if venv.get("magic") != MAGIC_NUMBER.hex() or not venv.get("tag"):
+        return None
+    pyc = memo.cached("pyc", memo.key(MAGIC_NUMBER.hex(), source), lambda: _compiled(source, label, venv["tag"]))
+    return [f"{module}.{venv['tag']}.pyc", base64.b64encode(pyc).decode()]
+
+
+def _compiled(source: bytes, label: str, tag: str) -> bytes:
+    import marshal
+    import warnings
+    from importlib.util import MAGIC_NUMBER, source_hash
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarnings of upstream code are SGLang's
+            code = compile(source, label, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte
+        where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
+        raise PlanError(f"compiling for {tag} refused {label}: {type(e).__name__}: {getattr(e, 'msg', e)}{where}") from None
+    return MAGIC_NUMBER + CHECKED_HASH + source_hash(source) + marshal.dumps(code)

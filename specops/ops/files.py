@@ -11,12 +11,12 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-from .. import protocol
+from .. import memo, protocol
 from ..errors import UsageError
 from .base import Op, PlanError, unified_diff
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
-_jinja = None  # built on first render: most runs of a no-op deploy never import Jinja2's 40 ms
+_jinja = None  # built on first render: a run that renders nothing new never imports Jinja2
 
 
 def _backup(ctx, real: str) -> str | None:
@@ -135,6 +135,19 @@ def refuse_unsafe(f: dict) -> None:
 
 
 def render(template: str, **vars: Any) -> str:
+    return _render(template, vars)
+
+
+def render_kept(template: str, **vars: Any) -> str:
+    """render() for a template whose output is not secret (a unit file: world-readable on the
+    host anyway), kept by the memo under the hash of the templates and the variables: a deploy
+    whose unit has not changed never imports Jinja2 (~35 ms)."""
+    name = memo.key(*sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
+                    template, json.dumps(vars, sort_keys=True, default=repr))
+    return memo.cached("rendered", name, lambda: _render(template, vars).encode()).decode()
+
+
+def _render(template: str, vars: dict) -> str:
     global _jinja
     import jinja2
     if _jinja is None:

@@ -14,9 +14,9 @@ class ProbeResult:
     """The facts.  files: key → {path, exists, type, sha256, size, mtime, mode, owner, group,
     content_b64 (when asked and different), pycache [{name, mtime}], unresolved};
     units: name → systemctl show properties (+ text, the unit file); venvs: path → {exists,
-    python, version, tag, packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
+    python, version, tag, magic (importlib's MAGIC_NUMBER, hex), packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
     uuid, name, driver_version, memory.total, memory.used (None when unknown)}], apps
-    [Process], driver, unknown [fields nvidia-smi could not report], error};
+    [Process] (asked with gpu_apps), driver, unknown [fields nvidia-smi could not report], error};
     lock: {acquired, token, holder, running [an earlier run's commands]} when taken, {held, holder}
     when peeked; weights: dest →
     {manifest (or None), differ [files whose size or mtime moved], free (bytes)};
@@ -64,6 +64,7 @@ class Probe:
     upstream: List[str] = LIST
     wheel_files: Dict[str, Any] = DICT
     gpu: bool = False
+    gpu_apps: bool = False  # with gpu, nvidia-smi's compute apps too (a second call): status and facts show them
     allow_shared_dirs: List[str] = LIST
     lock_peek: bool = False
     lock_acquire: Optional[Holder] = None

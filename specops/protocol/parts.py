@@ -124,7 +124,9 @@ Action = "any of the action messages below (a field annotated List[Action] holds
 class Write:
     """Replace a file: staged and validated before anything in the batch changes, the old content
     kept at `backup`, then renamed into place.  `validate` is an argv whose last word is {} (the
-    staged path) or {}... (the batch's writes with the same validator are checked in one run)."""
+    staged path) or {}... (the batch's writes with the same validator are checked in one run).
+    `bytecode`: what such a validator would have compiled, made by the controller instead
+    (ops.code.precompiled), installed by the purge that follows as the validator's would be."""
     path: str
     data: str  # base64
     mode: str = "0644"
@@ -134,6 +136,7 @@ class Write:
     validator: Optional[str] = None
     label: Optional[str] = None
     backup: Optional[str] = None
+    bytecode: Optional[List[str]] = None  # [.pyc name, base64]: compiled by the controller for this interpreter
     desc: str = ""
 
 

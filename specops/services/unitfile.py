@@ -3,7 +3,7 @@ router role write them; the benchmark renders the unit too)."""
 from __future__ import annotations
 
 from ..layout import API_KEY_ENV, env_file
-from ..ops.files import render
+from ..ops.files import render, render_kept
 from ..ops.unitfmt import envfile_line, exec_line, unit_environment
 from . import kind_of
 
@@ -17,7 +17,7 @@ def unit_text(svc, venv):
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = svc["cuda_visible_devices"]
-    return render("sglang.service.j2", description=kind.description(svc).replace("%", "%%"),
+    return render_kept("sglang.service.j2", description=kind.description(svc).replace("%", "%%"),
                   env_file=env_file(svc["name"]), exec_start=exec_line(argv),
                   environment=[unit_environment(k, v) for k, v in sorted(env.items())],
                   properties=list(props.items()))

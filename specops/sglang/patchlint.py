@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
+import json
 import warnings
 from collections import Counter
+from functools import lru_cache
+from pathlib import Path
 
 from pyflakes import messages
 from pyflakes.checker import Checker
 
+from .. import memo
 from . import patchfile
 from .patchfile import PatchError
 
@@ -59,9 +64,22 @@ def _text(m):
 def problems(upstream: str, patched: str, filename: str) -> list[str]:
     """The patched file's run-time name problems that its upstream file does not have, one line
     each ("line N: undefined name 'residual'", N in the patched file); [] for a file that is not
-    Python (by its name) or that does not parse."""
+    Python (by its name) or that does not parse.  Kept by the memo under both texts and the
+    checker's own code: pyflakes takes ~0.2 s on a 180 KB model file, for each host."""
     if not filename.endswith(".py"):
         return []
+    name = memo.key(_checker_id(), filename, upstream, patched)
+    return json.loads(memo.cached("patchlint", name, lambda: json.dumps(_problems(upstream, patched, filename)).encode()))
+
+
+@lru_cache(maxsize=1)
+def _checker_id() -> str:
+    """This module and pyflakes as installed: a change to either is a new verdict."""
+    origin = importlib.util.find_spec("pyflakes").origin  # its __init__ names its version
+    return memo.key(Path(__file__).read_bytes(), origin, Path(origin).read_bytes())
+
+
+def _problems(upstream: str, patched: str, filename: str) -> list[str]:
     mine = _messages(patched, filename)
     if not mine:
         return []

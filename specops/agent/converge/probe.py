@@ -9,10 +9,10 @@ import sys
 import time
 
 from specops import protocol
-from specops.agent import lock, safefs, weights
+from specops.agent import lock, safefs
 from specops.agent.services.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name, wall_time
-from specops.agent.converge import stacks, upstream
+from specops.agent.converge import upstream
 from specops.agent.converge.venvs import resolve_key, venv_fact
 from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 
@@ -144,6 +144,7 @@ def probe(req):
     for key in req.upstream:
         facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs)
     if req.stacks:
+        from specops.agent.converge import stacks  # only then: it imports shutil and tempfile
         facts.stacks, facts.stacks_free = stacks.listing(), stacks.free()
     if req.wheel_files:
         from specops.agent.converge import wheelfiles  # only then: urllib costs the agent's start
@@ -157,10 +158,11 @@ def probe(req):
             facts.listings[d] = {}
     for d in req.weight_dirs:
         facts.weight_listings[d] = weight_listing(d)
-    for dest in req.weights:
-        facts.weights[dest] = weights.fact(dest, req.allow_shared_dirs)
+    if req.weights:
+        from specops.agent import weights  # only then: its hub client costs every other probe
+        facts.weights = {dest: weights.fact(dest, req.allow_shared_dirs) for dest in req.weights}
     if req.gpu:
-        facts.gpu = gpu_fact(req.units)
+        facts.gpu = gpu_fact(req.units, apps=req.gpu_apps)
     for name, cmd in req.checks.items():
         facts.checks[name] = subprocess.run(cmd, shell=True, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL).returncode

@@ -41,6 +41,8 @@ class Staged:
         except ActionError as e:
             self.discard()
             raise refusal(a, str(e))
+        if a.bytecode:  # the controller compiled it for this interpreter (protocol.Write.bytecode)
+            self.take_bytecode((sha256(self.data).hexdigest(), a.bytecode[0], base64.b64decode(a.bytecode[1])))
         if validate and a.validate:
             validate_together([self])
         return self

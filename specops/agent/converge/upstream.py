@@ -3,13 +3,12 @@ says the sha256), and that content, from the file itself while it is unpatched, 
 copy kept in layout.UPSTREAM_DIR when it was first patched."""
 import base64
 import binascii
-import hashlib
 import os
 import re
 
 from specops.agent.converge.venvs import resolve_key
 from specops.agent import safefs
-from specops.agent.host import ActionError
+from specops.agent.host import ActionError, sha256
 from specops.agent.safefs import UnsafePath, read_file
 from specops.layout import UPSTREAM_DIR, split_pkg_key
 
@@ -55,7 +54,7 @@ def _content(path, want):
         data = read_file(path)
     except UnsafePath:
         return None
-    return data if data is not None and hashlib.sha256(data).hexdigest() == want else None
+    return data if data is not None and sha256(data).hexdigest() == want else None
 
 
 def fact(key, venvs, allowed=()):
@@ -79,7 +78,7 @@ def fact(key, venvs, allowed=()):
 def keep(a, allowed=()):
     """Answer a protocol.KeepUpstream (see there)."""
     data = base64.b64decode(a.data)
-    if hashlib.sha256(data).hexdigest() != a.sha256 or len(a.sha256) != 64:
+    if sha256(data).hexdigest() != a.sha256 or len(a.sha256) != 64:
         raise ActionError("the upstream copy does not have the sha256 %s it is named by" % a.sha256)
     path = os.path.join(UPSTREAM_DIR, a.sha256)
     if _content(path, a.sha256) is None:

@@ -11,7 +11,7 @@ from specops.layout import PKG_PREFIX, VENV_CACHE, split_pkg_key
 VENV_PROBE = r"""
 import importlib.util as iu, json, os, re, sys
 out = {"python": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
-       "tag": sys.implementation.cache_tag, "packages": {}, "dirs": {}}
+       "tag": sys.implementation.cache_tag, "magic": iu.MAGIC_NUMBER.hex(), "packages": {}, "dirs": {}}
 # Versions from the *.dist-info names on sys.path (what importlib.metadata reads, without its import cost).
 wanted = {"torch": "torch", "flash_linear_attention": "flash-linear-attention", "fla_core": "fla-core",
           "sglang": "sglang", "sglang_router": "sglang-router"}
@@ -89,7 +89,8 @@ def venv_fact(venv):
     if not os.path.exists(py):
         return {"exists": False}
     known = _venv_cache().get(venv)
-    if known and _venv_stamp(py, known["fact"].get("path", [])) == known["stamp"]:
+    # (a fact kept before "magic" was asked is asked again: the controller compiles by it)
+    if known and "magic" in known["fact"] and _venv_stamp(py, known["fact"].get("path", [])) == known["stamp"]:
         return known["fact"]
     res = subprocess.run([py, "-I", "-c", VENV_PROBE], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True)

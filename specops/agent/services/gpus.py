@@ -25,9 +25,10 @@ def _mib(value):
         return None
 
 
-def gpu_fact(unit_names=()):
-    """nvidia-smi's GPUs and compute apps; memory nvidia-smi cannot report is None (and named in
-    `unknown`); each app is attributed to one of `unit_names` when it belongs to one of its runs."""
+def gpu_fact(unit_names=(), apps=True):
+    """nvidia-smi's GPUs and (with `apps`) compute apps; memory nvidia-smi cannot report is None
+    (and named in `unknown`); each app is attributed to one of `unit_names` when it belongs to one
+    of its runs.  Without `apps`, one nvidia-smi call instead of two, and no systemd calls."""
     smi = which("nvidia-smi")
     if not smi:
         return {"present": False}
@@ -43,7 +44,7 @@ def gpu_fact(unit_names=()):
 
     try:
         gpus = query("gpu", ["index", "uuid", "name", "driver_version", "memory.total", "memory.used"])
-        apps = query("compute-apps", ["pid", "gpu_uuid", "used_memory"])
+        listed = query("compute-apps", ["pid", "gpu_uuid", "used_memory"]) if apps else None
     except Exception as e:
         return {"present": True, "error": clean(str(e))[-300:]}
     unknown = []
@@ -52,6 +53,14 @@ def gpu_fact(unit_names=()):
             if g[k] in NOT_REPORTED or _mib(g[k]) is None:
                 unknown.append("GPU %s %s (%s)" % (g["index"], k, g[k]))
             g[k] = _mib(g[k])
+    fact = {"present": True, "gpus": gpus, "unknown": unknown, "driver": gpus[0]["driver_version"] if gpus else None}
+    if listed is not None:
+        fact["apps"] = _apps(listed, gpus, unit_names, unknown)
+    return fact
+
+
+def _apps(apps, gpus, unit_names, unknown):
+    """Each compute app as a Process, attributed to its unit's run where it has one."""
     index = {g["uuid"]: g["index"] for g in gpus}
     runs = {}
     owners = procs.attribute([int(a["pid"]) for a in apps if a["pid"].isdigit()], unit_names, runs)
@@ -67,5 +76,4 @@ def gpu_fact(unit_names=()):
         p["gpu"] = int(gpu) if gpu is not None and str(gpu).isdigit() else None
         p["earlier"] = runs.get(pid) == "earlier"  # a leftover of a run that is over
         out.append(p)
-    return {"present": True, "gpus": gpus, "apps": out, "unknown": unknown,
-            "driver": gpus[0]["driver_version"] if gpus else None}
+    return out

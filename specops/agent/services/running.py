@@ -6,7 +6,6 @@ import time
 
 from specops.agent.converge.venvs import resolve_key
 from specops.agent.host import read_state
-from specops.agent.weights import seen
 from specops.layout import restart_stamp_is_stale
 
 
@@ -26,6 +25,8 @@ def stale_check(svc, report, unit):
         if path in purges:
             events.append((purges[path]["purged_at"], "the bytecode purge of " + path))
     weights, differ = [], []
+    if svc.weights:
+        from specops.agent.weights import seen  # only then: the weights package costs every verify
     for dest in svc.weights:
         manifest, changed, newest = seen(dest)
         if (manifest or {}).get("changed_at"):

@@ -16,7 +16,6 @@ write, rename and unlink in it goes through that directory's descriptor (the hub
 into .part files the agent opened and hands it), never through its path: a user who can rename
 a directory above it cannot point a write of root's elsewhere.
 """
-import hashlib
 import json
 import os
 import stat
@@ -25,7 +24,7 @@ import time
 from specops.agent import safefs
 from specops.agent.weights import weightsdir
 from specops.agent.weights.hub import ask, download, tool_python
-from specops.agent.host import ActionError, say
+from specops.agent.host import ActionError, say, sha256
 from specops.layout import WEIGHTS_DIR
 
 MARGIN = 0.02          # free space kept beyond what the fetch needs, as a fraction of it ...
@@ -33,7 +32,7 @@ MARGIN_MIN = 64 << 20  # ... and at least this many bytes
 
 
 def manifest_path(dest):
-    return os.path.join(WEIGHTS_DIR, hashlib.sha256(dest.encode()).hexdigest()[:24] + ".json")
+    return os.path.join(WEIGHTS_DIR, sha256(dest.encode()).hexdigest()[:24] + ".json")
 
 
 def read_manifest(dest):
@@ -124,7 +123,7 @@ def _free(path):
 
 def content_digest(files):
     """What the weights are, by content: the sha256 of every file's name and sha256."""
-    return hashlib.sha256(json.dumps(sorted((n, (f or {}).get("sha256")) for n, f in files.items())).encode()
+    return sha256(json.dumps(sorted((n, (f or {}).get("sha256")) for n, f in files.items())).encode()
                           ).hexdigest()
 
 

@@ -4,7 +4,6 @@ looked at, hashed, opened or removed relative to that descriptor and the directo
 each opened without following a link.  A user who can rename a directory above it (one made
 with `sudo mkdir` in their home) cannot redirect anything root does there.
 """
-import hashlib
 import os
 import stat
 
@@ -144,6 +143,7 @@ def hash_at(dfd, name, git=False):
     if f is None:
         raise ActionError("%s: no such file in the weights directory" % name)
     try:
+        import hashlib  # only for git's blob ids: it loads OpenSSL
         return sha256_fd(f, hashlib.sha1(b"blob %d\0" % os.fstat(f).st_size) if git else None)
     finally:
         os.close(f)

@@ -1,0 +1,133 @@
+"""The controller's memo: what it keeps, and what it refuses to trust."""
+import os
+
+import pytest
+
+from specops import memo
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECOPS_MEMO", raising=False)
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    return tmp_path / "specops"
+
+
+def counting():
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return b"result %d" % len(calls)
+    return compute, calls
+
+
+def test_a_kept_result_is_not_computed_again(home):
+    compute, calls = counting()
+    assert memo.cached("k", "n", compute) == b"result 1"
+    assert memo.cached("k", "n", compute) == b"result 1"
+    assert len(calls) == 1
+    assert oct(os.stat(home).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(home / "k" / "n").st_mode & 0o777) == "0o600"
+
+
+def test_parts_are_length_prefixed_so_lists_of_parts_never_collide():
+    assert memo.key("ab", "c") != memo.key("a", "bc")
+    assert memo.key("a", "b") == memo.key(b"a", "b")
+
+
+def test_a_directory_others_can_write_turns_the_memo_off(home):
+    home.mkdir(mode=0o700)
+    os.chmod(home, 0o777)
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 2 and not (home / "k").exists()
+
+
+def test_a_link_in_place_of_an_entry_is_never_followed(home, tmp_path):
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"planted")
+    (home / "k" / "n").unlink()
+    (home / "k" / "n").symlink_to(target)
+    assert memo.get("k", "n") is None
+    assert memo.cached("k", "n", compute) == b"result 2"
+    assert target.read_bytes() == b"planted"  # replaced the link, not written through it
+    assert not (home / "k" / "n").is_symlink()
+
+
+def test_a_linked_memo_directory_is_not_used(home, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    home.symlink_to(elsewhere)
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 2 and not list(elsewhere.iterdir())
+
+
+def test_specops_no_memo_computes_every_time(home, monkeypatch):
+    monkeypatch.setenv("SPECOPS_NO_MEMO", "1")
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 2 and not home.exists()
+
+
+def test_entries_unused_for_max_age_go_when_a_new_one_is_written(home):
+    memo.put("k", "old", b"x")
+    old = home / "k" / "old"
+    os.utime(old, (1, 1))
+    memo.put("k", "new", b"y")
+    assert not old.exists() and (home / "k" / "new").read_bytes() == b"y"
+
+
+def test_the_unit_is_rendered_again_when_a_template_or_a_variable_changes(home, tmp_path, monkeypatch):
+    from specops.ops import files
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "u.j2").write_text("ExecStart={{ x }}\n")
+    monkeypatch.setattr(files, "TEMPLATES", templates)
+    monkeypatch.setattr(files, "_jinja", None)
+    assert files.render_kept("u.j2", x="a") == "ExecStart=a\n"
+    assert files.render_kept("u.j2", x="b") == "ExecStart=b\n"
+    (templates / "u.j2").write_text("ExecStart=/bin/{{ x }}\n")
+    monkeypatch.setattr(files, "_jinja", None)
+    assert files.render_kept("u.j2", x="a") == "ExecStart=/bin/a\n"
+
+
+def test_the_agent_zip_is_built_again_when_one_of_its_files_changes(home, tmp_path, monkeypatch):
+    from specops.remote import shipping
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.py").write_text("A = 1\n")
+    monkeypatch.setattr(shipping, "HERE", tree)
+    monkeypatch.setattr(shipping, "MEMBERS", ["a.py"])
+    shipping.artifact.cache_clear()
+    first = shipping.artifact()
+    shipping.artifact.cache_clear()
+    assert shipping.artifact() == first
+    (tree / "a.py").write_text("A = 2\n")
+    shipping.artifact.cache_clear()
+    assert shipping.artifact()[1] != first[1]
+    shipping.artifact.cache_clear()
+
+
+def test_hosts_asking_at_once_compute_it_once(home):
+    import threading
+    import time
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.05)
+        return b"r"
+    threads = [threading.Thread(target=memo.cached, args=("k", "n", slow)) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
