@@ -8,23 +8,35 @@ from invoke import Collection, Exit, task
 from roles import (draft_config, gpu_fit, gpu_stack, model_patches, models, monitoring, ordered, patch_check,
                    router, router_stack, sglang_service, system_packages)
 from specops import cli
-from specops import prompts as prompts_mod
 from specops import inventory as inventory_mod
-from specops.fleetwide import monitoring as monitoring_mod
-from specops.fleetwide import report as report_mod
-from specops.output import releases as releases_out
-from specops.flows import gate, patching, pipeline, rolling, specbench, textfile, tuning, tuning_apply
-from specops.flows import status as status_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import SpecopsError
-from specops.flows.facts import facts_probe
-from specops.sglang import patches
+from specops.lazy import lazy
 from specops.output.report import Redactor
-from specops.flows.verify import verify as verify_host
+
+# Imported when a task first uses them: an `inv` run pays only for what its task runs.
+facts_mod = lazy("specops.flows.facts")
+gate = lazy("specops.flows.gate")
+patching = lazy("specops.flows.patching")
+pipeline = lazy("specops.flows.pipeline")
+rolling = lazy("specops.flows.rolling")
+specbench = lazy("specops.flows.specbench")
+status_mod = lazy("specops.flows.status")
+textfile = lazy("specops.flows.textfile")
+tuning = lazy("specops.flows.tuning")
+tuning_apply = lazy("specops.flows.tuning_apply")
+verify_mod = lazy("specops.flows.verify")
+monitoring_mod = lazy("specops.fleetwide.monitoring")
+report_mod = lazy("specops.fleetwide.report")
+releases_out = lazy("specops.output.releases")
+patches = lazy("specops.sglang.patches")
 
 DEPLOY = ordered([gpu_fit, patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack,
                   router, monitoring])
 BOOTSTRAP = ordered([system_packages, *DEPLOY])
+# A prompt file as specops/prompts.py reads it (which only spec-bench and spec-tune import).
+PROMPTS_HELP = ('A prompt file: a JSON list of strings, or JSONL with {"prompt": ...} or {"messages": [...]} a '
+                "line (default: files/prompts.json)")
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",
@@ -101,7 +113,7 @@ def releases(c, sel):
 
 @fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
             baseline="Also measure the target without speculation, in a GPU window, and compare",
-            prompts=prompts_mod.HELP,
+            prompts=PROMPTS_HELP,
             concurrency="Levels of concurrency, comma-separated (default 1,8,32)",
             requests="Requests per level (default 64)", max_new_tokens="Tokens per request (default 128)")
 def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="1,8,32", requests="64",
@@ -133,7 +145,7 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
             concurrency="Levels of concurrency, comma-separated (default: the gate's load, else 1,8,32)",
             requests="Requests per level of the full load (default: the gate's load, else 64)",
             max_new_tokens="Tokens per request (default: the gate's load, else 128)",
-            prompts=prompts_mod.HELP, seed="Which prompts a load samples, and in which order (default 0)",
+            prompts=PROMPTS_HELP, seed="Which prompts a load samples, and in which order (default 0)",
             force="With --apply: write the winner even when the tune's figures were noisy",
             apply="Write the winner into host_vars/HOST.yml (comments and order kept) and deploy it with "
                   "--bench, so the service's gate (or, without one, the tune's objective) holds it")
@@ -234,7 +246,7 @@ def gpu_window(c, sel, service=None, become=False):
 @fleet_task(*SELECT, "json")
 def verify(c, sel):
     """Check each service: ready, serving its model, running the intended spec args, generating."""
-    cli.play(lambda run: (textfile.after(run), verify_host(run, last=True)), DEPLOY, sel, task="verify")
+    cli.play(lambda run: (textfile.after(run), verify_mod.verify(run, last=True)), DEPLOY, sel, task="verify")
 
 
 @fleet_task(*SELECT, "json", strict="Exit 1 when anything needs doing: drift, stale code, a crash, a spec "
@@ -259,7 +271,7 @@ def status(c, sel, strict=False):
 @fleet_task(*SELECT)
 def facts(c, sel):
     """Print the facts one probe gathers from each host, as JSON."""
-    reports = cli.play(facts_probe, [], sel, quiet=True, stream=sys.stderr,
+    reports = cli.play(facts_mod.facts_probe, [], sel, quiet=True, stream=sys.stderr,
                        exit_on_failure=False)
     cli.print_json({r.name: r.result for r in reports if r.result is not None})
     if any(r.error for r in reports):

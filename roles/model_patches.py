@@ -19,7 +19,6 @@ from specops.ops import File, PlanError, PurgeBytecode
 from specops.ops.code import precompiled
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
-from specops.sglang import patchfile, patchlint
 from specops.sglang.patches import applied, patch_source
 from specops.sglang.spec import venv_python
 
@@ -76,6 +75,8 @@ class Patched(File):
         up = facts.upstream(self.path)
         if facts.venv(self.path.split(":")[1]).get("planned"):  # check mode, before a new stack is built
             return self._change(self.label, f"{'apply the diff to' if self.is_diff else 'replace'} the new stack's file")
+        # Only when a patch is checked: whatthepatch and pyflakes are not every task's to import.
+        from specops.sglang import patchfile, patchlint
         version = up.get("version") or "?"
         if self.is_diff:
             if up.get("content_b64") is None:

@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 
 from specops.remote import peercopy
 from specops import protocol
-from specops.agent.host import sha256_file
 from specops.errors import UsageError
 from specops.ops import Context, Facts, Op, PlanError
 from specops.services import of_kind
@@ -121,6 +120,7 @@ class Pushed(Op):
                             f"(+{MARGIN_MIN >> 20} MiB margin), {free / 2**20:.1f} MiB free")
         ctx.reserved[have["device"]] = ctx.reserved.get(have["device"], 0) + need
         resumed = sum(offsets.values())
+        from specops.agent.host import sha256_file  # only when weights are pushed: not every task's to import
         c = self._change(label, f"push {len(send)} file(s), {need / 2**20:.1f} MiB"
                          + (f" (resuming after {resumed / 2**20:.1f} MiB)" if resumed else "")
                          + (f"; {len(adopted)} already there, to be checked" if adopted else ""),

@@ -10,11 +10,10 @@ Once the stack is built, model_patches checks against what is installed, as ever
 from specops.inventory import schema
 from specops.sglang.patches import applied, patch_source
 from specops import protocol
-from specops.agent.converge.wheelfiles import SourceError
 from specops.ops import Op, PlanError
 from specops.services import of_kind, venv_of
 from specops.services.sglang import DIFF_SUFFIX, patched_file
-from specops.sglang import patchfile, patchlint, stack
+from specops.sglang import stack
 
 NAME = "patch_check"
 VARS = {**schema.STACK_VARS, **schema.INDEX_VARS, **schema.PATCH_VARS}  # the host vars it reads
@@ -36,6 +35,10 @@ class NewStackPatches(Op):
         target = f"patches against sglang {self.version}"
         if any(s["path"] == self.venv for s in facts.stacks):
             return self._change(target, "ok")  # its stack is built: model_patches reads the installed files
+        # Only when a wheel's files are read and a patch checked against them: urllib, whatthepatch and
+        # pyflakes are not every task's to import.
+        from specops.agent.converge.wheelfiles import SourceError
+        from specops.sglang import patchfile, patchlint
         try:
             got = stack.wheel_files(self.host, self.files, facts.data.get("wheel_files") or {})
         except SourceError as e:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import getpass
 import os
+import secrets  # the token: uuid would import platform, a few ms of every run's start
 import socket
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 
 from . import protocol
@@ -28,7 +28,7 @@ def lease() -> float:
 def holder(task: str) -> protocol.Holder:
     """Who holds a host's lock: shown to anyone refused by it."""
     return protocol.Holder(who=f"{getpass.getuser()}@{socket.gethostname()}", pid=os.getpid(), task=task,
-                           since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), token=uuid.uuid4().hex,
+                           since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), token=secrets.token_hex(16),
                            lease=lease())
 
 

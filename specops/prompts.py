@@ -24,8 +24,6 @@ from .errors import SpecopsError
 DEFAULT = Path(__file__).resolve().parents[1] / "files" / "prompts.json"
 DEFAULT_NAME = "files/prompts.json"
 ROLES = ("system", "user", "assistant", "tool")
-HELP = ("A prompt file: a JSON list of strings, or JSONL with {\"prompt\": ...} or {\"messages\": [...]} a line "
-        "(default: files/prompts.json)")
 NEEDS = 'needs "prompt" (a string) or "messages" (a list of {role, content})'
 
 

@@ -9,7 +9,6 @@ probed again before the next role is planned.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 import traceback
@@ -200,6 +199,8 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
             busy.pop(run, None)
     # One host runs in this thread, where Ctrl-C lands, so its body can handle it itself.
     run_batch = (lambda b: [_one(r, body) for r in b]) if len(runs) == 1 else (lambda b: list(pool.map(one, b)))
+    if len(runs) > 1:  # hosts in threads of the pool, told of a Ctrl-C through ctypes: imported before one comes
+        import ctypes
     try:
         for n, batch in enumerate(batches):
             reports = run_batch(batch)

@@ -17,13 +17,16 @@ from typing import Any
 
 import yaml
 
-from . import ansible, multinode
+from . import multinode
 from ..errors import UsageError
+from ..lazy import lazy
 from .schema import check, check_kinds, host_vars
 
 NODE_KEYS = {"vars", "children", "hosts"}
 YAML_SUFFIXES = (".yml", ".yaml")
 _warned: set[str] = set()
+# Only for an INI inventory, or Ansible's spellings of vars: not every task's to import.
+ansible = lazy("specops.inventory.ansible")
 
 
 def _host_vars(values: Any, file: str, where: str) -> dict:

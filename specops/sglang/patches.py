@@ -9,7 +9,6 @@ import posixpath
 from pathlib import Path
 
 from ..errors import UsageError
-from . import patchfile, patchlint
 
 PATCH_DIR = Path(__file__).resolve().parent.parent.parent / "files" / "patches"
 # A patch that makes the model capture the embedding output (EAGLE-3 layer id -1) says so.
@@ -41,6 +40,8 @@ def provides_embedding_capture(host, svc: dict) -> bool:
 
 def applied(host, diff: str, upstream: str, rel: str, version: str) -> str:
     """The diff applied and checked (patchlint); a hunk with no one place says how to carry it on."""
+    # Only when a diff is applied: whatthepatch, merge3 and pyflakes are not every task's to import.
+    from . import patchfile, patchlint
     try:
         return patchlint.apply_checked(diff, upstream, rel, version)
     except patchfile.HunkError as e:
