@@ -48,6 +48,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "[setup] installing specops and its test tools into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat
+# An editable install compiles nothing: every `inv` would compile specops's modules again where
+# the environment sets PYTHONDONTWRITEBYTECODE.  Their bytecode, as a regular install leaves it.
+.venv/bin/python -m compileall -q tasks.py specops roles sandbox bench >/dev/null
 
 # The fleet's root filesystem and SGLang layer: built once (about a minute), then cached.
 .venv/bin/python -c 'from sandbox import provision; provision.layer("gpubox")'

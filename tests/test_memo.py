@@ -131,3 +131,13 @@ def test_hosts_asking_at_once_compute_it_once(home):
     for t in threads:
         t.join()
     assert len(calls) == 1
+
+
+def test_no_secret_of_the_env_file_reaches_the_memo(home):
+    from specops.services import unitfile
+    svc = {"name": "sglang", "api_key": "sk-hunter2-api", "env_secret": {"HF_TOKEN": "hf_hunter2_token"}}
+    text = unitfile.env_text(svc)
+    assert 'HF_TOKEN="hf_hunter2_token"' in text and "sk-hunter2-api" in text and "\0" not in text
+    kept = [p.read_bytes() for p in home.rglob("*") if p.is_file()]
+    assert kept and not any(b"hunter2" in data for data in kept)
+    assert unitfile.env_text({**svc, "api_key": "sk-other"}).count("sk-other") == 1

@@ -58,10 +58,7 @@ def capture_bar(batch_sizes):
 
 
 def phase(line):
-    for rx, label in Startup(None, None, PROGRESS, 0).patterns:
-        m = rx.search(line)
-        if m:
-            return label.format(*m.groups())
+    return Startup(None, None, PROGRESS, 0).phase_of(line)
 
 
 def relayed(writes, chunks="each"):

@@ -6,6 +6,7 @@ imported only when that kind is first asked for.
 """
 import importlib
 import json
+import sys
 
 from specops import protocol
 from specops.agent import children
@@ -73,9 +74,18 @@ def answer(raw):
         return {"ok": False, "error": "%s failed on the host: %s: %s" % (kind, type(e).__name__, e)}
     finally:
         children.state["busy"] = False
+        if isinstance(data, dict) and protocol.changes_host(data.get("kind")):
+            _forget_units()
         if token:  # the last call of a run gives the lock back in the same round trip
             from specops.agent.lock import release
             release(token)
+
+
+def _forget_units():
+    """What this agent read of units is not what they are after a request that changed the host."""
+    probe = sys.modules.get("specops.agent.converge.probe")
+    if probe:
+        probe.SEEN.clear()
 
 
 def serve(inp, out):

@@ -3,7 +3,7 @@ router role write them; the benchmark renders the unit too)."""
 from __future__ import annotations
 
 from ..layout import API_KEY_ENV, env_file
-from ..ops.files import render, render_kept
+from ..ops.files import render_kept
 from ..ops.unitfmt import envfile_line, exec_line, unit_environment
 from . import kind_of
 
@@ -24,8 +24,14 @@ def unit_text(svc, venv):
 
 
 def env_text(svc):
+    """The 0600 env file.  Its template is kept by the memo rendered with a mark in place of each
+    secret line, which goes in only here: no secret is ever written to the memo."""
     secrets = dict(svc.get("env_secret") or {})
     if svc.get("api_key"):
         secrets[API_KEY_ENV] = svc["api_key"]
-    return render("sglang.env.j2", name=svc["name"],
-                  secrets=[envfile_line(k, v) for k, v in sorted(secrets.items())])
+    lines = [envfile_line(k, v) for k, v in sorted(secrets.items())]  # refuses a NUL, so no line is a mark
+    marks = [f"\0{i}\0" for i in range(len(lines))]
+    text = render_kept("sglang.env.j2", name=svc["name"], secrets=marks)
+    for mark, line in zip(marks, lines):
+        text = text.replace(mark, line)
+    return text

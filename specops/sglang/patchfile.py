@@ -23,9 +23,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-import merge3
-import whatthepatch
-from whatthepatch.exceptions import WhatThePatchException
 
 from ..errors import UsageError
 
@@ -143,6 +140,8 @@ def _hunks(diff_text, rel, name):
             raise PatchError(f"{name}: line {i + 1} holds a line separator other than a newline "
                              f"(form feed, U+2028…), which the diff parser cannot keep")
         prev = line
+    import whatthepatch  # only for a diff: a whole file (checked on every deploy) needs no parser
+    from whatthepatch.exceptions import WhatThePatchException
     try:
         diffs = [d for d in whatthepatch.parse_patch(raw) if d.changes]
     except WhatThePatchException as e:
@@ -285,6 +284,7 @@ def rebase(diff_text: str, old_upstream: str, new_upstream: str, rel: str, new_v
     base = base_of(diff_text)
     old_version = base.version if base and base.version else "(unknown version)"
     ours, placed = _apply(diff_text, old_upstream, rel, old_version)
+    import merge3  # only `inv patch --rebase` merges
     merge = merge3.Merge3(_lines(old_upstream), _lines(ours), _lines(new_upstream))
     conflicts = _conflicts(merge, placed, new_version)
     if conflicts:

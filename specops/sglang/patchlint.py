@@ -23,14 +23,10 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-from pyflakes import messages
-from pyflakes.checker import Checker
-
 from .. import memo
 from . import patchfile
 from .patchfile import PatchError
 
-_KINDS = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
 _SHOWN = 3
 
 # sha256 of an upstream text → its problems' keys (None: it does not parse), since the same
@@ -46,15 +42,18 @@ def _messages(text, filename):
             tree = ast.parse(text, filename=filename)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte
         return None
+    from pyflakes import messages  # only when the memo has no verdict for these texts
+    from pyflakes.checker import Checker
+    kinds = (messages.UndefinedName, messages.UndefinedLocal, messages.UndefinedExport)
     found = Checker(tree, filename=filename, withDoctest=False).messages
-    return sorted((m for m in found if isinstance(m, _KINDS)), key=lambda m: (m.lineno, m.col))
+    return sorted((m for m in found if isinstance(m, kinds)), key=lambda m: (m.lineno, m.col))
 
 
 def _key(m):
     # UndefinedLocal's args carry the line of the outer binding, and pyflakes gives a bare string
     # for a builtin's; the name alone is what moves with the file unchanged.
     args = m.message_args if isinstance(m.message_args, tuple) else (m.message_args,)
-    return type(m).__name__, args[:1] if isinstance(m, messages.UndefinedLocal) else args
+    return type(m).__name__, args[:1] if type(m).__name__ == "UndefinedLocal" else args
 
 
 def _text(m):

@@ -10,6 +10,7 @@ import time
 
 from specops import protocol
 from specops.agent import lock, safefs
+from specops.agent.services import gpus
 from specops.agent.services.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name, wall_time
 from specops.agent.converge import upstream
@@ -110,6 +111,18 @@ def unit_fact(name):
     return fact
 
 
+def recent_unit_fact(name, within=2.0):
+    """unit_fact as this agent read it in the last `within` seconds (a verify just after its
+    probe: one systemctl call and PID 1's answer fewer per host), while the unit is active and
+    its main process still runs; nothing this agent changed since (main forgets SEEN after every
+    request that changes the host).  Else asked now."""
+    seen = SEEN.get(name)
+    if seen and time.monotonic() - seen[0] < within and seen[1].get("ActiveState") == "active" \
+            and seen[1].get("MainPID", "0") != "0" and os.path.exists("/proc/%s" % seen[1]["MainPID"]):
+        return seen[1]
+    return unit_fact(name)
+
+
 def _cut_off(forget):
     """The journal of a batch an earlier run was cut off in (see stage.Journal); the run that now
     holds the lock reports it once."""
@@ -162,7 +175,7 @@ def probe(req):
         from specops.agent import weights  # only then: its hub client costs every other probe
         facts.weights = {dest: weights.fact(dest, req.allow_shared_dirs) for dest in req.weights}
     if req.gpu:
-        facts.gpu = gpu_fact(req.units, apps=req.gpu_apps)
+        facts.gpu = gpu_fact(req.units) if req.gpu_apps else gpus.for_plan(req.units, facts.units)
     for name, cmd in req.checks.items():
         facts.checks[name] = subprocess.run(cmd, shell=True, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL).returncode

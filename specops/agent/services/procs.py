@@ -40,13 +40,15 @@ def invocations(unit, current=None):
 
 
 def remember_invocation(unit):
-    """Record the unit's current run, so its processes stay attributable after the journal rotates."""
+    """Record the unit's current run, so its processes stay attributable after the journal
+    rotates; returns its InvocationID."""
     current = show(unit, "InvocationID").get("InvocationID")
     if current:
         def add(state):
             runs = [i for i in state.setdefault("invocations", {}).get(unit, []) if i != current]
             state["invocations"][unit] = (runs + [current])[-INVOCATIONS_KEPT:]
         update_state(add)
+    return current
 
 
 class Unit:

@@ -11,7 +11,7 @@ from specops import protocol
 from specops.agent.services import asking, listeners, procs, ranks, routing, running, verdicts
 from specops.agent.host import clean, journal, say
 from specops.agent.converge.checks import named
-from specops.agent.converge.probe import unit_fact
+from specops.agent.converge.probe import recent_unit_fact, unit_fact
 from specops.agent.services.startup import Startup
 
 
@@ -27,7 +27,7 @@ def _wait_ready(svc, report, key, answer_by=None):
     ceiling).  It may take as long as it keeps making progress (startup.Startup).  With answer_by
     (a time.time()), a start still going then is reported `starting`, and the next Verify resumes
     the same wait, clock and progress, while the unit's run is the same one."""
-    u = unit_fact(svc.name)
+    u = recent_unit_fact(svc.name)
     w = _STARTS.get(svc.name)
     if w is None or w["run"] != u.get("InvocationID"):
         w = _STARTS[svc.name] = {"run": u.get("InvocationID"), "t0": time.time(), "note": 0.0, "words": None,

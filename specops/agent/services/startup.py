@@ -25,7 +25,7 @@ class Startup:
 
     def __init__(self, unit, invocation, patterns, stall_timeout):
         self.unit, self.invocation = unit, invocation
-        self.patterns = [(re.compile(rx), label) for rx, label in patterns]
+        self.given, self.compiled = patterns, None  # compiled at the first line read: most verifies read none
         self.stall_timeout = stall_timeout
         self.cursor = None
         self.phase = None
@@ -48,11 +48,7 @@ class Startup:
             self.lines += 1
             moved, self.gpu_at_line = True, self.gpu
             for update in line.split("\r"):  # a bar's updates joined in one line: the last one counts
-                for rx, label in self.patterns:
-                    m = rx.search(update)
-                    if m:
-                        self.phase = label.format(*m.groups())
-                        break
+                self.phase = self.phase_of(update) or self.phase
         memory = _memory(control_group)
         if memory > self.memory:
             moved, self.memory = True, memory
@@ -64,6 +60,16 @@ class Startup:
         if moved:
             self.moved = time.monotonic()
         return moved
+
+    def phase_of(self, line):
+        """The phase a log line names (the first of the kind's patterns it matches), or None."""
+        if self.compiled is None:
+            self.compiled = [(re.compile(rx), label) for rx, label in self.given]
+        for rx, label in self.compiled:
+            m = rx.search(line)
+            if m:
+                return label.format(*m.groups())
+        return None
 
     def words(self):
         """What the start is doing, for the live line: the phase its last line named, and the GPU

@@ -8,6 +8,7 @@ import signal
 import time
 
 from specops import protocol
+from specops.agent.services import gpus
 from specops.agent.host import ActionError, run_quiet, run_streamed, say
 from specops.agent.services.procs import Unit, alive, attribute, catches, describe, leftovers, remember_invocation, send, show, title
 
@@ -138,7 +139,7 @@ def _start(name):
         say("  daemon-reload: %s's unit file changed since systemd loaded it" % name)
         run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
     run_streamed(["systemctl", "start", name], "start " + name)
-    remember_invocation(name)
+    gpus.started(remember_invocation(name))
 
 
 def start_unit(ref, others=()):
