@@ -1,4 +1,5 @@
 """The controller–agent protocol and the agent as it travels.  No fleet."""
+import io
 import ast
 import json
 import subprocess
@@ -231,3 +232,23 @@ def test_two_ops_wanting_files_of_different_wheels_in_one_probe_is_an_error_not_
     assert merge_wants([a, protocol.Probe(stacks=True), a]).wheel_files == a.wheel_files
     with pytest.raises(ValueError, match="two ops want files of different wheels"):
         merge_wants([a, b])
+
+
+def test_the_loader_keeps_the_controllers_bytecode_only_for_its_own_magic(tmp_path):
+    """The same MAGIC_NUMBER: the controller's compiled zip is what the host keeps (no compile
+    there).  Another: the host compiles the source itself, and serves the same."""
+    request = b'{"kind": "unlock", "token": "x"}'
+    for magic in ("same", "other"):
+        home = tmp_path / magic / "agent"
+        loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(home)))
+        stdin = shipping.payload(request)
+        if magic == "other":  # and the controller's bytecode junk: were it kept, nothing would serve
+            head, rest = stdin.split(b"\n", 1)
+            sha, size, ours, made = head.split()
+            junk = rest[:int(size)] + b"x" * int(made) + rest[int(size) + int(made):]
+            stdin = b" ".join([sha, size, b"00" * (len(ours) // 2), made]) + b"\n" + junk
+        res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
+        assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
+        (pyz,) = home.iterdir()
+        assert (pyz.read_bytes() == shipping.compiled()) is (magic == "same")
+        assert zipfile.ZipFile(pyz).namelist() == zipfile.ZipFile(io.BytesIO(shipping.compiled())).namelist()

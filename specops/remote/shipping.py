@@ -1,14 +1,16 @@
 """The agent as it travels: one zip, built in memory, cached on each host as bytecode.
 
 A run starts one agent per host: a short loader (python3 -I -S -c) reads, on stdin, the
-zip's sha256 and size and the zip, then serves the run's requests, each a frame (its
-length on a line, then the JSON), answering each with a frame on stdout.  The loader keeps, in AGENT_HOME (a root-only directory it
-checks with lstat), a sourceless zip of that code compiled by the host's own interpreter,
-named by the source's hash, the interpreter's cache tag and its own hash, which it checks
-before every use; it builds one (from a source whose hash it checked, written O_EXCL and
-fsync'd before the rename) when none matches, and runs specops.agent.main from it.
-Compiling the agent's modules on every call cost ~30 ms of host CPU; importing them as
-bytecode from the zip costs ~3 ms.
+zip's sha256 and size, the controller's MAGIC_NUMBER and the size of the zip compiled by the
+controller (COMPILE_ZIP), the zip and that compiled zip; then it serves the run's requests, each
+a frame (its length on a line, then the JSON), answering each with a frame on stdout.  The
+loader keeps, in AGENT_HOME (a root-only directory it checks with lstat), a sourceless zip of
+that code, named by the source's hash, the interpreter's cache tag and its own hash, which it
+checks before every use; when none matches it keeps the controller's compiled zip if its own
+interpreter has the controller's magic, else compiles the source itself (a source whose hash it
+checked; written O_EXCL and fsync'd before the rename), and runs specops.agent.main from it.
+Compiling the agent's modules costs a host ~50 ms of CPU once per agent version; importing them
+as bytecode from the zip costs ~3 ms.
 """
 from __future__ import annotations
 
@@ -16,11 +18,14 @@ import hashlib
 import io
 import re
 import shlex
+import textwrap
 from functools import lru_cache
 from pathlib import Path
 
 from .. import memo
 from ..layout import AGENT_HOME
+
+from importlib.util import MAGIC_NUMBER  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent  # specops/: the agent's files are named from there
 # What the host needs: the agent package and the modules it shares with the controller.
@@ -31,6 +36,18 @@ MEMBERS = ["__init__.py", "layout.py", *sorted(
     if re.fullmatch(r"[a-z_0-9]+\.py", p.name) and not p.is_symlink() and p.is_file())]
 MAIN = b"import sys\nfrom specops.agent.main import serve\nserve(sys.stdin.buffer, sys.stdout.buffer)\n"
 
+# The agent's zip as bytecode (a sourceless zip): one definition, run by the loader on a host
+# whose python3 the controller's bytecode does not fit, and by the controller for its own.
+COMPILE_ZIP = """def compiled_zip(blob, magic):
+    import io, marshal, zipfile
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(blob)) as src, zipfile.ZipFile(out, "w") as dst:
+        for name in src.namelist():
+            code = compile(src.read(name), "specops-agent/" + name, "exec", dont_inherit=True, optimize=0)
+            dst.writestr(zipfile.ZipInfo(name + "c", (1980, 1, 1, 0, 0, 0)), magic + bytes(12) + marshal.dumps(code))
+    return out.getvalue()
+"""
+
 LOADER = f"""import os, stat, sys, time
 try:
     from _sha2 import sha256
@@ -39,8 +56,9 @@ except ImportError:
         from _sha256 import sha256
     except ImportError:
         from hashlib import sha256
-sha, size = sys.stdin.buffer.readline().decode().split()
+sha, size, magic, made_size = sys.stdin.buffer.readline().decode().split()
 blob = sys.stdin.buffer.read(int(size))
+made = sys.stdin.buffer.read(int(made_size))  # the zip compiled by the controller, for `magic`
 home = {AGENT_HOME!r}
 os.makedirs(home, 0o700, exist_ok=True)
 st = os.lstat(home)
@@ -60,15 +78,13 @@ def cached():
                         return path
             os.unlink(path)  # not what its name says: never run, not kept
 def build():
-    if sha256(blob).hexdigest() != sha:
+    if sha256(blob).hexdigest() != sha or len(made) != int(made_size):
         sys.exit("specops agent: the upload is corrupt")
-    import io, importlib.util, marshal, zipfile
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(blob)) as src, zipfile.ZipFile(out, "w") as dst:
-        for name in src.namelist():
-            code = compile(src.read(name), "specops-agent/" + name, "exec", dont_inherit=True)
-            dst.writestr(name + "c", importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))
-    pyz = out.getvalue()
+    from _frozen_importlib_external import MAGIC_NUMBER
+    if made and magic == MAGIC_NUMBER.hex():
+        pyz = made  # this interpreter's bytecode: compiled once, on the controller
+    else:
+{textwrap.indent(COMPILE_ZIP, " " * 8)}        pyz = compiled_zip(blob, MAGIC_NUMBER)
     path = os.path.join(home, prefix + sha256(pyz).hexdigest() + ".pyz")
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -152,9 +168,25 @@ def _zip() -> bytes:
 
 
 def preamble() -> bytes:
-    """What the loader reads first: the zip's hash and size, and the zip."""
+    """What the loader reads first: the zip's hash and size, this interpreter's MAGIC_NUMBER and
+    the size of the zip compiled for it; the zip, then that.  A host whose python3 has that magic
+    keeps the compiled zip instead of compiling the agent itself (~50 ms of its CPU on first
+    contact with a new agent)."""
     data, sha = artifact()
-    return b"%s %d\n%s" % (sha.encode(), len(data), data)
+    made = compiled()
+    return b"%s %d %s %d\n%s%s" % (sha.encode(), len(data), MAGIC_NUMBER.hex().encode(), len(made), data, made)
+
+
+@lru_cache(maxsize=1)
+def compiled() -> bytes:
+    """The agent's zip as the loader compiles it, for this interpreter; kept by the memo."""
+    data, sha = artifact()
+
+    def build():
+        space: dict = {}
+        exec(COMPILE_ZIP, space)
+        return space["compiled_zip"](data, MAGIC_NUMBER)
+    return memo.cached("agent", memo.key("compiled", MAGIC_NUMBER.hex(), sha), build)
 
 
 def frame(message: bytes) -> bytes:
