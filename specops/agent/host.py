@@ -269,7 +269,7 @@ def write_state(state):
     os.makedirs(os.path.dirname(STATE_FILE), mode=0o700, exist_ok=True)
     tmp = STATE_FILE + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(state, f, indent=1, sort_keys=True)
+        f.write(json.dumps(state, sort_keys=True))  # one line: json.dump and indent use the pure-Python encoder
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, STATE_FILE)

@@ -61,7 +61,7 @@ def shown(holder):
 def _write(holder):
     tmp = "%s.%d.tmp" % (LOCK_HOLDER, os.getpid())
     with open(tmp, "w") as f:
-        json.dump(holder, f)
+        f.write(json.dumps(holder))
     os.rename(tmp, LOCK_HOLDER)
 
 

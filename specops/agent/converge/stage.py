@@ -9,7 +9,7 @@ import json
 import os
 
 from specops import protocol
-from specops.agent.converge import bytecode, checks, installs, stacks, upstream
+from specops.agent.converge import bytecode, checks, installs, upstream
 from specops.agent import safefs, weights
 from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
@@ -109,6 +109,11 @@ def validate_together(staged):
         clean(" | ".join(lines[-3:]))[-800:] or "exit %d" % rc))
 
 
+def _stacks():
+    from specops.agent.converge import stacks  # only a stack's build: it imports shutil and tempfile
+    return stacks
+
+
 def refusal(action, message):
     """An ActionError that knows which action it refuses."""
     error = ActionError(message)
@@ -129,7 +134,7 @@ DO = {
     protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),
     protocol.Preflight: lambda a, allowed: checks.preflight(a),
     protocol.Expect: lambda a, allowed: checks.expect(a),
-    protocol.BuildStack: stacks.build,
+    protocol.BuildStack: lambda a, allowed: _stacks().build(a, allowed),
     protocol.KeepUpstream: lambda a, allowed: upstream.keep(a, allowed),
     protocol.FetchWeights: weights.fetch,
     protocol.RecordWeights: weights.record,
@@ -200,7 +205,7 @@ class Journal:
         tmp = APPLY_JOURNAL + ".tmp"
         os.makedirs(os.path.dirname(APPLY_JOURNAL), mode=0o700, exist_ok=True)
         with open(tmp, "w") as f:
-            json.dump({"task": self.task, "done": self.done, "not_done": self.not_done}, f)
+            f.write(json.dumps({"task": self.task, "done": self.done, "not_done": self.not_done}))
         os.rename(tmp, APPLY_JOURNAL)
 
     def begin(self):

@@ -75,7 +75,7 @@ def _venv_cache(update=None):
         try:
             os.makedirs(os.path.dirname(VENV_CACHE), mode=0o700, exist_ok=True)
             with open(tmp, "w") as f:
-                json.dump(cache, f)
+                f.write(json.dumps(cache))
             os.rename(tmp, VENV_CACHE)
         except OSError:
             pass

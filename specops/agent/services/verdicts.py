@@ -24,7 +24,7 @@ def record(reports):
     tmp = "%s.%d.tmp" % (VERDICTS, os.getpid())
     try:  # a record for the textfile: it never fails the verify it records
         with open(tmp, "w") as f:
-            json.dump(now, f)
+            f.write(json.dumps(now))
         os.replace(tmp, VERDICTS)
     except OSError:
         pass
