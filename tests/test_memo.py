@@ -141,3 +141,17 @@ def test_no_secret_of_the_env_file_reaches_the_memo(home):
     kept = [p.read_bytes() for p in home.rglob("*") if p.is_file()]
     assert kept and not any(b"hunter2" in data for data in kept)
     assert unitfile.env_text({**svc, "api_key": "sk-other"}).count("sk-other") == 1
+
+
+def test_a_diff_is_computed_once_for_every_host_whose_file_is_the_same(monkeypatch):
+    from specops.ops import base
+    calls = []
+    real = base._unified_diff
+    monkeypatch.setattr(base, "_unified_diff", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(base, "_DIFFS", {})
+    one = [base.unified_diff(b"a\n", b"b\n", "f.py") for _ in range(20)]
+    assert len(calls) == 1 and "-a\n+b\n" in one[0]
+    assert base.unified_diff(b"a\n", b"c\n", "f.py") != one[0]
+    assert "g.py" in base.unified_diff(b"a\n", b"b\n", "g.py")
+    assert base.unified_diff(None, b"b\n", "f.py") == real(None, b"b\n", "f.py")
+    assert len(calls) == 4
