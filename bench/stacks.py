@@ -1,6 +1,7 @@
 """A second stack venv (only sglang differs) built with uv against pip, measured side by side.
 
-    python bench/stacks.py            # writes bench/stacks.md and its section of BENCHMARKS.md
+    python bench/stacks.py                   # writes bench/stacks.md and its section of BENCHMARKS.md
+    python bench/stacks.py --rollback-only   # only specops's four tasks, printed
 
 One bare sandbox host (a site of its own) and the sandbox package index, with the real CPU
 torch 2.13.0 and flash-linear-attention 0.6.0.  Each tool builds a first venv (torch, fla,
@@ -33,6 +34,7 @@ from specops.sglang import patchfile  # noqa: E402
 SITE = fleet.Site("soz", "192.168.241", Path("/var/lib/specops-bench-stacks"))
 MARK, END = sections.markers("stacks")
 SPECS = ["torch==2.13.0+cpu", "flash-linear-attention==0.6.0"]
+STARTUP_S = 1.0  # the simulator's start (provision.bare_service's default)
 
 
 def timed(h: fleet.Host, *argv: str) -> float:
@@ -46,7 +48,7 @@ def du(h: fleet.Host, *paths: str) -> int:
     return int(h.run("du", "-s", "-B1", "-c", *paths).stdout.split()[-2])
 
 
-def measure() -> dict:
+def measure(rollback_only: bool = False) -> dict:
     f = fleet.Fleet(["s1"], layers=[provision.layer("bare")], site=SITE).up()
     index = None
     try:
@@ -60,7 +62,7 @@ def measure() -> dict:
         uv = "/opt/bench/uv-tool/bin/uv"
         env = ["env", "UV_CACHE_DIR=/var/cache/bench-uv", "UV_PYTHON_DOWNLOADS=never", "UV_NO_CONFIG=1"]
         out = {}
-        for tool in ("uv", "pip"):
+        for tool in () if rollback_only else ("uv", "pip"):
             times = []
             for name, sglang in (("a", "0.5.23"), ("b", "0.5.24")):
                 venv = f"/opt/bench/{tool}-{name}"
@@ -86,12 +88,21 @@ def measure() -> dict:
         f.down()
 
 
-def inv(work: Path, *args) -> tuple[float, str]:
+def inv(work: Path, *args) -> tuple[float, str, float | None]:
+    """(wall seconds, output or "failed: " + output, seconds from the line that says it rolls back
+    to the end: the undo of a failed deploy, as it happens within the task)."""
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, text=True, capture_output=True,
-                         env={**os.environ, "SPECOPS_INVENTORY": str(work)}, timeout=1800)
-    out = res.stdout + res.stderr
-    return time.perf_counter() - t0, out if res.returncode == 0 else "failed: " + out
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "SPECOPS_INVENTORY": str(work)})
+    lines, undo_at = [], None
+    for line in proc.stdout:
+        lines.append(line)
+        if undo_at is None and "ROLLING BACK" in line:
+            undo_at = time.perf_counter()
+    proc.wait(timeout=1800)
+    end = time.perf_counter()
+    out = "".join(lines)
+    return end - t0, out if proc.returncode == 0 else "failed: " + out, (end - undo_at if undo_at else None)
 
 
 def rollbacks(f: fleet.Fleet, h: fleet.Host, url: str) -> dict:
@@ -113,10 +124,13 @@ def rollbacks(f: fleet.Fleet, h: fleet.Host, url: str) -> dict:
     times = {}
     for step, version, task in (("first", "0.5.23", "bootstrap"), ("upgrade", "0.5.24", "deploy"),
                                 ("failing", "0.5.25", "deploy"), ("manual", "0.5.24", "rollback")):
-        took, out = inv(write(version), task, "--host", h.name)
-        if (step == "failing") != out.startswith("failed"):
+        took, out, undo = inv(write(version), task, "--host", h.name)
+        if (step == "failing") != out.startswith("failed") or (step == "failing" and undo is None):
             raise SystemExit(f"{step}: {out[-3000:]}")
         times[step] = round(took, 1)
+        if undo is not None:
+            times["undo"] = round(undo, 1)
+    times["startup"] = STARTUP_S
     return times
 
 
@@ -134,13 +148,20 @@ def markdown(r: dict) -> str:
         "Through specops on the same host (a bare box, weights pushed; the simulator starts in 1 s), whole tasks "
         "with their verify:", "",
         "| bootstrap 0.5.23 (s) | upgrade to 0.5.24 (s) | deploy of the failing 0.5.25, undone (s) | "
-        "`inv rollback` to 0.5.23, no install (s) |", "|---|---|---|---|",
-        f"| {rb['first']} | {rb['upgrade']} | {rb['failing']} | {rb['manual']} |", "",
+        "of which the undo (s) | `inv rollback` to 0.5.23, no install (s) |", "|---|---|---|---|---|",
+        f"| {rb['first']} | {rb['upgrade']} | {rb['failing']} | {rb.get('undo', '-')} | {rb['manual']} |", "",
+        "The undo: from the deploy's ROLLING BACK line (verify has failed) to the end of the task, the "
+        "earlier release's files back, its server started and verified; no install. `inv rollback` of a "
+        "release that serves stops its server with SGLang's own drain first (its SIGTERM watchdog looks "
+        "every 5 s), then the same.", "",
         f"Measured {time.strftime('%Y-%m-%d')}; reproduce with `.venv/bin/python bench/stacks.py` (as root, "
         "nothing else running).", END])
 
 
 def main() -> None:
+    if "--rollback-only" in sys.argv:  # only specops's tasks, printed: nothing written
+        print(measure(rollback_only=True)["rollback"])
+        return
     result = measure()
     sections.publish("stacks", result, markdown(result))
 
