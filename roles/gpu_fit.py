@@ -31,7 +31,7 @@ class DriverFit(Op):
         self.host, self.variant = host, host["torch"]["cuda"]
 
     def wants(self):
-        return protocol.Probe(gpu=True)
+        return protocol.Probe(gpu=True, gpu_units=[s["name"] for s in of_kind(self.host, "sglang")])
 
     def plan(self, facts, ctx):
         why = driver_refusal(self.variant, facts.gpu, self.host.name)
@@ -50,7 +50,8 @@ class GpusFit(Op):
 
     def wants(self):
         configs = [config_of(p) for _, p, _ in self.weights]
-        return protocol.Probe(gpu=True, weights=[p for _, p, source in self.weights if source],
+        return protocol.Probe(gpu=True, gpu_units=list(self.services), units=list(self.services),
+                              weights=[p for _, p, source in self.weights if source],
                               weight_dirs=[p for _, p, source in self.weights if not source],
                               files=configs, content={c: "always" for c in configs})
 

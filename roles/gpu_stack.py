@@ -66,6 +66,10 @@ class Wheelhouse(Op):
                       f"{size / 2**20:.1f} MiB", uploads=[(str(w), f"{REMOTE_WHEELHOUSE}/{w.name}") for w in missing])
 
 
+def sglang_units(host) -> list[str]:
+    return [s["name"] for s in of_kind(host, "sglang")]
+
+
 class PythonPackages(Op):
     """torch (base version + CUDA), flash-linear-attention and sglang at their pins."""
 
@@ -74,7 +78,7 @@ class PythonPackages(Op):
         self.torch, self.fla, self.sglang = host.get("torch"), host.get("fla"), host.get("sglang")
 
     def wants(self):
-        return protocol.Probe(venvs=[self.venv], gpu=bool(self.torch))
+        return protocol.Probe(venvs=[self.venv], gpu=bool(self.torch), gpu_units=sglang_units(self.host))
 
     def plan(self, facts, ctx):
         v = facts.venv(self.venv)
@@ -120,7 +124,7 @@ class Stack(Op):
 
     def wants(self):
         return protocol.Probe(venvs=[self.path], gpu=bool(self.torch), stacks=True,
-                              units=[s["name"] for s in of_kind(self.host, "sglang")])
+                              units=sglang_units(self.host), gpu_units=sglang_units(self.host))
 
     def running(self, facts) -> dict | None:
         """The packages of the stack the host's SGLang units run now, when another one (else None)."""

@@ -1,12 +1,16 @@
 """What the controller keeps between runs: results that are a pure function of their inputs (a
-patched file's lint, a rendered template, the agent's zip), named by the sha256 of everything
-they depend on, so a run only pays for what is new to it.
+patched file's lint, a rendered template, the agent's zip and its bytecode, a patched module's
+bytecode), named by the sha256 of everything they depend on, so a run only pays for what is new.
 
-Kept in $SPECOPS_MEMO, else $XDG_CACHE_HOME/specops (default ~/.cache/specops): a directory only its owner can use,
-files written whole (a temporary file renamed) and opened without following links.  Anything
-missing, unreadable or not the owner's is computed again; a directory that is not safe to use
-turns the memo off, never the run.  SPECOPS_NO_MEMO=1 turns it off too.  Entries unused for
-MAX_AGE are removed when a new one of their kind is written.
+The memo is as trusted as the user's own checkout of specops (its bytecode runs as root on the
+hosts), so it is used only where no one else can write: $SPECOPS_MEMO, else
+$XDG_CACHE_HOME/specops (default ~/.cache/specops), a 0700 directory of the user's own, every
+directory above it the user's or root's and writable by no one else, or sticky as /tmp (so
+nothing can be swapped under it between a check and a use); entries are opened without following links or blocking,
+written whole (a temporary file, fsync'd, renamed) and checked against the sha256 they carry, so a
+torn or truncated one is computed again.  Anything else turns the memo off, never the run;
+SPECOPS_NO_MEMO=1 turns it off too.  Entries unused for MAX_AGE go when a new one of their kind
+is written.
 """
 from __future__ import annotations
 
@@ -40,29 +44,60 @@ def key(*parts: bytes | str) -> str:
     return h.hexdigest()
 
 
-def _own_dir(path: Path) -> bool:
-    """Made if missing (0700); usable only when it is a directory, not a link, and only ours."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+def _only_ours(st: os.stat_result) -> bool:
+    # A sticky directory (/tmp) lets no one else rename or remove what is ours in it.
+    return st.st_uid in (0, os.geteuid()) and (not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX))
+
+
+def trusted(path: Path) -> bool:
+    """Every directory from / down to `path` is a directory (not a link), root's or the user's, and
+    writable by no one else (or sticky, as /tmp)."""
+    parts = Path(os.path.abspath(path)).parts
+    for i in range(1, len(parts) + 1):
+        try:
+            st = os.lstat(os.path.join(*parts[:i]))
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or not _only_ours(st):
+            return False
+    return True
 
 
 def _kind_dir(kind: str) -> Path | None:
     if os.environ.get("SPECOPS_NO_MEMO") == "1":
         return None
     top = directory()
-    return top / kind if _own_dir(top) and _own_dir(top / kind) else None
+    try:
+        if not os.path.lexists(top):
+            made = top.parent
+            while not os.path.lexists(made):
+                made = made.parent
+            if not trusted(made):  # nothing made where someone else could have put a link
+                return None
+            top.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not (trusted(top) and _private(top)):
+            return None
+        d = top / kind
+        if not os.path.lexists(d):
+            d.mkdir(mode=0o700)
+        return d if trusted(d) and _private(d) else None
+    except OSError:
+        return None
+
+
+def _private(path: Path) -> bool:
+    st = os.lstat(path)
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
 def get(kind: str, name: str) -> bytes | None:
+    """The entry's data, or None: missing, not a regular file of the user's, or not what its
+    sha256 says (torn by a crash, truncated)."""
     d = _kind_dir(kind)
     if d is None:
         return None
     try:
-        fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
@@ -70,7 +105,10 @@ def get(kind: str, name: str) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read()
+            raw = f.read()
+        digest, data = raw[:32], raw[32:]
+        if hashlib.sha256(data).digest() != digest:
+            return None
         if time.time() - st.st_mtime > 86400:
             os.utime(fd)  # in use: the pruning goes by this time
         return data
@@ -84,11 +122,13 @@ def put(kind: str, name: str, data: bytes) -> None:
     d = _kind_dir(kind)
     if d is None:
         return
-    tmp = d / f".{name}.{os.getpid()}.tmp"
+    tmp = d / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            f.write(hashlib.sha256(data).digest() + data)
+            f.flush()
+            os.fsync(f.fileno())
         os.rename(tmp, d / name)
         now = time.time()
         for old in os.scandir(d):

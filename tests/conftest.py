@@ -288,7 +288,8 @@ _found: dict = {}
 
 
 def pytest_configure(config):
-    # Each session starts with an empty memo of its own: no test sees a verdict an earlier one kept.
+    # Each session (each xdist worker) starts with an empty memo of its own: no verdict kept by an
+    # earlier session, or by the user's own runs, is seen.
     os.environ["SPECOPS_MEMO"] = tempfile.mkdtemp(prefix="specops-memo-")
     config.addinivalue_line("markers", "reliability(case, kind): a row of docs/RELIABILITY.md")
     config.addinivalue_line("markers", "security(case, attack): a row of docs/RELIABILITY.md's security table")

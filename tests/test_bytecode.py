@@ -104,3 +104,27 @@ def test_a_patched_file_that_does_not_compile_is_refused_before_anything_moves()
     from specops.ops.code import precompiled
     with pytest.raises(PlanError, match=r"refused sglang/srt/models/llama.py: SyntaxError: .* \(line 2\)"):
         precompiled(b"A = 1\ndef oops(:\n", venv_fact(), "llama", "sglang/srt/models/llama.py")
+
+
+def test_the_controllers_bytecode_keeps_asserts_whatever_its_own_optimize_level(tmp_path):
+    """The host's validator compiles at level 0 (-I): so does the controller, even under -O."""
+    code = ("import marshal, sys; from specops.ops.code import precompiled; import base64\n"
+            "from importlib.util import MAGIC_NUMBER\n"
+            "made = precompiled(b'assert False, \"kept\"\\n', {'tag': sys.implementation.cache_tag, "
+            "'magic': MAGIC_NUMBER.hex()}, 'm', 'm.py')\n"
+            "exec(marshal.loads(base64.b64decode(made[1])[16:]))\n")
+    res = __import__("subprocess").run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                                       env={**os.environ, "SPECOPS_NO_MEMO": "1"},
+                                       cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert "AssertionError: kept" in res.stderr, res.stderr
+
+
+def test_controller_bytecode_under_a_name_that_is_not_the_modules_is_not_installed(tmp_path):
+    from specops.ops.code import precompiled
+    made = precompiled(SOURCE, venv_fact(), "mod", "sglang/mod.py")
+    for name in ("other.cpython-311.pyc", "../mod.cpython-311.pyc"):
+        write = protocol.Write(path=str(tmp_path / "mod.py"), data=base64.b64encode(SOURCE).decode(),
+                               owner=None, group=None, bytecode=[name, made[1]])
+        s = stage.Staged(write).write()
+        assert s.bytecode is None
+        s.discard()

@@ -51,6 +51,7 @@ def kept_setup(tmp_path, monkeypatch):
     boot = tmp_path / "boot_id"
     boot.write_text("boot-1\n")
     monkeypatch.setattr(gpus, "BOOT_ID", str(boot))
+    monkeypatch.setattr(gpus, "DRIVER", str(tmp_path / "driver-version"))
     monkeypatch.setattr(gpus, "_ASKED", [])
     return log, boot
 
@@ -59,37 +60,77 @@ def asked(log):
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def active(invocation):
-    return {"sglang": {"ActiveState": "active", "InvocationID": invocation}}
+def active(invocation, unit="sglang"):
+    return {unit: {"ActiveState": "active", "InvocationID": invocation}}
+
+
+def plan(seen, record=True):
+    return gpus.for_plan(["sglang"], seen, record)
 
 
 def test_the_gpus_are_asked_again_only_when_no_run_that_held_them_is_still_running(tmp_path, monkeypatch):
     log, boot = kept_setup(tmp_path, monkeypatch)
-    first = gpus.for_plan(["sglang"], active("run-a"))
+    first = plan(active("run-a"))
     assert asked(log) == 1 and first["driver"] == "575.57.08" and "kept" not in first
-    again = gpus.for_plan(["sglang"], active("run-a"))
+    again = plan(active("run-a"))
     assert asked(log) == 1 and again["kept"] and again["gpus"] == first["gpus"]
-    gpus.for_plan(["sglang"], active("run-b"))  # restarted by someone else: the driver may have changed
+    plan(active("run-b"))  # restarted by someone else: the driver may have changed meanwhile
     assert asked(log) == 2
-    gpus.for_plan(["sglang"], {"sglang": {"ActiveState": "inactive", "InvocationID": "run-b"}})
+    plan({"sglang": {"ActiveState": "inactive", "InvocationID": "run-b"}})
     assert asked(log) == 3  # stopped: nothing holds the GPUs
-    gpus.for_plan(["sglang"], active("run-b"))
+    plan(active("run-b"))
     boot.write_text("boot-2\n")
-    gpus.for_plan(["sglang"], active("run-b"))
+    plan(active("run-b"))
     assert asked(log) == 5  # rebooted
+    (tmp_path / "driver-version").write_text("NVRM version: 580.1\n")
+    plan(active("run-b"))
+    assert asked(log) == 6  # another driver loaded
+    plan(active("run-b"))
+    assert asked(log) == 6
+
+
+def test_only_sglangs_runs_hold_the_gpus_and_only_a_locked_probe_keeps_the_answer(tmp_path, monkeypatch):
+    log, boot = kept_setup(tmp_path, monkeypatch)
+    seen = {**active("router-run", unit="router"), **active("run-a")}
+    plan(seen, record=False)
+    plan(seen, record=False)  # --check: no lock, so nothing written
+    assert asked(log) == 2 and "gpus" not in json_state(tmp_path)
+    plan({**active("router-run", unit="router"), "sglang": {"ActiveState": "inactive"}})
+    plan({**active("router-run", unit="router"), "sglang": {"ActiveState": "inactive"}})
+    assert asked(log) == 4  # a router's run holds no GPU: it keeps nothing
+    monkeypatch.setattr(gpus, "BOOT_ID", str(tmp_path / "no-boot-id"))
+    plan(seen)
+    plan(seen)
+    assert asked(log) == 6  # without a boot id nothing is kept
+
+
+def test_an_answer_that_failed_is_never_kept(tmp_path, monkeypatch):
+    log, _ = kept_setup(tmp_path, monkeypatch)
+    (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert "error" in plan(active("run-a"))
+    assert "error" in plan(active("run-a")) and asked(log) == 2
+
+
+def json_state(tmp_path):
+    import json
+    path = tmp_path / "state" / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def test_a_run_this_agent_started_after_asking_holds_those_gpus(tmp_path, monkeypatch):
     log, _ = kept_setup(tmp_path, monkeypatch)
-    gpus.started("run-x")  # asked nothing yet: a start proves nothing about the kept answer
-    gpus.for_plan(["sglang"], {})
+    gpus.started("sglang", "run-x")  # asked nothing yet: a start proves nothing about the kept answer
+    plan({})
     assert asked(log) == 1
-    gpus.started("run-y")  # the deploy's restart
-    assert gpus.for_plan(["sglang"], active("run-y"))["kept"] and asked(log) == 1
-    monkeypatch.setattr(gpus, "_ASKED", [])
-    gpus.started("run-z")  # another agent, which asked nvidia-smi nothing
-    gpus.for_plan(["sglang"], active("run-z"))
+    gpus.started("router", "router-run")  # not a unit the answer was kept for
+    gpus.started("sglang", "run-y")  # the deploy's restart
+    assert plan(active("run-y"))["kept"] and asked(log) == 1
+    plan(active("router-run", unit="router"))
     assert asked(log) == 2
+    monkeypatch.setattr(gpus, "_ASKED", [])
+    gpus.started("sglang", "run-z")  # another agent, which asked nvidia-smi nothing
+    plan(active("run-z"))
+    assert asked(log) == 3
 
 
 def test_verify_reads_the_unit_as_its_probe_did_until_something_changed_the_host(monkeypatch):
@@ -111,3 +152,16 @@ def test_verify_reads_the_unit_as_its_probe_did_until_something_changed_the_host
     probe.SEEN["sglang"] = (time.monotonic() - 5, {"ActiveState": "active", "MainPID": str(os.getpid())})
     probe.recent_unit_fact("sglang")
     assert asked == ["sglang"] * 3
+
+
+def test_verify_asks_systemd_again_for_a_unit_not_active_or_whose_main_process_is_gone(monkeypatch):
+    import time
+    from specops.agent.converge import probe
+    asked = []
+    monkeypatch.setattr(probe, "unit_fact", lambda name: asked.append(name) or {})
+    monkeypatch.setattr(probe, "SEEN", {})
+    gone = 4194304 + 7  # above pid_max's ceiling: no such process
+    for fact in ({"ActiveState": "active", "MainPID": str(gone)}, {"ActiveState": "activating", "MainPID": "1"}):
+        probe.SEEN["sglang"] = (time.monotonic(), fact)
+        probe.recent_unit_fact("sglang")
+    assert asked == ["sglang", "sglang"]

@@ -82,7 +82,7 @@ def test_entries_unused_for_max_age_go_when_a_new_one_is_written(home):
     old = home / "k" / "old"
     os.utime(old, (1, 1))
     memo.put("k", "new", b"y")
-    assert not old.exists() and (home / "k" / "new").read_bytes() == b"y"
+    assert not old.exists() and memo.get("k", "new") == b"y"
 
 
 def test_the_unit_is_rendered_again_when_a_template_or_a_variable_changes(home, tmp_path, monkeypatch):
@@ -155,3 +155,43 @@ def test_a_diff_is_computed_once_for_every_host_whose_file_is_the_same(monkeypat
     assert "g.py" in base.unified_diff(b"a\n", b"b\n", "g.py")
     assert base.unified_diff(None, b"b\n", "f.py") == real(None, b"b\n", "f.py")
     assert len(calls) == 4
+
+
+def test_a_torn_entry_or_a_fifo_in_its_place_is_computed_again_without_blocking(home):
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    entry = home / "k" / "n"
+    entry.write_bytes(entry.read_bytes()[:-3])  # a crash mid-write of an older specops, a full disk
+    assert memo.cached("k", "n", compute) == b"result 2"
+    entry.unlink()
+    os.mkfifo(entry)
+    assert memo.get("k", "n") is None  # O_NONBLOCK: no writer, no wait
+
+
+def test_a_directory_above_the_memo_that_others_can_write_turns_it_off_unless_sticky(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setenv("SPECOPS_MEMO", str(shared / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    os.chmod(shared, 0o777)  # anyone could swap the memo for a directory of theirs
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 2 and not (shared / "memo").exists()
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: no one can rename what is ours
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 3
+
+
+def test_a_kind_directory_that_is_a_link_or_open_to_others_is_not_used(home, tmp_path):
+    memo.put("k", "n", b"x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (home / "k2").symlink_to(elsewhere)
+    compute, calls = counting()
+    memo.cached("k2", "n", compute)
+    memo.cached("k2", "n", compute)
+    assert len(calls) == 2 and not list(elsewhere.iterdir())
+    os.chmod(home / "k", 0o755)
+    assert memo.get("k", "n") is None

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import zipfile
+import zlib
 from io import BytesIO
 from pathlib import Path
 
@@ -139,8 +140,8 @@ def test_the_engine_imports_no_role():
 
 def test_the_agent_zip_is_deterministic_small_modules_and_python_38():
     data, sha = shipping.artifact()
-    shipping.artifact.cache_clear()
-    assert shipping.artifact() == (data, sha)
+    members = [*((f"specops/{m}", (shipping.HERE / m).read_bytes()) for m in shipping.MEMBERS), ("__main__.py", shipping.MAIN)]
+    assert shipping._zip(members) == shipping._zip(members) == data  # built again, not read from the memo
     with zipfile.ZipFile(BytesIO(data)) as z:
         names = z.namelist()
         assert "__main__.py" in names and "specops/agent/main.py" in names and "specops/protocol/wire.py" in names
@@ -250,5 +251,18 @@ def test_the_loader_keeps_the_controllers_bytecode_only_for_its_own_magic(tmp_pa
         res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
         assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
         (pyz,) = home.iterdir()
-        assert (pyz.read_bytes() == shipping.compiled()) is (magic == "same")
-        assert zipfile.ZipFile(pyz).namelist() == zipfile.ZipFile(io.BytesIO(shipping.compiled())).namelist()
+        controllers = zlib.decompress(shipping.compiled())
+        assert (pyz.read_bytes() == controllers) is (magic == "same")
+        assert zipfile.ZipFile(pyz).namelist() == zipfile.ZipFile(io.BytesIO(controllers)).namelist()
+
+
+def test_the_loader_refuses_an_upload_cut_short(tmp_path):
+    """A compiled zip shorter than its header says (a cut connection): refused, nothing kept."""
+    home = tmp_path / "agent"
+    loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(home)))
+    head, rest = shipping.payload(b'{"kind": "unlock", "token": "x"}').split(b"\n", 1)
+    sha, size, magic, made = head.split()
+    cut = b" ".join([sha, size, magic, b"%d" % (int(made) + 10)]) + b"\n" + rest[:int(size) + int(made)]
+    res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=cut, capture_output=True)
+    assert res.returncode != 0 and b"corrupt" in res.stderr
+    assert not list(home.iterdir())

@@ -117,7 +117,7 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
     """One probe for every op: lists unioned in order, mappings merged, flags or'ed."""
     out = protocol.Probe()
     for w in parts:
-        for k in ("files", "units", "venvs", "listdirs", "weight_dirs", "weights", "upstream"):
+        for k in ("files", "units", "venvs", "listdirs", "weight_dirs", "weights", "upstream", "gpu_units"):
             getattr(out, k).extend(x for x in getattr(w, k) if x not in getattr(out, k))
         out.content.update(w.content)
         out.checks.update(w.checks)

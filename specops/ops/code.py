@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+from pathlib import Path
 
 from . import handlers
 from .. import memo, protocol
@@ -127,8 +128,11 @@ def precompiled(source: bytes, venv: dict, module: str, label: str) -> list[str]
     from importlib.util import MAGIC_NUMBER
     if venv.get("magic") != MAGIC_NUMBER.hex() or not venv.get("tag"):
         return None
-    pyc = memo.cached("pyc", memo.key(MAGIC_NUMBER.hex(), source), lambda: _compiled(source, label, venv["tag"]))
+    pyc = memo.cached("pyc", memo.key(_RECIPE, MAGIC_NUMBER.hex(), source), lambda: _compiled(source, label, venv["tag"]))
     return [f"{module}.{venv['tag']}.pyc", base64.b64encode(pyc).decode()]
+
+
+_RECIPE = Path(__file__).read_bytes()  # this module: how the bytecode is made
 
 
 def _compiled(source: bytes, label: str, tag: str) -> bytes:
@@ -138,7 +142,7 @@ def _compiled(source: bytes, label: str, tag: str) -> bytes:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarnings of upstream code are SGLang's
-            code = compile(source, label, "exec", dont_inherit=True)
+            code = compile(source, label, "exec", dont_inherit=True, optimize=0)  # as the host's -I validator
     except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte
         where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
         raise PlanError(f"compiling for {tag} refused {label}: {type(e).__name__}: {getattr(e, 'msg', e)}{where}") from None

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import json
 import posixpath
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,17 @@ def render_kept(template: str, **vars: Any) -> str:
     """render() for a template whose output is not secret (a unit file: world-readable on the
     host anyway), kept by the memo under the hash of the templates and the variables: a deploy
     whose unit has not changed never imports Jinja2 (~35 ms)."""
-    name = memo.key(*sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
+    name = memo.key(_render_id(), *sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
                     template, json.dumps(vars, sort_keys=True, default=repr))
     return memo.cached("rendered", name, lambda: _render(template, vars).encode()).decode()
+
+
+@lru_cache(maxsize=1)
+def _render_id() -> str:
+    """This module (the environment's options) and Jinja2 as installed (its __init__ names its version)."""
+    import importlib.util
+    origin = importlib.util.find_spec("jinja2").origin
+    return memo.key(Path(__file__).read_bytes(), Path(origin).read_bytes())
 
 
 def _render(template: str, vars: dict) -> str:

@@ -65,6 +65,7 @@ class Probe:
     wheel_files: Dict[str, Any] = DICT
     gpu: bool = False
     gpu_apps: bool = False  # with gpu, nvidia-smi's compute apps too (a second call): status and facts show them
+    gpu_units: List[str] = LIST  # SGLang's units: a kept GPU answer (gpus.for_plan) counts only their runs
     allow_shared_dirs: List[str] = LIST
     lock_peek: bool = False
     lock_acquire: Optional[Holder] = None

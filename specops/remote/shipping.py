@@ -19,6 +19,7 @@ import io
 import re
 import shlex
 import textwrap
+import zlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -80,9 +81,13 @@ def cached():
 def build():
     if sha256(blob).hexdigest() != sha or len(made) != int(made_size):
         sys.exit("specops agent: the upload is corrupt")
-    from _frozen_importlib_external import MAGIC_NUMBER
+    try:
+        from _frozen_importlib_external import MAGIC_NUMBER  # CPython's, loaded at start
+    except ImportError:
+        from importlib.util import MAGIC_NUMBER
     if made and magic == MAGIC_NUMBER.hex():
-        pyz = made  # this interpreter's bytecode: compiled once, on the controller
+        import zlib
+        pyz = zlib.decompress(made)  # this interpreter's bytecode: compiled once, on the controller
     else:
 {textwrap.indent(COMPILE_ZIP, " " * 8)}        pyz = compiled_zip(blob, MAGIC_NUMBER)
     path = os.path.join(home, prefix + sha256(pyz).hexdigest() + ".pyz")
@@ -149,18 +154,22 @@ def receive_command(dest: str, total: int, offset: int = 0) -> str:
 @lru_cache(maxsize=1)
 def artifact() -> tuple[bytes, str]:
     """(zip bytes, sha256): deterministic, so the same code always has the same hash.  Kept by
-    the memo under its members' names, sizes and mtimes: deflating them costs ~15 ms a run."""
-    stats = [(m, (HERE / m).stat()) for m in MEMBERS]
-    name = memo.key(*(f"{m} {st.st_ino} {st.st_size} {st.st_mtime_ns}" for m, st in stats))
-    data = memo.cached("agent", name, _zip)
+    the memo under its members' contents and this module's own (how it is zipped): deflating
+    them costs ~15 ms a run, reading and hashing them ~2."""
+    members = [*((f"specops/{m}", (HERE / m).read_bytes()) for m in MEMBERS), ("__main__.py", MAIN)]
+    name = memo.key(_RECIPE, *(part for n, data in members for part in (n, data)))
+    data = memo.cached("agent", name, lambda: _zip(members))
     return data, hashlib.sha256(data).hexdigest()
 
 
-def _zip() -> bytes:
+_RECIPE = Path(__file__).read_bytes()  # this module: how the zip and its bytecode are made
+
+
+def _zip(members) -> bytes:
     import zipfile  # only when the memo has not kept this zip
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        for name, data in [*((f"specops/{m}", (HERE / m).read_bytes()) for m in MEMBERS), ("__main__.py", MAIN)]:
+        for name, data in members:
             info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
@@ -169,9 +178,10 @@ def _zip() -> bytes:
 
 def preamble() -> bytes:
     """What the loader reads first: the zip's hash and size, this interpreter's MAGIC_NUMBER and
-    the size of the zip compiled for it; the zip, then that.  A host whose python3 has that magic
-    keeps the compiled zip instead of compiling the agent itself (~50 ms of its CPU on first
-    contact with a new agent)."""
+    the size of the zip compiled for it (deflated: ~4× smaller); the zip, then that.  A host whose
+    python3 has that magic keeps the compiled zip instead of compiling the agent itself (~50 ms of
+    its CPU on first contact with a new agent); every session carries it (a no-op's upload is
+    ~130 KB more), as the controller cannot know which hosts have it already."""
     data, sha = artifact()
     made = compiled()
     return b"%s %d %s %d\n%s%s" % (sha.encode(), len(data), MAGIC_NUMBER.hex().encode(), len(made), data, made)
@@ -179,14 +189,14 @@ def preamble() -> bytes:
 
 @lru_cache(maxsize=1)
 def compiled() -> bytes:
-    """The agent's zip as the loader compiles it, for this interpreter; kept by the memo."""
+    """The agent's zip as the loader compiles it, for this interpreter, deflated; kept by the memo."""
     data, sha = artifact()
 
     def build():
         space: dict = {}
         exec(COMPILE_ZIP, space)
-        return space["compiled_zip"](data, MAGIC_NUMBER)
-    return memo.cached("agent", memo.key("compiled", MAGIC_NUMBER.hex(), sha), build)
+        return zlib.compress(space["compiled_zip"](data, MAGIC_NUMBER), 6)
+    return memo.cached("agent", memo.key(_RECIPE, "compiled", MAGIC_NUMBER.hex(), sha), build)
 
 
 def frame(message: bytes) -> bytes:

@@ -18,6 +18,7 @@ import ast
 import hashlib
 import importlib.util
 import json
+import sys
 import warnings
 from collections import Counter
 from functools import lru_cache
@@ -73,9 +74,10 @@ def problems(upstream: str, patched: str, filename: str) -> list[str]:
 
 @lru_cache(maxsize=1)
 def _checker_id() -> str:
-    """This module and pyflakes as installed: a change to either is a new verdict."""
+    """This module, pyflakes as installed and this Python: a change to any is a new verdict."""
     origin = importlib.util.find_spec("pyflakes").origin  # its __init__ names its version
-    return memo.key(Path(__file__).read_bytes(), origin, Path(origin).read_bytes())
+    # and this Python's: its parser says what parses, and pyflakes' builtins are its own
+    return memo.key(Path(__file__).read_bytes(), origin, Path(origin).read_bytes(), sys.version)
 
 
 def _problems(upstream: str, patched: str, filename: str) -> list[str]:

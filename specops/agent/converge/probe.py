@@ -175,7 +175,8 @@ def probe(req):
         from specops.agent import weights  # only then: its hub client costs every other probe
         facts.weights = {dest: weights.fact(dest, req.allow_shared_dirs) for dest in req.weights}
     if req.gpu:
-        facts.gpu = gpu_fact(req.units) if req.gpu_apps else gpus.for_plan(req.units, facts.units)
+        facts.gpu = gpu_fact(req.units) if req.gpu_apps else \
+            gpus.for_plan(req.gpu_units, facts.units, record=bool(facts.lock and facts.lock.get("acquired")))
     for name, cmd in req.checks.items():
         facts.checks[name] = subprocess.run(cmd, shell=True, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL).returncode

@@ -7,6 +7,7 @@ from specops.agent.services import procs
 from specops.agent.host import clean, read_state, update_state
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+DRIVER = "/proc/driver/nvidia/version"
 RUNS_KEPT = 8
 _ASKED = []  # set when this agent asked nvidia-smi for a plan: the runs it starts then hold those GPUs
 NOT_REPORTED = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Insufficient Permissions]")
@@ -82,42 +83,50 @@ def _apps(apps, gpus, unit_names, unknown):
     return out
 
 
-def for_plan(units, seen):
-    """The GPUs for a plan (no compute apps), with `seen` the units' probe facts.  nvidia-smi's
-    answer is kept (in the state file) with the runs of `units` that held the GPUs then, and
-    given again while one of those runs is still the one running, in the same boot: a loaded
-    driver cannot be replaced, nor a GPU taken out, while a process holds the GPUs, so the answer
-    cannot have changed.  What moves (memory used) is as it was then; a plan reads only what
-    does not.  Real nvidia-smi takes 0.1 s and more of a host's CPU: a no-op deploy asks nothing."""
+def for_plan(units, seen, record):
+    """The GPUs for a plan (no compute apps): nvidia-smi's answer, kept in the state file with the
+    runs of `units` (SGLang's: the runs that hold the GPUs) active when it was asked, and given
+    again while one of those runs is still the one running, in the same boot and under the same
+    driver (/proc/driver/nvidia/version where there is one): a loaded driver cannot be replaced,
+    nor a GPU taken out of the machine, while a process holds it.  `seen`: the probe's unit facts.
+    What moves (memory used) is as it was then; a plan reads only the GPUs, their memory and the
+    driver.  Only a probe that holds the host lock (`record`) writes the state file.  Real
+    nvidia-smi takes 0.1 s and more of a host's CPU: a no-op deploy asks nothing."""
     boot = _boot_id()
-    running = {u.get("InvocationID") for u in seen.values()
-               if u.get("ActiveState") == "active" and u.get("InvocationID")}
+    running = {seen[u].get("InvocationID") for u in units if u in seen
+               and seen[u].get("ActiveState") == "active" and seen[u].get("InvocationID")}
     kept = read_state().get("gpus") or {}
     if boot and kept.get("boot") == boot and running & set(kept.get("runs") or ()):
         return dict(kept["fact"], kept=True)
     fact = gpu_fact(units, apps=False)
-    if boot and fact.get("present") and not fact.get("error"):
-        update_state(lambda state: state.__setitem__("gpus", {"boot": boot, "fact": fact, "runs": sorted(running)}))
+    if record and boot and fact.get("present") and not fact.get("error"):
+        entry = {"boot": boot, "fact": fact, "runs": sorted(running), "units": sorted(units)}
+        update_state(lambda state: state.__setitem__("gpus", entry))
         _ASKED.append(True)
     return fact
 
 
-def started(invocation):
-    """A run this agent started after asking nvidia-smi for its plan (a deploy's restart) holds
-    the GPUs that answer describes."""
+def started(unit, invocation):
+    """A run of one of the units the answer was kept for, which this agent started after asking
+    nvidia-smi for its plan (a deploy's restart), holds the GPUs that answer describes."""
     if not _ASKED or not invocation:
         return
 
     def add(state):
         kept = state.get("gpus")
-        if kept and invocation not in kept["runs"]:
+        if kept and unit in kept.get("units", ()) and invocation not in kept["runs"]:
             kept["runs"] = (kept["runs"] + [invocation])[-RUNS_KEPT:]
     update_state(add)
 
 
 def _boot_id():
-    try:
-        with open(BOOT_ID) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    """This boot, and the driver loaded in it where the host has one: a reload is another."""
+    parts = []
+    for path in (BOOT_ID, DRIVER):
+        try:
+            with open(path) as f:
+                parts.append(f.read().strip())
+        except OSError:
+            if path == BOOT_ID:
+                return None
+    return "\n".join(parts)

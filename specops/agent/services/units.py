@@ -139,7 +139,7 @@ def _start(name):
         say("  daemon-reload: %s's unit file changed since systemd loaded it" % name)
         run_streamed(["systemctl", "daemon-reload"], "daemon-reload")
     run_streamed(["systemctl", "start", name], "start " + name)
-    gpus.started(remember_invocation(name))
+    gpus.started(name, remember_invocation(name))
 
 
 def start_unit(ref, others=()):
