@@ -12,6 +12,7 @@ import select
 from typing import Callable
 
 from . import become as become_mod, shipping
+from .. import memo
 from .become import Become
 from ..errors import SpecopsError
 
@@ -22,14 +23,21 @@ class AgentSession:
     def __init__(self, name: str, transport, become: Become = Become(), user: str | None = None):
         self.name, self.become, self.user = name, become, user
         self.chan, self.err = become_mod.start(transport, shipping.COMMAND, become, name, user)
-        self.chan.sendall(shipping.preamble())
+        # Named by the host's own key: a host reinstalled, or another behind the same name, is new.
+        self.served = memo.key(transport.get_remote_server_key().asbytes(), shipping.artifact()[1])
+        self.new = memo.get("served", self.served) is None
+        self.chan.sendall(shipping.preamble(with_compiled=self.new))
         self.out, self.tail = b"", []
 
     def call(self, wire: bytes, on_stderr: Callable[[str], None] | None = None, then: list[bytes] = ()) -> list[bytes]:
         """Send one request, and the requests `then` in the same write (the agent answers them in
         order: no round trip of their own); stream the progress lines; return the answers."""
         self.chan.sendall(b"".join(shipping.frame(w) for w in [wire, *then]))
-        return [self._answer(on_stderr) for _ in range(1 + len(then))]
+        answers = [self._answer(on_stderr) for _ in range(1 + len(then))]
+        if self.new:  # the agent runs there: its compiled zip is kept, or this host compiles its own
+            memo.put("served", self.served, b"")
+            self.new = False
+        return answers
 
     def _answer(self, on_stderr: Callable[[str], None] | None) -> bytes:
         while True:

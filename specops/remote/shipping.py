@@ -176,14 +176,14 @@ def _zip(members) -> bytes:
     return buf.getvalue()
 
 
-def preamble() -> bytes:
+def preamble(with_compiled: bool = True) -> bytes:
     """What the loader reads first: the zip's hash and size, this interpreter's MAGIC_NUMBER and
-    the size of the zip compiled for it (deflated: ~4× smaller); the zip, then that.  A host whose
-    python3 has that magic keeps the compiled zip instead of compiling the agent itself (~50 ms of
-    its CPU on first contact with a new agent); every session carries it (a no-op's upload is
-    ~130 KB more), as the controller cannot know which hosts have it already."""
+    the size of the zip compiled for it (deflated, ~250 KB; 0 when not sent); the zip, then that.
+    A host whose python3 has that magic keeps the compiled zip instead of compiling the agent
+    itself (~50 ms of its CPU on first contact with a new agent).  It is sent only to a host this
+    controller has not served this agent before (session.AgentSession): the others keep theirs."""
     data, sha = artifact()
-    made = compiled()
+    made = compiled() if with_compiled else b""
     return b"%s %d %s %d\n%s%s" % (sha.encode(), len(data), MAGIC_NUMBER.hex().encode(), len(made), data, made)
 
 
