@@ -1,7 +1,7 @@
 """A second stack venv (only sglang differs) built with uv against pip, measured side by side.
 
     python bench/stacks.py                   # writes bench/stacks.md and its section of BENCHMARKS.md
-    python bench/stacks.py --rollback-only   # only specops's four tasks, printed
+    python bench/stacks.py --rollback-only   # only specops's four tasks again (uv's and pip's kept)
 
 One bare sandbox host (a site of its own) and the sandbox package index, with the real CPU
 torch 2.13.0 and flash-linear-attention 0.6.0.  Each tool builds a first venv (torch, fla,
@@ -81,6 +81,8 @@ def measure(rollback_only: bool = False) -> dict:
             out[tool] = {"first_s": round(times[0], 1), "second_s": round(times[1], 1),
                          "first_mib": round(first / 2**20, 1), "second_adds_mib": round((both - first) / 2**20, 1)}
         out["rollback"] = rollbacks(f, h, url)
+        if not rollback_only:
+            out["tools_measured"] = time.strftime("%Y-%m-%d")
         return out
     finally:
         if index:
@@ -154,15 +156,16 @@ def markdown(r: dict) -> str:
         "earlier release's files back, its server started and verified; no install. `inv rollback` of a "
         "release that serves stops its server with SGLang's own drain first (its SIGTERM watchdog looks "
         "every 5 s), then the same.", "",
-        f"Measured {time.strftime('%Y-%m-%d')}; reproduce with `.venv/bin/python bench/stacks.py` (as root, "
-        "nothing else running).", END])
+        f"specops's tasks measured {time.strftime('%Y-%m-%d')}, uv's and pip's {r.get('tools_measured', 'the same day')}; "
+        "reproduce with `.venv/bin/python bench/stacks.py` (as root, nothing else running).", END])
 
 
 def main() -> None:
-    if "--rollback-only" in sys.argv:  # only specops's tasks, printed: nothing written
-        print(measure(rollback_only=True)["rollback"])
-        return
-    result = measure()
+    if "--rollback-only" in sys.argv:  # specops's tasks again; uv's and pip's figures kept from the last run
+        import json
+        result = {**json.loads((HERE / "stacks.json").read_text()), "rollback": measure(rollback_only=True)["rollback"]}
+    else:
+        result = measure()
     sections.publish("stacks", result, markdown(result))
 
 
