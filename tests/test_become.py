@@ -193,3 +193,39 @@ def test_sudo_gets_the_password_once_and_a_second_question_is_a_refusal():
     with pytest.raises(Exception, match="sudo refused|needs a password"):
         become._past_sudo(none, become.Become("sudo"), "box", "ubuntu", False)
     assert none.sent == []
+
+
+class SplitRefusal:
+    """sudo's refusal in two writes, its exit status arriving between them (as seen in CI): each
+    select() lets the next part in; the end of file comes with the last."""
+
+    def __init__(self):
+        self.parts, self.err, self.eof_received = [b"sudo", b": a password is required\n"], b"", False
+
+    def arrive(self, *_):
+        if self.parts:
+            self.err += self.parts.pop(0)
+            self.eof_received = not self.parts
+
+    def recv_ready(self):
+        return False
+
+    def recv_stderr_ready(self):
+        return bool(self.err)
+
+    def recv_stderr(self, n):
+        out, self.err = self.err, b""
+        return out
+
+    def exit_status_ready(self):
+        return True
+
+    def sendall(self, data):
+        raise AssertionError("nothing is sent to a sudo that refused")
+
+
+def test_a_refusal_whose_exit_status_comes_before_its_last_words_is_named(monkeypatch):
+    chan = SplitRefusal()
+    monkeypatch.setattr(become.select, "select", chan.arrive)
+    with pytest.raises(Exception, match="needs a password for ubuntu"):
+        become._past_sudo(chan, become.Become("sudo"), "box", "ubuntu", False)

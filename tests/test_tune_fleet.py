@@ -55,7 +55,9 @@ def test_spec_tune_finds_the_known_optimum_applies_it_under_the_gate_and_twice_c
     inv = write_inventory(sandbox, "t1", KNOBS)
     res = sandbox.inv("deploy", "--host", "t1", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
-    res, rep = tune(sandbox, "t1", inv, "--apply")
+    # --force: the other test worker shares these 2 cores, and a baseline it moves is the noise check
+    # refusing (tests/test_tune_noise.py), not what this test is about (seen in CI: +13.1%)
+    res, rep = tune(sandbox, "t1", inv, "--apply", "--force")
     assert res.returncode == 0, res.stdout[-5000:]
     # tune.json went into the release the tune ran on; the applied deploy made a new one
     stamps = sorted(p.name for p in h.path("/var/lib/specops/releases").iterdir() if p.name[0].isdigit())
@@ -87,7 +89,7 @@ def test_spec_tune_finds_the_known_optimum_applies_it_under_the_gate_and_twice_c
     look_at_the_report(sandbox, inv, "t1", rec)
     # a second --apply finds what runs is the best: nothing written, nothing deployed
     before = text
-    res, rep = tune(sandbox, "t1", inv, "--apply")
+    res, rep = tune(sandbox, "t1", inv, "--apply", "--force")
     assert res.returncode == 0, res.stdout[-5000:]
     assert (inv / "host_vars" / "t1.yml").read_text() == before
     assert "nothing to apply" in res.stdout and "gate passed" not in res.stdout

@@ -109,7 +109,9 @@ def _past_sudo(chan, become: Become, host: str, user: str | None, pty: bool) -> 
         refused = failure(host, user, text, had_password=asked > 0)
         if refused:
             raise refused
-        if chan.exit_status_ready() and not (chan.recv_ready() or chan.recv_stderr_ready()):
+        # All of sudo's words are in only once the host has sent its end of file: its exit status
+        # can come first (seen in CI: "sudo failed: sudo", the rest of its line still on the way).
+        if chan.exit_status_ready() and chan.eof_received and not (chan.recv_ready() or chan.recv_stderr_ready()):
             raise SpecopsError(f"{host}: sudo failed: {text.strip()[-200:] or 'no output'}")
     raise SpecopsError(f"{host}: sudo did not say yes or no within {ANSWER_WITHIN} s "
                        f"(it said: {seen.decode(errors='replace').strip()[-120:] or 'nothing'})")
