@@ -331,7 +331,14 @@ def main() -> None:
     ap.add_argument("--runs", default="3", help="runs per host count (one number: the same for all)")
     ap.add_argument("--smoke", action="store_true", help="only check that every tool runs; write nothing")
     ap.add_argument("--json", default=str(HERE / "results.json"))
+    ap.add_argument("--rewrite", action="store_true", help="measure nothing: write BENCHMARKS.md again from --json "
+                    "(after bench/textfile.py or bench/stacks.py, whose figures its targets read)")
     args = ap.parse_args()
+    if args.rewrite:
+        results = {int(n): r for n, r in json.loads(Path(args.json).read_text()).items()}
+        runs = {n: len(r["specops"]["samples"]["first"]) for n, r in results.items()}
+        (ROOT / "BENCHMARKS.md").write_text(markdown(results, runs))
+        return
     counts = [int(n) for n in args.hosts.split(",")]
     runs = [int(r) for r in args.runs.split(",")]
     runs = runs * len(counts) if len(runs) == 1 else runs
