@@ -122,10 +122,10 @@ def test_a_run_this_agent_started_after_asking_holds_those_gpus(tmp_path, monkey
     gpus.started("sglang", "run-x")  # asked nothing yet: a start proves nothing about the kept answer
     plan({})
     assert asked(log) == 1
-    gpus.started("router", "router-run")  # not a unit the answer was kept for
+    gpus.started("router", "run-r")  # not a unit the answer was kept for
     gpus.started("sglang", "run-y")  # the deploy's restart
     assert plan(active("run-y"))["kept"] and asked(log) == 1
-    plan(active("router-run", unit="router"))
+    plan(active("run-r"))  # had the router's start been kept, this run would pass for one that held them
     assert asked(log) == 2
     monkeypatch.setattr(gpus, "_ASKED", [])
     gpus.started("sglang", "run-z")  # another agent, which asked nvidia-smi nothing
