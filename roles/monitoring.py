@@ -9,7 +9,7 @@ from specops.inventory import schema
 from specops.layout import TEXTFILE_AGENT, TEXTFILE_DIR, UNIT_DIR, UNIT_ONLY
 from specops.ops import Directory, File, handlers, unit_file
 from specops.ops.apt import AptPackages
-from specops.ops.systemd import Command
+from specops.ops.systemd import Timer
 from specops.remote import shipping
 
 NAME = "monitoring"
@@ -92,6 +92,5 @@ def ops(host):
         unit_file(UNIT, service_text(m["textfile_dir"]), notify_restart=False),
         File(TIMER, timer_text(m["refresh"]), mode="0644", validate=["systemd-analyze", "verify", UNIT_ONLY, "{}"],
              notify=[handlers.daemon_reload(f"{UNIT}.timer")]),
-        Command(["systemctl", "enable", "--now", f"{UNIT}.timer"], desc=f"enable and start {UNIT}.timer",
-                unless=f"systemctl is-enabled --quiet {UNIT}.timer && systemctl is-active --quiet {UNIT}.timer"),
+        Timer(f"{UNIT}.timer"),
     ]

@@ -43,7 +43,7 @@ def ops(host):
         out += [
             File(env_file(name), env_text(svc), mode="0600", secret=True, notify=[handlers.restart(name)]),
             unit_file(name, router_unit_text(host, svc)),
-            Service(name, state="started", enabled=True, unit=kind.unit(svc)),
+            Service(name, enabled=True, unit=kind.unit(svc)),
             RunningCode(name, kind.managed(svc, venv)),
         ]
     return out

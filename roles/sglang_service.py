@@ -65,7 +65,7 @@ def ops_for_service(svc, venv):
         File(env_file(svc["name"]), env_text(svc), mode="0600", secret=True, notify=[handlers.restart(svc["name"])]),
         Preflight(svc, venv, unit),
         unit,
-        Service(svc["name"], state="started", enabled=True, unit=kind_of(svc).unit(svc)),
+        Service(svc["name"], enabled=True, unit=kind_of(svc).unit(svc)),
         RunningCode(svc["name"], kind_of(svc).managed(svc, venv), kind_of(svc).weights(svc)),
     ]
 

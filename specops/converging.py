@@ -6,10 +6,15 @@ from __future__ import annotations
 import time
 
 from . import protocol, services
-from .errors import SpecopsError
+from .errors import ApplyFailed, SpecopsError
 from .layout import new_stamp, release_dir
 from .ops import Context, Facts, handlers
 from .remote import peercopy
+
+
+# what an undo puts back: files (from the release's backups) and units' enablement
+UNDOABLE = (protocol.Write, protocol.Remove, protocol.Enable)
+WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the switch", protocol.SWITCH: "switching"}
 
 
 class Converging:
@@ -33,27 +38,32 @@ class Converging:
                                                  + self.connect().push(local, remote, progress, offset))
 
     def apply(self, actions: list, planned: list | None = None) -> None:
-        """Run a batch; `planned`: the (record, Change) pairs it makes, so a failed batch leaves
-        the ones it never made out of the recap's changed."""
+        """Run a batch (the agent runs its checks, then its preparations, then its switch);
+        `planned`: the (record, Change) pairs it makes, so a failed batch leaves the ones it never
+        made out of the recap's changed."""
         if not actions:
             return
         if self.before_change:  # e.g. take this worker out of its router and let it drain
             hook, self.before_change = self.before_change, None
             hook()
-        res = self.call(protocol.Apply(actions=actions, allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
+        stamp = self.context.release_dir.rsplit("/", 1)[1] if self.context and self.context.release_dir else None
+        res = self.call(protocol.Apply(actions=actions, stamp=stamp,
+                                       services=list(services.unit_refs(self.host, self.quick).values()),
+                                       allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
-        done = {r["index"] for r in res.results}
+        done = [actions[r["index"]] for r in res.results]
         self.acted = self.acted or bool(done)
-        self.applied += [a for i, a in enumerate(actions)
-                         if i in done and isinstance(a, (protocol.Write, protocol.Remove))]
+        self.applied += [a for a in done if isinstance(a, UNDOABLE)]
+        self.kept += [a.desc or a.KIND for a in done if a.PHASE == protocol.PREPARE]
         if not res.ok:
-            made = [actions[i] for i in done if actions[i].KIND not in protocol.CHECK_KINDS]
+            made = [a for a in done if a.PHASE != protocol.CHECK]
             for record, c in planned or []:
                 # its own actions, or for a change that only notifies, the batch's handlers
                 if not c.copies and not any(a is m for a in (c.actions or actions) for m in made):
                     record.update(changed=False, applied=False)
-            raise SpecopsError(f"{res.error} (action {res.failed + 1} of {len(actions)}; "
-                               f"{len(made)} changes made before it)")
+            raise ApplyFailed(f"{res.error} (action {res.failed + 1} of {len(actions)}, while "
+                              f"{WHILE.get(res.phase, res.phase)}; {len(made)} changes made before it)",
+                              res.phase or protocol.SWITCH)
 
     def run_checks(self, checks: list, after: str | None) -> None:
         """Check mode: the read-only checks run for real, unless an earlier role's changes
@@ -72,16 +82,26 @@ class Converging:
 
     def previous(self) -> dict[str, str]:
         """What this run replaced: path → "backup" | "absent" (for undo and the release)."""
-        return {a.path: ("backup" if a.backup else "absent") for a in self.applied}
+        return {a.path: ("backup" if a.backup else "absent") for a in self.applied if not isinstance(a, protocol.Enable)}
+
+    def enabled(self) -> list:
+        """The Enable actions this run did (an undo puts each unit's state back)."""
+        return [a for a in self.applied if isinstance(a, protocol.Enable)]
+
+    def new_context(self) -> Context:
+        """A plan's context: outside check mode, the release this attempt would become (where
+        what it replaces is backed up)."""
+        ctx = Context(self.host.name, self.opts.check, verify_weights=self.opts.verify_weights)
+        if not ctx.check:
+            ctx.release_dir = release_dir(new_stamp())
+        return ctx
 
     def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
         """Plan every role against the facts and apply: the body of deploy."""
-        ctx = ctx or Context(self.host.name, self.opts.check, verify_weights=self.opts.verify_weights)
-        if not ctx.check and ctx.release_dir is None:
-            ctx.release_dir = release_dir(new_stamp())  # where replaced files are backed up
+        ctx = self.context = ctx or self.new_context()
         remaining = [op for _, ops in self.plan for op in ops]
         facts = facts or self.probe(remaining, lock=not ctx.check)
-        pending, checks, changed_by, planned = [], [], None, []
+        pending, checks, changed_by, planned, foreseen = [], [], None, [], []
         self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
             role_actions, moved = [], False
@@ -90,6 +110,9 @@ class Converging:
                 self.report.changes.append(c.record(self.host.name))
                 planned += [(self.report.changes[-1], c)] if c.changed else []
                 self.out.change(self.host.name, c, ctx.check)
+                if c.fails and ctx.check:
+                    foreseen.append(f"{c.target}: {c.fails}")
+                    self.say(f"{'would fail':<15} {c.target}: {c.fails}")
                 role_actions += c.actions
                 checks += c.checks
                 ctx.notified += [n for n in c.notify if n not in ctx.notified]
@@ -116,6 +139,8 @@ class Converging:
         if ctx.check:
             if self.opts.run_checks:
                 self.run_checks(checks, changed_by)
+                if foreseen:
+                    raise SpecopsError("would fail: " + "; ".join(foreseen))
         else:
             self.apply(checks + pending + todo, planned)
         return ctx

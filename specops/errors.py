@@ -29,3 +29,12 @@ class GateFailed(SpecopsError):
     def __init__(self, message: str, measured: list):
         super().__init__(message)
         self.measured = measured
+
+
+class ApplyFailed(SpecopsError):
+    """A batch failed on the host.  `phase`: where (protocol.PHASES; before the switch nothing that
+    serves was touched)."""
+
+    def __init__(self, message: str, phase: str):
+        super().__init__(message)
+        self.phase = phase

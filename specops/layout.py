@@ -47,7 +47,10 @@ WEIGHTS_DIR = HOME + "/weights"            # a manifest per weights directory sp
 TOOLS_DIR = HOME + "/tools"                # venvs of the tools specops runs on the host (hf-<pin>)
 PEER_DIR = HOME + "/peer"                  # <id>/: the key of a copy from a peer, while it runs
 HF_PIN = "2.4.0"                           # the huggingface_hub that fetches weights
-APPLY_JOURNAL = HOME + "/apply.json"       # a batch's progress while it changes things (kept if cut off)
+APPLY_JOURNAL = HOME + "/apply.json"       # a switch's progress while it changes things (kept if cut off)
+# Faults on request (the sandbox's fault tests): an action kind the next batch fails at, or dies at.
+# In /run, which only root can write, and read only when root's own regular file.
+FAULTS = "/run/specops-faults.json"
 
 # Python stacks: one immutable venv per distinct stack (interpreter, torch and its CUDA variant,
 # fla, sglang, the other pins), named by the hash of what defines it, built by uv beside the one

@@ -62,7 +62,9 @@ class HostRun(Converging):
         self.remote: Remote | None = None
         self.facts: Facts | None = None
         self.lock = HostLock(self)
-        self.applied: list = []             # writes and removals done, for undo
+        self.applied: list = []             # writes, removals and enables done (converging.UNDOABLE), for undo
+        self.kept: list[str] = []           # what its preparations did, which no undo takes back
+        self.context = None                 # the plan's Context (converging.new_context), once planned
         self.acted = False                  # any action done (a build, a fetch, a restart)
         self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
         self.quick: set[str] = set()  # services whose stop need not drain (out of their routers, --no-drain)
@@ -128,11 +130,23 @@ class HostRun(Converging):
             self.lock.answered(self.facts.data["lock"])
         cut = self.facts.data.get("interrupted")
         if cut:
-            self.say(f"WARNING: an earlier run (task {cut.get('task', '?')}) was cut off in the middle of its "
-                     f"changes: done: {', '.join(cut['done']) or 'nothing'}; not done: "
-                     f"{', '.join(cut['not_done']) or 'nothing'}")
-            self.report.notes.append("an earlier run was cut off mid-apply")
+            self.say(cut_off_words(cut))
+            self.report.notes.append("an earlier run's switch was cut off" + ("; undone" if cut.get("undone") else ""))
         return self.facts
+
+
+def cut_off_words(cut: dict) -> str:
+    """What the probe found of a switch an earlier run was cut off in, and whether this run
+    undid it (only a run that takes the host lock does, before anything else)."""
+    begun = f"cut off at: {cut['cut_at']}; " if cut.get("cut_at") else ""
+    head = (f"WARNING: an earlier run (task {cut.get('task', '?')}) was cut off in the middle of its switch: "
+            f"done: {', '.join(cut.get('done') or []) or 'nothing'}; {begun}"
+            f"not done: {', '.join(cut.get('not_done') or []) or 'nothing'}")
+    undone = cut.get("undone")
+    if undone is None:
+        return head + "; the next run that takes the lock (inv deploy, rollback, stop...) undoes it first"
+    return (head + f"; undone before this run: {len(undone['restored'])} file(s) put back"
+            + (f", restarted {', '.join(undone['restarted'])}" if undone["restarted"] else ""))
 
 
 def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
@@ -168,7 +182,7 @@ def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:
 
 
 def _applied(run: HostRun) -> list[str]:
-    return [a.path for a in run.applied]
+    return list(run.previous())
 
 
 def _interrupted(runs: list[HostRun]) -> None:

@@ -32,7 +32,7 @@ def every_op(tag: str):
             JsonKeys("/srv/demo/config.json", {"eagle_config.eagle_aux_hidden_state_layer_ids": [2, 16, 29],
                                                 "tag": tag}),
             unit_file("demo-sleep", UNIT.format(tag=tag)),
-            Service("demo-sleep", state="started", enabled=True),
+            Service("demo-sleep", enabled=True),
             Command(["sh", "-c", f"echo {tag} > /srv/demo/marker"], desc="write marker",
                     unless=f"grep -qx {tag} /srv/demo/marker"),
         ]

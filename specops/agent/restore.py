@@ -1,7 +1,9 @@
-"""Putting a release back on the host: undo of a failed deploy (its own backups), rollback to
-an older release (its snapshot and the later releases' backups), and the restart after either.
+"""Putting a release back on the host: undo of a failed deploy (its own backups), of a switch an
+earlier run was cut off in (its journal), rollback to an older release (its snapshot and the later
+releases' backups), and the restart after each.
 Rollback points the unit back at the release's stack; it never installs anything."""
 import base64
+import json
 import os
 import shlex
 import stat
@@ -10,11 +12,11 @@ from specops import protocol
 from specops.agent.converge.bytecode import purge
 from specops.agent.converge.stage import Staged
 from specops.agent.host import ActionError, sha256
-from specops.agent.releases import _set_current, current, current_manifest, manifests, mark_rolled_back
+from specops.agent.releases import _set_current, current, current_manifest, manifests, mark_rolled_back, record
 from specops.agent.safefs import UnsafePath, read_file, remove
 from specops.agent.services import units
 from specops.agent.weights import read_manifest
-from specops.layout import RELEASES, unit_path
+from specops.layout import APPLY_JOURNAL, RELEASES, UNIT_DIR, unit_path
 
 
 def _state_at(target, deployed):
@@ -71,28 +73,83 @@ def _restart(refs, daemon_reload, known=()):
         units.restart(ref, sorted(names - {ref.name}))
 
 
+def _unit_file(path):
+    return path.startswith(UNIT_DIR + "/")
+
+
 def _refs(names, known):
     """UnitRefs for unit names: as the request describes them, else with the defaults."""
     by_name = {r.name: r for r in known}
     return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
 
 
-def undo(req):
-    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
-    d = os.path.join(RELEASES, req.stamp)
+def put_back(stamp, previous, enabled, services, allowed=()):
+    """Undo an attempt's switch from its own backups (releases/<stamp>/previous): enables
+    reverted, files put back (created ones removed), systemd reloaded, the units that stay
+    restarted.  `enabled`: its Enable actions (as protocol.Enable).  Returns the paths changed."""
+    d = os.path.join(RELEASES, stamp)
     want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
-            for p, how in req.previous.items()}
+            for p, how in previous.items()}
+    for a in reversed(enabled):  # while their unit files are still there
+        units.unenable(a)
     # A unit this deploy created goes away: stop it (leftovers accounted) while systemd still
     # knows it, and restart only the units that stay.
-    gone = [r for r in req.services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
-    names = [r.name for r in req.services]
+    gone = [r for r in services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
+    names = [r.name for r in services]
     for ref in gone:
         units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
-    changed = _restore(want, req.allow_shared_dirs)
-    _restart([r for r in req.services if r not in gone], any(p.endswith(".service") for p in changed),
-             req.services)
+    changed = _restore(want, allowed)
+    _restart([r for r in services if r not in gone], bool(enabled) or any(_unit_file(p) for p in changed), services)
+    return changed
+
+
+def undo(req):
+    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
+    changed = put_back(req.stamp, req.previous, req.enabled, req.services, req.allow_shared_dirs)
     manifest = current_manifest()
     return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
+
+
+def cut_off(undo_it):
+    """The journal of a switch an earlier run was cut off in (stage.Journal), or None: what it had
+    done and not, and with `undo_it` (the run that now holds the lock, before it does anything
+    else) that switch undone from its backups, the attempt recorded rolled-back."""
+    try:
+        with open(APPLY_JOURNAL) as f:
+            journal = json.load(f)
+    except (OSError, ValueError):
+        return None
+    steps, begun = journal.get("steps") or [], journal.get("begun", -1)
+    said = {"task": journal.get("task", "?"), "done": [s["desc"] for s in steps[:max(begun, 0)]],
+            "cut_at": steps[begun]["desc"] if 0 <= begun < len(steps) else None,
+            "not_done": [s["desc"] for s in steps[begun + 1:]], "undone": None}
+    if not undo_it:
+        return said
+    if journal.get("stamp"):
+        said["undone"] = _recover(journal, steps[:begun + 1])  # the step begun may have been done
+    os.unlink(APPLY_JOURNAL)
+    return said
+
+
+def _recover(journal, begun):
+    stamp = journal["stamp"]
+    d = os.path.join(RELEASES, stamp, "previous")
+    previous = {}
+    for s in begun:
+        if s["kind"] in ("write", "remove"):
+            # a backup not made yet means the path was not touched yet either
+            if not s["backup"] or os.path.exists(os.path.join(d, s["path"].lstrip("/"))):
+                previous[s["path"]] = "backup" if s["backup"] else "absent"
+    enabled = [protocol.Enable(unit=s["unit"], enable=s["enable"], now=s["now"], was=s["was"])
+               for s in begun if s["kind"] == "enable"]
+    services = [protocol.fields_of(protocol.UnitRef, r, "the journal's unit") for r in journal.get("services") or []]
+    changed = put_back(stamp, previous, enabled, services)
+    record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK, manifest={
+        "services": [r.name for r in services],
+        "summary": "cut off during its switch (task %s), at: %s; undone by the next run" % (
+            journal.get("task", "?"), begun[-1]["desc"] if begun else "its start")}))
+    return {"restored": changed, "restarted": [r.name for r in services if unit_path(r.name) not in
+                                               {p for p, how in previous.items() if how == "absent"}]}
 
 
 def rollback(req):
@@ -111,7 +168,7 @@ def rollback(req):
     want = _state_at(target, deployed)
     _runnable(target, want)
     changed = _restore(want, req.allow_shared_dirs)
-    _restart(_refs(target.get("services", []), req.services), any(p.endswith(".service") for p in changed),
+    _restart(_refs(target.get("services", []), req.services), any(_unit_file(p) for p in changed),
              req.services)
     _set_current(target["stamp"])
     notes = _weights_differ(target)

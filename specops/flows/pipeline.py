@@ -7,29 +7,31 @@ import os
 from .. import protocol, services
 from . import rolling, textfile
 from . import verify as verify_mod
-from ..errors import GateFailed, SpecopsError, UsageError
+from ..errors import ApplyFailed, GateFailed, SpecopsError, UsageError
 from ..layout import WINDOW_PREFIX
 from ..output.report import ROLLED_BACK, shorten
 from ..run import HostRun
 
 
 def deploy(run: HostRun, bench=None) -> None:
-    """lock → facts → plan → apply → handlers → verify (→ `bench`, the gates) → record the release.
-    A failed verify, apply or gate undoes this deploy's changes and verifies the previous state."""
+    """A deploy's phases, top to bottom: lock and probe, plan, then one batch on the host that
+    checks, prepares (installs, builds, fetches: nothing that serves changes) and switches
+    (renames, enable, reload, the handlers' restarts); verify (→ `bench`, the gates); record the
+    release.  A failure while checking or preparing leaves what serves as it was; one in the
+    switch, verify or a gate undoes the deploy and verifies the previous release (`failed`)."""
     textfile.after(run)
-    ctx = run.converge()
-    if run.opts.check:
-        return
+    ctx = run.new_context()
     perf = []
     try:
+        run.converge(ctx)  # lock → probe → plan → check → prepare → switch → handlers
+        if run.opts.check:
+            return
         verify_mod.verify(run, last=not (run.applied or run.acted) and not bench)  # else a record follows
         perf = bench(run) if bench else []
     except SpecopsError as failure:
-        if run.applied:
-            undo(run, ctx.release_dir, failure)  # raises: what was undone, and whether that verifies
-        # A no-op deploy has nothing of its own to undo: what failed is what already ran.
-        run.report.notes.append("nothing to undo")
-        raise SpecopsError(f"{failure}; nothing to undo: this deploy changed nothing") from None
+        if run.opts.check:
+            raise
+        failed(run, ctx.release_dir, failure)  # raises: what was undone, or why nothing was
     if run.applied or run.acted:  # a restart for new weights is a release too
         record(run, ctx.release_dir, last=not perf)
     for i, result in enumerate(perf):
@@ -37,25 +39,53 @@ def deploy(run: HostRun, bench=None) -> None:
                  last=i == len(perf) - 1)
 
 
+def failed(run: HostRun, directory: str, failure: SpecopsError) -> None:
+    """Whatever failed, the host ends on one release: the switch undone, or never begun."""
+    if run.applied:
+        undo(run, directory, failure)  # raises: what was undone, and whether that verifies
+    if isinstance(failure, ApplyFailed) and failure.phase != protocol.SWITCH:
+        attempt(run, directory, failure)
+        run.report.notes.append(UNTOUCHED)
+        left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
+        raise SpecopsError(f"{failure}; {UNTOUCHED}{left}") from None
+    if not run.acted:  # a request failed before the batch (a push, a plan), or verify of a no-op
+        raise failure
+    # A no-op deploy has nothing of its own to undo: what failed is what already ran.
+    run.report.notes.append("nothing to undo")
+    raise SpecopsError(f"{failure}; nothing to undo: this deploy changed nothing") from None
+
+
+UNTOUCHED = "nothing that serves was touched"
+
+
 def _names(run: HostRun) -> list[str]:
     return [s["name"] for _, s in services.of_host(run.host)]
 
 
+def attempt(run: HostRun, directory: str, failure: Exception, previous: dict | None = None) -> str:
+    """Record this attempt as a release that is not current (rolled-back), with why it failed and
+    what its preparations left in place; its stamp."""
+    stamp = directory.rsplit("/", 1)[1]
+    run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous or {}, status=protocol.ROLLED_BACK,
+                                    manifest={"services": _names(run), "summary": shorten(str(failure), 300),
+                                              "kept": run.kept}))
+    return stamp
+
+
 def undo(run: HostRun, directory: str, failure: Exception) -> None:
-    """Put back what this deploy replaced, restart, verify the previous release, then fail."""
-    stamp, previous = directory.rsplit("/", 1)[1], run.previous()
+    """Put back what this deploy replaced and enabled, restart, verify the previous release, then fail."""
+    previous = run.previous()
     run.say(f"ROLLING BACK: {failure}")
     refs = list(services.unit_refs(run.host, run.quick).values())
-    res = run.call(protocol.Undo(stamp=stamp, previous=previous, services=refs,
-                                 allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
+    res = run.call(protocol.Undo(stamp=directory.rsplit("/", 1)[1], previous=previous, services=refs,
+                                 enabled=run.enabled(), allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
-    run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK,
-                                    manifest={"services": _names(run), "summary": shorten(str(failure), 300)}))
+    stamp = attempt(run, directory, failure, previous)
+    run.report.notes.append(ROLLED_BACK)
     for result in failure.measured if isinstance(failure, GateFailed) else []:
         # What the gate measured stays with the release it refused (else the page shows "-" for it).
         run.call(protocol.PerfRecord(perf=result, stamp=stamp))
     run.applied = []
-    run.report.notes.append(ROLLED_BACK)
     if res.current is None:  # the first deploy: nothing of specops's ran before it
         raise SpecopsError(f"{failure}; rolled back to the state before this deploy (no earlier release "
                            f"to verify)") from None

@@ -2,23 +2,35 @@
 from .. import protocol
 from .base import Op
 
+INSTALLED, CANDIDATE, NO_CANDIDATE = 0, 1, 2  # the probe's answer per package (its shell's exit status)
+
+
+def _probe(name: str) -> str:
+    """One shell: installed (0); else whether the host's own package lists have a candidate (1) or
+    not (2).  apt-cache reads only the lists on disk: it fetches nothing."""
+    return (f"dpkg-query -W -f='${{Status}}' {name} 2>/dev/null | grep -q 'install ok installed' && exit {INSTALLED}; "
+            f"apt-cache policy {name} 2>/dev/null | grep -q '^ *Candidate: [^(]' && exit {CANDIDATE}; exit {NO_CANDIDATE}")
+
 
 class AptPackages(Op):
-    """Packages that must be installed (never removed); Recommends are not pulled in."""
+    """Packages that must be installed (never removed); Recommends are not pulled in.  An install
+    prepares: it runs before anything that serves changes, and is not undone."""
 
     def __init__(self, names):
         self.names = names
 
     def wants(self):
-        return protocol.Probe(checks={f"dpkg:{n}": f"dpkg-query -W -f='${{Status}}' {n} 2>/dev/null | "
-                                                   f"grep -q 'install ok installed'" for n in self.names})
+        return protocol.Probe(checks={f"dpkg:{n}": _probe(n) for n in self.names})
 
     def plan(self, facts, ctx):
-        missing = [n for n in self.names if facts.check(f"dpkg:{n}") != 0]
+        missing = [n for n in self.names if facts.check(f"dpkg:{n}") != INSTALLED]
         if not missing:
             return self._change("apt packages", "ok")
-        # no pty for dpkg: its progress is not redrawn as a line per percent in the run's output
-        cmd = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-               "-o Dpkg::Use-Pty=0 " + " ".join(missing))
-        return self._change("apt packages", f"install {' '.join(missing)}",
-                            [protocol.Run(cmd=cmd, desc=f"apt-get install {' '.join(missing)}")])
+        unknown = [n for n in missing if facts.check(f"dpkg:{n}") == NO_CANDIDATE]
+        change = self._change("apt packages", f"install {' '.join(missing)}",
+                              [protocol.AptInstall(packages=missing, desc=f"apt-get install {' '.join(missing)}")])
+        if unknown:  # not refused: a deploy refreshes the lists first (apt-get update), which may find them
+            change.fails = (f"{', '.join(unknown)}: no candidate in the host's package lists (apt-cache policy); "
+                            f"unless apt-get update finds {'them' if unknown[1:] else 'it'}, a deploy fails "
+                            f"before anything that serves changes")
+        return change

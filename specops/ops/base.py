@@ -38,6 +38,7 @@ class Change:
     uploads: list = field(default_factory=list)  # (local, remote[, offset to resume at]): pushed before the batch
     copies: list = field(default_factory=list)   # peercopy.PeerCopy: host-to-host copies, run before the batch
     stale: bool = False  # a restart because the service runs code older than its files
+    fails: str = ""  # what the facts already show this change may fail at (check mode says it, and fails)
 
     @property
     def changed(self) -> bool:
@@ -51,7 +52,7 @@ class Change:
     def record(self, host: str) -> dict:
         return {"host": host, "role": self.role, "target": self.target, "changed": self.changed,
                 "summary": self.summary, "diff": self.diff, "warning": self.warning,
-                "services": list(self.services), "stale": self.stale}
+                "services": list(self.services), "stale": self.stale, "fails": self.fails}
 
 
 class Facts:

@@ -91,6 +91,7 @@ class File(Op):
         f = facts.file(self.path)
         if f.get("unsafe_write"):
             raise PlanError(f["unsafe_write"])
+        room(f, len(self.content), ctx)
         old = base64.b64decode(f["content_b64"]) if "content_b64" in f else None
         if self.secret:
             diff = f"--- {self.label}\n+++ {self.label}\n(secret content: not shown)\n"
@@ -123,6 +124,21 @@ def own_diff(content: bytes, label: str, own: str, exists: bool) -> str:
     except UnicodeDecodeError:
         size = f"{len(content)} bytes"
     return f"+ {label} ({own}, {size})\n" if not exists else f"~ {label} ({own}: not this specops's, replaced by its {size})\n"
+
+
+def room(f: dict, size: int, ctx) -> None:
+    """Refuse, before anything moves, a write the facts already show will fail: its directory on a
+    read-only filesystem, or too little room there for what this run stages on that filesystem."""
+    where = posixpath.dirname(f["path"])
+    if f.get("dir_read_only"):
+        raise PlanError(f"{f['path']}: {where} is on a read-only filesystem: nothing can be staged there")
+    if f.get("dir_free") is None:
+        return
+    key = ("staged", f["dir_device"])
+    ctx.reserved[key] = ctx.reserved.get(key, 0) + size
+    if ctx.reserved[key] > f["dir_free"]:
+        raise PlanError(f"{f['path']}: {where} has {f['dir_free'] / 2**20:.1f} MiB free, and this run stages "
+                        f"{ctx.reserved[key] / 2**20:.1f} MiB on its filesystem")
 
 
 def refuse_unsafe(f: dict) -> None:

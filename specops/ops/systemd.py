@@ -85,11 +85,10 @@ def exec_changes(old: list[str], new: list[str]) -> str:
 
 
 class Service(Op):
-    """A systemd service's state: started or stopped, enabled or not."""
+    """A systemd service: started, and enabled (`enabled` None: left as it is)."""
 
-    def __init__(self, name: str, state: str = "started", enabled: bool | None = True,
-                 unit: protocol.UnitRef | None = None):
-        self.name, self.state, self.enabled = name, state, enabled
+    def __init__(self, name: str, enabled: bool | None = True, unit: protocol.UnitRef | None = None):
+        self.name, self.enabled = name, enabled
         self.unit = unit or protocol.UnitRef(name=name)  # how a start accounts for leftovers
         self.services = (name,)
 
@@ -98,22 +97,42 @@ class Service(Op):
 
     def plan(self, facts, ctx):
         u = facts.unit(self.name)
-        actions, said = [], []
+        actions, said = enabling(self.name, u, self.enabled), []
+        said += [("enable" if self.enabled else "disable")] if actions else []
         restarting = handlers.restart(self.name) in ctx.notified
-        active = u.get("ActiveState") in ("active", "activating", "reloading")
-        if self.enabled is not None and u.get("UnitFileState") != ("enabled" if self.enabled else "disabled"):
-            verb = "enable" if self.enabled else "disable"
-            # --no-reload: enabling is a symlink; a changed unit gets the daemon-reload handler.
-            actions.append(protocol.Run(cmd=["systemctl", verb, "--quiet", "--no-reload", self.name],
-                                        desc=f"{verb} {self.name}"))
-            said.append(verb)
-        if self.state == "started" and not active and not restarting:
+        if u.get("ActiveState") not in ("active", "activating", "reloading") and not restarting:
             actions.append(protocol.StartUnit(unit=self.unit, desc=f"start {self.name}"))
             said.append("start")
-        elif self.state == "stopped" and active:
-            actions.append(protocol.Run(cmd=["systemctl", "stop", self.name], desc=f"stop {self.name}"))
-            said.append("stop")
         return self._change(f"service {self.name}", ", ".join(said) or "ok", actions)
+
+
+def enabling(name: str, fact: dict, enabled: bool | None, now: bool = False) -> list:
+    """The Enable action that makes unit `name` (its probe `fact`) enabled or disabled as asked;
+    none when it already is.  Without `now` it only links (a changed unit gets the daemon-reload
+    handler)."""
+    want = None if enabled is None else "enabled" if enabled else "disabled"
+    if want is None or fact.get("UnitFileState") == want:
+        return []
+    verb = "enable" if enabled else "disable"
+    return [protocol.Enable(unit=name, enable=enabled, now=now, was=fact.get("UnitFileState") or None,
+                            desc=f"{verb}{' and start' if now and enabled else ''} {name}")]
+
+
+class Timer(Op):
+    """A systemd timer, enabled and started."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def wants(self):
+        return protocol.Probe(units=[self.name])
+
+    def plan(self, facts, ctx):
+        u = facts.unit(self.name)
+        actions = enabling(self.name, u, True, now=True)
+        if not actions and u.get("ActiveState") != "active":
+            actions = [protocol.Enable(unit=self.name, now=True, was="enabled", desc=f"start {self.name}")]
+        return self._change(f"timer {self.name}", actions[0].desc if actions else "ok", actions)
 
 
 class Command(Op):

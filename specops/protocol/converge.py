@@ -5,7 +5,7 @@ from __future__ import annotations
 if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
     from typing import Any, Dict, List, Optional  # noqa: F401
 
-from .parts import Action, Holder, Process, ServiceCheck, ServiceReport  # noqa: F401
+from .parts import Action, Holder, Process, ServiceCheck, ServiceReport, UnitRef  # noqa: F401
 from .wire import DICT, LIST, message, request
 
 
@@ -40,7 +40,9 @@ class ProbeResult:
     wheel_files: Dict[str, Any] = DICT  # path in the wheel → {sha256, content_b64} or None; {} when built; {error}
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None
-    interrupted: Optional[Dict[str, Any]] = None  # a batch an earlier run was cut off in: {holder, done, not_done}
+    # a switch an earlier run was cut off in: {task, done, not_done (descs), undone (restore.recover's
+    # RecoverResult as a dict, when this run took the lock and undid it; else None)}
+    interrupted: Optional[Dict[str, Any]] = None
 
 
 @request("probe")
@@ -75,18 +77,25 @@ class Probe:
 
 @message
 class ApplyResult:
-    """ok, or the index of the action that `failed` and why; `results` [{index, out}] of the done ones."""
+    """ok, or the index of the action that `failed`, why, and its `phase` (parts.PHASES: before
+    the switch, nothing that serves was touched); `results` [{index, out}] of the done ones."""
     ok: bool
     results: List[Dict[str, Any]] = LIST
     failed: Optional[int] = None
     error: Optional[str] = None
+    phase: Optional[str] = None
 
 
 @request("apply", changes_host=True)
 class Apply:
-    """Execute a batch: stage and validate every write, run every check, then change things in order.
-    `allow_shared_dirs`: directories others can write to where writing is allowed anyway."""
+    """Execute a batch: stage and validate every write, run every check, then the preparations,
+    then the switch, each in order (agent/converge/stage.py).  `stamp`: the release whose
+    previous/ holds the switch's backups, and `services` the host's units: what undoing a switch
+    cut off needs (restore.recover).  `allow_shared_dirs`: directories others can write to where
+    writing is allowed anyway."""
     actions: List[Action]
+    stamp: Optional[str] = None
+    services: List[UnitRef] = LIST
     allow_shared_dirs: List[str] = LIST
     Result = ApplyResult
 

@@ -119,8 +119,15 @@ Action = "any of the action messages below (a field annotated List[Action] holds
 
 
 # ---- actions: what an apply batch does, in order; `desc` is the progress line ----
+# A batch runs in three phases, whatever order its actions came in (agent/converge/stage.py):
+# CHECK asks and changes nothing; PREPARE may fail, and changes nothing that serves (installs
+# beside it, builds, fetches, directories; none is undone, and nothing points at what it made
+# yet); SWITCH changes what serves (renames, enable, reload, restarts), journaled, and undone
+# from the release's backups when it fails.
+CHECK, PREPARE, SWITCH = "check", "prepare", "switch"
+PHASES = (CHECK, PREPARE, SWITCH)
 
-@action("write")
+@action("write", SWITCH)
 class Write:
     """Replace a file: staged and validated before anything in the batch changes, the old content
     kept at `backup`, then renamed into place.  `validate` is an argv whose last word is {} (the
@@ -140,7 +147,7 @@ class Write:
     desc: str = ""
 
 
-@action("mkdir")
+@action("mkdir", PREPARE)
 class Mkdir:
     """Create a directory (or fix its mode and owner)."""
     path: str
@@ -150,7 +157,7 @@ class Mkdir:
     desc: str = ""
 
 
-@action("attrs")
+@action("attrs", PREPARE)
 class Attrs:
     """Set mode and owner of an existing path."""
     path: str
@@ -160,7 +167,7 @@ class Attrs:
     desc: str = ""
 
 
-@action("remove")
+@action("remove", SWITCH)
 class Remove:
     """Remove a path, keeping it at `backup` first."""
     path: str
@@ -168,7 +175,7 @@ class Remove:
     desc: str = ""
 
 
-@action("purge")
+@action("purge", SWITCH)
 class Purge:
     """Remove every cached bytecode of a module source and record the purge (content sha256)."""
     path: str
@@ -176,14 +183,35 @@ class Purge:
     desc: str = ""
 
 
-@action("run")
+@action("run", PREPARE)
 class Run:
-    """Run a command (argv list, or a shell string), streaming its output; non-zero fails the batch."""
+    """Run a command (argv list, or a shell string), streaming its output; non-zero fails the batch.
+    It prepares (a venv, a system user): nothing that serves points at what it makes yet."""
     cmd: Any
     desc: str = ""
 
 
-@action("pip-install")
+@action("apt-install", PREPARE)
+class AptInstall:
+    """apt-get update, then install `packages` (Recommends left out).  Never removed, by an undo
+    either: installed before anything that serves points at them."""
+    packages: List[str]
+    desc: str = ""
+
+
+@action("enable", SWITCH)
+class Enable:
+    """Enable a unit (`enable` false: disable it), starting it too with `now`.  `was`: its
+    UnitFileState before, which an undo puts back (a unit this deploy enabled is disabled again,
+    and stopped if `now` started it)."""
+    unit: str
+    enable: bool = True
+    now: bool = False
+    was: Optional[str] = None
+    desc: str = ""
+
+
+@action("pip-install", PREPARE)
 class PipInstall:
     """pip installs `specs` (requirements, after `--`) into the venv of `python`; `sources`: pip's
     index arguments (--index-url URL ...), which reach pip in its environment, never its command
@@ -194,7 +222,7 @@ class PipInstall:
     desc: str = ""
 
 
-@action("daemon-reload")
+@action("daemon-reload", SWITCH)
 class DaemonReload:
     """systemctl daemon-reload: a handler, run once, before any restart.  With `units` (the
     unit files whose change asked for it), only when systemd does not already have each of
@@ -203,7 +231,7 @@ class DaemonReload:
     desc: str = "daemon-reload"
 
 
-@action("restart")
+@action("restart", SWITCH)
 class Restart:
     """Stop a unit, account for every process of its runs still alive (killing leftovers),
     then start it: how every restart path restarts.  `others`: the host's other units, whose
@@ -213,7 +241,7 @@ class Restart:
     desc: str = ""
 
 
-@action("start-unit")
+@action("start-unit", SWITCH)
 class StartUnit:
     """Start a unit that is not running, after accounting for leftovers of its earlier runs."""
     unit: UnitRef
@@ -221,7 +249,7 @@ class StartUnit:
     desc: str = ""
 
 
-@action("preflight")
+@action("preflight", CHECK)
 class Preflight:
     """A check that changes nothing: the installed SGLang resolves `argv` (script run by
     `python`) and must report the `expect`ed values.  Runs before anything in a batch."""
@@ -234,7 +262,7 @@ class Preflight:
     said_as: Dict[str, str] = DICT  # field -> its inventory key, for the words
 
 
-@action("expect")
+@action("expect", PREPARE)
 class Expect:
     """Run `code` with `python`; its JSON answer must hold the `expect`ed values (after an install)."""
     python: str
@@ -244,7 +272,7 @@ class Expect:
     desc: str = ""
 
 
-@action("fetch-weights")
+@action("fetch-weights", PREPARE)
 class FetchWeights:
     """Make `dest` hold a hub repository's files (`allow_patterns`) at the commit `revision`
     resolves to, with the real huggingface_hub client in a tool venv (pip with `pip_args`);
@@ -265,7 +293,7 @@ class FetchWeights:
     desc: str = ""
 
 
-@action("keep-upstream")
+@action("keep-upstream", PREPARE)
 class KeepUpstream:
     """Keep an upstream file's content (base64 `data`) as layout.UPSTREAM_DIR/<sha256> before a
     diff patch replaces it, so the diff can be applied to it again.  Content-addressed: the agent
@@ -275,7 +303,7 @@ class KeepUpstream:
     desc: str = ""
 
 
-@action("build-stack")
+@action("build-stack", PREPARE)
 class BuildStack:
     """Build the immutable venv `path` (layout.STACKS_DIR/<key>) with uv, beside the stack that
     serves: refused before anything moves when the disk has less than `need` bytes free; built in
@@ -295,7 +323,7 @@ class BuildStack:
     desc: str = ""
 
 
-@action("record-weights")
+@action("record-weights", PREPARE)
 class RecordWeights:
     """After weights were pushed from the controller into `dest`: check each file's size
     (`files`: name → size), hash the `pushed` ones against `expect`, and write the manifest."""
@@ -307,6 +335,6 @@ class RecordWeights:
     desc: str = ""
 
 
-CHECK_KINDS = ("preflight",)  # actions that change nothing, so check mode runs them for real
+CHECK_KINDS = ("preflight",)  # actions that change nothing, so check mode runs them for real (phase CHECK)
 
 

@@ -71,10 +71,12 @@ class UndoResult:
 
 @request("undo", changes_host=True)
 class Undo:
-    """Undo a deploy whose verify failed: its own backups back, created files removed, restart."""
+    """Undo a deploy whose switch, verify or gate failed: its own backups back, created files
+    removed, what it enabled (`enabled`: its Enable actions) put back as it was, restart."""
     stamp: str
     previous: Dict[str, str]
     services: List[UnitRef]
+    enabled: List[Action] = LIST
     allow_shared_dirs: List[str] = LIST
     Result = UndoResult
 

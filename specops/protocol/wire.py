@@ -102,9 +102,10 @@ def request(kind: str, changes_host: bool = False):
     return _message(_REQUESTS, kind, CHANGES_HOST=changes_host)
 
 
-def action(kind: str):
-    """An action kind, as an apply (or check) batch carries it."""
-    return _message(_ACTIONS, kind)
+def action(kind: str, phase: str):
+    """An action kind, as an apply (or check) batch carries it, and the phase of a batch it runs
+    in (parts.PHASES)."""
+    return _message(_ACTIONS, kind, PHASE=phase)
 
 
 def encode(msg: Any, **envelope: Any) -> dict:

@@ -1,4 +1,4 @@
-"""Every pip and uv call the agent makes, in one place: a user's venv installed into
+"""Every package install the agent makes, in one place: apt (protocol.AptInstall), a user's venv installed into
 (protocol.PipInstall), a tool venv of specops's own (uv, the hub client: `tool_venv`), and the
 environment both read their indexes from (`pip_env`, `as_env`).
 
@@ -9,6 +9,7 @@ a child pip with the indexes on its command line), and what root's own environme
 indexes never reaches them (nor, for uv, of caches and Pythons).  Requirements follow `--`, so none is read as an option.  What they write is written with
 umask 022: root's alone to change."""
 import os
+import re
 
 from specops.agent import safefs
 from specops.agent.host import ActionError, run_streamed
@@ -67,6 +68,16 @@ def pip_install(python, specs, sources, desc=None, quiet=False):
 def install(a, allowed=()):
     """Answer a protocol.PipInstall (see there)."""
     pip_install(a.python, a.specs, a.sources, a.desc)
+
+
+def apt_install(a, allowed=()):
+    """Answer a protocol.AptInstall: the lists refreshed, then the packages (no pty for dpkg: its
+    progress is not redrawn as a line per percent in the run's output)."""
+    bad = [n for n in a.packages if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", n)]
+    if bad:
+        raise ActionError("not a Debian package name: %r" % bad[0])
+    run_streamed("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                 "--no-install-recommends -o Dpkg::Use-Pty=0 -- " + " ".join(a.packages), a.desc or "apt-get install")
 
 
 def tool_venv(name, spec, sources):

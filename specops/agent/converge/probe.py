@@ -1,7 +1,6 @@
 """Facts about the host, gathered in one pass for a plan: files and units here; venvs (venvs)
 and GPUs (gpus) from their own modules."""
 import base64
-import json
 import os
 import stat
 import subprocess
@@ -55,6 +54,10 @@ def _fact_in(dfd, path, name, want_content, allowed):
         safefs.close(safefs.open_dir(os.path.dirname(path), allowed))
     except safefs.UnsafePath as e:
         fact["unsafe_write"] = str(e)
+    # where a write would be staged (beside the file): whether it can be, and the room there
+    fs = os.fstatvfs(dfd)
+    fact.update(dir_read_only=bool(fs.f_flag & os.ST_RDONLY), dir_free=fs.f_bavail * fs.f_frsize,
+                dir_device=os.fstat(dfd).st_dev)
     if fact.get("type") != "file":
         return fact
     try:
@@ -123,17 +126,13 @@ def recent_unit_fact(name, within=2.0):
     return unit_fact(name)
 
 
-def _cut_off(forget):
-    """The journal of a batch an earlier run was cut off in (see stage.Journal); the run that now
-    holds the lock reports it once."""
-    try:
-        with open(APPLY_JOURNAL) as f:
-            journal = json.load(f)
-    except (OSError, ValueError):
+def _cut_off(undo_it):
+    """A switch an earlier run was cut off in (stage.Journal): said, and with `undo_it` undone
+    first (restore.cut_off, imported only then: it is rare)."""
+    if not os.path.exists(APPLY_JOURNAL):
         return None
-    if forget:
-        os.unlink(APPLY_JOURNAL)
-    return {k: journal.get(k) for k in ("task", "done", "not_done")}
+    from specops.agent.restore import cut_off
+    return cut_off(undo_it)
 
 
 def probe(req):
@@ -143,9 +142,9 @@ def probe(req):
         facts.lock = lock.acquire(req.lock_acquire, req.break_lock)
         if not facts.lock["acquired"]:
             return facts  # gather nothing for a run that may not proceed
-        facts.interrupted = _cut_off(forget=True)
+        facts.interrupted = _cut_off(undo_it=True)  # before anything else this run does
     elif not os.path.isdir(LOCK_DIR):
-        facts.interrupted = _cut_off(forget=False)
+        facts.interrupted = _cut_off(undo_it=False)
     for venv in req.venvs:
         facts.venvs[venv] = venv_fact(venv)
     for key in req.files:

@@ -1,8 +1,9 @@
 """Apply and check batches.
 
-Apply stages and validates every write it can, then runs every check (preflight), and
-only then changes anything, in order: a bad file or a refused check leaves the host as
-it was.  Check mode runs the checks alone.
+Apply stages and validates every write, runs every check (preflight), then the preparations
+(protocol.PREPARE: installs, builds, fetches, each beside what serves), and only then the switch
+(protocol.SWITCH: renames, enable, reload, restarts), journaled: a bad file, a refused check or a
+failed preparation leaves what serves as it was.  Check mode runs the checks alone.
 """
 import base64
 import json
@@ -10,6 +11,7 @@ import os
 
 from specops import protocol
 from specops.agent.converge import bytecode, checks, installs, upstream
+from specops.agent import faults
 from specops.agent import safefs, weights
 from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
@@ -129,6 +131,8 @@ DO = {
     protocol.Remove: lambda a, allowed: safefs.remove(a.path, a.backup, allowed),
     protocol.Run: lambda a, allowed: run_streamed(a.cmd, a.desc or "command"),
     protocol.PipInstall: installs.install,
+    protocol.AptInstall: installs.apt_install,
+    protocol.Enable: lambda a, allowed: units.enable(a),
     protocol.DaemonReload: lambda a, allowed: units.daemon_reload(a.units),
     protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),
     protocol.StartUnit: lambda a, allowed: units.start_unit(a.unit, a.others),
@@ -141,79 +145,116 @@ DO = {
 }
 
 
-def apply(req):
-    """Answer a protocol.Apply with a protocol.ApplyResult."""
-    actions, staged, results = req.actions, {}, []
-    prepared = {}  # path → the bytecode its validator compiled, for the purge that follows its write
-    try:  # stage and validate everything before touching anything
-        for i, a in enumerate(actions):
-            if isinstance(a, protocol.Write) and os.path.isdir(os.path.dirname(a.path)):
-                staged[i] = Staged(a, req.allow_shared_dirs).write(validate=False)
+class Batch:
+    """One apply: its writes staged, then its phases in order (protocol.PHASES)."""
+
+    def __init__(self, req):
+        self.req, self.actions, self.allowed = req, req.actions, req.allow_shared_dirs
+        self.staged, self.prepared, self.results = {}, {}, []
+        self.n = 0  # actions begun, for the progress lines
+
+    def phase(self, name):
+        return [i for i, a in enumerate(self.actions) if a.PHASE == name]
+
+    def stage(self):
+        """Stage every write whose directory is there, then validate them (a validator that takes
+        several files runs once for them all)."""
+        fresh = []
+        for i, a in enumerate(self.actions):
+            if isinstance(a, protocol.Write) and i not in self.staged and os.path.isdir(os.path.dirname(a.path)):
+                self.staged[i] = Staged(a, self.allowed).write(validate=False)
+                fresh.append(self.staged[i])
         groups = {}
-        for i, s in staged.items():
+        for s in fresh:
             if s.action.validate:
                 many = s.action.validate[-1] == "{}..."
-                groups.setdefault(tuple(s.action.validate) if many else i, []).append(s)
+                groups.setdefault(tuple(s.action.validate) if many else id(s), []).append(s)
         for group in groups.values():
             validate_together(group)
-    except ActionError as e:
-        for s in staged.values():
+
+    def do(self, i):
+        """Run action i (a staged write is renamed into place)."""
+        a = self.actions[i]
+        self.n += 1
+        say("  [%d/%d] %s" % (self.n, len(self.actions), a.desc or a.KIND))
+        faults.at(a.KIND)
+        if isinstance(a, protocol.Write):
+            s = self.staged.pop(i) if i in self.staged else Staged(a, self.allowed).write()
+            s.commit()
+            self.prepared[a.path], out = s.bytecode, None
+        elif isinstance(a, protocol.Purge):
+            out = bytecode.purge(a, self.allowed, self.prepared.pop(a.path, None))
+        else:
+            out = DO[type(a)](a, self.allowed)
+        self.results.append({"index": i, "out": out})
+
+    def failed(self, i, phase, e):
+        for s in list(self.staged.values()):  # whatever failed, nothing stays staged
             s.discard()
-        failed = next((i for i, a in enumerate(actions) if a is getattr(e, "action", None)), 0)
-        return protocol.ApplyResult(ok=False, failed=failed, error=str(e))
-    # Checks ask "will this work?" of the host: they run before anything is changed.
-    order = [i for i, a in enumerate(actions) if a.KIND in protocol.CHECK_KINDS]
-    changes = [i for i, a in enumerate(actions) if a.KIND not in protocol.CHECK_KINDS]
-    journal = Journal([actions[i].desc or actions[i].KIND for i in changes])
-    for n, i in enumerate(order + changes):
-        a = actions[i]
-        say("  [%d/%d] %s" % (n + 1, len(actions), a.desc or a.KIND))
+        a = self.actions[i] if i is not None else None
+        msg = str(e) if isinstance(e, ActionError) or a is None else "%s: %s" % (a.desc or a.KIND, e)
+        return protocol.ApplyResult(ok=False, failed=i, phase=phase, error=msg, results=self.results)
+
+
+def apply(req):
+    """Answer a protocol.Apply with a protocol.ApplyResult, phase by phase: every write staged and
+    validated and every check run, then the preparations (installs, builds, fetches), then the
+    switch (renames, enable, reload, restarts), journaled.  A failure before the switch leaves
+    everything that serves as it was."""
+    batch, i = Batch(req), None
+    try:
+        batch.stage()  # a bad file refuses the batch before anything runs
+        for i in batch.phase(protocol.CHECK) + batch.phase(protocol.PREPARE):
+            batch.do(i)
+        i = None
+        batch.stage()  # what a preparation made room for: a built stack's files, a new directory
+    except Exception as e:
+        i = i if i is not None else next((n for n, a in enumerate(batch.actions) if a is getattr(e, "action", None)), 0)
+        return batch.failed(i, batch.actions[i].PHASE if batch.actions else protocol.PREPARE, e)
+    switch = batch.phase(protocol.SWITCH)
+    journal = Journal(req, [batch.actions[i] for i in switch])
+    for n, i in enumerate(switch):
         try:
-            if i == (changes or [None])[0]:
-                journal.begin()
-            if isinstance(a, protocol.Write):
-                s = staged.pop(i) if i in staged else Staged(a, req.allow_shared_dirs).write()
-                s.commit()
-                prepared[a.path], out = s.bytecode, None
-            elif isinstance(a, protocol.Purge):
-                out = bytecode.purge(a, req.allow_shared_dirs, prepared.pop(a.path, None))
-            else:
-                out = DO[type(a)](a, req.allow_shared_dirs)
-            results.append({"index": i, "out": out})
-            if i in changes:
-                journal.done_one()
-        except Exception as e:  # whatever failed, nothing stays staged
-            for s in staged.values():
-                s.discard()
+            journal.begin(n)
+            batch.do(i)
+        except Exception as e:
             journal.end()
-            msg = str(e) if isinstance(e, ActionError) else "%s: %s" % (a.desc or a.KIND, e)
-            return protocol.ApplyResult(ok=False, failed=i, error=msg, results=results)
+            return batch.failed(i, protocol.SWITCH, e)
     journal.end()
-    return protocol.ApplyResult(ok=True, results=results)
+    return protocol.ApplyResult(ok=True, results=batch.results)
+
+
+def journal_step(a):
+    """What undoing a switch action needs to know of it (never a write's content)."""
+    step = {"kind": a.KIND, "desc": a.desc or a.KIND}
+    if isinstance(a, (protocol.Write, protocol.Remove)):
+        step.update(path=a.path, backup=bool(a.backup))
+    elif isinstance(a, protocol.Enable):
+        step.update(unit=a.unit, enable=a.enable, now=a.now, was=a.was)
+    return step
 
 
 class Journal:
-    """A batch's progress while it changes things: kept on disk only if the batch is cut off (a
-    lost connection, a kill), so the next run can say what was done and what was not."""
+    """A switch's progress while it changes things: kept on disk only if the switch is cut off
+    (a lost connection, a kill), so that the next run that takes the lock undoes what it began
+    (restore.recover) and says so, and a status says it meanwhile."""
 
-    def __init__(self, steps):
-        self.done, self.not_done = [], list(steps)
+    def __init__(self, req, steps):
         from specops.agent.lock import _read
-        self.task = (_read() or {}).get("task", "?")
+        self.doc = {"task": (_read() or {}).get("task", "?"), "stamp": req.stamp,
+                    "services": [protocol.encode(r) for r in req.services],
+                    "steps": [journal_step(a) for a in steps], "begun": -1}
 
-    def _write(self):
+    def begin(self, n):
+        """Step n is about to run: it may be done whatever happens next."""
+        self.doc["begun"] = n
         tmp = APPLY_JOURNAL + ".tmp"
         os.makedirs(os.path.dirname(APPLY_JOURNAL), mode=0o700, exist_ok=True)
         with open(tmp, "w") as f:
-            f.write(json.dumps({"task": self.task, "done": self.done, "not_done": self.not_done}))
+            f.write(json.dumps(self.doc))
+            f.flush()
+            os.fsync(f.fileno())
         os.rename(tmp, APPLY_JOURNAL)
-
-    def begin(self):
-        self._write()
-
-    def done_one(self):
-        self.done.append(self.not_done.pop(0))
-        self._write()
 
     def end(self):
         try:

@@ -74,6 +74,24 @@ def _timed_out(name, waited):
     return round(waited, 1)
 
 
+def enable(a):
+    """A protocol.Enable: link (or unlink) the unit; with `now`, start (stop) it too, which
+    reloads systemd first (a new unit file)."""
+    verb = "enable" if a.enable else "disable"
+    run_streamed(["systemctl", verb, "--quiet"] + (["--now"] if a.now else ["--no-reload"]) + ["--", a.unit],
+                 a.desc or verb)
+
+
+def unenable(a):
+    """Put back what an Enable changed: the unit file state it had (`was`), stopping a unit its
+    `now` started.  A state other than enabled or disabled (static, masked) is left alone."""
+    if (a.was == "enabled") == a.enable or a.was not in ("enabled", "disabled", None):
+        return
+    back = not a.enable
+    run_quiet(["systemctl", "enable" if back else "disable", "--quiet"] + (["--now"] if a.now and not back else [])
+              + ["--", a.unit])
+
+
 def stop_unit(ref, others=(), measure=True):
     """Stop the unit, kill what of its runs survives, and say what is left on the GPUs (asking
     nvidia-smi, which is slow on real boxes, only when `measure` or something was running)."""
