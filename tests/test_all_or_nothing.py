@@ -1,0 +1,266 @@
+"""All or nothing (issue 45), the parts without a fleet: each action kind's phase, the order a
+batch runs its phases in, the fault hook's guards, the foreseen failures --check says, an undo of
+what a deploy enabled, and what a failure before the switch says and records."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specops import protocol
+from specops.agent import faults
+from specops.agent.converge import stage
+from specops.agent.services import units
+from specops.errors import ApplyFailed, SpecopsError
+from specops.ops import Context, Facts
+from specops.ops.apt import AptPackages
+from specops.ops.files import File
+from specops.ops.systemd import Service, Timer
+
+
+def test_every_action_kind_runs_in_one_of_the_phases():
+    for kind in protocol.ACTION_KINDS:
+        cls = protocol.wire._ACTIONS[kind]
+        assert cls.PHASE in protocol.PHASES, kind
+    assert set(protocol.CHECK_KINDS) == {k for k in protocol.ACTION_KINDS
+                                         if protocol.wire._ACTIONS[k].PHASE == protocol.CHECK}
+    # what changes what serves is a switch, so an undo covers it
+    for cls in (protocol.Write, protocol.Remove, protocol.Enable, protocol.DaemonReload, protocol.Restart,
+                protocol.StartUnit, protocol.Purge):
+        assert cls.PHASE == protocol.SWITCH, cls.KIND
+    for cls in (protocol.AptInstall, protocol.BuildStack, protocol.FetchWeights, protocol.PipInstall):
+        assert cls.PHASE == protocol.PREPARE, cls.KIND
+
+
+@pytest.fixture
+def batch(monkeypatch, tmp_path):
+    """stage.apply with every action kind's work recorded instead of done."""
+    done = []
+    monkeypatch.setattr(stage, "APPLY_JOURNAL", str(tmp_path / "apply.json"))
+    monkeypatch.setattr(faults, "FAULTS", str(tmp_path / "faults.json"))
+    journals = []
+
+    def doing(a, allowed):
+        done.append(a.desc)
+        journals.append(os.path.exists(stage.APPLY_JOURNAL))
+        if a.desc.startswith("bad"):
+            raise stage.ActionError(a.desc + " failed")
+    monkeypatch.setattr(stage, "DO", {cls: doing for cls in stage.DO})
+    return done, journals
+
+
+def request(*actions):
+    return protocol.Apply(actions=list(actions), stamp="20261207T000000Z", services=[protocol.UnitRef(name="s")])
+
+
+def test_a_batch_checks_then_prepares_then_switches(batch):
+    done, journals = batch
+    res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"), protocol.AptInstall(packages=["x"], desc="apt"),
+                              protocol.DaemonReload(desc="reload"), protocol.Preflight(
+                                  python="p", script="", argv=[], expect={}, service="s", desc="preflight"),
+                              protocol.Mkdir(path="/d", desc="mkdir")))
+    assert res.ok and done == ["preflight", "apt", "mkdir", "enable s", "reload"]
+    assert journals == [False, False, False, True, True]  # the switch, and only it, is journaled
+    assert not os.path.exists(stage.APPLY_JOURNAL)  # and the journal goes once it is done
+
+
+def test_a_failed_preparation_switches_nothing(batch):
+    done, _ = batch
+    res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"), protocol.Run(cmd="x", desc="bad run"),
+                              protocol.Restart(unit=protocol.UnitRef(name="s"), desc="restart")))
+    assert not res.ok and res.phase == protocol.PREPARE and res.failed == 1 and done == ["bad run"]
+
+
+def test_a_failed_switch_says_so_and_leaves_no_journal(batch):
+    done, _ = batch
+    res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"), protocol.Run(cmd="x", desc="run"),
+                              protocol.Restart(unit=protocol.UnitRef(name="s"), desc="bad restart")))
+    assert not res.ok and res.phase == protocol.SWITCH and res.failed == 2 and done == ["run", "enable s", "bad restart"]
+    assert not os.path.exists(stage.APPLY_JOURNAL)
+
+
+def test_the_journal_says_how_to_undo_and_holds_no_content(batch, monkeypatch):
+    seen = []
+    real = stage.Journal.begin
+    monkeypatch.setattr(stage.Journal, "begin", lambda self, n: (real(self, n), seen.append(
+        json.load(open(stage.APPLY_JOURNAL)))))
+    stage.apply(request(protocol.Enable(unit="s", was="disabled", desc="enable s"),
+                        protocol.Restart(unit=protocol.UnitRef(name="s"), desc="restart")))
+    assert seen[-1]["stamp"] == "20261207T000000Z" and seen[-1]["begun"] == 1
+    assert seen[-1]["steps"][0] == {"kind": "enable", "desc": "enable s", "unit": "s", "enable": True, "now": False,
+                                    "was": "disabled"}
+    step = stage.journal_step(protocol.Write(path="/etc/x", data="c2VjcmV0", backup="/r/previous/etc/x"))
+    assert step == {"kind": "write", "desc": "write", "path": "/etc/x", "backup": True}  # never the data
+
+
+def write_fault(path, doc, mode=0o600):
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    os.chmod(path, mode)
+
+
+def test_a_fault_fires_at_the_nth_action_of_its_kind_once(tmp_path, monkeypatch):
+    path = str(tmp_path / "faults.json")
+    monkeypatch.setattr(faults, "FAULTS", path)
+    monkeypatch.setattr(faults, "_seen", {})
+    write_fault(path, {"kind": "write", "nth": 2})
+    faults.at("write")
+    faults.at("restart")
+    with pytest.raises(stage.ActionError, match="write failed: a fault injected on request"):
+        faults.at("write")
+    assert not os.path.exists(path)  # consumed
+    faults.at("write")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the guard is on root's ownership")
+def test_a_fault_file_anyone_else_could_write_is_ignored(tmp_path, monkeypatch):
+    path = str(tmp_path / "faults.json")
+    monkeypatch.setattr(faults, "FAULTS", path)
+    for mode, owner in ((0o622, 0), (0o602, 0), (0o600, 1000)):
+        monkeypatch.setattr(faults, "_seen", {})
+        write_fault(path, {"kind": "write"}, mode)
+        os.chown(path, owner, 0)
+        faults.at("write")  # not fired
+        assert os.path.exists(path)
+        os.unlink(path)
+    os.symlink(str(tmp_path / "elsewhere"), path)
+    write_fault(str(tmp_path / "elsewhere"), {"kind": "write"})
+    faults.at("write")  # a link is never followed
+    assert os.path.exists(str(tmp_path / "elsewhere"))
+
+
+def test_a_kill_fault_kills_the_agent_there(tmp_path):
+    path = tmp_path / "faults.json"
+    write_fault(path, {"kind": "write", "how": "kill"})
+    code = (f"from specops.agent import faults; faults.FAULTS = {str(path)!r}; faults.at('restart'); print('before', "
+            f"flush=True); faults.at('write'); print('after')")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert res.returncode == -9 and res.stdout == "before\n"
+
+
+def apt_facts(answer):
+    return Facts({"files": {}, "units": {}, "venvs": {}, "checks": {"dpkg:pkg": answer}})
+
+
+def test_apt_says_a_package_with_no_candidate_and_installs_in_prepare():
+    op = AptPackages(["pkg"])
+    assert "apt-cache policy pkg" in op.wants().checks["dpkg:pkg"]
+    assert not op.plan(apt_facts(0), Context("h", False)).changed
+    c = op.plan(apt_facts(1), Context("h", False))
+    assert isinstance(c.actions[0], protocol.AptInstall) and not c.fails
+    c = op.plan(apt_facts(2), Context("h", True))
+    assert c.actions and "pkg: no candidate in the host's package lists" in c.fails
+
+
+def test_check_mode_fails_on_what_the_facts_show_will_fail():
+    import io
+    import types
+    from specops.inventory import Host
+    from specops.output.report import Redactor, Reporter
+    from specops.run import HostRun, Options, _one
+    host = Host("a", {})
+    out = Reporter(Redactor([host]), show_diff=False, stream=io.StringIO())
+    role = types.SimpleNamespace(NAME="monitoring", ops=lambda h: [AptPackages(["pkg"])], REPROBE=False)
+    run = HostRun(host, [role], Options(check=True), out)
+    run.call = lambda request, **kw: protocol.ApplyResult(ok=True)
+    report = _one(run, lambda run: run.converge(Context("a", True), apt_facts(2)))
+    assert report.error.startswith("would fail: apt packages: pkg: no candidate"), report.error
+    run = HostRun(host, [role], Options(check=True, run_checks=False), out)  # status: said, not failed
+    report = _one(run, lambda run: run.converge(Context("a", True), apt_facts(2)))
+    assert report.error is None
+
+
+def file_facts(**fact):
+    return Facts({"files": {"/etc/x": {"path": "/etc/x", "exists": False, "dir_device": 7, **fact}},
+                  "units": {}, "venvs": {}, "checks": {}})
+
+
+def test_a_write_the_facts_show_cannot_be_staged_is_refused_at_plan_time():
+    from specops.ops.base import PlanError
+    with pytest.raises(PlanError, match="/etc is on a read-only filesystem"):
+        File("/etc/x", "abc").plan(file_facts(dir_read_only=True, dir_free=10**9), Context("h", True))
+    ctx = Context("h", False)
+    File("/etc/x", "a" * 600).plan(file_facts(dir_read_only=False, dir_free=1000), ctx)
+    with pytest.raises(PlanError, match="has 0.0 MiB free, and this run stages"):  # two writes on one filesystem
+        File("/etc/x", "b" * 600).plan(file_facts(dir_read_only=False, dir_free=1000), ctx)
+
+
+def unit_facts(name, **fact):
+    return Facts({"files": {}, "units": {name: fact}, "venvs": {}, "checks": {}})
+
+
+def test_enabling_records_the_state_it_replaces():
+    c = Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="disabled"), Context("h", False))
+    assert [(a.KIND, a.enable, a.now, a.was) for a in c.actions] == [("enable", True, False, "disabled")]
+    assert not Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="enabled"), Context("h", False)).changed
+    c = Timer("t.timer").plan(unit_facts("t.timer", ActiveState="inactive", UnitFileState=""), Context("h", False))
+    assert [(a.KIND, a.enable, a.now, a.was) for a in c.actions] == [("enable", True, True, None)]
+    assert not Timer("t.timer").plan(unit_facts("t.timer", ActiveState="active", UnitFileState="enabled"),
+                                     Context("h", False)).changed
+
+
+@pytest.mark.parametrize("enable, now, was, undo", [
+    (True, False, "disabled", ["systemctl", "disable", "--quiet", "--", "u"]),
+    (True, True, None, ["systemctl", "disable", "--quiet", "--now", "--", "u"]),  # a unit this deploy created
+    (False, False, "enabled", ["systemctl", "enable", "--quiet", "--", "u"]),
+    (True, True, "enabled", None),  # it was enabled: nothing to put back
+    (True, False, "masked", None),  # not a state an enable makes: left alone
+])
+def test_an_undo_puts_back_what_an_enable_changed(monkeypatch, enable, now, was, undo):
+    ran = []
+    monkeypatch.setattr(units, "run_quiet", lambda argv, **kw: ran.append(argv) or (0, ""))
+    units.unenable(protocol.Enable(unit="u", enable=enable, now=now, was=was))
+    assert ran == ([undo] if undo else [])
+
+
+def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
+    from types import SimpleNamespace
+    from specops.flows import pipeline
+    from specops.inventory import Host
+    sent = []
+
+    class Run:
+        host, applied, acted, kept = Host("t1", {}), [], True, ["apt-get install x"]
+        report = SimpleNamespace(notes=[])
+
+        def call(self, req, **kw):
+            sent.append(req)
+    failure = ApplyFailed("apt-get install y failed (exit 100) (action 3 of 9, while preparing, before the switch; "
+                          "1 changes made before it)", protocol.PREPARE)
+    with pytest.raises(SpecopsError) as e:
+        pipeline.failed(Run(), "/var/lib/specops/releases/20261207T000000Z", failure)
+    assert str(e.value).endswith("; nothing that serves was touched; left in place (not undone): apt-get install x")
+    (record,) = sent
+    assert record.status == protocol.ROLLED_BACK and record.stamp == "20261207T000000Z" and record.managed == []
+    assert record.manifest["kept"] == ["apt-get install x"] and "apt-get install y failed" in record.manifest["summary"]
+
+
+def test_a_failed_switch_is_undone():
+    from specops.flows import pipeline
+    called = []
+    real = pipeline.undo
+    pipeline.undo = lambda run, d, f: called.append(f) or (_ for _ in ()).throw(SpecopsError("undone"))
+    try:
+        run = type("Run", (), {"applied": ["a write"], "acted": True, "kept": []})()
+        with pytest.raises(SpecopsError, match="undone"):
+            pipeline.failed(run, "/r/1", ApplyFailed("restart failed", protocol.SWITCH))
+    finally:
+        pipeline.undo = real
+    assert called
+
+
+def test_a_cut_off_switch_is_said_as_its_journal_says(tmp_path, monkeypatch):
+    from specops.agent import restore
+    path = tmp_path / "apply.json"
+    monkeypatch.setattr(restore, "APPLY_JOURNAL", str(path))
+    steps = [{"kind": "write", "desc": f"update /etc/{n}", "path": f"/etc/{n}", "backup": True} for n in "abc"]
+    path.write_text(json.dumps({"task": "deploy", "stamp": "S", "services": [], "steps": steps, "begun": 1}))
+    said = restore.cut_off(undo_it=False)
+    assert said == {"task": "deploy", "done": ["update /etc/a"], "cut_at": "update /etc/b",
+                    "not_done": ["update /etc/c"], "undone": None}
+    assert path.exists()  # only a run that holds the lock undoes it
+    path.write_text(json.dumps({"task": "deploy", "done": ["x"], "not_done": ["y"]}))  # an older agent's journal
+    said = restore.cut_off(undo_it=True)
+    assert said["task"] == "deploy" and said["undone"] is None and not path.exists()
