@@ -1,6 +1,7 @@
-"""The converge steps of a host's run: plan every role against the facts, push what the batch
-needs, apply it (with the checks before and the handlers after), and, in check mode, run the
-read-only checks.  HostRun (specops/run.py) inherits them; a task's body calls run.converge()."""
+"""The converge steps of a host's run: lock and probe, plan every role against the facts (pushing
+what the batch needs), then apply the batch (the agent runs its checks, its preparations, then
+its switch and handlers) or, in check mode, run the read-only checks.  HostRun (specops/run.py)
+inherits them; deploy calls them one by one (flows/pipeline.py), other bodies run.converge()."""
 from __future__ import annotations
 
 import time
@@ -12,6 +13,18 @@ from .ops import Context, Facts, handlers
 from .remote import peercopy
 
 
+class Planned:
+    """What a plan makes of every role: the batch's parts, in the order the host gets them."""
+
+    def __init__(self):
+        self.checks: list = []     # read-only checks (the preflight)
+        self.pending: list = []    # the roles' actions, in their order (the agent orders them by phase)
+        self.handlers: list = []   # daemon-reload and restarts, last
+        self.planned: list = []    # (record, Change) of each change the batch makes
+        self.foreseen: list = []   # what the facts already show would fail (check mode says it)
+        self.changed_by = None     # check mode: the REPROBE role whose changes later checks would follow
+
+
 # what an undo puts back: files (from the release's backups) and units' enablement
 UNDOABLE = (protocol.Write, protocol.Remove, protocol.Enable)
 WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the switch", protocol.SWITCH: "switching"}
@@ -19,6 +32,10 @@ WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the sw
 
 class Converging:
     """HostRun's converge steps (it provides host, opts, out, report, plan, call, probe, say)."""
+
+    context: Context | None = None  # the plan's (new_context), once planned
+    running: list[str] | None = None  # the services active at its first probe: what an undo starts again
+    kept: tuple = ()  # what its preparations did, which no undo takes back (their descriptions)
 
     def push(self, uploads: list[tuple]) -> None:
         """Send files the batch needs, with progress (bytes, rate, ETA); an upload is (local, remote)
@@ -47,14 +64,14 @@ class Converging:
             hook, self.before_change = self.before_change, None
             hook()
         stamp = self.context.release_dir.rsplit("/", 1)[1] if self.context and self.context.release_dir else None
-        res = self.call(protocol.Apply(actions=actions, stamp=stamp,
+        res = self.call(protocol.Apply(actions=actions, stamp=stamp, running=self.running,
                                        services=list(services.unit_refs(self.host, self.quick).values()),
                                        allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
         done = [actions[r["index"]] for r in res.results]
         self.acted = self.acted or bool(done)
         self.applied += [a for a in done if isinstance(a, UNDOABLE)]
-        self.kept += [a.desc or a.KIND for a in done if a.PHASE == protocol.PREPARE]
+        self.kept = (*self.kept, *(a.desc or a.KIND for a in done if a.PHASE == protocol.PREPARE))
         if not res.ok:
             made = [a for a in done if a.PHASE != protocol.CHECK]
             for record, c in planned or []:
@@ -96,25 +113,32 @@ class Converging:
             ctx.release_dir = release_dir(new_stamp())
         return ctx
 
-    def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
-        """Plan every role against the facts and apply: the body of deploy."""
-        ctx = self.context = ctx or self.new_context()
-        remaining = [op for _, ops in self.plan for op in ops]
-        facts = facts or self.probe(remaining, lock=not ctx.check)
-        pending, checks, changed_by, planned, foreseen = [], [], None, [], []
+    def lock_and_probe(self, ctx: Context) -> Facts:
+        """The probe every op's plan needs, taking the host lock outside check mode (the agent
+        then first undoes a switch an earlier run was cut off in); notes what runs before."""
+        facts = self.probe([op for _, ops in self.plan for op in ops], lock=not ctx.check)
+        if self.running is None:  # before this run changes anything: what an undo starts again
+            self.running = [n for n in services.unit_refs(self.host)
+                            if facts.unit(n).get("ActiveState") in ("active", "activating", "reloading")]
+        return facts
+
+    def plan_batch(self, ctx: Context, facts: Facts) -> Planned:
+        """Plan every role against the facts, pushing what the batch needs; a REPROBE role's batch
+        is applied as soon as it is planned, and the rest planned against a new probe."""
+        batch, remaining = Planned(), [op for _, ops in self.plan for op in ops]
         self.report.extra.setdefault("bytes_pushed", 0)
         for role, ops in self.plan:
             role_actions, moved = [], False
             for op in ops:
                 c = op.plan(facts, ctx)
                 self.report.changes.append(c.record(self.host.name))
-                planned += [(self.report.changes[-1], c)] if c.changed else []
+                batch.planned += [(self.report.changes[-1], c)] if c.changed else []
                 self.out.change(self.host.name, c, ctx.check)
                 if c.fails and ctx.check:
-                    foreseen.append(f"{c.target}: {c.fails}")
+                    batch.foreseen.append(f"{c.target}: {c.fails}")
                     self.say(f"{'would fail':<15} {c.target}: {c.fails}")
                 role_actions += c.actions
-                checks += c.checks
+                batch.checks += c.checks
                 ctx.notified += [n for n in c.notify if n not in ctx.notified]
                 moved = moved or c.moves
                 if not ctx.check:
@@ -123,24 +147,36 @@ class Converging:
                         res = peercopy.copy(self, copy)
                         self.report.extra["bytes_copied"] = self.report.extra.get("bytes_copied", 0) + res.received
                         ctx.reserved[copy.device] = ctx.reserved.get(copy.device, 0) + res.received
-            pending += role_actions
+            batch.pending += role_actions
             remaining = remaining[len(ops):]
             if getattr(role, "REPROBE", False) and (role_actions or moved) and remaining:
                 if ctx.check:
-                    changed_by = changed_by or role.NAME
+                    batch.changed_by = batch.changed_by or role.NAME
                     continue
-                self.apply(checks + pending, planned)
-                pending, checks, planned = [], [], []
+                self.apply(batch.checks + batch.pending, batch.planned)
+                batch.pending, batch.checks, batch.planned = [], [], []
                 facts = self.probe(remaining)
-        todo = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
+        batch.handlers = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
         for h in handlers.ordered(ctx.notified):
             # notified, not run yet: the batch's step runs it, or says why it was not needed
             self.say(f"{'handler':<15} {h}: " + ("would be notified" if ctx.check else "notified"))
-        if ctx.check:
-            if self.opts.run_checks:
-                self.run_checks(checks, changed_by)
-                if foreseen:
-                    raise SpecopsError("would fail: " + "; ".join(foreseen))
-        else:
-            self.apply(checks + pending + todo, planned)
+        return batch
+
+    def check_batch(self, batch: Planned) -> None:
+        """Check mode: the read-only checks for real (not in status), and a failure for what the
+        facts already show would fail."""
+        if self.opts.run_checks:
+            self.run_checks(batch.checks, batch.changed_by)
+            if batch.foreseen:
+                raise SpecopsError("would fail: " + "; ".join(batch.foreseen))
+
+    def apply_batch(self, batch: Planned) -> None:
+        """The batch on the host: checks, then preparations, then the switch and its handlers."""
+        self.apply(batch.checks + batch.pending + batch.handlers, batch.planned)
+
+    def converge(self, ctx: Context | None = None, facts: Facts | None = None) -> Context:
+        """Probe, plan every role and apply (check mode: check), in one call: status, tests."""
+        ctx = self.context = ctx or self.new_context()
+        batch = self.plan_batch(ctx, facts or self.lock_and_probe(ctx))
+        self.check_batch(batch) if ctx.check else self.apply_batch(batch)
         return ctx

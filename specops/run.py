@@ -63,8 +63,6 @@ class HostRun(Converging):
         self.facts: Facts | None = None
         self.lock = HostLock(self)
         self.applied: list = []             # writes, removals and enables done (converging.UNDOABLE), for undo
-        self.kept: list[str] = []           # what its preparations did, which no undo takes back
-        self.context = None                 # the plan's Context (converging.new_context), once planned
         self.acted = False                  # any action done (a build, a fetch, a restart)
         self.before_change: Callable[[], None] | None = None  # run once, before the first change (rolling)
         self.quick: set[str] = set()  # services whose stop need not drain (out of their routers, --no-drain)

@@ -243,12 +243,28 @@ def test_a_failed_switch_is_undone():
     real = pipeline.undo
     pipeline.undo = lambda run, d, f: called.append(f) or (_ for _ in ()).throw(SpecopsError("undone"))
     try:
-        run = type("Run", (), {"applied": ["a write"], "acted": True, "kept": []})()
-        with pytest.raises(SpecopsError, match="undone"):
-            pipeline.failed(run, "/r/1", ApplyFailed("restart failed", protocol.SWITCH))
+        for applied in (["a write"], []):  # a restart that failed stopped the server: undone too
+            run = type("Run", (), {"applied": applied, "acted": True, "kept": []})()
+            with pytest.raises(SpecopsError, match="undone"):
+                pipeline.failed(run, "/r/1", ApplyFailed("restart failed", protocol.SWITCH))
     finally:
         pipeline.undo = real
-    assert called
+    assert len(called) == 2
+
+
+def test_an_undo_starts_again_only_what_ran_before(monkeypatch, tmp_path):
+    from specops.agent import restore
+    did = []
+    monkeypatch.setattr(restore, "RELEASES", str(tmp_path))
+    monkeypatch.setattr(restore.units, "stop_unit", lambda ref, others, measure: did.append(("stop", ref.name)))
+    monkeypatch.setattr(restore.units, "restart", lambda ref, others: did.append(("restart", ref.name)))
+    monkeypatch.setattr(restore.units, "daemon_reload", lambda *a: did.append(("reload",)))
+    refs = [protocol.UnitRef(name="a"), protocol.UnitRef(name="b")]
+    restore.put_back("S", {}, [], refs, running=["a"])
+    assert did == [("stop", "b"), ("restart", "a")]
+    did.clear()
+    restore.put_back("S", {}, [], refs, running=None)  # not known: every one, as before
+    assert did == [("restart", "a"), ("restart", "b")]
 
 
 def test_a_cut_off_switch_is_said_as_its_journal_says(tmp_path, monkeypatch):
@@ -264,3 +280,31 @@ def test_a_cut_off_switch_is_said_as_its_journal_says(tmp_path, monkeypatch):
     path.write_text(json.dumps({"task": "deploy", "done": ["x"], "not_done": ["y"]}))  # an older agent's journal
     said = restore.cut_off(undo_it=True)
     assert said["task"] == "deploy" and said["undone"] is None and not path.exists()
+
+
+def test_a_restore_stages_every_file_before_it_renames_any(monkeypatch, tmp_path):
+    from specops.agent import restore
+    events = []
+
+    class Staged:
+        def __init__(self, action, allowed):
+            self.path = action.path
+
+        def write(self):
+            if self.path == "/etc/b":
+                raise OSError(28, "No space left on device")
+            events.append(("staged", self.path))
+            return self
+
+        def commit(self):
+            events.append(("renamed", self.path))
+
+        def discard(self):
+            events.append(("discarded", self.path))
+    monkeypatch.setattr(restore, "Staged", Staged)
+    monkeypatch.setattr(restore, "_current_sha", lambda path, allowed: None)
+    for name in "abc":
+        (tmp_path / name).write_text(name)
+    with pytest.raises(OSError):
+        restore._restore({f"/etc/{n}": str(tmp_path / n) for n in "abc"})
+    assert events == [("staged", "/etc/a"), ("discarded", "/etc/a")]  # nothing renamed

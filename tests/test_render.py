@@ -263,7 +263,7 @@ def test_a_notified_handler_is_said_notified_not_run():
             self.opts = SimpleNamespace(check=check, verify_weights=False, run_checks=False)
             self.plan = [(SimpleNamespace(NAME="demo"), [unit_file("demo", "[Service]\nExecStart=/bin/true\n")])]
             self.out, self.said, self.sent = SimpleNamespace(change=lambda *a: None), [], []
-            self.before_change, self.acted, self.applied, self.kept, self.context = None, False, [], [], None
+            self.before_change, self.acted, self.applied = None, False, []
 
         def probe(self, ops, lock=False):
             return facts_with("/etc/systemd/system/demo.service", exists=False)

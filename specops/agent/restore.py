@@ -42,27 +42,36 @@ def _current_sha(path, allowed):
 
 def _restore(want, allowed=()):
     """Put files back atomically (root-owned, as specops writes everything); purge bytecode of
-    restored modules.  Returns what changed."""
-    changed, restored = [], {}
-    for path, src in sorted(want.items()):
-        if src is None:
-            if _current_sha(path, allowed) is not None:
-                remove(path, None, allowed)
-                changed.append(path)
-            continue
-        with open(src, "rb") as f:
-            data = f.read()
-        digest = sha256(data).hexdigest()
-        if _current_sha(path, allowed) == digest:
-            continue
-        mode = "%04o" % stat.S_IMODE(os.lstat(src).st_mode)
-        Staged(protocol.Write(path=path, data=base64.b64encode(data).decode(), mode=mode), allowed).write().commit()
-        changed.append(path)
-        restored[path] = digest
+    restored modules.  Every file is staged beside its target first: one that cannot be (a full
+    disk, a path made unsafe) fails the restore before any is renamed.  Returns what changed."""
+    pending, removed, restored = [], [], {}  # pending: staged, not renamed into place yet
+    try:
+        for path, src in sorted(want.items()):
+            if src is None:
+                if _current_sha(path, allowed) is not None:
+                    removed.append(path)
+                continue
+            with open(src, "rb") as f:
+                data = f.read()
+            digest = sha256(data).hexdigest()
+            if _current_sha(path, allowed) == digest:
+                continue
+            mode = "%04o" % stat.S_IMODE(os.lstat(src).st_mode)
+            pending.append(Staged(protocol.Write(path=path, data=base64.b64encode(data).decode(), mode=mode),
+                                  allowed).write())
+            restored[path] = digest
+        while pending:
+            pending.pop(0).commit()  # a commit that fails discards its own stage
+    except BaseException:
+        for s in pending:
+            s.discard()
+        raise
+    for path in removed:
+        remove(path, None, allowed)
     for path, digest in restored.items():
         if path.endswith(".py"):
             purge(protocol.Purge(path=path, sha256=digest), allowed)
-    return changed
+    return sorted(removed + list(restored))
 
 
 def _restart(refs, daemon_reload, known=()):
@@ -83,10 +92,11 @@ def _refs(names, known):
     return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
 
 
-def put_back(stamp, previous, enabled, services, allowed=()):
+def put_back(stamp, previous, enabled, services, running=None, allowed=()):
     """Undo an attempt's switch from its own backups (releases/<stamp>/previous): enables
-    reverted, files put back (created ones removed), systemd reloaded, the units that stay
-    restarted.  `enabled`: its Enable actions (as protocol.Enable).  Returns the paths changed."""
+    reverted, files put back (created ones removed), systemd reloaded, the units that ran before
+    it (`running`: names; None: every one) restarted, and the others stopped, as they were.
+    `enabled`: its Enable actions (as protocol.Enable).  Returns the paths changed."""
     d = os.path.join(RELEASES, stamp)
     want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
             for p, how in previous.items()}
@@ -96,16 +106,18 @@ def put_back(stamp, previous, enabled, services, allowed=()):
     # knows it, and restart only the units that stay.
     gone = [r for r in services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
     names = [r.name for r in services]
-    for ref in gone:
+    stays = [r for r in services if r not in gone]
+    idle = [r for r in stays if running is not None and r.name not in running]  # not running before
+    for ref in gone + idle:  # idle: a start of this attempt's (or a restart that failed) is stopped again
         units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
     changed = _restore(want, allowed)
-    _restart([r for r in services if r not in gone], bool(enabled) or any(_unit_file(p) for p in changed), services)
+    _restart([r for r in stays if r not in idle], bool(enabled) or any(_unit_file(p) for p in changed), services)
     return changed
 
 
 def undo(req):
     """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
-    changed = put_back(req.stamp, req.previous, req.enabled, req.services, req.allow_shared_dirs)
+    changed = put_back(req.stamp, req.previous, req.enabled, req.services, req.running, req.allow_shared_dirs)
     manifest = current_manifest()
     return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
 
@@ -143,13 +155,14 @@ def _recover(journal, begun):
     enabled = [protocol.Enable(unit=s["unit"], enable=s["enable"], now=s["now"], was=s["was"])
                for s in begun if s["kind"] == "enable"]
     services = [protocol.fields_of(protocol.UnitRef, r, "the journal's unit") for r in journal.get("services") or []]
-    changed = put_back(stamp, previous, enabled, services)
+    changed = put_back(stamp, previous, enabled, services, journal.get("running"))
     record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK, manifest={
         "services": [r.name for r in services],
         "summary": "cut off during its switch (task %s), at: %s; undone by the next run" % (
             journal.get("task", "?"), begun[-1]["desc"] if begun else "its start")}))
-    return {"restored": changed, "restarted": [r.name for r in services if unit_path(r.name) not in
-                                               {p for p, how in previous.items() if how == "absent"}]}
+    running = journal.get("running")
+    return {"restored": changed, "restarted": [r.name for r in services if (running is None or r.name in running)
+                                               and previous.get(unit_path(r.name)) != "absent"]}
 
 
 def rollback(req):

@@ -14,25 +14,25 @@ from ..run import HostRun
 
 
 def deploy(run: HostRun, bench=None) -> None:
-    """A deploy's phases, top to bottom: lock and probe, plan, then one batch on the host that
-    checks, prepares (installs, builds, fetches: nothing that serves changes) and switches
-    (renames, enable, reload, the handlers' restarts); verify (→ `bench`, the gates); record the
-    release.  A failure while checking or preparing leaves what serves as it was; one in the
-    switch, verify or a gate undoes the deploy and verifies the previous release (`failed`)."""
+    """A deploy's phases, top to bottom.  A failure before the switch leaves what serves as it
+    was; one in the switch, verify or a gate undoes the deploy and verifies the previous release
+    (`failed`)."""
     textfile.after(run)
-    ctx = run.new_context()
+    ctx = run.context = run.new_context()  # the release this attempt would become
     perf = []
     try:
-        run.converge(ctx)  # lock → probe → plan → check → prepare → switch → handlers
+        facts = run.lock_and_probe(ctx)  # 1. lock; probe (a switch cut off earlier is undone first)
+        batch = run.plan_batch(ctx, facts)  # 2. plan, on the controller (pushes what the batch needs)
         if run.opts.check:
-            return
-        verify_mod.verify(run, last=not (run.applied or run.acted) and not bench)  # else a record follows
-        perf = bench(run) if bench else []
+            return run.check_batch(batch)
+        run.apply_batch(batch)  # 3. on the host: check → prepare → switch → handlers (agent/converge/stage.py)
+        verify_mod.verify(run, last=not (run.applied or run.acted) and not bench)  # 4. verify (else a record follows)
+        perf = bench(run) if bench else []  # 5. the gates
     except SpecopsError as failure:
         if run.opts.check:
             raise
         failed(run, ctx.release_dir, failure)  # raises: what was undone, or why nothing was
-    if run.applied or run.acted:  # a restart for new weights is a release too
+    if run.applied or run.acted:  # 6. record the release (a restart for new weights is one too)
         record(run, ctx.release_dir, last=not perf)
     for i, result in enumerate(perf):
         run.call(protocol.PerfRecord(perf=result, stamp=ctx.release_dir.rsplit("/", 1)[1] if run.applied else None),
@@ -41,7 +41,7 @@ def deploy(run: HostRun, bench=None) -> None:
 
 def failed(run: HostRun, directory: str, failure: SpecopsError) -> None:
     """Whatever failed, the host ends on one release: the switch undone, or never begun."""
-    if run.applied:
+    if run.applied or (isinstance(failure, ApplyFailed) and failure.phase == protocol.SWITCH):
         undo(run, directory, failure)  # raises: what was undone, and whether that verifies
     if isinstance(failure, ApplyFailed) and failure.phase != protocol.SWITCH:
         attempt(run, directory, failure)
@@ -68,7 +68,7 @@ def attempt(run: HostRun, directory: str, failure: Exception, previous: dict | N
     stamp = directory.rsplit("/", 1)[1]
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous or {}, status=protocol.ROLLED_BACK,
                                     manifest={"services": _names(run), "summary": shorten(str(failure), 300),
-                                              "kept": run.kept}))
+                                              "kept": list(run.kept)}))
     return stamp
 
 
@@ -78,7 +78,8 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     run.say(f"ROLLING BACK: {failure}")
     refs = list(services.unit_refs(run.host, run.quick).values())
     res = run.call(protocol.Undo(stamp=directory.rsplit("/", 1)[1], previous=previous, services=refs,
-                                 enabled=run.enabled(), allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
+                                 enabled=run.enabled(), running=run.running,
+                                 allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     stamp = attempt(run, directory, failure, previous)
     run.report.notes.append(ROLLED_BACK)
@@ -86,14 +87,19 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
         # What the gate measured stays with the release it refused (else the page shows "-" for it).
         run.call(protocol.PerfRecord(perf=result, stamp=stamp))
     run.applied = []
+    left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
     if res.current is None:  # the first deploy: nothing of specops's ran before it
         raise SpecopsError(f"{failure}; rolled back to the state before this deploy (no earlier release "
-                           f"to verify)") from None
+                           f"to verify){left}") from None
+    ran = [c for c in res.verify or [] if run.running is None or c.name in run.running]
+    if not ran:
+        raise SpecopsError(f"{failure}; rolled back to {res.current}, whose services were not running before "
+                           f"this deploy: left stopped{left}") from None
     try:
-        verify_mod.verify(run, res.verify)
+        verify_mod.verify(run, ran)
     except SpecopsError as e:
-        raise SpecopsError(f"{failure}; rolled back to {res.current}, which also fails: {e}") from None
-    raise SpecopsError(f"{failure}; rolled back to {res.current}, verified") from None
+        raise SpecopsError(f"{failure}; rolled back to {res.current}, which also fails: {e}{left}") from None
+    raise SpecopsError(f"{failure}; rolled back to {res.current}, verified{left}") from None
 
 
 def record(run: HostRun, directory: str, last: bool = True) -> None:

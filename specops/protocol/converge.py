@@ -90,12 +90,13 @@ class ApplyResult:
 class Apply:
     """Execute a batch: stage and validate every write, run every check, then the preparations,
     then the switch, each in order (agent/converge/stage.py).  `stamp`: the release whose
-    previous/ holds the switch's backups, and `services` the host's units: what undoing a switch
-    cut off needs (restore.recover).  `allow_shared_dirs`: directories others can write to where
+    previous/ holds the switch's backups, `services` the host's units and `running` those that
+    ran: what undoing a switch cut off needs (restore.cut_off).  `allow_shared_dirs`: directories others can write to where
     writing is allowed anyway."""
     actions: List[Action]
     stamp: Optional[str] = None
     services: List[UnitRef] = LIST
+    running: Optional[List[str]] = None  # of `services`, those active before this run changed anything
     allow_shared_dirs: List[str] = LIST
     Result = ApplyResult
 

@@ -77,6 +77,7 @@ class Undo:
     previous: Dict[str, str]
     services: List[UnitRef]
     enabled: List[Action] = LIST
+    running: Optional[List[str]] = None  # the services active before the deploy (restarted); None: all
     allow_shared_dirs: List[str] = LIST
     Result = UndoResult
 

@@ -242,7 +242,7 @@ class Journal:
     def __init__(self, req, steps):
         from specops.agent.lock import _read
         self.doc = {"task": (_read() or {}).get("task", "?"), "stamp": req.stamp,
-                    "services": [protocol.encode(r) for r in req.services],
+                    "services": [protocol.encode(r) for r in req.services], "running": req.running,
                     "steps": [journal_step(a) for a in steps], "begun": -1}
 
     def begin(self, n):
