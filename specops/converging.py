@@ -27,7 +27,15 @@ class Planned:
 
 # what an undo puts back: files (from the release's backups) and units' enablement
 UNDOABLE = (protocol.Write, protocol.Remove, protocol.Enable)
+RESTARTING = ("restart", "start-unit", "daemon-reload")  # what reaches a running service (restore.RESTARTING)
 WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the switch", protocol.SWITCH: "switching"}
+
+
+def kept_words(a) -> str:
+    """A preparation that stays after a failure, as the output and the release record say it."""
+    if isinstance(a, protocol.PipInstall):  # the one into a venv something may run from
+        return f"{a.desc or a.KIND} (into {a.python.rsplit('/bin/', 1)[0]} in place: its next start imports it)"
+    return a.desc or a.KIND
 
 
 class Converging:
@@ -36,6 +44,7 @@ class Converging:
     context: Context | None = None  # the plan's (new_context), once planned
     running: list[str] | None = None  # the services active at its first probe: what an undo starts again
     kept: tuple = ()  # what its preparations did, which no undo takes back (their descriptions)
+    restarting = False  # its switch reached a restart, start or reload (an undo restarts what ran)
 
     def push(self, uploads: list[tuple]) -> None:
         """Send files the batch needs, with progress (bytes, rate, ETA); an upload is (local, remote)
@@ -69,11 +78,14 @@ class Converging:
                                        allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
         done = [actions[r["index"]] for r in res.results]
+        if not res.ok and res.phase == protocol.SWITCH:  # the step that failed may have begun its change
+            done.append(actions[res.failed])
         self.acted = self.acted or bool(done)
         self.applied += [a for a in done if isinstance(a, UNDOABLE)]
-        self.kept = (*self.kept, *(a.desc or a.KIND for a in done if a.PHASE == protocol.PREPARE))
+        self.restarting = self.restarting or any(a.KIND in RESTARTING for a in done)
+        self.kept = (*self.kept, *(kept_words(a) for a in done if a.PHASE == protocol.PREPARE))
         if not res.ok:
-            made = [a for a in done if a.PHASE != protocol.CHECK]
+            made = [a for a in done[:len(res.results)] if a.PHASE != protocol.CHECK]
             for record, c in planned or []:
                 # its own actions, or for a change that only notifies, the batch's handlers
                 if not c.copies and not any(a is m for a in (c.actions or actions) for m in made):
@@ -153,9 +165,14 @@ class Converging:
                 if ctx.check:
                     batch.changed_by = batch.changed_by or role.NAME
                     continue
-                self.apply(batch.checks + batch.pending, batch.planned)
-                batch.pending, batch.checks, batch.planned = [], [], []
-                facts = self.probe(remaining)
+                # What it installed or fetched goes now; what switches waits for the last batch, with
+                # the checks, so that one switch (and one undo) holds all of it.
+                now = [a for a in batch.pending if a.PHASE == protocol.PREPARE]
+                self.apply(now, batch.planned)
+                batch.pending = [a for a in batch.pending if a.PHASE != protocol.PREPARE]
+                batch.planned = [(r, c) for r, c in batch.planned
+                                 if not c.actions or any(a.PHASE != protocol.PREPARE for a in c.actions)]
+                facts = self.probe(remaining).carrying(facts)
         batch.handlers = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
         for h in handlers.ordered(ctx.notified):
             # notified, not run yet: the batch's step runs it, or says why it was not needed

@@ -22,6 +22,7 @@ from . import protocol
 from .converging import Converging
 from .errors import NotStarted, SpecopsError
 from .hostlock import HostLock
+from .layout import APPLY_JOURNAL
 from .inventory import Host
 from .ops import Facts, Op, merge_wants
 from .output.report import HostReport, Redactor, Reporter, interrupted, recap  # noqa: F401  (the engine's public face)
@@ -130,6 +131,10 @@ class HostRun(Converging):
         if cut:
             self.say(cut_off_words(cut))
             self.report.notes.append("an earlier run's switch was cut off" + ("; undone" if cut.get("undone") else ""))
+            if (cut.get("undone") or {}).get("error"):  # nothing else runs on a half-done switch
+                raise SpecopsError(f"an earlier run's switch is half-done and could not be undone: "
+                                   f"{cut['undone']['error']}; put that right (its journal: {APPLY_JOURNAL}), "
+                                   f"then run again")
         return self.facts
 
 
@@ -143,6 +148,8 @@ def cut_off_words(cut: dict) -> str:
     undone = cut.get("undone")
     if undone is None:
         return head + "; the next run that takes the lock (inv deploy, rollback, stop...) undoes it first"
+    if undone.get("error") or undone.get("note"):
+        return head + f"; {undone.get('note') or 'its undo failed: ' + undone['error']}"
     return (head + f"; undone before this run: {len(undone['restored'])} file(s) put back"
             + (f", restarted {', '.join(undone['restarted'])}" if undone["restarted"] else ""))
 

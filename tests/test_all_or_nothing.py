@@ -72,12 +72,46 @@ def test_a_failed_preparation_switches_nothing(batch):
     assert not res.ok and res.phase == protocol.PREPARE and res.failed == 1 and done == ["bad run"]
 
 
-def test_a_failed_switch_says_so_and_leaves_no_journal(batch):
+def test_a_failed_switch_says_so_and_keeps_its_journal_for_the_undo(batch):
     done, _ = batch
     res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"), protocol.Run(cmd="x", desc="run"),
                               protocol.Restart(unit=protocol.UnitRef(name="s"), desc="bad restart")))
     assert not res.ok and res.phase == protocol.SWITCH and res.failed == 2 and done == ["run", "enable s", "bad restart"]
-    assert not os.path.exists(stage.APPLY_JOURNAL)
+    journal = json.load(open(stage.APPLY_JOURNAL))  # if the controller's undo never comes, the next run's
+    assert journal["failed"] and journal["begun"] == 1 and os.stat(stage.APPLY_JOURNAL).st_mode & 0o077 == 0
+
+
+def test_a_file_refused_while_staged_fails_the_batch_before_anything_runs(batch, monkeypatch):
+    done, _ = batch
+    write = protocol.Write(path="/etc/x", data="", desc="update /etc/x")
+
+    def refuse(self):
+        raise stage.refusal(write, "systemd-analyze verify refused /etc/x: bad")
+    monkeypatch.setattr(stage.Batch, "stage", refuse)
+    res = stage.apply(request(protocol.AptInstall(packages=["x"], desc="apt"), write))
+    assert not res.ok and res.phase == protocol.CHECK and res.failed == 1 and done == []
+
+
+def test_a_write_waits_for_the_preparation_that_makes_its_directory(batch, monkeypatch, tmp_path):
+    done, _ = batch
+    made = tmp_path / "new"
+
+    class Staged:
+        bytecode = None
+
+        def __init__(self, action, allowed):
+            self.action = action
+            done.append("staged " + action.path)
+
+        def write(self, validate=True):
+            return self
+
+        def commit(self):
+            done.append("renamed")
+    monkeypatch.setattr(stage, "Staged", Staged)
+    stage.DO[protocol.Mkdir] = lambda a, allowed: (done.append("mkdir"), made.mkdir())
+    res = stage.apply(request(protocol.Write(path=str(made / "f"), data=""), protocol.Mkdir(path=str(made))))
+    assert res.ok and done == ["mkdir", "staged " + str(made / "f"), "renamed"]
 
 
 def test_the_journal_says_how_to_undo_and_holds_no_content(batch, monkeypatch):
@@ -142,6 +176,11 @@ def test_a_kill_fault_kills_the_agent_there(tmp_path):
 
 def apt_facts(answer):
     return Facts({"files": {}, "units": {}, "venvs": {}, "checks": {"dpkg:pkg": answer}})
+
+
+def test_a_package_name_a_shell_would_read_is_refused_before_any_probe():
+    with pytest.raises(ValueError, match="not a Debian package name"):
+        AptPackages(["ok", "x; rm -rf /"])
 
 
 def test_apt_says_a_package_with_no_candidate_and_installs_in_prepare():
@@ -279,7 +318,12 @@ def test_a_cut_off_switch_is_said_as_its_journal_says(tmp_path, monkeypatch):
     assert path.exists()  # only a run that holds the lock undoes it
     path.write_text(json.dumps({"task": "deploy", "done": ["x"], "not_done": ["y"]}))  # an older agent's journal
     said = restore.cut_off(undo_it=True)
-    assert said["task"] == "deploy" and said["undone"] is None and not path.exists()
+    assert said["done"] == ["x"] and "not undone" in said["undone"]["note"] and not path.exists()
+    path.write_text(json.dumps({"task": "deploy", "stamp": "../../etc", "steps": steps, "begun": 0}))
+    said = restore.cut_off(undo_it=True)  # a journal that names no release undoes nothing, and stays
+    assert "names no release" in said["undone"]["error"] and path.exists()
+    os.chmod(path, 0o646)
+    assert restore.cut_off(undo_it=False) is None  # one anyone could have written is no journal
 
 
 def test_a_restore_stages_every_file_before_it_renames_any(monkeypatch, tmp_path):

@@ -9,7 +9,8 @@ import pytest
 from conftest import load_json, unit_prop
 from sandbox import aptrepo, hub as hub_mod, provision
 from sandbox.provision import DEMO_PATCH, sandbox_service
-from specops.layout import FAULTS, LAUNCHER
+from specops import protocol
+from specops.layout import APPLY_JOURNAL as JOURNAL, FAULTS, LAUNCHER
 
 pytestmark = pytest.mark.fleet
 UNIT = "/etc/systemd/system/sglang.service"
@@ -44,8 +45,10 @@ def server_info(h):
 
 def serving(h):
     """What serves, as the host shows it: the unit file's bytes, the server's run and its arguments."""
+    active = unit_prop(h, "sglang", "ActiveState") == "active"
     return {"unit": h.run("sha256sum", UNIT).stdout.split()[0], "pid": unit_prop(h, "sglang", "MainPID"),
-            "invocation": unit_prop(h, "sglang", "InvocationID"), "steps": server_info(h)["speculative_num_steps"]}
+            "invocation": unit_prop(h, "sglang", "InvocationID"),
+            "steps": server_info(h)["speculative_num_steps"] if active else None}
 
 
 def test_a_failed_package_install_touches_nothing_that_serves(sandbox):
@@ -93,12 +96,15 @@ def fired(h):
     return h.run("test", "-e", FAULTS, check=False).returncode != 0
 
 
-def on_release(sandbox, h, inv, release, before, drift_ok=()):
-    """The host serves `release` as `inv` says, verified, with no drift but `drift_ok`'s words; and
-    what serves is as `before` (its unit file, its arguments; the server itself, unless restarted)."""
+def on_release(sandbox, h, inv, release, before, drift_ok=(), restarted=True):
+    """The host serves `release` as `inv` says, verified, with no drift but `drift_ok`'s words, no
+    switch journal left; and what serves is as `before` (its unit file, its arguments; the
+    server itself, unless `restarted` may have restarted it)."""
     assert current(h) == release
+    assert h.run("test", "-e", JOURNAL, check=False).returncode != 0  # the undo was done with it
     now = serving(h)
-    assert {k: now[k] for k in ("unit", "steps")} == {k: before[k] for k in ("unit", "steps")}
+    keys = ("unit", "steps") if restarted else ("unit", "steps", "pid", "invocation")
+    assert {k: now[k] for k in keys} == {k: before[k] for k in keys}
     res = sandbox.inv("verify", "--host", h.name, inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
     status = sandbox.inv("status", "--host", h.name, "--strict", inventory=inv)
@@ -107,16 +113,21 @@ def on_release(sandbox, h, inv, release, before, drift_ok=()):
     return now
 
 
-def try_faults(sandbox, h, kinds, one, two, release1, before, tried, drift_ok=()):
+def try_faults(sandbox, h, kinds, one, two, release1, before, tried, drift_ok=(), after=None):
     """Deploy `two` once per kind, failing at that kind's first action: every attempt fails, the
-    fault fired, and the host is left on release 1 (`one`), verified."""
+    fault fired, and the host is left on release 1 (`one`), verified; a failed preparation never
+    restarted the server.  `after(kind)`: the scenario's own look at the host after each."""
     for kind in kinds:
         kind, nth = kind if isinstance(kind, tuple) else (kind, 1)
         fault(h, kind, nth=nth)
         res, rep = run_inv(sandbox, two, "deploy", "--host", h.name)
         assert fired(h), f"{kind}: no action of this kind in the deploy:\n{res.stdout[-3000:]}"
         assert res.returncode == 1 and "a fault injected on request" in rep[h.name]["error"], res.stdout[-3000:]
-        on_release(sandbox, h, one, release1, before, drift_ok)
+        prepare = protocol.wire._ACTIONS[kind].PHASE == protocol.PREPARE
+        assert ("nothing that serves was touched" in rep[h.name]["error"]) == prepare, rep[h.name]["error"]
+        on_release(sandbox, h, one, release1, before, drift_ok, restarted=not prepare)
+        if after:
+            after(kind)
         tried.append(kind)
 
 
@@ -145,10 +156,13 @@ def test_faults_in_files_units_packages_and_patches(sandbox):
     h.run("chmod", "0600", LAUNCHER)  # the launcher's content is right; its mode is not
     try_faults(sandbox, h, ["attrs"], one, two, release1, before, TRIED, drift_ok=("launch.py",))
     h.run("chmod", "0644", LAUNCHER)
+    def no_timer(kind):
+        """The timer this deploy made and enabled, started: none of it stays."""
+        assert not h.path("/etc/systemd/system/timers.target.wants/specops-textfile.timer").is_symlink(), kind
+        assert h.run("systemctl", "is-active", "specops-textfile.timer", check=False).stdout.strip() != "active", kind
     # the third write: two files are already renamed into place when it fails
     try_faults(sandbox, h, [("write", 3), "purge", "enable", "daemon-reload", "restart"], one, two, release1, before,
-               TRIED)
-    assert h.run("systemctl", "is-enabled", "specops-textfile.timer", check=False).stdout.strip() != "enabled"
+               TRIED, after=no_timer)
     res, _ = run_inv(sandbox, two, "deploy", "--host", "t2")  # and with no fault, release 2
     assert res.returncode == 0, res.stdout[-3000:]
     assert server_info(h)["speculative_num_steps"] == 2
@@ -256,6 +270,7 @@ def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox
     said = status.stdout + status.stderr
     assert "was cut off in the middle of its switch" in said, said[-3000:]
     assert "the next run that takes the lock (inv deploy, rollback, stop...) undoes it first" in said
+    assert "HALF-DONE SWITCH of a deploy (cut off at: update /etc/systemd/system/sglang.service)" in status.stdout
     assert current(h) == release1
 
     res, rep = run_inv(sandbox, two, "deploy", "--host", "t3")
@@ -266,3 +281,14 @@ def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox
     assert server_info(h)["speculative_num_steps"] == 2 and current(h) != release1
     listing = sandbox.inv("releases", "--host", "t3", inventory=two).stdout
     assert "cut off during its switch (task deploy)" in listing, listing
+
+    # Killed just after a rename: the step it began is done, and undone too, by any task that takes the lock.
+    release2, unit2 = current(h), serving(h)["unit"]
+    three = inventory(sandbox, "three", {"t3": {"services": [sandbox_service(speculative=spec(4, 5))]}})
+    fault(h, "write", how="kill-after", nth=1)
+    res, rep = run_inv(sandbox, three, "deploy", "--host", "t3")
+    assert fired(h) and res.returncode == 1, res.stdout[-3000:]
+    assert h.run("test", "-e", JOURNAL, check=False).returncode == 0
+    res = sandbox.inv("stop", "--host", "t3", inventory=two)
+    assert res.returncode == 0 and "undone before this run: 1 file(s) put back" in res.stdout + res.stderr, res.stdout
+    assert serving(h)["unit"] == unit2 and current(h) == release2 and unit_prop(h, "sglang", "ActiveState") == "inactive"

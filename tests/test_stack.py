@@ -179,15 +179,18 @@ def test_pruning_keeps_every_stack_a_kept_release_names(agent_dirs):
     a, b, c = "a" * 16, "b" * 16, "c" * 16
     for name in (a, b, c):
         make_stack(st, name)
-    release(rel, st, "r1", c)
-    release(rel, st, "r2", b)               # the deployed release before current
-    release(rel, st, "r3", a)               # current, after a rollback to it
-    for i in range(4, 10):                  # newer releases, undone: they name no stack
-        release(rel, st, f"r{i}", None, status="rolled-back")
-    os.symlink("r3", rel / "current")
+    release(rel, st, "r01", c)
+    for i in range(2, 7):
+        release(rel, st, f"r0{i}", b)       # r06: the deployed release before current
+    release(rel, st, "r07", a)              # current
+    for i in range(8, 14):                  # newer attempts, undone (a rollback never goes to one)
+        release(rel, st, f"r{i:02d}", None, status="rolled-back")
+    os.symlink("r07", rel / "current")
     releases._prune()
-    assert sorted(os.listdir(st)) == [a, b]  # c: its release went; the current and previous stay
-    assert sorted(n for n in os.listdir(rel) if n != "current") == ["r2", "r3", "r5", "r6", "r7", "r8", "r9"]
+    assert sorted(os.listdir(st)) == [a, b]  # c: its release went
+    # the newest 5 deployed, and apart from them the newest 5 attempts: these never push those out
+    assert sorted(n for n in os.listdir(rel) if n != "current") == [
+        "r03", "r04", "r05", "r06", "r07", "r09", "r10", "r11", "r12", "r13"]
 
 
 def test_a_release_that_cannot_be_read_stops_pruning(agent_dirs):

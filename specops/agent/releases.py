@@ -118,13 +118,16 @@ def mark_rolled_back(left, to):
 
 
 def _prune():
-    """Keep the newest RELEASES_KEPT releases, the current one and the deployed one before it (what
-    rollback goes back to), then the stacks those name: a stack goes only when none does."""
+    """Keep the newest RELEASES_KEPT deployed releases (what rollback goes back to), the current one
+    and the deployed one before it, and apart from them the newest RELEASES_KEPT attempts that were
+    undone (failed attempts never push out what a rollback needs); then the stacks those name: a
+    stack goes only when none does."""
     now = current()
     names = sorted(n for n in os.listdir(RELEASES) if n != "current" and not n.endswith(".tmp"))
     deployed = [m["stamp"] for m in manifests() if m.get("status") == "deployed"]
     before = [s for s in deployed if now and s < now][-1:]
-    for n in names[:-RELEASES_KEPT]:
+    attempts = [n for n in names if n not in deployed]
+    for n in deployed[:-RELEASES_KEPT] + attempts[:-RELEASES_KEPT]:
         if n != now and n not in before:
             shutil.rmtree(os.path.join(RELEASES, n), ignore_errors=True)
     left = manifests()

@@ -4,6 +4,7 @@ releases' backups), and the restart after each.
 Rollback points the unit back at the release's stack; it never installs anything."""
 import base64
 import json
+import re
 import os
 import shlex
 import stat
@@ -92,14 +93,22 @@ def _refs(names, known):
     return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
 
 
-def put_back(stamp, previous, enabled, services, running=None, allowed=()):
+RESTARTING = ("restart", "start-unit", "daemon-reload")  # switch steps that reach a running service
+
+
+def put_back(stamp, previous, enabled, services, running=None, restarts=True, allowed=()):
     """Undo an attempt's switch from its own backups (releases/<stamp>/previous): enables
-    reverted, files put back (created ones removed), systemd reloaded, the units that ran before
-    it (`running`: names; None: every one) restarted, and the others stopped, as they were.
-    `enabled`: its Enable actions (as protocol.Enable).  Returns the paths changed."""
+    reverted, files put back (created ones removed; a backup never made means its file was never
+    replaced), systemd reloaded.  Then, if the switch changed anything or reached a restart
+    (`restarts`), the units that ran before it (`running`: names; None: every one) are restarted
+    and the others stopped, as they were.  `enabled`: its Enable actions (as protocol.Enable).
+    Returns (the paths changed, the units restarted)."""
     d = os.path.join(RELEASES, stamp)
-    want = {p: (os.path.join(d, "previous", p.lstrip("/")) if how == "backup" else None)
-            for p, how in previous.items()}
+    want = {}
+    for path, how in previous.items():
+        kept = os.path.join(d, "previous", path.lstrip("/"))
+        if how != "backup" or os.path.lexists(kept):
+            want[path] = kept if how == "backup" else None
     for a in reversed(enabled):  # while their unit files are still there
         units.unenable(a)
     # A unit this deploy created goes away: stop it (leftovers accounted) while systemd still
@@ -107,62 +116,102 @@ def put_back(stamp, previous, enabled, services, running=None, allowed=()):
     gone = [r for r in services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
     names = [r.name for r in services]
     stays = [r for r in services if r not in gone]
-    idle = [r for r in stays if running is not None and r.name not in running]  # not running before
+    touched = restarts or bool(enabled) or bool(want)
+    idle = [r for r in stays if touched and running is not None and r.name not in running]  # not running before
     for ref in gone + idle:  # idle: a start of this attempt's (or a restart that failed) is stopped again
         units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
     changed = _restore(want, allowed)
-    _restart([r for r in stays if r not in idle], bool(enabled) or any(_unit_file(p) for p in changed), services)
-    return changed
+    again = [r for r in stays if r not in idle] if touched or changed else []
+    _restart(again, bool(enabled) or any(_unit_file(p) for p in changed), services)
+    return changed, [r.name for r in again]
 
 
 def undo(req):
-    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed."""
-    changed = put_back(req.stamp, req.previous, req.enabled, req.services, req.running, req.allow_shared_dirs)
+    """Answer a protocol.Undo: this deploy's own backups back in place, created files removed;
+    its switch's journal (kept when the switch failed) is then done with."""
+    changed, _ = put_back(req.stamp, req.previous, req.enabled, req.services, req.running, req.restarts,
+                          req.allow_shared_dirs)
+    journal = _journal()
+    if journal and journal.get("stamp") == req.stamp:
+        os.unlink(APPLY_JOURNAL)
     manifest = current_manifest()
     return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
 
 
-def cut_off(undo_it):
-    """The journal of a switch an earlier run was cut off in (stage.Journal), or None: what it had
-    done and not, and with `undo_it` (the run that now holds the lock, before it does anything
-    else) that switch undone from its backups, the attempt recorded rolled-back."""
+STAMP = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{6}Z$")  # layout.new_stamp's
+
+
+def _journal():
+    """The switch journal (stage.Journal) as written, or None: only root's own regular file that
+    no one else can write, never through a link."""
     try:
-        with open(APPLY_JOURNAL) as f:
+        fd = os.open(APPLY_JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            return None
+        try:
             journal = json.load(f)
-    except (OSError, ValueError):
+        except ValueError:
+            return None
+    return journal if isinstance(journal, dict) else None
+
+
+def cut_off(undo_it):
+    """The journal of a switch an earlier run was cut off in (or whose undo never came), or None:
+    what it had done and not, and with `undo_it` (the run that now holds the lock, before it does
+    anything else) that switch undone from its backups, the attempt recorded rolled-back.  An
+    undo that fails leaves the journal, and says why (`undone.error`): every run that takes the
+    lock tries again."""
+    journal = _journal()
+    if journal is None:
         return None
     steps, begun = journal.get("steps") or [], journal.get("begun", -1)
-    said = {"task": journal.get("task", "?"), "done": [s["desc"] for s in steps[:max(begun, 0)]],
-            "cut_at": steps[begun]["desc"] if 0 <= begun < len(steps) else None,
-            "not_done": [s["desc"] for s in steps[begun + 1:]], "undone": None}
+    said = {"task": str(journal.get("task", "?")), "done": [s.get("desc") for s in steps[:max(begun, 0)]],
+            "cut_at": steps[begun].get("desc") if 0 <= begun < len(steps) else None,
+            "not_done": [s.get("desc") for s in steps[begun + 1:]], "undone": None}
     if not undo_it:
         return said
-    if journal.get("stamp"):
+    if not journal.get("stamp"):  # an older specops's journal: it kept no backups' stamp
+        said.update(done=journal.get("done") or [], not_done=journal.get("not_done") or [], undone={
+            "restored": [], "restarted": [], "note": "an older specops's journal, which says nothing to undo from: "
+                                                     "not undone; look at what it names"})
+        os.unlink(APPLY_JOURNAL)
+        return said
+    try:
         said["undone"] = _recover(journal, steps[:begun + 1])  # the step begun may have been done
+    except Exception as e:  # kept: the next run that takes the lock tries again
+        said["undone"] = {"error": "%s: %s" % (type(e).__name__, e) if not isinstance(e, ActionError) else str(e)}
+        return said
     os.unlink(APPLY_JOURNAL)
     return said
 
 
 def _recover(journal, begun):
     stamp = journal["stamp"]
-    d = os.path.join(RELEASES, stamp, "previous")
+    if not STAMP.match(str(stamp)):
+        raise ActionError("the journal names no release (%r)" % stamp)
     previous = {}
     for s in begun:
         if s["kind"] in ("write", "remove"):
-            # a backup not made yet means the path was not touched yet either
-            if not s["backup"] or os.path.exists(os.path.join(d, s["path"].lstrip("/"))):
-                previous[s["path"]] = "backup" if s["backup"] else "absent"
+            path = s["path"]
+            if not path.startswith("/") or os.path.normpath(path) != path:
+                raise ActionError("the journal names %r, not a plain absolute path" % path)
+            previous[path] = "backup" if s["backup"] else "absent"
     enabled = [protocol.Enable(unit=s["unit"], enable=s["enable"], now=s["now"], was=s["was"])
                for s in begun if s["kind"] == "enable"]
-    services = [protocol.fields_of(protocol.UnitRef, r, "the journal's unit") for r in journal.get("services") or []]
-    changed = put_back(stamp, previous, enabled, services, journal.get("running"))
+    # as they were deployed, but drained as any stop (the run that asked otherwise is gone)
+    services = [protocol.replace(protocol.fields_of(protocol.UnitRef, r, "the journal's unit"), quick=None)
+                for r in journal.get("services") or []]
+    changed, restarted = put_back(stamp, previous, enabled, services, journal.get("running"),
+                                  any(s["kind"] in RESTARTING for s in begun), journal.get("allow_shared_dirs") or ())
     record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK, manifest={
         "services": [r.name for r in services],
         "summary": "cut off during its switch (task %s), at: %s; undone by the next run" % (
             journal.get("task", "?"), begun[-1]["desc"] if begun else "its start")}))
-    running = journal.get("running")
-    return {"restored": changed, "restarted": [r.name for r in services if (running is None or r.name in running)
-                                               and previous.get(unit_path(r.name)) != "absent"]}
+    return {"restored": changed, "restarted": restarted}
 
 
 def rollback(req):

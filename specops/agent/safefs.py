@@ -274,19 +274,31 @@ def remove(path, backup=None, allowed=()):
 
 def _copy_out(dfd, name, to, path=None):
     """Copy a regular file (see open_regular) to `to`, a path in specops's own root-only tree, in
-    chunks, keeping its permission bits (never setuid, setgid or sticky) and times."""
+    chunks, keeping its permission bits (never setuid, setgid or sticky) and times.  Whole or not
+    at all: a new file, synced, then renamed (an undo trusts a backup that exists)."""
     src = open_regular(dfd, name, path or name, _shared_dir(dfd))
     if src is None:
         return False
+    tmp = "%s.%s.tmp" % (to, os.urandom(6).hex())
     with os.fdopen(src, "rb") as f:
         st = os.fstat(f.fileno())
         os.makedirs(os.path.dirname(to), mode=0o700, exist_ok=True)
-        fd = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                out.write(block)
-            os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode) & PLAIN_MODE)
-    os.utime(to, ns=(st.st_atime_ns, st.st_mtime_ns))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    out.write(block)
+                os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode) & PLAIN_MODE)
+                os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+                out.flush()
+                os.fsync(out.fileno())
+            os.rename(tmp, to)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
     return True
 
 

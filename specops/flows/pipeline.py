@@ -68,7 +68,8 @@ def attempt(run: HostRun, directory: str, failure: Exception, previous: dict | N
     stamp = directory.rsplit("/", 1)[1]
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous or {}, status=protocol.ROLLED_BACK,
                                     manifest={"services": _names(run), "summary": shorten(str(failure), 300),
-                                              "kept": list(run.kept)}))
+                                              # the stack it built stays while this record does
+                                              "venv": services.venv_of(run.host), "kept": list(run.kept)}))
     return stamp
 
 
@@ -77,10 +78,14 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     previous = run.previous()
     run.say(f"ROLLING BACK: {failure}")
     refs = list(services.unit_refs(run.host, run.quick).values())
-    res = run.call(protocol.Undo(stamp=directory.rsplit("/", 1)[1], previous=previous, services=refs,
-                                 enabled=run.enabled(), running=run.running,
-                                 allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
-                   on_stderr=lambda line: run.say(line.strip()))
+    try:
+        res = run.call(protocol.Undo(stamp=directory.rsplit("/", 1)[1], previous=previous, services=refs,
+                                     enabled=run.enabled(), running=run.running, restarts=run.restarting,
+                                     allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
+                       on_stderr=lambda line: run.say(line.strip()))
+    except SpecopsError as e:  # its journal stays on the host: the next run that takes the lock undoes it
+        raise SpecopsError(f"{failure}; its undo failed too: {e}; the next run that takes the lock undoes "
+                           f"it first") from None
     stamp = attempt(run, directory, failure, previous)
     run.report.notes.append(ROLLED_BACK)
     for result in failure.measured if isinstance(failure, GateFailed) else []:

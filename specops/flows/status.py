@@ -45,6 +45,9 @@ def collect(run: HostRun) -> dict:
     ctx = run.converge(facts=run.probe(ops, base_wants(run.host)))
     facts = run.facts
     drift = [c for c in run.report.changes if c["changed"]]
+    cut = facts.data.get("interrupted")  # a switch an earlier run was cut off in: every service's concern
+    half = [f"HALF-DONE SWITCH of a {cut.get('task', '?')} (cut off at: {cut.get('cut_at') or 'its start'}): the "
+            f"next run that takes the lock undoes it"] if cut else []
     rows = []
     for _, svc in services.of_host(run.host):
         name = svc["name"]
@@ -57,7 +60,7 @@ def collect(run: HostRun) -> dict:
             # systemd's count since the last start asked for: each one is an exit nobody asked for
             "restarts": int(u.get("NRestarts") or 0),
             "uptime_s": round(facts.data["time"] - started) if started and u.get("ActiveState") == "active" else None,
-            "drift": [f"{c['target']}: {c['summary']}" for c in mine if not c["stale"]],
+            "drift": half + [f"{c['target']}: {c['summary']}" for c in mine if not c["stale"]],
             "stale": [c["summary"] for c in mine if c["stale"]],
         })
     active = {r["service"] for r in rows if r["state"].startswith("active")}

@@ -1,6 +1,10 @@
 """Debian/Ubuntu packages, by name: installed with apt-get when dpkg does not list them."""
+import re
+
 from .. import protocol
 from .base import Op
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")  # Debian policy's package names: nothing a shell reads
 
 INSTALLED, CANDIDATE, NO_CANDIDATE = 0, 1, 2  # the probe's answer per package (its shell's exit status)
 
@@ -17,6 +21,9 @@ class AptPackages(Op):
     prepares: it runs before anything that serves changes, and is not undone."""
 
     def __init__(self, names):
+        bad = [n for n in names if not NAME.match(n)]
+        if bad:
+            raise ValueError(f"not a Debian package name: {bad[0]!r}")
         self.names = names
 
     def wants(self):

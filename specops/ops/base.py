@@ -99,6 +99,15 @@ class Facts:
     def assume_file(self, key: str, **fact: Any) -> None:
         """After this plan the file at `key` will look like this (merged into what is there)."""
         self.data["files"][key] = {**self.data["files"].get(key, {}), **fact}
+        self.data.setdefault("assumed", {})[key] = self.data["files"][key]
+
+    def carrying(self, before: "Facts") -> "Facts":
+        """These facts (a probe after some of the plan was applied) with what the earlier plan
+        assumed of files its batch has not written yet (their switch comes with the last batch)."""
+        assumed = before.data.get("assumed") or {}
+        self.data["files"].update(assumed)
+        self.data["assumed"] = dict(assumed)
+        return self
 
     def assume_venv(self, path: str, fact: dict) -> None:
         self.data["venvs"][path] = fact

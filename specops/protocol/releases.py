@@ -78,6 +78,8 @@ class Undo:
     services: List[UnitRef]
     enabled: List[Action] = LIST
     running: Optional[List[str]] = None  # the services active before the deploy (restarted); None: all
+    restarts: bool = True  # the switch reached a restart, start or reload (else a service is restarted only
+                           # when a file or enablement is put back)
     allow_shared_dirs: List[str] = LIST
     Result = UndoResult
 

@@ -73,7 +73,7 @@ def install(a, allowed=()):
 def apt_install(a, allowed=()):
     """Answer a protocol.AptInstall: the lists refreshed, then the packages (no pty for dpkg: its
     progress is not redrawn as a line per percent in the run's output)."""
-    bad = [n for n in a.packages if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", n)]
+    bad = [n for n in a.packages if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", n)]  # ops/apt.py NAME
     if bad:
         raise ActionError("not a Debian package name: %r" % bad[0])
     run_streamed("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "

@@ -186,6 +186,7 @@ class Batch:
             out = bytecode.purge(a, self.allowed, self.prepared.pop(a.path, None))
         else:
             out = DO[type(a)](a, self.allowed)
+        faults.after(a.KIND)
         self.results.append({"index": i, "out": out})
 
     def failed(self, i, phase, e):
@@ -201,16 +202,18 @@ def apply(req):
     validated and every check run, then the preparations (installs, builds, fetches), then the
     switch (renames, enable, reload, restarts), journaled.  A failure before the switch leaves
     everything that serves as it was."""
-    batch, i = Batch(req), None
+    batch, phase, i = Batch(req), protocol.CHECK, None
     try:
         batch.stage()  # a bad file refuses the batch before anything runs
         for i in batch.phase(protocol.CHECK) + batch.phase(protocol.PREPARE):
+            phase = batch.actions[i].PHASE
             batch.do(i)
-        i = None
+        i, phase = None, protocol.PREPARE
         batch.stage()  # what a preparation made room for: a built stack's files, a new directory
     except Exception as e:
-        i = i if i is not None else next((n for n, a in enumerate(batch.actions) if a is getattr(e, "action", None)), 0)
-        return batch.failed(i, batch.actions[i].PHASE if batch.actions else protocol.PREPARE, e)
+        if i is None:  # a file refused while staged: the action it belongs to
+            i = next((n for n, a in enumerate(batch.actions) if a is getattr(e, "action", None)), 0)
+        return batch.failed(i, phase, e)
     switch = batch.phase(protocol.SWITCH)
     journal = Journal(req, [batch.actions[i] for i in switch])
     for n, i in enumerate(switch):
@@ -218,7 +221,7 @@ def apply(req):
             journal.begin(n)
             batch.do(i)
         except Exception as e:
-            journal.end()
+            journal.failed()  # kept: the controller's Undo consumes it, or else the next run
             return batch.failed(i, protocol.SWITCH, e)
     journal.end()
     return protocol.ApplyResult(ok=True, results=batch.results)
@@ -235,22 +238,32 @@ def journal_step(a):
 
 
 class Journal:
-    """A switch's progress while it changes things: kept on disk only if the switch is cut off
-    (a lost connection, a kill), so that the next run that takes the lock undoes what it began
-    (restore.recover) and says so, and a status says it meanwhile."""
+    """A switch's progress while it changes things, on disk until it ends well: a switch cut off
+    (a lost connection, a kill) or failed leaves it, so that the controller's undo, or else the
+    next run that takes the lock, undoes what it began (restore.cut_off), and a status says it
+    meanwhile.  Root's alone, in specops's own directory; written whole (a new file, renamed)."""
 
     def __init__(self, req, steps):
         from specops.agent.lock import _read
         self.doc = {"task": (_read() or {}).get("task", "?"), "stamp": req.stamp,
                     "services": [protocol.encode(r) for r in req.services], "running": req.running,
-                    "steps": [journal_step(a) for a in steps], "begun": -1}
+                    "allow_shared_dirs": req.allow_shared_dirs,
+                    "steps": [journal_step(a) for a in steps], "begun": -1, "failed": False}
 
     def begin(self, n):
         """Step n is about to run: it may be done whatever happens next."""
         self.doc["begun"] = n
-        tmp = APPLY_JOURNAL + ".tmp"
+        self._write()
+
+    def failed(self):
+        self.doc["failed"] = True
+        self._write()
+
+    def _write(self):
         os.makedirs(os.path.dirname(APPLY_JOURNAL), mode=0o700, exist_ok=True)
-        with open(tmp, "w") as f:
+        tmp = "%s.%s.tmp" % (APPLY_JOURNAL, os.urandom(6).hex())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(json.dumps(self.doc))
             f.flush()
             os.fsync(f.fileno())
