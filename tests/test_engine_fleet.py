@@ -160,22 +160,24 @@ def test_interrupted_write_leaves_old_file(sandbox, record_property):
 
 @pytest.mark.reliability("ssh-cut", "fault")
 def test_ssh_cut_between_two_renames_is_said_and_converges(sandbox, record_property):
-    """A batch cut between its renames leaves the host part-new; the next run says exactly what
-    the cut run had done and what it had not, then converges.  (Seen red before the batch journal:
-    the next run converged silently.)"""
+    """A switch cut between its renames leaves the host part-new; the next run says exactly what
+    the cut run had done, began and had not, undoes it first, then converges.  (Seen red before
+    the batch journal: the next run converged silently; and before issue 45, when it converged
+    without undoing.)"""
     h = sandbox.reset("t4")
     h.run("sh", "-c", "mkdir -p /srv/demo && echo old > /srv/demo/a && echo old > /srv/demo/b")
     inv = sandbox.inventory({"t4": {}})
 
-    def batch(host, pause="30"):  # the cut comes during the first run's pause; later runs need none
-        return [File("/srv/demo/a", "new\n"), Command(["sleep", pause], desc="between the renames"),
-                File("/srv/demo/b", "new\n")]
+    def batch(host, pause=True):  # a oneshot unit's start blocks the switch between the renames
+        between = [File("/etc/systemd/system/demo-pause.service", "[Service]\nType=oneshot\nExecStart=/bin/sleep 30\n"),
+                   Service("demo-pause", enabled=None)] if pause else []
+        return [File("/srv/demo/a", "new\n"), *between, File("/srv/demo/b", "new\n")]
     results = {}
     b_before = sha256_on(h, "/srv/demo/b")
     t = threading.Thread(target=lambda: results.update(r=sandbox.apply(inv, [role("w", batch)])))
     t.start()
     deadline = time.monotonic() + 20
-    while not h.run("pgrep", "-x", "sleep", check=False).stdout and time.monotonic() < deadline:
+    while not h.run("pgrep", "-f", "/bin/sleep 30", check=False).stdout and time.monotonic() < deadline:
         time.sleep(0.1)
     h.run("pkill", "-KILL", "-f", "sshd: root@notty")
     t.join(30)
@@ -183,12 +185,14 @@ def test_ssh_cut_between_two_renames_is_said_and_converges(sandbox, record_prope
     record_bytes(record_property, h, b_before)  # b, not yet renamed when the cut came, is intact
     assert (h.path("/srv/demo/a").read_text(), h.path("/srv/demo/b").read_text()) == ("new\n", "old\n")
 
-    again, out = sandbox.apply(inv, [role("w", lambda host: batch(host, "0"))])
+    again, out = sandbox.apply(inv, [role("w", lambda host: batch(host, False))])
     assert again[0].error is None, out
-    assert ("WARNING: an earlier run (task run) was cut off in the middle of its changes: done: update "
-            "/srv/demo/a; not done: between the renames, update /srv/demo/b") in out
+    assert ("WARNING: an earlier run (task run) was cut off in the middle of its switch: done: update /srv/demo/a, "
+            "create /etc/systemd/system/demo-pause.service; cut off at: start demo-pause; not done: update "
+            "/srv/demo/b; undone before this run: 2 file(s) put back") in out, out
     assert (h.path("/srv/demo/a").read_text(), h.path("/srv/demo/b").read_text()) == ("new\n", "new\n")
-    third, out = sandbox.apply(inv, [role("w", lambda host: batch(host, "0"))])
+    assert not h.path("/etc/systemd/system/demo-pause.service").exists()  # what the cut run made is gone
+    third, out = sandbox.apply(inv, [role("w", lambda host: batch(host, False))])
     assert "cut off" not in out
 
 

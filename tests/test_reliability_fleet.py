@@ -220,7 +220,8 @@ def test_a_closed_output_pipe_mid_apply_leaves_whole_files_and_the_rerun_converg
     now = sha256_on(h, *files)
     half = [f for f in files if cut[f] not in (before[f], now[f])]
     assert not half, f"neither the old nor the new content after the cut: {half}"
-    assert "was cut off in the middle of its changes" in res.stdout, res.stdout  # the cut came mid-apply
+    assert "was cut off in the middle of its switch" in res.stdout, res.stdout  # the cut came mid-switch
+    assert "undone before this run" in res.stdout, res.stdout
     settled = host_snapshot(h, f"{MODELS}/llama.py")
     res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
     assert res.returncode == 0 and rep["t1"]["changed"] == 0, res.stdout

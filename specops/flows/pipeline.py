@@ -19,7 +19,7 @@ def deploy(run: HostRun, bench=None) -> None:
     (`failed`)."""
     textfile.after(run)
     ctx = run.context = run.new_context()  # the release this attempt would become
-    perf = []
+    perf, batch = [], None
     try:
         facts = run.lock_and_probe(ctx)  # 1. lock; probe (a switch cut off earlier is undone first)
         batch = run.plan_batch(ctx, facts)  # 2. plan, on the controller (pushes what the batch needs)
@@ -31,7 +31,7 @@ def deploy(run: HostRun, bench=None) -> None:
     except SpecopsError as failure:
         if run.opts.check:
             raise
-        failed(run, ctx.release_dir, failure)  # raises: what was undone, or why nothing was
+        failed(run, ctx.release_dir, failure, planned=batch is not None)  # raises: what was undone, or why not
     if run.applied or run.acted:  # 6. record the release (a restart for new weights is one too)
         record(run, ctx.release_dir, last=not perf)
     for i, result in enumerate(perf):
@@ -39,8 +39,9 @@ def deploy(run: HostRun, bench=None) -> None:
                  last=i == len(perf) - 1)
 
 
-def failed(run: HostRun, directory: str, failure: SpecopsError) -> None:
-    """Whatever failed, the host ends on one release: the switch undone, or never begun."""
+def failed(run: HostRun, directory: str, failure: SpecopsError, planned: bool = True) -> None:
+    """Whatever failed, the host ends on one release: the switch undone, or never begun.
+    `planned`: the plan was made (else nothing was sent to change the host)."""
     if run.applied or (isinstance(failure, ApplyFailed) and failure.phase == protocol.SWITCH):
         undo(run, directory, failure)  # raises: what was undone, and whether that verifies
     if isinstance(failure, ApplyFailed) and failure.phase != protocol.SWITCH:
@@ -48,7 +49,7 @@ def failed(run: HostRun, directory: str, failure: SpecopsError) -> None:
         run.report.notes.append(UNTOUCHED)
         left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
         raise SpecopsError(f"{failure}; {UNTOUCHED}{left}") from None
-    if not run.acted:  # a request failed before the batch (a push, a plan), or verify of a no-op
+    if not planned:  # refused while planning (a push, a plan): nothing was sent to change the host
         raise failure
     # A no-op deploy has nothing of its own to undo: what failed is what already ran.
     run.report.notes.append("nothing to undo")
