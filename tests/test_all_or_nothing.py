@@ -151,7 +151,7 @@ def test_a_fault_fires_at_the_nth_action_of_its_kind_once(tmp_path, monkeypatch)
 def test_a_fault_file_anyone_else_could_write_is_ignored(tmp_path, monkeypatch):
     path = str(tmp_path / "faults.json")
     monkeypatch.setattr(faults, "FAULTS", path)
-    for mode, owner in ((0o622, 0), (0o602, 0), (0o600, 1000)):
+    for mode, owner in ((0o620, 0), (0o602, 0), (0o600, 1000)):
         monkeypatch.setattr(faults, "_seen", {})
         write_fault(path, {"kind": "write"}, mode)
         os.chown(path, owner, 0)
@@ -352,3 +352,35 @@ def test_a_restore_stages_every_file_before_it_renames_any(monkeypatch, tmp_path
     with pytest.raises(OSError):
         restore._restore({f"/etc/{n}": str(tmp_path / n) for n in "abc"})
     assert events == [("staged", "/etc/a"), ("discarded", "/etc/a")]  # nothing renamed
+
+
+def test_the_agent_refuses_a_package_name_a_shell_would_read(monkeypatch):
+    from specops.agent.converge import installs
+    ran = []
+    monkeypatch.setattr(installs, "run_streamed", lambda cmd, desc: ran.append(cmd))
+    with pytest.raises(stage.ActionError, match="not a Debian package name"):
+        installs.apt_install(protocol.AptInstall(packages=["ok", "$(reboot)"]))
+    installs.apt_install(protocol.AptInstall(packages=["prometheus-node-exporter"]))
+    assert ran == ["apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+                   "-o Dpkg::Use-Pty=0 -- prometheus-node-exporter"]
+
+
+def test_a_failed_batch_leaves_nothing_staged(batch, monkeypatch):
+    done, _ = batch
+    left = []
+
+    class Staged:
+        bytecode = None
+
+        def __init__(self, action, allowed):
+            self.action = action
+            left.append(self)
+
+        def write(self, validate=True):
+            return self
+
+        def discard(self):
+            left.remove(self)
+    monkeypatch.setattr(stage, "Staged", Staged)
+    res = stage.apply(request(protocol.Write(path="/etc/x", data=""), protocol.Run(cmd="x", desc="bad run")))
+    assert not res.ok and res.phase == protocol.PREPARE and left == []

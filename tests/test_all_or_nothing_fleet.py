@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop
+from conftest import load_json, record_bytes, unit_prop
 from sandbox import aptrepo, hub as hub_mod, provision
 from sandbox.provision import DEMO_PATCH, sandbox_service
 from specops import protocol
@@ -51,7 +51,8 @@ def serving(h):
             "steps": server_info(h)["speculative_num_steps"] if active else None}
 
 
-def test_a_failed_package_install_touches_nothing_that_serves(sandbox):
+@pytest.mark.reliability("apply-fault", "fault")
+def test_a_failed_package_install_touches_nothing_that_serves(sandbox, record_property):
     """The issue's repro: release 1 verified; then new draft settings and `monitoring: true` on a
     host whose only apt source has no node exporter.  --check says so first; the deploy fails
     before the switch, and the host still serves release 1, verified, with no drift."""
@@ -69,6 +70,7 @@ def test_a_failed_package_install_touches_nothing_that_serves(sandbox):
     assert serving(h) == before
 
     res, rep = run_inv(sandbox, two, "deploy", "--host", "t1")
+    record_bytes(record_property, h, {UNIT: before["unit"]})
     assert res.returncode == 1, res.stdout[-3000:]
     error = rep["t1"]["error"]
     assert "apt-get install prometheus-node-exporter" in error and "while preparing, before the switch" in error
@@ -83,6 +85,26 @@ def test_a_failed_package_install_touches_nothing_that_serves(sandbox):
     listing = sandbox.inv("releases", "--host", "t1", inventory=one).stdout
     attempt = [line for line in listing.splitlines() if "rolled-back" in line]
     assert attempt and "apt-get install prometheus-node-exporter" in attempt[-1], listing
+
+
+def test_check_says_a_read_only_target_before_anything_changes(sandbox):
+    """A patched model file whose directory is on a read-only filesystem: --check says so, and the
+    deploy is refused at plan time, before anything moves."""
+    h = sandbox.reset("t4")
+    models = f"{provision.VENV}/lib/python3.11/site-packages/sglang/srt/models"
+    one, release1, before = first_release(sandbox, h, "one", {"t4": {"services": [sandbox_service()]}})
+    h.run("sh", "-ec", f"cp -a {models} /root/models.bak && mount -t tmpfs -o size=4m tmpfs {models} && "
+                       f"cp -a /root/models.bak/. {models}/ && mount -o remount,ro {models}")
+    try:
+        two = inventory(sandbox, "two", {"t4": {"services": [sandbox_service(patches=["srt/models/llama.py"])]}})
+        said = f"{models}/llama.py: {models} is on a read-only filesystem: nothing can be staged there"
+        res = sandbox.inv("deploy", "--host", "t4", "--check", inventory=two)
+        assert res.returncode == 1 and said in res.stdout, res.stdout[-3000:]
+        res, rep = run_inv(sandbox, two, "deploy", "--host", "t4")
+        assert res.returncode == 1 and said in rep["t4"]["error"], res.stdout[-3000:]
+        assert serving(h) == before and current(h) == release1
+    finally:
+        h.run("umount", models, check=False)
 
 
 # ---- the fault matrix: a fault at each kind of action a deploy batch holds ----
@@ -141,6 +163,7 @@ def first_release(sandbox, h, name, hosts, group_vars=None, **kw):
     return one, current(h), serving(h)
 
 
+@pytest.mark.reliability("apply-fault", "fault")
 def test_faults_in_files_units_packages_and_patches(sandbox):
     """A patch (its upstream kept), a system user, node exporter from the host's apt source, a new
     directory, a file's mode, every file written, purged, a timer enabled, systemd reloaded, the
@@ -168,6 +191,7 @@ def test_faults_in_files_units_packages_and_patches(sandbox):
     assert server_info(h)["speculative_num_steps"] == 2
 
 
+@pytest.mark.reliability("apply-fault", "fault")
 def test_faults_in_a_start_and_a_removal(sandbox):
     """A unit started that was stopped, and a file removed (an op no role has yet: a role of the
     test's own, run by the real deploy pipeline in-process)."""
@@ -196,6 +220,7 @@ def test_faults_in_a_start_and_a_removal(sandbox):
     TRIED.append("remove")
 
 
+@pytest.mark.reliability("apply-fault", "fault")
 def test_faults_in_a_venvs_packages(sandbox, pkg_index):
     """pip into the venv the host manages itself, and the import check after it: the server is
     never restarted; what pip installed in place stays, and is said (a user's venv is not undone)."""
@@ -224,6 +249,7 @@ def hub(fleet):
     h.stop()
 
 
+@pytest.mark.reliability("apply-fault", "fault")
 def test_faults_in_a_stack_build_and_weights(sandbox, pkg_index, hub):
     """A new SGLang's stack built beside the one that serves, and new weights fetched from a hub
     or pushed from the controller into directories nothing serves from yet, then recorded."""
@@ -256,6 +282,7 @@ def test_every_kind_of_action_has_a_fault_case():
     assert not missing, f"no fault case for {sorted(missing)}"
 
 
+@pytest.mark.reliability("switch-cut", "fault")
 def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox):
     """The agent killed between two renames of a switch: `inv status` names the half-done switch,
     and the next `inv deploy` undoes it before anything else, says so, then deploys."""

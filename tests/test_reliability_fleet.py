@@ -167,9 +167,13 @@ def test_disk_full_during_sync_keeps_the_old_file(sandbox, record_property):
     assert h.run("df", "--output=avail", MODELS).stdout.split()[-1] == "0"
 
     svc = sandbox_service(patches=["srt/models/llama.py"])
-    res, rep = run_inv(sandbox, sandbox.inventory({"t4": {"services": [svc]}}), "deploy", "--host", "t4")
+    inv = sandbox.inventory({"t4": {"services": [svc]}})
+    full = f"{MODELS}/llama.py: {MODELS} has 0.0 MiB free, and this run stages"  # the probe's statvfs
+    res = sandbox.inv("deploy", "--host", "t4", "--check", inventory=inv)
+    assert res.returncode == 1 and full in res.stdout, res.stdout[-3000:]  # --check says it first
+    res, rep = run_inv(sandbox, inv, "deploy", "--host", "t4")
     assert res.returncode == 1
-    assert "cannot write" in rep["t4"]["error"] and "No space left on device" in rep["t4"]["error"]
+    assert full in rep["t4"]["error"], rep["t4"]["error"]  # refused before anything moves
     after = record_bytes(record_property, h, before)
     assert after == before
     assert no_staging_left(h)

@@ -202,8 +202,9 @@ class AptInstall:
 @action("enable", SWITCH)
 class Enable:
     """Enable a unit (`enable` false: disable it), starting it too with `now`.  `was`: its
-    UnitFileState before, which an undo puts back (a unit this deploy enabled is disabled again,
-    and stopped if `now` started it)."""
+    UnitFileState before, which an undo puts back when it was enabled, disabled or none (a unit
+    this deploy enabled is disabled again, and stopped if `now` started it; one that was enabled
+    and only started is left running)."""
     unit: str
     enable: bool = True
     now: bool = False
