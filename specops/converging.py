@@ -27,7 +27,6 @@ class Planned:
 
 # what an undo puts back: files (from the release's backups) and units' enablement
 UNDOABLE = (protocol.Write, protocol.Remove, protocol.Enable)
-RESTARTING = ("restart", "start-unit", "daemon-reload")  # what reaches a running service (restore.RESTARTING)
 WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the switch", protocol.SWITCH: "switching"}
 
 
@@ -82,7 +81,7 @@ class Converging:
             done.append(actions[res.failed])
         self.acted = self.acted or bool(done)
         self.applied += [a for a in done if isinstance(a, UNDOABLE)]
-        self.restarting = self.restarting or any(a.KIND in RESTARTING for a in done)
+        self.restarting = self.restarting or any(a.KIND in protocol.RESTARTING for a in done)
         self.kept = (*self.kept, *(kept_words(a) for a in done if a.PHASE == protocol.PREPARE))
         if not res.ok:
             made = [a for a in done[:len(res.results)] if a.PHASE != protocol.CHECK]

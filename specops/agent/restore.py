@@ -93,9 +93,6 @@ def _refs(names, known):
     return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
 
 
-RESTARTING = ("restart", "start-unit", "daemon-reload")  # switch steps that reach a running service
-
-
 def put_back(stamp, previous, enabled, services, running=None, restarts=True, allowed=()):
     """Undo an attempt's switch from its own backups (releases/<stamp>/previous): enables
     reverted, files put back (created ones removed; a backup never made means its file was never
@@ -206,7 +203,7 @@ def _recover(journal, begun):
     services = [protocol.replace(protocol.fields_of(protocol.UnitRef, r, "the journal's unit"), quick=None)
                 for r in journal.get("services") or []]
     changed, restarted = put_back(stamp, previous, enabled, services, journal.get("running"),
-                                  any(s["kind"] in RESTARTING for s in begun), journal.get("allow_shared_dirs") or ())
+                                  any(s["kind"] in protocol.RESTARTING for s in begun), journal.get("allow_shared_dirs") or ())
     record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK, manifest={
         "services": [r.name for r in services],
         "summary": "cut off during its switch (task %s), at: %s; undone by the next run" % (

@@ -3,16 +3,13 @@
 Every path is walked from / one component at a time through directory descriptors: a
 symbolic link is followed only when root owns it (anyone else's link could point anywhere),
 and the directory a file is written in must be writable by root alone, unless the
-inventory lists it in `allow_shared_dirs`.  New content is written into a directory
-specops creates itself beside the target (O_EXCL), opened O_NOFOLLOW|O_EXCL, owned as the
-inventory says (never as the file it replaces), and renamed into place through the same
-descriptors, so a name swapped after the checks cannot redirect the write.
+inventory lists it in `allow_shared_dirs`.  New content is staged beside its target
+(stagedir.StageDir) and renamed into place through the same descriptors.
 """
 import os
 import stat
 
 from specops.agent.host import ActionError, user_name
-from specops.layout import STAGE_PREFIX
 
 MAX_LINKS = 40
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -135,77 +132,6 @@ def read_file(path, allowed=()):
         return None
     with os.fdopen(fd, "rb") as f:
         return f.read()
-
-
-class StageDir:
-    """A directory specops creates beside a target (same filesystem, so the rename is atomic)."""
-
-    def __init__(self, target, allowed=()):
-        self.target, self.fd = target, -1
-        self.parent_fd, self.parent = open_dir(os.path.dirname(target), allowed)
-        self.name = os.path.basename(target)
-        try:
-            st = lstat_in(self.parent_fd, self.name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                raise UnsafePath("%s is %s; specops replaces only regular files" % (target, kind))
-            for _ in range(10):
-                self.dir = STAGE_PREFIX + os.urandom(6).hex()
-                try:
-                    os.mkdir(self.dir, 0o700, dir_fd=self.parent_fd)
-                    break
-                except FileExistsError:
-                    continue
-            self.fd = os.open(self.dir, O_DIR, dir_fd=self.parent_fd)
-            st = os.fstat(self.fd)
-            if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
-                raise UnsafePath("%s: the staging directory is not ours" % target)
-        except OSError as e:
-            self.remove()
-            raise UnsafePath("%s: cannot stage beside it: %s" % (target, e.strerror))
-        except UnsafePath:
-            self.remove()
-            raise
-        self.path = os.path.join(self.parent, self.dir, self.name)  # what a validator reads
-
-    def write(self, data, mode, uid, gid):
-        fd = os.open(self.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self.fd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-            os.fchown(fd, uid, gid)
-            os.fchmod(fd, mode & PLAIN_MODE)
-        finally:
-            os.close(fd)
-
-    def commit(self):
-        os.rename(self.name, self.name, src_dir_fd=self.fd, dst_dir_fd=self.parent_fd)
-        os.fsync(self.parent_fd)
-        self.remove()
-
-    def remove(self):
-        if self.fd >= 0:
-            try:
-                os.unlink(self.name, dir_fd=self.fd)
-            except OSError:
-                pass
-        if self.parent_fd >= 0 and getattr(self, "dir", None):
-            try:
-                os.rmdir(self.dir, dir_fd=self.parent_fd)
-            except OSError:
-                pass
-        for fd in (self.fd, self.parent_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.fd = self.parent_fd = -1
-
-    def copy_current(self, to):
-        """Keep the target's current content (if any) at `to`, a path specops owns."""
-        return _copy_out(self.parent_fd, self.name, to, self.target)
 
 
 def make_dir(path, mode, uid, gid, allowed=(), parents=False):

@@ -337,5 +337,7 @@ class RecordWeights:
 
 
 CHECK_KINDS = ("preflight",)  # actions that change nothing, so check mode runs them for real (phase CHECK)
+# switch actions that reach a running service: a switch that began one is undone with a restart
+RESTARTING = ("restart", "start-unit", "daemon-reload")
 
 

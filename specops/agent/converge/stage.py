@@ -15,12 +15,13 @@ from specops.agent import faults
 from specops.agent import safefs, weights
 from specops.agent.services import units
 from specops.agent.host import ActionError, clean, ids, on_interrupt, run_owned, run_streamed, say, sha256
-from specops.agent.safefs import StageDir, UnsafePath
+from specops.agent.safefs import UnsafePath
+from specops.agent.stagedir import StageDir
 from specops.layout import APPLY_JOURNAL, BYTECODE_LINE, UNIT_ONLY
 
 
 class Staged:
-    """A file's new content written beside its target (safefs.StageDir), not yet in place."""
+    """A file's new content written beside its target (stagedir.StageDir), not yet in place."""
 
     def __init__(self, action, allowed=()):
         self.action = action

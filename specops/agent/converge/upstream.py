@@ -10,6 +10,7 @@ from specops.agent.converge.venvs import resolve_key
 from specops.agent import safefs
 from specops.agent.host import ActionError, sha256
 from specops.agent.safefs import UnsafePath, read_file
+from specops.agent.stagedir import StageDir
 from specops.layout import UPSTREAM_DIR, split_pkg_key
 
 
@@ -83,7 +84,7 @@ def keep(a, allowed=()):
     path = os.path.join(UPSTREAM_DIR, a.sha256)
     if _content(path, a.sha256) is None:
         safefs.make_dir(UPSTREAM_DIR, 0o755, 0, 0)
-        stage = safefs.StageDir(path)
+        stage = StageDir(path)
         try:
             stage.write(data, 0o644, 0, 0)
             stage.commit()
