@@ -30,11 +30,27 @@ UNDOABLE = (protocol.Write, protocol.Remove, protocol.Enable)
 WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the switch", protocol.SWITCH: "switching"}
 
 
-def kept_words(a) -> str:
-    """A preparation that stays after a failure, as the output and the release record say it."""
+def kept_words(a) -> str | None:
+    """A preparation that stays after a failure, as the output and the release record say it
+    (None: it only asked, as an import check does)."""
+    if isinstance(a, protocol.Expect):
+        return None
     if isinstance(a, protocol.PipInstall):  # the one into a venv something may run from
         return f"{a.desc or a.KIND} (into {a.python.rsplit('/bin/', 1)[0]} in place: its next start imports it)"
     return a.desc or a.KIND
+
+
+def concerned(actions: list, planned: list | None) -> set[str]:
+    """The services a batch's switch concerns (an undo restarts these only): those its changes
+    name, and those its handlers restart or reload."""
+    names = set()
+    for _, c in planned or []:
+        if any(a.PHASE == protocol.SWITCH for a in c.actions):
+            names |= set(c.services)
+    names |= {a.unit.name for a in actions if isinstance(a, (protocol.Restart, protocol.StartUnit))}
+    names |= {u[:-len(".service")] for a in actions if isinstance(a, protocol.DaemonReload) for u in a.units
+              if u.endswith(".service")}
+    return names
 
 
 class Converging:
@@ -44,6 +60,8 @@ class Converging:
     running: list[str] | None = None  # the services active at its first probe: what an undo starts again
     kept: tuple = ()  # what its preparations did, which no undo takes back (their descriptions)
     restarting = False  # its switch reached a restart, start or reload (an undo restarts what ran)
+    applying = False  # an Apply was sent and not answered (a lost connection: its outcome is unknown)
+    concerned: frozenset = frozenset()  # the services its switches concern (converging.concerned)
 
     def push(self, uploads: list[tuple]) -> None:
         """Send files the batch needs, with progress (bytes, rate, ETA); an upload is (local, remote)
@@ -72,17 +90,24 @@ class Converging:
             hook, self.before_change = self.before_change, None
             hook()
         stamp = self.context.release_dir.rsplit("/", 1)[1] if self.context and self.context.release_dir else None
+        self.concerned = self.concerned | concerned(actions, planned)
+        self.applying = True  # until the host answers: a lost connection leaves its outcome unknown here
         res = self.call(protocol.Apply(actions=actions, stamp=stamp, running=self.running,
                                        services=list(services.unit_refs(self.host, self.quick).values()),
+                                       concerned=sorted(self.concerned),
                                        allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
+        self.applying = False
         done = [actions[r["index"]] for r in res.results]
-        if not res.ok and res.phase == protocol.SWITCH:  # the step that failed may have begun its change
-            done.append(actions[res.failed])
+        begun = actions[res.failed] if not res.ok and res.failed is not None else None
+        if begun is not None and res.phase == protocol.SWITCH:  # the step that failed may have begun its change
+            done.append(begun)
         self.acted = self.acted or bool(done)
         self.applied += [a for a in done if isinstance(a, UNDOABLE)]
         self.restarting = self.restarting or any(a.KIND in protocol.RESTARTING for a in done)
-        self.kept = (*self.kept, *(kept_words(a) for a in done if a.PHASE == protocol.PREPARE))
+        self.kept = (*self.kept, *(kept_words(a) for a in done if a.PHASE == protocol.PREPARE and kept_words(a)))
+        if begun is not None and res.phase == protocol.PREPARE and kept_words(begun):  # may be part done
+            self.kept = (*self.kept, kept_words(begun) + " (failed, maybe part done)")
         if not res.ok:
             made = [a for a in done[:len(res.results)] if a.PHASE != protocol.CHECK]
             for record, c in planned or []:

@@ -151,7 +151,8 @@ def cut_off_words(cut: dict) -> str:
     if undone.get("error") or undone.get("note"):
         return head + f"; {undone.get('note') or 'its undo failed: ' + undone['error']}"
     return (head + f"; undone before this run: {len(undone['restored'])} file(s) put back"
-            + (f", restarted {', '.join(undone['restarted'])}" if undone["restarted"] else ""))
+            + (f", restarted {', '.join(undone['restarted'])}" if undone["restarted"] else "")
+            + "".join(f"; WARNING: {w}" for w in undone.get("warnings") or []))
 
 
 def _one(run: HostRun, body: Callable[[HostRun], Any]) -> HostReport:

@@ -34,8 +34,9 @@ EXPECTED = {
     "traversal": ("a path traversal in a patch destination", "refused at plan time"),
     "apply-fault": ("a fault at each kind of action a deploy batch holds (write, remove, enable, a package install, "
                     "a stack build, daemon-reload, restart, ...), or a package with no candidate",
-                    "the previous release verified with no drift (a preparation's fault: nothing that serves touched), "
-                    "or the new one; never in between"),
+                    "the previous release verified with no drift but what a preparation left, said (a pip into the "
+                    "venv in place), and the server not restarted when nothing that serves was touched; never in "
+                    "between"),
     "switch-cut": ("the agent killed between two renames of a switch", "status names the half-done switch; the next "
                                                                        "run that takes the lock undoes it first"),
 }

@@ -164,14 +164,17 @@ def test_a_fault_file_anyone_else_could_write_is_ignored(tmp_path, monkeypatch):
     assert os.path.exists(str(tmp_path / "elsewhere"))
 
 
-def test_a_kill_fault_kills_the_agent_there(tmp_path):
+@pytest.mark.parametrize("how, calls, printed", [
+    ("kill", "faults.at('restart'); print('before', flush=True); faults.at('write')", "before\n"),
+    ("kill-after", "faults.at('write'); print('did', flush=True); faults.after('write')", "did\n"),  # once done
+])
+def test_a_kill_fault_kills_the_agent_there(tmp_path, how, calls, printed):
     path = tmp_path / "faults.json"
-    write_fault(path, {"kind": "write", "how": "kill"})
-    code = (f"from specops.agent import faults; faults.FAULTS = {str(path)!r}; faults.at('restart'); print('before', "
-            f"flush=True); faults.at('write'); print('after')")
+    write_fault(path, {"kind": "write", "how": how})
+    code = f"from specops.agent import faults; faults.FAULTS = {str(path)!r}; {calls}; print('after')"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert res.returncode == -9 and res.stdout == "before\n"
+    assert res.returncode == -9 and res.stdout == printed
 
 
 def apt_facts(answer):
@@ -261,7 +264,7 @@ def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
     sent = []
 
     class Run:
-        host, applied, acted, kept = Host("t1", {}), [], True, ["apt-get install x"]
+        host, applied, acted, kept, applying = Host("t1", {}), [], True, ["apt-get install x"], False
         report = SimpleNamespace(notes=[])
 
         def call(self, req, **kw):
@@ -274,6 +277,7 @@ def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
     (record,) = sent
     assert record.status == protocol.ROLLED_BACK and record.stamp == "20261207T000000Z" and record.managed == []
     assert record.manifest["kept"] == ["apt-get install x"] and "apt-get install y failed" in record.manifest["summary"]
+    assert "venv" in record.manifest  # the stack it built stays while this record does
 
 
 def test_a_failed_switch_is_undone():
@@ -283,7 +287,7 @@ def test_a_failed_switch_is_undone():
     pipeline.undo = lambda run, d, f: called.append(f) or (_ for _ in ()).throw(SpecopsError("undone"))
     try:
         for applied in (["a write"], []):  # a restart that failed stopped the server: undone too
-            run = type("Run", (), {"applied": applied, "acted": True, "kept": []})()
+            run = type("Run", (), {"applied": applied, "acted": True, "kept": [], "applying": False})()
             with pytest.raises(SpecopsError, match="undone"):
                 pipeline.failed(run, "/r/1", ApplyFailed("restart failed", protocol.SWITCH))
     finally:
@@ -298,12 +302,15 @@ def test_an_undo_starts_again_only_what_ran_before(monkeypatch, tmp_path):
     monkeypatch.setattr(restore.units, "stop_unit", lambda ref, others, measure: did.append(("stop", ref.name)))
     monkeypatch.setattr(restore.units, "restart", lambda ref, others: did.append(("restart", ref.name)))
     monkeypatch.setattr(restore.units, "daemon_reload", lambda *a: did.append(("reload",)))
-    refs = [protocol.UnitRef(name="a"), protocol.UnitRef(name="b")]
-    restore.put_back("S", {}, [], refs, running=["a"])
-    assert did == [("stop", "b"), ("restart", "a")]
+    refs = [protocol.UnitRef(name="a"), protocol.UnitRef(name="b"), protocol.UnitRef(name="c")]
+    restore.put_back("S", {}, [], refs, running=["a", "c"], concerned=["a", "b"])
+    assert did == [("stop", "b"), ("restart", "a")]  # c: its switch did not concern it
     did.clear()
     restore.put_back("S", {}, [], refs, running=None)  # not known: every one, as before
-    assert did == [("restart", "a"), ("restart", "b")]
+    assert did == [("restart", "a"), ("restart", "b"), ("restart", "c")]
+    did.clear()
+    restore.put_back("S", {"/etc/x": "backup"}, [], refs, running=["a"], restarts=False)
+    assert did == []  # a switch that changed nothing (no backup was made) and reached no restart
 
 
 def test_a_cut_off_switch_is_said_as_its_journal_says(tmp_path, monkeypatch):
@@ -384,3 +391,140 @@ def test_a_failed_batch_leaves_nothing_staged(batch, monkeypatch):
     monkeypatch.setattr(stage, "Staged", Staged)
     res = stage.apply(request(protocol.Write(path="/etc/x", data=""), protocol.Run(cmd="x", desc="bad run")))
     assert not res.ok and res.phase == protocol.PREPARE and left == []
+
+
+def test_the_undo_is_done_with_its_own_journal_only(tmp_path, monkeypatch):
+    from specops.agent import restore
+    path = tmp_path / "apply.json"
+    monkeypatch.setattr(restore, "APPLY_JOURNAL", str(path))
+    monkeypatch.setattr(restore, "put_back", lambda *a: ([], []))
+    monkeypatch.setattr(restore, "current_manifest", lambda: None)
+    monkeypatch.setattr(restore, "current", lambda: None)
+    req = protocol.Undo(stamp="20261207T000000.000000Z", previous={}, services=[])
+    path.write_text(json.dumps({"stamp": "20261207T000001.000000Z", "steps": []}))
+    restore.undo(req)
+    assert path.exists()  # another attempt's: the next run's to undo
+    path.write_text(json.dumps({"stamp": "20261207T000000.000000Z", "steps": []}))
+    restore.undo(req)
+    assert not path.exists()
+
+
+def test_a_recovery_refuses_a_journal_naming_a_path_that_is_not_plain(tmp_path, monkeypatch):
+    from specops.agent import restore
+    path = tmp_path / "apply.json"
+    monkeypatch.setattr(restore, "APPLY_JOURNAL", str(path))
+    for bad in ("etc/x", "/etc/../root/.ssh/authorized_keys"):
+        step = {"kind": "write", "desc": "update x", "path": bad, "backup": True}
+        path.write_text(json.dumps({"task": "deploy", "stamp": "20261207T000000.000000Z", "steps": [step], "begun": 0}))
+        assert "not a plain absolute path" in restore.cut_off(undo_it=True)["undone"]["error"]
+    path.write_text(json.dumps({"task": "deploy", "stamp": "20261207T000000.000000Z\n", "steps": [], "begun": 0}))
+    assert "names no release" in restore.cut_off(undo_it=True)["undone"]["error"]
+    path.write_text(json.dumps({"task": "deploy", "stamp": "20261207T000000.000000Z", "steps": ["x"], "begun": 0}))
+    assert "does not read as a switch's" in restore.cut_off(undo_it=True)["undone"]["error"]
+
+
+def test_a_recovery_that_fails_stops_the_run_before_anything_else(monkeypatch):
+    import types
+    from specops.inventory import Host
+    from specops.output.report import Redactor, Reporter
+    from specops.run import HostRun, Options
+    import io
+    host = Host("a", {})
+    run = HostRun(host, [], Options(check=True), Reporter(Redactor([host]), show_diff=False, stream=io.StringIO()))
+    cut = {"task": "deploy", "done": [], "cut_at": "update /etc/x", "not_done": [], "undone": {"error": "disk full"}}
+    run.call = lambda req, **kw: protocol.ProbeResult(time=0, hostname="a", python="p", interrupted=cut)
+    with pytest.raises(SpecopsError, match="half-done and could not be undone: disk full"):
+        run.probe([])
+
+
+def test_a_failed_step_of_a_switch_is_undone_too_and_a_lost_answer_is_unknown():
+    import io
+    from specops.inventory import Host
+    from specops.output.report import Redactor, Reporter
+    from specops.run import HostRun, Options
+    host = Host("a", {})
+    run = HostRun(host, [], Options(), Reporter(Redactor([host]), show_diff=False, stream=io.StringIO()))
+    write = protocol.Write(path="/etc/x", data="", backup="/r/previous/etc/x")
+    run.call = lambda req, **kw: protocol.ApplyResult(ok=False, failed=1, phase=protocol.SWITCH, error="no",
+                                                      results=[{"index": 0, "out": None}])
+    with pytest.raises(ApplyFailed):
+        run.apply([protocol.AptInstall(packages=["p"], desc="apt-get install p"), write])
+    assert run.applied == [write] and run.kept == ("apt-get install p",)
+
+    def lost(req, **kw):
+        raise SpecopsError("t1: the connection was lost")
+    run.call = lost
+    with pytest.raises(SpecopsError):
+        run.apply([write])
+    from specops.flows import pipeline
+    with pytest.raises(SpecopsError, match="outcome on the host is not known: a switch it began is undone by the next"):
+        pipeline.failed(run, "/r/1", SpecopsError("t1: the connection was lost"))
+
+
+def test_a_reprobe_role_sends_its_preparations_alone_and_the_switch_waits(monkeypatch):
+    import io
+    import types
+    from specops.inventory import Host
+    from specops.ops import Op
+    from specops.output.report import Redactor, Reporter
+    from specops.run import HostRun, Options
+
+    class Installs(Op):
+        def plan(self, facts, ctx):
+            facts.assume_file("/etc/unit", sha256="new")
+            return self._change("x", "install", [protocol.AptInstall(packages=["p"], desc="apt"),
+                                                 protocol.Write(path="/etc/unit", data="", desc="unit")])
+
+    class Reads(Op):
+        def plan(self, facts, ctx):
+            seen.append(facts.file("/etc/unit")["sha256"])
+            return self._change("y", "ok")
+    seen, sent = [], []
+    host = Host("a", {})
+    roles = [types.SimpleNamespace(NAME="first", REPROBE=True, ops=lambda h: [Installs()]),
+             types.SimpleNamespace(NAME="second", ops=lambda h: [Reads()])]
+    run = HostRun(host, roles, Options(), Reporter(Redactor([host]), show_diff=False, stream=io.StringIO()))
+    old = {"files": {"/etc/unit": {"path": "/etc/unit", "sha256": "old"}}, "units": {}, "venvs": {}, "checks": {}}
+    monkeypatch.setattr(run, "probe", lambda ops, *a, **kw: Facts(json.loads(json.dumps(old))))
+    run.call = lambda req, **kw: (sent.append([a.desc for a in req.actions]), protocol.ApplyResult(ok=True))[1]
+    run.converge(Context("a", False, release_dir="/r/1"), Facts(json.loads(json.dumps(old))))
+    assert sent == [["apt"], ["unit"]]  # one switch, in the last batch
+    assert seen == ["new"]  # the later role plans against what the switch will make
+
+
+def test_a_pip_into_a_venv_in_place_is_said_so_and_an_import_check_is_no_change():
+    from specops.converging import kept_words
+    pip = protocol.PipInstall(python="/opt/sglang/venv/bin/python", specs=["torch"], desc="pip install torch")
+    assert kept_words(pip) == "pip install torch (into /opt/sglang/venv in place: its next start imports it)"
+    assert kept_words(protocol.Expect(python="p", code="", expect={}, what="")) is None
+
+
+def test_a_backup_is_whole_or_absent(tmp_path, monkeypatch):
+    from specops.agent import safefs
+    src = tmp_path / "src"
+    src.write_text("old content")
+    to = tmp_path / "previous" / "src"
+    real = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    dfd = os.open(str(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError):
+            safefs._copy_out(dfd, "src", str(to))
+        assert os.listdir(to.parent) == []  # no torn file under its name, no temporary left
+        monkeypatch.setattr(os, "rename", real)
+        assert safefs._copy_out(dfd, "src", str(to)) and to.read_text() == "old content"
+    finally:
+        os.close(dfd)
+
+
+def test_a_file_refused_once_the_preparations_ran_fails_before_the_switch(batch, monkeypatch):
+    done, _ = batch
+    write = protocol.Write(path="/opt/new/x", data="", desc="update /opt/new/x")
+
+    def staging(self, every=False):
+        if every:
+            raise stage.refusal(write, "its validator refused it")
+    monkeypatch.setattr(stage.Batch, "stage", staging)
+    res = stage.apply(request(protocol.AptInstall(packages=["x"], desc="apt"), write,
+                                  protocol.Restart(unit=protocol.UnitRef(name="s"), desc="restart")))
+    assert not res.ok and res.phase == protocol.PREPARE and res.failed == 1 and done == ["apt"]

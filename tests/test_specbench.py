@@ -367,7 +367,7 @@ def test_a_release_its_gate_refused_keeps_what_the_gate_measured(tmp_path, monke
 
     class Run:
         host, quick, applied, report = inventory.Host("t1", {}), (), ["a change"], SimpleNamespace(notes=[])
-        kept, running, restarting = [], None, True
+        kept, running, restarting, applying, concerned = [], None, True, False, frozenset()
 
         def previous(self):
             return {}

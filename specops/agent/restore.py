@@ -12,6 +12,7 @@ import stat
 from specops import protocol
 from specops.agent.converge.bytecode import purge
 from specops.agent.converge.stage import Staged
+from specops.agent.stagedir import sweep
 from specops.agent.host import ActionError, sha256
 from specops.agent.releases import _set_current, current, current_manifest, manifests, mark_rolled_back, record
 from specops.agent.safefs import UnsafePath, read_file, remove
@@ -93,13 +94,20 @@ def _refs(names, known):
     return [by_name.get(n) or protocol.UnitRef(name=n) for n in names]
 
 
-def put_back(stamp, previous, enabled, services, running=None, restarts=True, allowed=()):
-    """Undo an attempt's switch from its own backups (releases/<stamp>/previous): enables
+def put_back(stamp, previous, enabled, services, running=None, concerned=None, restarts=True, allowed=()):
+    """Undo an attempt's switch: its files and units' states (files_back), then the restarts."""
+    changed, again, reload = files_back(stamp, previous, enabled, services, running, concerned, restarts, allowed)
+    _restart(again, reload, services)
+    return changed, [r.name for r in again]
+
+
+def files_back(stamp, previous, enabled, services, running=None, concerned=None, restarts=True, allowed=()):
+    """An attempt's switch undone from its own backups (releases/<stamp>/previous): enables
     reverted, files put back (created ones removed; a backup never made means its file was never
-    replaced), systemd reloaded.  Then, if the switch changed anything or reached a restart
-    (`restarts`), the units that ran before it (`running`: names; None: every one) are restarted
-    and the others stopped, as they were.  `enabled`: its Enable actions (as protocol.Enable).
-    Returns (the paths changed, the units restarted)."""
+    replaced), and of the services it concerns (`concerned`: names; None: every one) those that
+    did not run before it (`running`) stopped, as they were.  Returns (the paths changed, the
+    services to restart then: those concerned that ran, if the switch changed anything or reached
+    a restart (`restarts`), and whether systemd must reload first)."""
     d = os.path.join(RELEASES, stamp)
     want = {}
     for path, how in previous.items():
@@ -112,22 +120,21 @@ def put_back(stamp, previous, enabled, services, running=None, restarts=True, al
     # knows it, and restart only the units that stay.
     gone = [r for r in services if unit_path(r.name) in want and want[unit_path(r.name)] is None]
     names = [r.name for r in services]
-    stays = [r for r in services if r not in gone]
+    mine = [r for r in services if r not in gone and (concerned is None or r.name in concerned)]
     touched = restarts or bool(enabled) or bool(want)
-    idle = [r for r in stays if touched and running is not None and r.name not in running]  # not running before
+    idle = [r for r in mine if touched and running is not None and r.name not in running]  # not running before
     for ref in gone + idle:  # idle: a start of this attempt's (or a restart that failed) is stopped again
         units.stop_unit(ref, [n for n in names if n != ref.name], measure=False)
     changed = _restore(want, allowed)
-    again = [r for r in stays if r not in idle] if touched or changed else []
-    _restart(again, bool(enabled) or any(_unit_file(p) for p in changed), services)
-    return changed, [r.name for r in again]
+    again = [r for r in mine if r not in idle] if touched or changed else []
+    return changed, again, bool(enabled) or any(_unit_file(p) for p in changed)
 
 
 def undo(req):
     """Answer a protocol.Undo: this deploy's own backups back in place, created files removed;
     its switch's journal (kept when the switch failed) is then done with."""
-    changed, _ = put_back(req.stamp, req.previous, req.enabled, req.services, req.running, req.restarts,
-                          req.allow_shared_dirs)
+    changed, _ = put_back(req.stamp, req.previous, req.enabled, req.services, req.running, req.concerned,
+                          req.restarts, req.allow_shared_dirs)
     journal = _journal()
     if journal and journal.get("stamp") == req.stamp:
         os.unlink(APPLY_JOURNAL)
@@ -135,7 +142,7 @@ def undo(req):
     return protocol.UndoResult(restored=changed, current=current(), verify=manifest.get("verify") if manifest else None)
 
 
-STAMP = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{6}Z$")  # layout.new_stamp's
+STAMP = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z")  # layout.new_stamp's (fullmatch)
 
 
 def _journal():
@@ -165,30 +172,38 @@ def cut_off(undo_it):
     journal = _journal()
     if journal is None:
         return None
-    steps, begun = journal.get("steps") or [], journal.get("begun", -1)
-    said = {"task": str(journal.get("task", "?")), "done": [s.get("desc") for s in steps[:max(begun, 0)]],
-            "cut_at": steps[begun].get("desc") if 0 <= begun < len(steps) else None,
-            "not_done": [s.get("desc") for s in steps[begun + 1:]], "undone": None}
-    if not undo_it:
-        return said
+    task = str(journal.get("task", "?"))
     if not journal.get("stamp"):  # an older specops's journal: it kept no backups' stamp
-        said.update(done=journal.get("done") or [], not_done=journal.get("not_done") or [], undone={
-            "restored": [], "restarted": [], "note": "an older specops's journal, which says nothing to undo from: "
-                                                     "not undone; look at what it names"})
-        os.unlink(APPLY_JOURNAL)
+        said = {"task": task, "done": journal.get("done") or [], "cut_at": None,
+                "not_done": journal.get("not_done") or [], "undone": None}
+        if undo_it:
+            said["undone"] = {"restored": [], "restarted": [], "note": "an older specops's journal, which says "
+                                                                      "nothing to undo from: not undone; look at what it names"}
+            os.unlink(APPLY_JOURNAL)
+        return said
+    steps, begun = journal.get("steps") or [], journal.get("begun", -1)
+    try:
+        said = {"task": task, "done": [s["desc"] for s in steps[:max(begun, 0)]],
+                "cut_at": steps[begun]["desc"] if 0 <= begun < len(steps) else None,
+                "not_done": [s["desc"] for s in steps[begun + 1:]], "undone": None}
+    except (KeyError, TypeError, IndexError):
+        return {"task": task, "done": [], "cut_at": None, "not_done": [],
+                "undone": {"error": "the journal does not read as a switch's"} if undo_it else None}
+    if not undo_it:
         return said
     try:
         said["undone"] = _recover(journal, steps[:begun + 1])  # the step begun may have been done
     except Exception as e:  # kept: the next run that takes the lock tries again
-        said["undone"] = {"error": "%s: %s" % (type(e).__name__, e) if not isinstance(e, ActionError) else str(e)}
-        return said
-    os.unlink(APPLY_JOURNAL)
+        said["undone"] = {"error": str(e) if isinstance(e, ActionError) else "%s: %s" % (type(e).__name__, e)}
     return said
 
 
 def _recover(journal, begun):
+    """Files and units' states back (a failure: the journal stays, for the next run), the journal
+    then done with; the restarts and the attempt's record after that, whose failures are said,
+    never again a reason to keep every later run off the host."""
     stamp = journal["stamp"]
-    if not STAMP.match(str(stamp)):
+    if not STAMP.fullmatch(str(stamp)):
         raise ActionError("the journal names no release (%r)" % stamp)
     previous = {}
     for s in begun:
@@ -202,13 +217,26 @@ def _recover(journal, begun):
     # as they were deployed, but drained as any stop (the run that asked otherwise is gone)
     services = [protocol.replace(protocol.fields_of(protocol.UnitRef, r, "the journal's unit"), quick=None)
                 for r in journal.get("services") or []]
-    changed, restarted = put_back(stamp, previous, enabled, services, journal.get("running"),
-                                  any(s["kind"] in protocol.RESTARTING for s in begun), journal.get("allow_shared_dirs") or ())
-    record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK, manifest={
-        "services": [r.name for r in services],
-        "summary": "cut off during its switch (task %s), at: %s; undone by the next run" % (
-            journal.get("task", "?"), begun[-1]["desc"] if begun else "its start")}))
-    return {"restored": changed, "restarted": restarted}
+    changed, again, reload = files_back(stamp, previous, enabled, services, journal.get("running"),
+                                        journal.get("concerned"), any(s["kind"] in protocol.RESTARTING for s in begun),
+                                        journal.get("allow_shared_dirs") or ())
+    os.unlink(APPLY_JOURNAL)
+    for d in sorted({os.path.dirname(s["path"]) for s in journal["steps"] if s["kind"] == "write"}):
+        sweep(d, journal.get("allow_shared_dirs") or ())  # what the kill left staged (a secret, say)
+    warnings = []
+    try:
+        _restart(again, reload, services)
+    except Exception as e:
+        warnings.append("restarting %s failed: %s" % (", ".join(r.name for r in again), e))
+    try:
+        record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous, status=protocol.ROLLED_BACK,
+                                      manifest={"services": [r.name for r in services],
+                                                "summary": "cut off during its switch (task %s), at: %s; undone by the "
+                                                           "next run" % (journal.get("task", "?"),
+                                                                         begun[-1]["desc"] if begun else "its start")}))
+    except Exception as e:
+        warnings.append("the attempt is not recorded: %s" % e)
+    return {"restored": changed, "restarted": [r.name for r in again], "warnings": warnings}
 
 
 def rollback(req):

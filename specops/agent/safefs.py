@@ -219,6 +219,11 @@ def _copy_out(dfd, name, to, path=None):
                 out.flush()
                 os.fsync(out.fileno())
             os.rename(tmp, to)
+            dfd = os.open(os.path.dirname(to), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)  # the backup's name is on disk before the target it keeps is replaced
+            finally:
+                os.close(dfd)
         except BaseException:
             try:
                 os.unlink(tmp)

@@ -79,3 +79,27 @@ class StageDir:
     def copy_current(self, to):
         """Keep the target's current content (if any) at `to`, a path specops owns."""
         return _copy_out(self.parent_fd, self.name, to, self.target)
+
+
+def sweep(directory, allowed=()):
+    """Remove what a staging cut off by a kill left beside its targets in `directory`: only
+    directories of specops's name and making (root's, 0700), and the files in them.  Run by the
+    next run that takes the lock (restore.cut_off), so no other staging can be under way."""
+    try:
+        pfd, _ = open_dir(directory, allowed, for_writing=False)
+    except (OSError, UnsafePath):
+        return
+    try:
+        for name in os.listdir(pfd):
+            st = lstat_in(pfd, name) if name.startswith(STAGE_PREFIX) else None
+            if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o700:
+                continue
+            fd = os.open(name, O_DIR, dir_fd=pfd)
+            try:
+                for entry in os.listdir(fd):
+                    os.unlink(entry, dir_fd=fd)
+            finally:
+                os.close(fd)
+            os.rmdir(name, dir_fd=pfd)
+    finally:
+        os.close(pfd)

@@ -41,19 +41,23 @@ def deploy(run: HostRun, bench=None) -> None:
 
 def failed(run: HostRun, directory: str, failure: SpecopsError, planned: bool = True) -> None:
     """Whatever failed, the host ends on one release: the switch undone, or never begun.
-    `planned`: the plan was made (else nothing was sent to change the host)."""
+    `planned`: the plan was made (else only a REPROBE role's preparations may have run)."""
+    if run.applying:  # the connection went while the host applied: what it did is not known here
+        raise SpecopsError(f"{failure}; the batch's outcome on the host is not known: a switch it began is "
+                           f"undone by the next run that takes the lock (inv status names it)") from None
     if run.applied or (isinstance(failure, ApplyFailed) and failure.phase == protocol.SWITCH):
         undo(run, directory, failure)  # raises: what was undone, and whether that verifies
-    if isinstance(failure, ApplyFailed) and failure.phase != protocol.SWITCH:
+    left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
+    if isinstance(failure, ApplyFailed) or (run.kept and not planned):  # before any switch
         attempt(run, directory, failure)
         run.report.notes.append(UNTOUCHED)
-        left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
         raise SpecopsError(f"{failure}; {UNTOUCHED}{left}") from None
     if not planned:  # refused while planning (a push, a plan): nothing was sent to change the host
         raise failure
-    # A no-op deploy has nothing of its own to undo: what failed is what already ran.
+    # A deploy that switched nothing has nothing of its own to undo: what failed is what already ran.
     run.report.notes.append("nothing to undo")
-    raise SpecopsError(f"{failure}; nothing to undo: this deploy changed nothing") from None
+    did = f"switched nothing{left}" if run.kept else "changed nothing"
+    raise SpecopsError(f"{failure}; nothing to undo: this deploy {did}") from None
 
 
 UNTOUCHED = "nothing that serves was touched"
@@ -82,11 +86,14 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     try:
         res = run.call(protocol.Undo(stamp=directory.rsplit("/", 1)[1], previous=previous, services=refs,
                                      enabled=run.enabled(), running=run.running, restarts=run.restarting,
+                                     concerned=sorted(run.concerned),
                                      allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                        on_stderr=lambda line: run.say(line.strip()))
-    except SpecopsError as e:  # its journal stays on the host: the next run that takes the lock undoes it
-        raise SpecopsError(f"{failure}; its undo failed too: {e}; the next run that takes the lock undoes "
-                           f"it first") from None
+    except SpecopsError as e:
+        then = ("the next run that takes the lock undoes it first (its journal stays)"
+                if isinstance(failure, ApplyFailed) and failure.phase == protocol.SWITCH else
+                "the host may be between two releases: inv rollback puts the one before back")
+        raise SpecopsError(f"{failure}; its undo failed too: {e}; {then}") from None
     stamp = attempt(run, directory, failure, previous)
     run.report.notes.append(ROLLED_BACK)
     for result in failure.measured if isinstance(failure, GateFailed) else []:

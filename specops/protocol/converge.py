@@ -97,6 +97,7 @@ class Apply:
     stamp: Optional[str] = None
     services: List[UnitRef] = LIST
     running: Optional[List[str]] = None  # of `services`, those active before this run changed anything
+    concerned: Optional[List[str]] = None  # of `services`, those its switch concerns (None: every one)
     allow_shared_dirs: List[str] = LIST
     Result = ApplyResult
 

@@ -78,6 +78,7 @@ class Undo:
     services: List[UnitRef]
     enabled: List[Action] = LIST
     running: Optional[List[str]] = None  # the services active before the deploy (restarted); None: all
+    concerned: Optional[List[str]] = None  # the services its switch concerns: no other is restarted; None: all
     restarts: bool = True  # the switch reached a restart, start or reload (else a service is restarted only
                            # when a file or enablement is put back)
     allow_shared_dirs: List[str] = LIST

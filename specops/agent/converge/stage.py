@@ -157,12 +157,13 @@ class Batch:
     def phase(self, name):
         return [i for i, a in enumerate(self.actions) if a.PHASE == name]
 
-    def stage(self):
-        """Stage every write whose directory is there, then validate them (a validator that takes
-        several files runs once for them all)."""
+    def stage(self, every=False):
+        """Stage every write whose directory is there (`every`: every write left, whose directory
+        the preparations made), then validate them (a validator that takes several files runs
+        once for them all)."""
         fresh = []
         for i, a in enumerate(self.actions):
-            if isinstance(a, protocol.Write) and i not in self.staged and os.path.isdir(os.path.dirname(a.path)):
+            if isinstance(a, protocol.Write) and i not in self.staged and (every or os.path.isdir(os.path.dirname(a.path))):
                 self.staged[i] = Staged(a, self.allowed).write(validate=False)
                 fresh.append(self.staged[i])
         groups = {}
@@ -179,8 +180,8 @@ class Batch:
         self.n += 1
         say("  [%d/%d] %s" % (self.n, len(self.actions), a.desc or a.KIND))
         faults.at(a.KIND)
-        if isinstance(a, protocol.Write):
-            s = self.staged.pop(i) if i in self.staged else Staged(a, self.allowed).write()
+        if isinstance(a, protocol.Write):  # staged before the switch: an unstaged one would be a bug
+            s = self.staged.pop(i)
             s.commit()
             self.prepared[a.path], out = s.bytecode, None
         elif isinstance(a, protocol.Purge):
@@ -210,7 +211,7 @@ def apply(req):
             phase = batch.actions[i].PHASE
             batch.do(i)
         i, phase = None, protocol.PREPARE
-        batch.stage()  # what a preparation made room for: a built stack's files, a new directory
+        batch.stage(every=True)  # what a preparation made room for: a built stack's files, a new directory
     except Exception as e:
         if i is None:  # a file refused while staged: the action it belongs to
             i = next((n for n, a in enumerate(batch.actions) if a is getattr(e, "action", None)), 0)
@@ -222,7 +223,10 @@ def apply(req):
             journal.begin(n)
             batch.do(i)
         except Exception as e:
-            journal.failed()  # kept: the controller's Undo consumes it, or else the next run
+            try:
+                journal.failed()  # kept: the controller's Undo consumes it, or else the next run
+            except OSError:
+                pass  # the journal as last written stays, naming the step begun
             return batch.failed(i, protocol.SWITCH, e)
     journal.end()
     return protocol.ApplyResult(ok=True, results=batch.results)
@@ -247,7 +251,7 @@ class Journal:
     def __init__(self, req, steps):
         from specops.agent.lock import _read
         self.doc = {"task": (_read() or {}).get("task", "?"), "stamp": req.stamp,
-                    "services": [protocol.encode(r) for r in req.services], "running": req.running,
+                    "services": [protocol.encode(r) for r in req.services], "running": req.running, "concerned": req.concerned,
                     "allow_shared_dirs": req.allow_shared_dirs,
                     "steps": [journal_step(a) for a in steps], "begun": -1, "failed": False}
 
