@@ -32,9 +32,9 @@ WHILE = {protocol.CHECK: "checking", protocol.PREPARE: "preparing, before the sw
 
 def kept_words(a) -> str | None:
     """A preparation that stays after a failure, as the output and the release record say it
-    (None: it only asked, as an import check does)."""
-    if isinstance(a, protocol.Expect):
-        return None
+    (None: it only asked, as an import check does, or it goes with the attempt: a new stack)."""
+    if isinstance(a, (protocol.Expect, protocol.BuildStack)):  # a check; a stack no kept release names is
+        return None                                            # pruned with the attempt's record
     if isinstance(a, protocol.PipInstall):  # the one into a venv something may run from
         return f"{a.desc or a.KIND} (into {a.python.rsplit('/bin/', 1)[0]} in place: its next start imports it)"
     return a.desc or a.KIND

@@ -277,7 +277,7 @@ def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
     (record,) = sent
     assert record.status == protocol.ROLLED_BACK and record.stamp == "20261207T000000Z" and record.managed == []
     assert record.manifest["kept"] == ["apt-get install x"] and "apt-get install y failed" in record.manifest["summary"]
-    assert "venv" in record.manifest  # the stack it built stays while this record does
+    assert "venv" not in record.manifest  # an attempt keeps no stack: one it built is pruned
 
 
 def test_a_failed_switch_is_undone():
@@ -497,6 +497,9 @@ def test_a_pip_into_a_venv_in_place_is_said_so_and_an_import_check_is_no_change(
     pip = protocol.PipInstall(python="/opt/sglang/venv/bin/python", specs=["torch"], desc="pip install torch")
     assert kept_words(pip) == "pip install torch (into /opt/sglang/venv in place: its next start imports it)"
     assert kept_words(protocol.Expect(python="p", code="", expect={}, what="")) is None
+    build = protocol.BuildStack(path="/opt/specops/venvs/k", python="python3", specs=[], sources=[], uv_pip_args=[],
+                                defines={}, need=0, check="", expect={})
+    assert kept_words(build) is None  # pruned with the attempt's record, not left in place
 
 
 def test_a_backup_is_whole_or_absent(tmp_path, monkeypatch):

@@ -73,8 +73,7 @@ def attempt(run: HostRun, directory: str, failure: Exception, previous: dict | N
     stamp = directory.rsplit("/", 1)[1]
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous or {}, status=protocol.ROLLED_BACK,
                                     manifest={"services": _names(run), "summary": shorten(str(failure), 300),
-                                              # the stack it built stays while this record does
-                                              "venv": services.venv_of(run.host), "kept": list(run.kept)}))
+                                              "kept": list(run.kept)}))
     return stamp
 
 
