@@ -531,3 +531,22 @@ def test_a_file_refused_once_the_preparations_ran_fails_before_the_switch(batch,
     res = stage.apply(request(protocol.AptInstall(packages=["x"], desc="apt"), write,
                                   protocol.Restart(unit=protocol.UnitRef(name="s"), desc="restart")))
     assert not res.ok and res.phase == protocol.PREPARE and res.failed == 1 and done == ["apt"]
+
+
+def test_a_refusal_before_the_switch_records_nothing():
+    from types import SimpleNamespace
+    from specops.flows import pipeline
+    from specops.inventory import Host
+    sent = []
+
+    class Run:
+        host, applied, acted, kept, applying = Host("t1", {}), [], True, ["manifest of /models/x"], False
+        report = SimpleNamespace(notes=[])
+
+        def call(self, req, **kw):
+            sent.append(req)
+    for failure, planned in ((ApplyFailed("preflight refused", protocol.CHECK), True),
+                             (SpecopsError("hunk 1 of 1 does not apply"), False)):  # after a REPROBE role's batch
+        with pytest.raises(SpecopsError, match="nothing that serves was touched; left in place"):
+            pipeline.failed(Run(), "/r/1", failure, planned=planned)
+    assert sent == []

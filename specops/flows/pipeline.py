@@ -49,7 +49,8 @@ def failed(run: HostRun, directory: str, failure: SpecopsError, planned: bool = 
         undo(run, directory, failure)  # raises: what was undone, and whether that verifies
     left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
     if isinstance(failure, ApplyFailed) or (run.kept and not planned):  # before any switch
-        attempt(run, directory, failure)
+        if isinstance(failure, ApplyFailed) and failure.phase == protocol.PREPARE:
+            attempt(run, directory, failure)  # a refusal (a check, the plan) records nothing
         run.report.notes.append(UNTOUCHED)
         raise SpecopsError(f"{failure}; {UNTOUCHED}{left}") from None
     if not planned:  # refused while planning (a push, a plan): nothing was sent to change the host
