@@ -257,18 +257,18 @@ def test_an_undo_puts_back_what_an_enable_changed(monkeypatch, enable, now, was,
     assert ran == ([undo] if undo else [])
 
 
-def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
+def switchless_run(kept, sent):
+    """A run whose batch switched nothing, that kept `kept`; its requests go to `sent`."""
     from types import SimpleNamespace
-    from specops.flows import pipeline
     from specops.inventory import Host
+    return SimpleNamespace(host=Host("t1", {}), applied=[], acted=True, kept=kept, applying=False,
+                           report=SimpleNamespace(notes=[]), call=lambda req, **kw: sent.append(req))
+
+
+def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
+    from specops.flows import pipeline
     sent = []
-
-    class Run:
-        host, applied, acted, kept, applying = Host("t1", {}), [], True, ["apt-get install x"], False
-        report = SimpleNamespace(notes=[])
-
-        def call(self, req, **kw):
-            sent.append(req)
+    Run = lambda: switchless_run(["apt-get install x"], sent)  # noqa: E731
     failure = ApplyFailed("apt-get install y failed (exit 100) (action 3 of 9, while preparing, before the switch; "
                           "1 changes made before it)", protocol.PREPARE)
     with pytest.raises(SpecopsError) as e:
@@ -534,17 +534,9 @@ def test_a_file_refused_once_the_preparations_ran_fails_before_the_switch(batch,
 
 
 def test_a_refusal_before_the_switch_records_nothing():
-    from types import SimpleNamespace
     from specops.flows import pipeline
-    from specops.inventory import Host
     sent = []
-
-    class Run:
-        host, applied, acted, kept, applying = Host("t1", {}), [], True, ["manifest of /models/x"], False
-        report = SimpleNamespace(notes=[])
-
-        def call(self, req, **kw):
-            sent.append(req)
+    Run = lambda: switchless_run(["manifest of /models/x"], sent)  # noqa: E731
     for failure, planned in ((ApplyFailed("preflight refused", protocol.CHECK), True),
                              (SpecopsError("hunk 1 of 1 does not apply"), False)):  # after a REPROBE role's batch
         with pytest.raises(SpecopsError, match="nothing that serves was touched; left in place"):
