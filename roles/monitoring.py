@@ -11,6 +11,7 @@ from specops.ops import Directory, File, handlers, unit_file
 from specops.ops.apt import AptPackages
 from specops.ops.systemd import Timer
 from specops.remote import shipping
+from specops.services.ports import check_ports
 
 NAME = "monitoring"
 REFRESH = schema.Pattern(r"^[1-9][0-9]*(s|min|h)$", "a refresh is a systemd time span such as 30s, 1min or 1h")
@@ -80,6 +81,7 @@ def ops(host):
     m = settings(host)
     if not m:
         return []
+    check_ports(host)  # node_exporter's port among the services'
     zipped, _ = shipping.artifact()
     return [
         AptPackages([PACKAGE]),

@@ -3,11 +3,11 @@
 the whole fleet back), running.  It needs no GPU and no model."""
 from specops.inventory import schema
 from specops.ops import handlers
-from specops.errors import UsageError
 from specops.layout import env_file
 from specops.ops import File, RunningCode, Service, unit_file
 from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind
+from specops.services.ports import check_ports
 from specops.services.router import workers_of
 from specops.services.unitfile import env_text, unit_text
 
@@ -22,12 +22,9 @@ def router_unit_text(host, svc):
 
 
 def check(host, routers):
-    """Plan-time: one port per service on the host, and workers the router can reach."""
-    ports = [k.port(s) for k, s in of_host(host)]
+    """Plan-time: one listener per port on the host, and workers the router can reach."""
+    check_ports(host)
     for svc in routers:
-        port = kind_of(svc).port(svc)
-        if ports.count(port) > 1:
-            raise UsageError(f"{host.name}: router {svc['name']!r}: port {port} is taken by another service of the host")
         workers_of(host, svc)
 
 

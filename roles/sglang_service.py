@@ -6,10 +6,12 @@ from pathlib import Path
 
 from specops import protocol, remote, sglang
 from specops.errors import UsageError
-from specops.layout import DEFAULT_PORT, ENV_DIR, LAUNCHER, env_file
+from specops.layout import ENV_DIR, LAUNCHER, env_file
 from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, handlers, unit_file
 from specops.ops.users import service_users
 from specops.services import kind_of, of_host, of_kind, venv_of
+from specops.services.ports import check_ports
+from specops.services.sglang import admin_surface
 from specops.services.unitfile import env_text, unit_text
 from specops.sglang.spec import expectations, launch_args, said_as, venv_python
 
@@ -27,8 +29,8 @@ class Preflight(Op):
     before any is renamed, so a refusal leaves the running service and its unit untouched.
     """
 
-    def __init__(self, svc, venv, unit: File):
-        self.svc, self.venv, self.unit = svc, venv, unit
+    def __init__(self, svc, venv, unit: File, warning: str = ""):
+        self.svc, self.venv, self.unit, self.warning = svc, venv, unit, warning
         self.services = (svc["name"],)
         intended, accepted = expectations(svc, svc["name"])
         self.expect = {k: accepted.get(k, v) for k, v in intended.items()}
@@ -39,31 +41,34 @@ class Preflight(Op):
     def plan(self, facts: Facts, ctx: Context):
         target = f"preflight {self.svc['name']}"
         if facts.file(self.unit.path).get("sha256") == self.unit.sha256:
-            return self._change(target, "ok")
-        return self._change(target, "the installed SGLang resolves the new arguments", checks=[protocol.Preflight(
-            python=venv_python(self.venv), script=RESOLVER, argv=launch_args(self.svc), expect=self.expect,
-            service=self.svc["name"], said_as=said_as(),
-            desc=f"preflight {self.svc['name']}: the installed SGLang resolves the new arguments")])
+            change = self._change(target, "ok")
+        else:
+            change = self._change(target, "the installed SGLang resolves the new arguments", checks=[protocol.Preflight(
+                python=venv_python(self.venv), script=RESOLVER, argv=launch_args(self.svc), expect=self.expect,
+                service=self.svc["name"], said_as=said_as(),
+                desc=f"preflight {self.svc['name']}: the installed SGLang resolves the new arguments")])
+        change.warning = self.warning  # an admin surface left open on purpose: said on every run
+        return change
 
 
 def check(host, services):
-    """Plan-time checks, before any connection."""
-    names, ports = set(), set()
+    """Plan-time checks, before any connection: names and ports, who may reach the admin endpoints,
+    SGLang's flag rules."""
+    check_ports(host)
+    names = [svc["name"] for svc in services]
     for svc in services:
         where = f"{host.name}: service {svc['name']!r}"
-        port = svc.get("port", DEFAULT_PORT)
-        if svc["name"] in names or port in ports:
-            raise UsageError(f"{where}: service names and ports must be unique on a host")
-        names.add(svc["name"])
-        ports.add(port)
+        if names.count(svc["name"]) > 1:
+            raise UsageError(f"{where}: service names must be unique on a host")
+        admin_surface(host, svc)
         expectations(svc, where)  # SGLang's flag rules
 
 
-def ops_for_service(svc, venv):
+def ops_for_service(host, svc, venv):
     unit = unit_file(svc["name"], unit_text(svc, venv))
     return [
         File(env_file(svc["name"]), env_text(svc), mode="0600", secret=True, notify=[handlers.restart(svc["name"])]),
-        Preflight(svc, venv, unit),
+        Preflight(svc, venv, unit, admin_surface(host, svc)),
         unit,
         Service(svc["name"], enabled=True, unit=kind_of(svc).unit(svc)),
         RunningCode(svc["name"], kind_of(svc).managed(svc, venv), kind_of(svc).weights(svc)),
@@ -79,5 +84,5 @@ def ops(host):
                 own="specops's launcher")]
     out += service_users(host, services)
     for svc in services:
-        out += ops_for_service(svc, venv)
+        out += ops_for_service(host, svc, venv)
     return out

@@ -73,6 +73,10 @@ UPSTREAM_DIR = HOME + "/upstream"
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/specops"                   # <service>.env, mode 0600: the secrets
 API_KEY_ENV = "SGLANG_SPECOPS_API_KEY"     # the env-file key that holds a service's API key
+ADMIN_API_KEY_ENV = "SGLANG_SPECOPS_ADMIN_API_KEY"  # ... and its admin key (SGLang's --admin-api-key)
+# service key → (env-file variable, the server's flag): the secrets the launcher hands a server
+# in-process, never on its command line
+SECRET_FLAGS = {"api_key": (API_KEY_ENV, "--api-key"), "admin_api_key": (ADMIN_API_KEY_ENV, "--admin-api-key")}
 LAUNCHER = "/usr/local/lib/specops/launch.py"  # runs a service's module with its secret flags off argv
 BASELINE_PREFIX = "specops-baseline-"      # spec-bench's transient unit: <prefix><service>
 WINDOW_PREFIX = "specops-window-"          # a GPU window's job runs in the scope <prefix><16 hex digits>
@@ -84,6 +88,7 @@ DEFAULT_VENV = "/opt/sglang/venv"
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 TEXTFILE_NAME = "specops.prom"
 TEXTFILE_AGENT = "/usr/local/lib/specops/agent.pyz"
+NODE_EXPORTER_PORT = 9100  # prometheus-node-exporter's default --web.listen-address
 VERDICTS = HOME + "/verdicts.json"         # each service's last verify: passed or not, and when
 DEFAULT_PORT = 30000
 

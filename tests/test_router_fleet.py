@@ -319,5 +319,6 @@ def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sa
     assert load["failed"] == 0 and load["served"] > 20, load
     assert res.stdout.count("sglang: gate passed: accept length") == 3, res.stdout[-4000:]
     for w in WORKERS:
-        info = json.loads(hosts[w].run("curl", "-s", "http://127.0.0.1:30000/server_info").stdout)
+        info = json.loads(hosts[w].run("curl", "-s", "-H", f"Authorization: Bearer {KEY}",
+                                       "http://127.0.0.1:30000/server_info").stdout)
         assert {k: info[f"speculative_{k}"] for k in rec["winner"]} == rec["winner"], (w, info)

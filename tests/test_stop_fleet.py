@@ -13,6 +13,7 @@ from sandbox.routed import Load
 
 pytestmark = pytest.mark.fleet
 PORT = 30000
+KEY = "stop-key-1"  # a server beyond loopback needs one
 
 
 def journal(h):
@@ -23,11 +24,11 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     """Issue 23 item 9."""
     h = sandbox.reset("t5")
     knobs = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "20"}  # 400 tokens: 20 s a request
-    svc = sandbox_service(bind="0.0.0.0", timeout_stop_sec=8, env=knobs)
+    svc = sandbox_service(bind="0.0.0.0", api_key=KEY, timeout_stop_sec=8, env=knobs)
     inv = sandbox.inventory({"t5": {"services": [svc]}})
     res = sandbox.inv("deploy", "--host", "t5", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
-    with Load(h.address, PORT, "no-key", clients=4, max_new_tokens=400):
+    with Load(h.address, PORT, KEY, clients=4, max_new_tokens=400):
         res = sandbox.inv("stop", "--host", "t5", inventory=inv)
     out = res.stdout
     assert res.returncode == 0, out[-3000:] + res.stderr[-1000:]
@@ -42,9 +43,9 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     # Started again, then changed with --no-drain (the user asked for a quick stop): under the same
     # load its server exits without waiting for its requests.
     assert sandbox.inv("deploy", "--host", "t5", inventory=inv).returncode == 0
-    quick = sandbox.inventory({"t5": {"services": [sandbox_service(bind="0.0.0.0", timeout_stop_sec=8,
+    quick = sandbox.inventory({"t5": {"services": [sandbox_service(bind="0.0.0.0", api_key=KEY, timeout_stop_sec=8,
                                                                    env={**knobs, "SGLANG_SIM_TOK_S": "21"})]}})
-    with Load(h.address, PORT, "no-key", clients=4, max_new_tokens=400):
+    with Load(h.address, PORT, KEY, clients=4, max_new_tokens=400):
         time.sleep(1)  # every client's request is in flight
         t0 = time.monotonic()
         res = sandbox.inv("deploy", "--host", "t5", "--no-drain", inventory=quick)

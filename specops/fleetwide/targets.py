@@ -15,24 +15,19 @@ from __future__ import annotations
 
 from ..inventory import reach
 from ..inventory.multinode import serves_http
+from ..layout import NODE_EXPORTER_PORT
 from ..services import of_kind
+from ..services.ports import monitored
 from ..services.router import metrics_port
 from ..sglang.spec import metrics_on
 
 JOBS = ("sglang", "sglang-router", "node")
-NODE_EXPORTER_PORT = 9100  # prometheus-node-exporter's default --web.listen-address
 ROLES = {"sglang": "sglang", "sglang-router": "router", "node": "node"}
 
 
 def group_of(host) -> str:
     """The host's first group by name, leaving out the implicit `all` and `ungrouped`."""
     return next((g for g in host.groups if g not in ("all", "ungrouped")), "all")
-
-
-def monitored(host) -> bool:
-    """Whether the monitoring role runs node_exporter on the host (as roles/monitoring.py reads
-    it): `monitoring: true`, or its settings as a mapping."""
-    return bool(host.get("monitoring"))
 
 
 def model_name(svc: dict) -> str:

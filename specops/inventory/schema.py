@@ -72,6 +72,8 @@ WEIGHTS = {  # where a service's weights come from (roles/models.py)
     "token_env": str,                # the env_secret that holds the token (default HF_TOKEN)
 }
 
+API_KEY = Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an HTTP header)")
+
 SERVICE = {
     "name": Req(UNIT_NAME),
     "kind": Enum(("sglang", "router")),  # the kind of service (specops/services/)
@@ -97,8 +99,9 @@ SERVICE = {
     "patches": [str],
     "env": MapOf(str),
     "env_secret": MapOf(str),
-    "api_key": Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an "
-                                           "HTTP header)"),
+    "api_key": API_KEY,
+    "admin_api_key": API_KEY,       # SGLang's --admin-api-key: alone it opens its admin endpoints
+    "open_admin": bool,             # true: bound beyond loopback with no key, on purpose (a warning each run)
     "extra_args": [str],
     "metrics": bool,                # false: SGLang without --enable-metrics (its /metrics: 404)
     # the system user it runs as (made by its role, in the GPU nodes' groups); default root

@@ -33,6 +33,10 @@ class ServiceKind:
     def port(self, svc: dict) -> int:
         return reach.port(svc)
 
+    def listens(self, svc: dict) -> list[tuple[int, str]]:
+        """(port, what listens there, after the service's name) for each of its listeners."""
+        return [(self.port(svc), "")]
+
     def unit(self, svc: dict) -> protocol.UnitRef:
         """How stop and restart account for its processes: the GPUs it uses (CUDA_VISIBLE_DEVICES,
         else all of them), how long leftovers get between SIGTERM and SIGKILL."""

@@ -43,6 +43,9 @@ def workers_of(host, svc: dict) -> list[Worker]:
     inv, group = host.inventory, spec.get("group")
     where = f"{host.name}: router {svc['name']!r}"
     bind = svc.get("bind", "0.0.0.0")
+    if svc.get("admin_api_key") or svc.get("open_admin") is not None:
+        raise UsageError(f"{where}: admin_api_key and open_admin are an SGLang server's; sglang-router takes "
+                         f"only an api_key")
     if not svc.get("api_key") and not reach.loopback(bind):
         raise UsageError(f"{where}: listening on {bind}, it needs an api_key (whoever reaches it could add or "
                          f"remove workers and read what is sent to them)")
@@ -108,6 +111,9 @@ class Router(ServiceKind):
 
     def venv(self, svc: dict) -> str:
         return svc.get("venv", ROUTER_VENV)
+
+    def listens(self, svc):
+        return super().listens(svc) + [(metrics_port(svc), "'s metrics")]
 
     def unit(self, svc):
         return protocol.UnitRef(name=svc["name"], grace=svc.get("stop_grace", 10), titles=[], gpus=[], settle=0)

@@ -9,10 +9,12 @@ top level; /generate answers with meta_info; its children retitle themselves
 from __future__ import annotations
 
 from .. import protocol
-from ..layout import API_KEY_ENV, LAUNCHER, env_file, pkg_key, unit_path
+from ..errors import UsageError
+from ..layout import LAUNCHER, SECRET_FLAGS, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
 from ..sglang import stack
 from ..sglang.spec import bind_address, expectations, intended, launch_args, metrics_on, said_as
+from ..inventory import reach
 from . import ServiceKind, hardening, register
 
 
@@ -80,7 +82,7 @@ class SGLang(ServiceKind):
         return launch_args(svc)
 
     def secret_flags(self, svc):
-        return [(API_KEY_ENV, "--api-key")] if svc.get("api_key") else []
+        return [SECRET_FLAGS[key] for key in SECRET_FLAGS if svc.get(key)]
 
     def intended(self, svc):
         return intended(svc)
@@ -110,7 +112,31 @@ class SGLang(ServiceKind):
         return [path.rstrip("/") for _, path, source in weight_sources(svc) if source]
 
     def secrets(self, svc):
-        return super().secrets(svc) + ([svc["api_key"]] if svc.get("api_key") else [])
+        return super().secrets(svc) + [svc[key] for key in SECRET_FLAGS if svc.get(key)]
+
+
+# SGLang 0.5.23 (srt/utils/auth.py): with neither key set, its ~40 ADMIN_OPTIONAL endpoints
+# (/configure_logging, /update_weights_from_disk, /load_lora_adapter, /start_profile, ...) answer
+# anyone; and /server_info, a NORMAL endpoint, returns every resolved argument, both keys among them
+# (utils/common.py build_server_info): an admin key without an api_key is read there by anyone.
+ADMIN_EXAMPLES = "/configure_logging, /update_weights_from_disk, /load_lora_adapter"
+
+
+def admin_surface(host, svc) -> str:
+    """Refuses a server reachable beyond loopback whose admin endpoints anyone may call; its
+    warning ("" when none) when the inventory says it is open on purpose (`open_admin: true`)."""
+    bind = svc.get("bind", reach.LOOPBACK)
+    where = f"{host.name}: service {svc['name']!r}"
+    if reach.loopback(bind) or svc.get("api_key"):
+        return ""
+    if svc.get("open_admin") is True:
+        return (f"{where} listens on {bind} with no api_key (open_admin: true): anyone who reaches its port may "
+                f"call SGLang's admin endpoints ({ADMIN_EXAMPLES}, ...)")
+    alone = " (an admin_api_key alone is no lock: /server_info, open without an api_key, returns it)" \
+        if svc.get("admin_api_key") else ""
+    raise UsageError(f"{where}: listening on {bind}, it needs an api_key{alone}: without one, whoever reaches the "
+                     f"port may call SGLang's admin endpoints ({ADMIN_EXAMPLES}, ...); "
+                     f"set open_admin: true to serve it open on purpose")
 
 
 def weight_sources(svc) -> list[tuple[str, str, dict | None]]:

@@ -2,7 +2,7 @@
 router role write them; the benchmark renders the unit too)."""
 from __future__ import annotations
 
-from ..layout import API_KEY_ENV, env_file
+from ..layout import SECRET_FLAGS, env_file
 from ..ops.files import render_kept
 from ..ops.unitfmt import envfile_line, exec_line, unit_environment
 from . import kind_of
@@ -27,8 +27,9 @@ def env_text(svc):
     """The 0600 env file.  Its template is kept by the memo rendered with a mark in place of each
     secret line, which goes in only here: no secret is ever written to the memo."""
     secrets = dict(svc.get("env_secret") or {})
-    if svc.get("api_key"):
-        secrets[API_KEY_ENV] = svc["api_key"]
+    for key, (variable, _) in SECRET_FLAGS.items():
+        if svc.get(key):
+            secrets[variable] = svc[key]
     lines = [envfile_line(k, v) for k, v in sorted(secrets.items())]  # refuses a NUL, so no line is a mark
     marks = [f"\0{i}\0" for i in range(len(lines))]
     text = render_kept("sglang.env.j2", name=svc["name"], secrets=marks)

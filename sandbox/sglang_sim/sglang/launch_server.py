@@ -90,6 +90,7 @@ import setproctitle
 from sglang import sim_chat, sim_metrics, sim_noise, sim_startup
 from sglang.sim_perf import Model, with_draft
 from sglang.srt.server_args import prepare_server_args
+from sglang.srt.utils import auth
 from sglang.version import __version__
 
 GPU_REGISTRY = os.environ.get("SGLANG_SIM_GPU_REGISTRY", "/run/sglang-sim/gpu")
@@ -218,11 +219,9 @@ def make_handler(args, model_module, model_config, capture):
             self.end_headers()
             self.wfile.write(data)
 
-        def _authorized(self):
-            # srt/utils/auth.py decide_request_auth: these prefixes never need the key
-            if not args.api_key or self.path.split("?")[0].startswith(("/health", "/ready", "/metrics")):
-                return True
-            if self.headers.get("Authorization") == "Bearer " + args.api_key:
+        def _authorized(self, method):
+            if auth.allowed(method, self.path.split("?")[0], self.headers.get("Authorization"), args.api_key,
+                            args.admin_api_key):
                 return True
             self._send(401, {"error": "Unauthorized"})
             return False
@@ -235,8 +234,10 @@ def make_handler(args, model_module, model_config, capture):
                 if not State.metrics:
                     return self._send(404, {"detail": "Not Found"})
                 return self._send(200, *State.metrics.render(self.headers.get("Accept-Encoding")))
-            if not self._authorized():
+            if not self._authorized("GET"):
                 return
+            if path in auth.ADMIN_OPTIONAL:
+                return self.admin(path, {})
             if not State.ready:
                 return self._send(503)
             if path == "/v1/models":
@@ -248,7 +249,8 @@ def make_handler(args, model_module, model_config, capture):
                 state = {"last_gen_throughput": State.perf.tok_s}
                 if State.verify_steps >= 40:  # SGLang reports it only after 40 decode steps
                     state["avg_spec_accept_length"] = State.perf.accept
-                body = {**args.resolved_dict(), "api_key": None, "internal_states": [state], **info_extra}
+                # as 0.5.23's build_server_info: every resolved argument, the keys among them
+                body = {**args.resolved_dict(), "internal_states": [state], **info_extra}
                 return self._send(200, body)
             if path == "/v1/loads":  # srt/entrypoints/v1_loads.py: one LoadSnapshot per DP rank
                 now = time.time()
@@ -266,13 +268,15 @@ def make_handler(args, model_module, model_config, capture):
             self._send(404, {"detail": "Not Found"})
 
         def do_POST(self):
-            if not self._authorized():
+            if not self._authorized("POST"):
                 return
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 req = json.loads(self.rfile.read(length) or b"{}")
             except ValueError:
                 return self._send(400, {"error": "invalid JSON"})
+            if self.path in auth.ADMIN_OPTIONAL:
+                return self.admin(self.path, req)
             if self.path not in ("/generate", sim_chat.PATH):
                 return self._send(404, {"detail": "Not Found"})
             if not State.ready:
@@ -289,6 +293,15 @@ def make_handler(args, model_module, model_config, capture):
             self.generate(str(req.get("text", "")), n, interval,
                           lambda text, meta: self.event({"text": text, "meta_info": meta}))
             self.event(None)
+
+        def admin(self, path, req):
+            """The admin routes the sandbox plays: /configure_logging answers 200 with no body (as
+            0.5.23's); /update_weights_from_disk fails, as loading weights is beyond a stand-in;
+            the others answer 200."""
+            if path == "/update_weights_from_disk":
+                return self._send(400, {"success": False, "message": "the sandbox loads no weights",
+                                        "num_paused_requests": 0})
+            return self._send(200, b"" if path == "/configure_logging" else {"success": True})
 
         def generate(self, prompt, n, interval, emit=None):
             """One request of `n` tokens (None: DEFAULT_MAX_NEW_TOKENS) through the performance

@@ -32,6 +32,7 @@ FLAGS = [
     ("--max-running-requests", "max_running_requests", int, None),
     ("--device", "device", str, "cuda"),
     ("--api-key", "api_key", str, None),
+    ("--admin-api-key", "admin_api_key", str, None),
     ("--trust-remote-code", "trust_remote_code", bool, False),
     ("--log-level", "log_level", str, "info"),
     ("--stream-interval", "stream_interval", int, 1),
