@@ -1,5 +1,6 @@
 """Monitoring, opt-in per host or group (`monitoring: true`, or a mapping of its settings): the
-distribution's node exporter with its textfile collector, and a timer that rewrites specops's
+distribution's node exporter with its textfile collector (from apt, or from the controller's .deb
+in the host's `debs:` directory), and a timer that rewrites specops's
 textfile there every `refresh` from the agent's own read-only look at the host, so that drift made
 by hand and restarts show without a run (docs/monitoring.md)."""
 import re
@@ -8,7 +9,7 @@ from specops.errors import UsageError
 from specops.inventory import schema
 from specops.layout import TEXTFILE_AGENT, TEXTFILE_DIR, UNIT_DIR, UNIT_ONLY
 from specops.ops import Directory, File, handlers, unit_file
-from specops.ops.apt import AptPackages
+from specops.ops.apt import AptPackages, DebPackage
 from specops.ops.systemd import Timer
 from specops.remote import shipping
 from specops.services.ports import check_ports
@@ -16,7 +17,8 @@ from specops.services.ports import check_ports
 NAME = "monitoring"
 REFRESH = schema.Pattern(r"^[1-9][0-9]*(s|min|h)$", "a refresh is a systemd time span such as 30s, 1min or 1h")
 VARS = {"monitoring": schema.OneOf((bool, {"textfile_dir": str, "refresh": REFRESH}),
-                                   "monitoring is true, false, or a mapping of textfile_dir and refresh")}
+                                   "monitoring is true, false, or a mapping of textfile_dir and refresh"),
+        "debs": str}  # a directory on the controller: node_exporter's .deb, where the host has no mirror
 AFTER = ("sglang_service", "router")  # the textfile describes what they deployed
 PACKAGE = "prometheus-node-exporter"  # Debian's; its textfile collector reads TEXTFILE_DIR by default
 UNIT = "specops-textfile"
@@ -84,7 +86,8 @@ def ops(host):
     check_ports(host)  # node_exporter's port among the services'
     zipped, _ = shipping.artifact()
     return [
-        AptPackages([PACKAGE]),
+        # from the controller's .deb where the host has no mirror; a preparation either way
+        DebPackage(PACKAGE, host["debs"]) if host.get("debs") else AptPackages([PACKAGE]),
         # Debian's package ships TEXTFILE_DIR as root's, in /var/lib/prometheus (its service account's);
         # another directory is made root's alone (node exporter must be told to read it)
         *([] if m["textfile_dir"] == TEXTFILE_DIR else [Directory(m["textfile_dir"], mode="0755")]),

@@ -1,7 +1,12 @@
-"""Debian/Ubuntu packages, by name: installed with apt-get when dpkg does not list them."""
+"""Debian/Ubuntu packages, by name: installed with apt-get when dpkg does not list them, or from a
+.deb the controller holds (a host-level `debs:` directory) where there is no mirror."""
+import hashlib
 import re
+from pathlib import Path
 
 from .. import protocol
+from ..errors import UsageError
+from ..layout import DEBS_DIR
 from .base import Op
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")  # Debian policy's package names: nothing a shell reads
@@ -40,4 +45,43 @@ class AptPackages(Op):
             change.fails = (f"{', '.join(unknown)}: no candidate in the host's package lists (apt-cache policy); "
                             f"unless apt-get update finds {'them' if unknown[1:] else 'it'}, a deploy fails "
                             f"before anything that serves changes")
+        return change
+
+
+def controller_deb(directory: str, package: str) -> tuple[Path, str]:
+    """(the newest `package` .deb in a controller directory, its sha256).  A SHA256SUMS file there
+    (sha256sum's format) must list it with that digest."""
+    where = Path(directory).expanduser()
+    found = sorted(where.glob(f"{package}_*.deb")) if where.is_dir() else []
+    if not found:
+        raise UsageError(f"debs: {where} holds no {package}_*.deb")
+    deb, digest = found[-1], hashlib.sha256(found[-1].read_bytes()).hexdigest()
+    sums = where / "SHA256SUMS"
+    if sums.exists():
+        listed = {line.split()[-1].lstrip("*"): line.split()[0] for line in sums.read_text().splitlines() if line.strip()}
+        if listed.get(deb.name) != digest:
+            raise UsageError(f"debs: {deb} is not the file {sums} lists (sha256 {digest[:12]}…)")
+    return deb, digest
+
+
+class DebPackage(Op):
+    """A package installed from the controller's .deb when dpkg does not list it: pushed, its sha256
+    checked on the host, installed with dpkg -i (its Depends must be installed already; a failed
+    install is purged).  It prepares, like an apt install."""
+
+    def __init__(self, package, directory):
+        if not NAME.match(package):
+            raise ValueError(f"not a Debian package name: {package!r}")
+        self.package, (self.deb, self.sha256) = package, controller_deb(directory, package)
+
+    def wants(self):
+        return protocol.Probe(checks={f"dpkg:{self.package}": _probe(self.package)})
+
+    def plan(self, facts, ctx):
+        if facts.check(f"dpkg:{self.package}") == INSTALLED:
+            return self._change(f"package {self.package}", "ok")
+        remote = f"{DEBS_DIR}/{self.deb.name}"
+        change = self._change(f"package {self.package}", f"install {self.deb.name} from the controller", [
+            protocol.DpkgInstall(path=remote, sha256=self.sha256, package=self.package, desc=f"dpkg -i {self.deb.name}")])
+        change.uploads = [(str(self.deb), remote)]
         return change

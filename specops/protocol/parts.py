@@ -199,6 +199,17 @@ class AptInstall:
     desc: str = ""
 
 
+@action("dpkg-install", PREPARE)
+class DpkgInstall:
+    """Install the .deb the controller pushed to `path` (its `sha256` checked, and that it is
+    `package`) with dpkg -i, then remove it; a failed install is purged: no half-configured
+    package stays.  Never removed by an undo (like AptInstall)."""
+    path: str
+    sha256: str
+    package: str
+    desc: str = ""
+
+
 @action("enable", SWITCH)
 class Enable:
     """Enable a unit (`enable` false: disable it), starting it too with `now`.  `was`: its

@@ -1,4 +1,5 @@
-"""Every package install the agent makes, in one place: apt (protocol.AptInstall), a user's venv installed into
+"""Every package install the agent makes, in one place: apt (protocol.AptInstall), a .deb the
+controller pushed (protocol.DpkgInstall), a user's venv installed into
 (protocol.PipInstall), a tool venv of specops's own (uv, the hub client: `tool_venv`), and the
 environment both read their indexes from (`pip_env`, `as_env`).
 
@@ -8,11 +9,13 @@ command line (one limit: pip's build isolation, for a package that comes only as
 a child pip with the indexes on its command line), and what root's own environment says of
 indexes never reaches them (nor, for uv, of caches and Pythons).  Requirements follow `--`, so none is read as an option.  What they write is written with
 umask 022: root's alone to change."""
+import hashlib
 import os
 import re
+import stat
 
 from specops.agent import safefs
-from specops.agent.host import ActionError, run_streamed
+from specops.agent.host import ActionError, run_owned, run_streamed
 from specops.layout import TOOLS_DIR
 
 # pip's and uv's index options, as the environment variables each reads them from.
@@ -78,6 +81,37 @@ def apt_install(a, allowed=()):
         raise ActionError("not a Debian package name: %r" % bad[0])
     run_streamed("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
                  "--no-install-recommends -o Dpkg::Use-Pty=0 -- " + " ".join(a.packages), a.desc or "apt-get install")
+
+
+def dpkg_install(a, allowed=()):
+    """Answer a protocol.DpkgInstall.  The .deb is read through a descriptor opened without following
+    a link, in a directory only root writes (the push's receiver made it so), and dpkg is given that
+    same open file (/proc/self/fd): what was checked is what is installed."""
+    if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", a.package):
+        raise ActionError("not a Debian package name: %r" % a.package)
+    fd = os.open(a.path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        digest, st = hashlib.sha256(), os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
+            raise ActionError("%s is not a file of root's" % a.path)
+        for block in iter(lambda: os.read(fd, 1 << 20), b""):
+            digest.update(block)
+        if digest.hexdigest() != a.sha256:
+            raise ActionError("%s is not the .deb the controller sent (sha256 %s, expected %s)"
+                              % (a.path, digest.hexdigest()[:12], a.sha256[:12]))
+        deb = "/proc/self/fd/%d" % fd
+        _, named, err = run_owned(["dpkg-deb", "-f", deb, "Package"], pass_fds=(fd,))
+        if named.strip() != a.package:
+            raise ActionError("%s is %r, not %s" % (a.path, named.strip() or err.strip(), a.package))
+        try:
+            run_streamed(["dpkg", "-i", deb], a.desc or "dpkg -i", env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                         pass_fds=(fd,))
+        except ActionError as e:  # unmet Depends leave it unpacked, unconfigured: take it off again
+            run_owned(["dpkg", "--purge", a.package])
+            raise ActionError("%s; %s purged again, nothing of it left" % (e, a.package))
+    finally:
+        os.close(fd)
+        os.unlink(a.path)
 
 
 def tool_venv(name, spec, sources):

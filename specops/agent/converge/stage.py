@@ -133,6 +133,7 @@ DO = {
     protocol.Run: lambda a, allowed: run_streamed(a.cmd, a.desc or "command"),
     protocol.PipInstall: installs.install,
     protocol.AptInstall: installs.apt_install,
+    protocol.DpkgInstall: installs.dpkg_install,
     protocol.Enable: lambda a, allowed: units.enable(a),
     protocol.DaemonReload: lambda a, allowed: units.daemon_reload(a.units),
     protocol.Restart: lambda a, allowed: units.restart(a.unit, a.others),

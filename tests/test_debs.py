@@ -1,0 +1,75 @@
+"""node_exporter where the host has no mirror: the controller's .deb (a host's `debs:` directory),
+found and checked on the controller, pushed, checked again on the host and installed with dpkg -i."""
+import hashlib
+import os
+import shutil
+
+import pytest
+import yaml
+
+from roles import monitoring
+from specops import inventory, protocol
+from specops.agent.converge import installs
+from specops.agent.host import ActionError
+from specops.errors import UsageError
+from specops.ops import Facts
+from specops.ops.apt import INSTALLED, NO_CANDIDATE, AptPackages, DebPackage
+from sandbox import aptrepo
+
+PKG = "prometheus-node-exporter"
+
+
+@pytest.fixture
+def debs(tmp_path):
+    d = tmp_path / "debs"
+    d.mkdir()
+    shutil.copy(aptrepo.controller_deb(PKG), d)
+    return d
+
+
+def facts(state):
+    return Facts({"checks": {f"dpkg:{PKG}": state}})
+
+
+def test_the_deb_is_pushed_and_installed_only_when_dpkg_lacks_the_package(debs):
+    op = DebPackage(PKG, str(debs))
+    deb = next(debs.glob("*.deb"))
+    change = op.plan(facts(NO_CANDIDATE), None)
+    [action] = change.actions
+    assert isinstance(action, protocol.DpkgInstall) and action.PHASE == protocol.PREPARE
+    assert action.sha256 == hashlib.sha256(deb.read_bytes()).hexdigest() and action.package == PKG
+    assert change.uploads == [(str(deb), f"/var/lib/specops/debs/{deb.name}")] and change.changed
+    assert not op.plan(facts(INSTALLED), None).changed
+
+
+def test_a_directory_without_the_deb_or_with_a_sum_that_differs_is_refused(debs, tmp_path):
+    with pytest.raises(UsageError, match=rf"debs: {tmp_path}/none holds no {PKG}_\*.deb"):
+        DebPackage(PKG, str(tmp_path / "none"))
+    deb = next(debs.glob("*.deb"))
+    (debs / "SHA256SUMS").write_text(f"{hashlib.sha256(deb.read_bytes()).hexdigest()}  {deb.name}\n")
+    DebPackage(PKG, str(debs))  # listed with its digest: taken
+    (debs / "SHA256SUMS").write_text(f"{'0' * 64}  {deb.name}\n")
+    with pytest.raises(UsageError, match=r"is not the file .*SHA256SUMS lists"):
+        DebPackage(PKG, str(debs))
+
+
+def test_the_monitoring_role_takes_the_deb_where_debs_is_set_else_apt(debs, tmp_path):
+    doc = {"all": {"hosts": {"a": {"monitoring": True, "debs": str(debs)}, "b": {"monitoring": True}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+    inv = inventory.load(tmp_path)
+    assert isinstance(monitoring.ops(inv.hosts["a"])[0], DebPackage)
+    assert isinstance(monitoring.ops(inv.hosts["b"])[0], AptPackages)
+
+
+def test_the_agent_installs_nothing_that_is_not_what_the_controller_sent(debs, tmp_path):
+    deb = next(debs.glob("*.deb"))
+    staged = tmp_path / "staged.deb"
+    for sha, package, words in (("0" * 64, PKG, "is not the .deb the controller sent"),
+                                (hashlib.sha256(deb.read_bytes()).hexdigest(), "other-package", "not other-package")):
+        shutil.copy(deb, staged)
+        with pytest.raises(ActionError, match=words):
+            installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=sha, package=package))
+        assert not staged.exists()  # taken off either way
+    os.symlink(deb, staged)  # a link is never followed
+    with pytest.raises(OSError):
+        installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256="0" * 64, package=PKG))
