@@ -97,9 +97,9 @@ def rollback(c, sel, to=None):
     cli.play(lambda run: pipeline.rollback(run, to), [], sel, task="rollback")
 
 
-@fleet_task(*SELECT)
+@fleet_task(*SELECT, "json")
 def releases(c, sel):
-    """List each host's releases, newest last; * marks current."""
+    """List each host's releases, newest last, * on current; who deployed each, from which commits."""
     def show(reports):
         columns = releases_out.width()
         for r in reports:

@@ -11,6 +11,7 @@ from typing import Any, Callable, NoReturn
 
 from invoke import Exit, Task, task
 
+from . import provenance
 from .remote import become
 from . import inventory as inv
 from .inventory import multinode
@@ -20,6 +21,7 @@ from .run import HostRun, Options, run_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = ROOT / "inventory"  # yours: git-ignored, made from the example
+RECORDS_RELEASES = ("deploy", "bootstrap")  # the tasks (Options.task) whose runs record releases
 EXAMPLE_INVENTORY = ROOT / "inventory.example"
 
 
@@ -196,7 +198,8 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: s
         out = Reporter(Redactor(hosts), show_diff=sel.diff or sel.check, verbose=not quiet, stream=stream)
         opts = Options(check=sel.check, diff=sel.diff, accept_new=sel.accept_new_host_key, forks=sel.forks,
                        serial=sel.serial, max_fail=float(sel.max_fail), break_lock=sel.break_lock, task=task,
-                       run_checks=run_checks, verify_weights=sel.verify_weights)
+                       run_checks=run_checks, verify_weights=sel.verify_weights,
+                       provenance=provenance.read(inventory_path(sel.inventory)) if task in RECORDS_RELEASES else None)
         reports = run_hosts(hosts, body, roles, opts, out)
     except SpecopsError as e:
         exit_with(e)

@@ -42,6 +42,7 @@ class Options:
     task: str = "run"
     run_checks: bool = True  # check mode runs the read-only checks (status does not)
     verify_weights: bool = False  # hash every weight file, not only compare sizes and mtimes
+    provenance: protocol.Provenance | None = None  # who runs it and from what (a task that records releases)
 
 
 class HostRun(Converging):

@@ -262,7 +262,8 @@ def switchless_run(kept, sent):
     from types import SimpleNamespace
     from specops.inventory import Host
     return SimpleNamespace(host=Host("t1", {}), applied=[], acted=True, kept=kept, applying=False,
-                           report=SimpleNamespace(notes=[]), call=lambda req, **kw: sent.append(req))
+                           opts=SimpleNamespace(provenance=None), report=SimpleNamespace(notes=[]),
+                           call=lambda req, **kw: sent.append(req))
 
 
 def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():

@@ -1,11 +1,14 @@
 """Releases, automatic rollback, bootstrap, stop, the GPU window, fleets and the lock."""
+import getpass
 import json
 import re
+import socket
+import subprocess
 import time
 
 import pytest
 
-from conftest import MANAGED, host_snapshot, load_json, record_bytes, sha256_on, unit_prop
+from conftest import MANAGED, ROOT, host_snapshot, load_json, record_bytes, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import sandbox_service
 
@@ -55,6 +58,12 @@ def test_broken_deploy_rolls_back_to_the_previous_release(sandbox, record_proper
     res, rep = run_inv(sandbox, inv, "deploy", "--host", "t1")
     assert res.returncode == 0, res.stdout
     before = manifest(h)
+    # Issue 46: the release says who deployed it (this user, this controller) and from this checkout's HEAD.
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    who = before["provenance"]
+    assert who["user"] == getpass.getuser() and who["controller"] == socket.gethostname(), who
+    assert who["checkout"] in (head, head + "+dirty"), (who, head)
 
     # Port 99999 passes SGLang's argument checks (and the preflight) but the server cannot bind.
     broken = sandbox.inventory({"t1": {"services": [{**good, "port": 99999, "speculative": spec(4)}]}})
@@ -69,6 +78,8 @@ def test_broken_deploy_rolls_back_to_the_previous_release(sandbox, record_proper
     assert matches_manifest(h, before)
     listing = sandbox.inv("releases", "--host", "t1", inventory=inv).stdout
     assert f"* {before['stamp']}  deployed" in listing and "rolled-back" in listing
+    by = f"by {who['user']}@{who['controller']}, specops {who['checkout'][:12]}"
+    assert listing.count(by) >= 2, listing  # the release and the attempt undone
     # Issue 24: into a pipe, the undone release's line holds its whole reason (it was cut at 70 characters).
     why = rep["t1"]["error"].split("; rolled back to ")[0]
     assert [line for line in listing.splitlines() if "rolled-back" in line and line.endswith("  " + why)], listing

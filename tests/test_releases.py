@@ -93,3 +93,54 @@ def test_a_rollback_that_happened_is_not_failed_by_its_listing_mark(host, monkey
     res = restore.rollback(protocol.Rollback(to=STAMPS[0]))
     assert res.to == STAMPS[0] and listed()[STAMPS[0]]["current"]
     assert res.notes == ["the releases left behind are not marked rolled back: No space left on device"]
+
+
+WHO = {"user": "alice", "controller": "laptop", "checkout": "3f2a9c1d4e5f6a7b" + "0" * 24 + "+dirty",
+       "inventory": "9e8d7c6b1a2b3c4d" + "0" * 24}
+
+
+def test_who_deployed_a_release_is_kept_listed_and_shown_and_an_older_release_shows_nothing(host, tmp_path):
+    """Issue 46: the record's provenance goes into the manifest (what is not known left out) and the
+    listing; `inv releases` says it in a line, --json holds it; the releases before it say nothing."""
+    stamp = "20260104T000000.000000Z"
+    who = protocol.Provenance(user="alice", controller="laptop", checkout=WHO["checkout"])  # no inventory repo
+    releases.record(protocol.ReleaseRecord(stamp=stamp, managed=[], previous={}, manifest={"services": ["sglang"],
+                                                                                           "summary": "unit sglang"},
+                                           provenance=who))
+    assert json.loads((host / stamp / "manifest.json").read_text())["provenance"] == {
+        "user": "alice", "controller": "laptop", "checkout": WHO["checkout"]}
+    now = listed()
+    assert now[stamp]["provenance"]["user"] == "alice" and now[STAMPS[0]]["provenance"] is None
+    text = lines("t1", [now[STAMPS[0]], now[stamp]])
+    assert text == [f"t1             {STAMPS[0]}  deployed    sglang  unit sglang",
+                    f"t1           * {stamp}  deployed    sglang  unit sglang",
+                    f"{'':<14} by alice@laptop, specops 3f2a9c1d4e5f+dirty"]
+    full = dict(now[stamp], provenance=WHO)
+    assert lines("t1", [full])[1] == f"{'':<14} by alice@laptop, specops 3f2a9c1d4e5f+dirty, inventory 9e8d7c6b1a2b"
+    # --json: the report holds the releases as the host listed them
+    import io
+    from types import SimpleNamespace
+    from specops.flows import pipeline
+    from specops.inventory import Host
+    from specops.output.report import HostReport, Redactor, Reporter, recap
+    run = SimpleNamespace(report=HostReport("t1"), call=lambda req, **kw: releases.releases(req))
+    pipeline.releases(run)
+    path = tmp_path / "r.json"
+    recap([run.report], Reporter(Redactor([Host("t1", {})]), show_diff=False, stream=io.StringIO()), str(path))
+    got = {r["stamp"]: r for r in json.loads(path.read_text())["hosts"]["t1"]["releases"]["releases"]}
+    assert got[stamp]["provenance"] == {"user": "alice", "controller": "laptop", "checkout": WHO["checkout"]}
+    assert got[STAMPS[0]]["provenance"] is None
+    import tasks
+    assert "json" in {a.name for a in tasks.releases.get_arguments()}  # inv releases --json PATH
+
+
+def test_the_report_says_who_deployed_each_release_escaped_and_unknown_before_it_was_recorded():
+    from test_perfpage import MARKUP, _page
+    listed = [{"stamp": STAMPS[0], "status": "deployed", "summary": "s"},
+              {"stamp": STAMPS[1], "status": "deployed", "current": True, "summary": "s",
+               "provenance": dict(WHO, user=MARKUP)},
+              {"stamp": STAMPS[2], "status": "deployed", "summary": "s", "provenance": "odd"}]
+    text, _ = _page(listed)
+    assert text.count("<td data-deployed>unknown</td>") == 2
+    assert ("<td data-deployed>by &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;@laptop, "
+            "specops 3f2a9c1d4e5f+dirty, inventory 9e8d7c6b1a2b</td>") in text

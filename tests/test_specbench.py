@@ -368,6 +368,7 @@ def test_a_release_its_gate_refused_keeps_what_the_gate_measured(tmp_path, monke
     class Run:
         host, quick, applied, report = inventory.Host("t1", {}), (), ["a change"], SimpleNamespace(notes=[])
         kept, running, restarting, applying, concerned = [], None, True, False, frozenset()
+        opts = SimpleNamespace(provenance=None)
 
         def previous(self):
             return {}

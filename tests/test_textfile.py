@@ -15,7 +15,7 @@ from specops.errors import UsageError
 SECRET = "sk-very-secret-key"
 
 
-def release(tmp_path, monkeypatch, perf=None, tune=None):
+def release(tmp_path, monkeypatch, perf=None, tune=None, provenance=None):
     """A release dir with a manifest like pipeline.record writes, and the host's files."""
     releases = tmp_path / "releases"
     d = releases / "20261206T120000.000000Z"
@@ -34,6 +34,8 @@ def release(tmp_path, monkeypatch, perf=None, tune=None):
         "files": {str(unit): {"sha256": sha256_file(str(unit))},
                   str(env): {"sha256": sha256_file(str(env))}},
     }
+    if provenance:
+        manifest["provenance"] = provenance
     (d / "manifest.json").write_text(json.dumps(manifest))
     for kind, rec in (("perf", perf), ("tune", tune)):
         if rec:
@@ -239,3 +241,24 @@ def test_a_unit_fact_this_agent_just_read_is_used_and_an_old_one_is_asked_again(
     assert textfile.unit_state("sglang")["ActiveState"] == "active" and asked == []
     monkeypatch.setitem(probe.SEEN, "sglang", (textfile.time.monotonic() - textfile.FRESH_S - 1, {"ActiveState": "active"}))
     assert textfile.unit_state("sglang")["NRestarts"] == "3" and len(asked) == 1
+
+
+def test_the_release_says_who_deployed_it_and_from_which_commits_and_an_older_one_does_not(tmp_path, monkeypatch):
+    """Issue 46: specops_release_info's deployed_by, specops_commit and inventory_commit (12 hex
+    digits, "+dirty" kept), escaped as every label is; a commit not recorded is no label."""
+    out = tmp_path / "tf"
+    out.mkdir()
+    release(tmp_path, monkeypatch, provenance={"user": 'al"ice', "controller": "laptop",
+                                               "checkout": "3f2a9c1d4e5f6a7b" + "0" * 24 + "+dirty"})
+    textfile.write(protocol.Textfile(directory=str(out)))
+    text = (out / "specops.prom").read_text()
+    assert 'deployed_by="al\\"ice@laptop",specops_commit="3f2a9c1d4e5f+dirty"} 1.0' in text, text
+    assert "inventory_commit" not in text
+    release(tmp_path / "both", monkeypatch, provenance={"user": "alice", "controller": "laptop",
+                                                        "inventory": "9e8d7c6b1a2b3c4d" + "0" * 24})
+    textfile.write(protocol.Textfile(directory=str(out)))
+    assert 'deployed_by="alice@laptop",inventory_commit="9e8d7c6b1a2b"} 1.0' in (out / "specops.prom").read_text()
+    release(tmp_path / "older", monkeypatch)  # recorded before releases said who deployed them
+    textfile.write(protocol.Textfile(directory=str(out)))
+    (info,) = [k for k in parse((out / "specops.prom").read_text()) if k[0] == "specops_release_info"]
+    assert sorted(dict(info[1])) == ["service", "sglang_version", "stamp", "venv", "weights_digest"]

@@ -89,6 +89,8 @@ def record(req):
         previous[path] = _snapshot_fact(kept) if how == "backup" and os.path.exists(kept) else None
     manifest = dict(req.manifest, stamp=req.stamp, status=req.status, files=files, previous=previous,
                     recorded_at=time.time())
+    if req.provenance:  # who deployed it: what is not known left out
+        manifest["provenance"] = {k: v for k, v in protocol.to_dict(req.provenance).items() if v is not None}
     _write_manifest(manifest)
     if req.status == "deployed":
         _set_current(req.stamp)
@@ -159,7 +161,7 @@ def releases(req):
          "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
          "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline",)),
          "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
-         "weights": m.get("weights", {})} for m in manifests()], stacks=kept, uv_cache=cache)
+         "weights": m.get("weights", {}), "provenance": m.get("provenance")} for m in manifests()], stacks=kept, uv_cache=cache)
 
 
 def _rolled_back(m, now):

@@ -5,10 +5,11 @@ every minute by the monitoring role's timer (`python3 -m`-less: main() from the 
 host lock, no change but this file), so that drift made by hand and restarts show without a run.
 
 What it says, per service of the current release (docs/monitoring.md lists every series):
-the release (stamp, stack, SGLang version, weights digest), the spec settings and the CUDA-graph
-choice deployed, what the release's spec-bench or spec-tune measured and its gate, the unit's state
-and systemd's restart count, the last verify's verdict, and drift: a managed file that differs
-from the release's copy, or a server that started before its files (or weights) changed.
+the release (stamp, stack, SGLang version, weights digest, who deployed it from which commits), the
+spec settings and the CUDA-graph choice deployed, what the release's spec-bench or spec-tune measured
+and its gate, the unit's state and systemd's restart count, the last verify's verdict, and drift: a
+managed file that differs from the release's copy, or a server that started before its files (or
+weights) changed.
 
 Never a secret: names, versions, digests and numbers only (no env file, argument or key is read
 into it).  Written whole to a temporary name in the same directory, fsync'd, then renamed: the
@@ -29,7 +30,8 @@ from specops.layout import TEXTFILE_NAME
 
 # name → (type, help): every series the file may hold, in the order written.
 SERIES = [
-    ("specops_release_info", "gauge", "The release a service runs: stamp, stack, SGLang version, weights digest."),
+    ("specops_release_info", "gauge", "The release a service runs: stamp, stack, SGLang version, weights digest, "
+                                      "who deployed it and the commits of specops and the inventory."),
     ("specops_spec_num_steps", "gauge", "speculative_num_steps deployed."),
     ("specops_spec_eagle_topk", "gauge", "speculative_eagle_topk deployed."),
     ("specops_spec_num_draft_tokens", "gauge", "speculative_num_draft_tokens deployed."),
@@ -127,7 +129,7 @@ def collect(manifest):
         digests = [(manifest.get("weights") or {}).get(d, {}).get("digest") or "" for d in check.get("weights") or []]
         out.append(("specops_release_info", sample("specops_release_info", dict(
             svc, stamp=stamp, sglang_version=sglang, venv=manifest.get("venv") or "",
-            weights_digest=",".join(d[:16] for d in digests)), 1)))
+            weights_digest=",".join(d[:16] for d in digests), **protocol.provenance_labels(manifest)), 1)))
         for series, field in SPEC.items():
             if spec.get(field) is not None:
                 out.append((series, sample(series, svc, spec[field])))

@@ -74,7 +74,7 @@ def attempt(run: HostRun, directory: str, failure: Exception, previous: dict | N
     stamp = directory.rsplit("/", 1)[1]
     run.call(protocol.ReleaseRecord(stamp=stamp, managed=[], previous=previous or {}, status=protocol.ROLLED_BACK,
                                     manifest={"services": _names(run), "summary": shorten(str(failure), 300),
-                                              "kept": list(run.kept)}))
+                                              "kept": list(run.kept)}, provenance=run.opts.provenance))
     return stamp
 
 
@@ -132,7 +132,8 @@ def record(run: HostRun, directory: str, last: bool = True) -> None:
                 "watch": {s["name"]: watched(s) for k, s in kinds if k.name == "sglang"},
                 "summary": shorten(", ".join(c["target"] for c in run.report.changes if c["changed"]), 300)}
     res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
-                                          previous=run.previous(), manifest=manifest), last=last)
+                                          previous=run.previous(), manifest=manifest,
+                                          provenance=run.opts.provenance), last=last)
     run.report.notes.append(f"release {res.stamp}")
 
 
@@ -166,7 +167,10 @@ def _rollback(run: HostRun, to: str | None) -> None:
 
 
 def releases(run: HostRun) -> protocol.ReleasesResult:
-    return run.call(protocol.Releases())
+    """The host's releases (also in --json's report, as `releases`)."""
+    res = run.call(protocol.Releases())
+    run.report.extra["releases"] = protocol.to_dict(res)
+    return res
 
 
 def _selected(run: HostRun, names: list[str] | None) -> list[protocol.UnitRef]:

@@ -16,7 +16,7 @@ import json
 import math
 import time
 
-from ..protocol import ROLLED_BACK, is_rolled_back
+from ..protocol import ROLLED_BACK, is_rolled_back, provenance_labels
 from . import tunepage
 from ..sglang import stack
 from .charts import _e, bar_chart, line_chart, stamp_labels
@@ -137,6 +137,15 @@ def _refusals(perf: dict) -> list[str]:
             f"{_e(', '.join(bad[:SHOWN_REFUSALS]))}{more}.</p>"]
 
 
+def provenance_text(release: dict) -> str:
+    """Who deployed a release and from what, in words (`by alice@laptop, specops 3f2a9c1d4e5f+dirty,
+    inventory 9e8d7c6b1a2b`), what was recorded of it; "" for a release recorded before releases said."""
+    got = provenance_labels(release)
+    return ", ".join(([f"by {got['deployed_by']}"] if "deployed_by" in got else [])
+                     + [f"{name} {got[key]}" for key, name in (("specops_commit", "specops"),
+                                                               ("inventory_commit", "inventory")) if key in got])
+
+
 def _perf_of(release: dict, name: str) -> dict | None:
     perf = release.get("perf")
     return read_perf(perf.get(name)) if isinstance(perf, dict) else None
@@ -172,7 +181,7 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
     measured = [(r, p) for r in releases for p in [_perf_of(r, name)] if p]
     out = [f'<section data-host="{_e(host)}" data-service="{_e(name)}"><h2>{_e(host)}: {_e(name)}</h2>',
            "<h3>Releases</h3><table><tr><th>release</th><th>status</th><th>stack</th><th>what changed</th>"
-           "<th>perf</th></tr>"]
+           "<th>perf</th><th>deployed</th></tr>"]
     prior: dict = {}
     for r in releases:
         status = ROLLED_BACK if is_rolled_back(r) else r.get("status")
@@ -180,7 +189,8 @@ def service_section(host: str, name: str, releases: list[dict], gate: dict | Non
         out.append(f'<tr data-stamp="{_e(r.get("stamp"))}"><td>{_e(r.get("stamp"))}'
                    f'{" (current)" if r.get("current") is True else ""}</td><td>{_e(status)}</td>'
                    f'<td data-stack>{_e(stack.versions(packages, prior) or "-")}</td>'
-                   f'<td>{_e(r.get("summary", ""))}</td>{_perf_cell(r, _perf_of(r, name))}</tr>')
+                   f'<td>{_e(r.get("summary", ""))}</td>{_perf_cell(r, _perf_of(r, name))}'
+                   f'<td data-deployed>{_e(provenance_text(r) or "unknown")}</td></tr>')
         prior = packages or prior
     out.append("</table>")
     if gate:

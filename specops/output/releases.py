@@ -1,7 +1,7 @@
-"""What `inv releases` prints: each host's releases, newest last (* marks current), with the
-versions its stack moved to, the spec-bench record each keeps (`perf_line`) and what changed since
-the last deployed release measured (`since`, `compare`), saying so when the two were measured with
-different loads."""
+"""What `inv releases` prints: each host's releases, newest last (* marks current), with who deployed
+each and from which commits, the versions its stack moved to, the spec-bench record each keeps
+(`perf_line`) and what changed since the last deployed release measured (`since`, `compare`), saying
+so when the two were measured with different loads."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ import sys
 
 from ..protocol import ROLLED_BACK, is_rolled_back
 from ..sglang import stack
-from .perfpage import load_differences, load_value
+from .perfpage import load_differences, load_value, provenance_text
 from .report import accept_text, shorten
 
 
@@ -30,6 +30,8 @@ def lines(host: str, releases: list[dict], columns: int | None = None) -> list[s
         if status != rel["status"]:  # deployed, then left by inv rollback
             to = rel["rolled_back"].get("to") if isinstance(rel["rolled_back"], dict) else None
             out.append(f"{'':<14} rolled back to {to or 'an older release'}")
+        if provenance_text(rel):  # a release recorded before releases said who deployed them: nothing
+            out.append(f"{'':<14} {provenance_text(rel)}")
         moved = stack.versions(rel.get("packages") or {}, prior, changed_only=True) if prior else ""
         if moved:  # the stack by the versions in it, where they moved since the release before
             out.append(f"{'':<14} stack: {moved}")

@@ -20,6 +20,45 @@ def is_rolled_back(release):
 
 
 @message
+class Provenance:
+    """Who deployed a release and from what, read on the controller once per run (specops/provenance.py):
+    the controller's user and host name, and the git commit of the specops checkout and of the
+    inventory ("<40 hex>", or "<40 hex>+dirty" when its work tree has changes; None when it is not
+    in a git repository, or git could not say)."""
+    user: str
+    controller: str
+    checkout: Optional[str] = None
+    inventory: Optional[str] = None
+
+
+def short_commit(commit):
+    # type: (Any) -> str
+    """A recorded commit in 12 hex digits, "+dirty" kept; "" for anything that is not a commit."""
+    if not isinstance(commit, str) or not commit:
+        return ""
+    head, _, dirty = commit.partition("+")
+    return head[:12] + ("+dirty" if dirty == "dirty" else "")
+
+
+def provenance_labels(release):
+    # type: (Dict[str, Any]) -> Dict[str, str]
+    """A listed release's (or a manifest's) provenance read back, as the textfile labels it:
+    deployed_by ("user@controller"), specops_commit and inventory_commit (short_commit), only those
+    recorded; {} for a release recorded before releases said who deployed them (or a record of
+    another shape: it comes from the host)."""
+    prov = release.get("provenance") if isinstance(release, dict) else None
+    if not isinstance(prov, dict):
+        return {}
+    out = {}
+    if isinstance(prov.get("user"), str) and isinstance(prov.get("controller"), str):
+        out["deployed_by"] = "%s@%s" % (prov["user"], prov["controller"])
+    for key, field in (("specops_commit", "checkout"), ("inventory_commit", "inventory")):
+        if short_commit(prov.get(field)):
+            out[key] = short_commit(prov.get(field))
+    return out
+
+
+@message
 class RecordResult:
     """The release recorded, and how many managed files it snapshotted."""
     stamp: str
@@ -30,12 +69,14 @@ class RecordResult:
 class ReleaseRecord:
     """After a deploy: snapshot every `managed` file into releases/<stamp>/files, note what each
     replaced path was before (`previous`: path → "backup" | "absent"), write the manifest, and
-    move `current` when the status is "deployed"."""
+    move `current` when the status is "deployed".  `provenance`: who deployed it and from what
+    (kept in the manifest; None: not known, as for a switch cut off that the agent records)."""
     stamp: str
     managed: List[str]
     previous: Dict[str, str]
     manifest: Dict[str, Any]
     status: str = "deployed"
+    provenance: Optional[Provenance] = None
     Result = RecordResult
 
 
@@ -46,7 +87,9 @@ class ReleasesResult:
     verify (the checks), verified (what verify found: name, checks, generate, notes),
     packages, venv (the stack it runs), weights (service → what it ran), files: {path: sha256},
     perf: {service: spec-bench result} or None, tune: {service: spec-tune
-    record without its levels' raw timings} or None}]; stacks: [{path, packages, built_at, releases
+    record without its levels' raw timings} or None, provenance: {user, controller, checkout,
+    inventory} (Provenance, its unknown fields left out) or None (recorded before releases said
+    who deployed them)}]; stacks: [{path, packages, built_at, releases
     (the stamps that run it), bytes (its files), new (bytes no stack listed before it shares)}];
     uv_cache: the bytes of uv's cache no stack shares."""
     current: Optional[str]
