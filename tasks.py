@@ -188,7 +188,8 @@ def report(c, sel, out="report.html"):
     print(f"wrote {out}")
 
 
-@fleet_task("inventory", out="The directory to write prometheus.yml, targets/ and rules/ into (made if missing)",
+@fleet_task("inventory", out="The directory to write prometheus.yml, targets/, rules/ and grafana/ into (made if "
+                             "missing)",
             scrape_interval="Prometheus's scrape and rule evaluation interval (default 15s)",
             alertmanager="Alertmanager(s) to send alerts to, HOST:PORT, comma-separated (default: none)")
 def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
@@ -196,8 +197,9 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
     targets (targets/sglang.json, targets/sglang-router.json, targets/node.json: every SGLang service
     with its metrics on, every router, every host with `monitoring`) and the alerts
     (rules/specops.rules.yml: down, restarting, queue growing, CUDA graphs off, drift, unverified,
-    speculative decoding no longer paying off, as each service's `watch:` says).  Connects to no
-    host; check it with `promtool check config OUT/prometheus.yml`."""
+    speculative decoding no longer paying off, as each service's `watch:` says), and a Grafana
+    dashboard of the fleet (grafana/specops.json, with grafana/provisioning.yml to load it).
+    Connects to no host; check it with `promtool check config OUT/prometheus.yml`."""
     try:
         written, warnings = monitoring_mod.write(
             inventory_mod.load(cli.inventory_path(sel.inventory)), out, scrape_interval,

@@ -72,8 +72,8 @@ def _targets(out, job):
 def test_the_example_inventory_gives_a_configuration_promtool_accepts(tmp_path):
     written, warnings = monitoring.write(inventory.load(ROOT / "inventory.example"), tmp_path, "15s")
     assert sorted(str(p.relative_to(tmp_path)) for p in written) == [
-        "prometheus.yml", "rules/specops.rules.yml", "targets/node.json", "targets/sglang-router.json",
-        "targets/sglang.json"]
+        "grafana/provisioning.yml", "grafana/specops.json", "prometheus.yml", "rules/specops.rules.yml",
+        "targets/node.json", "targets/sglang-router.json", "targets/sglang.json"]
     assert "SUCCESS" in promtool("check", "config", str(tmp_path / "prometheus.yml"))
     promtool("check", "rules", str(tmp_path / "rules" / "specops.rules.yml"))
     assert _targets(tmp_path, "sglang") == [("10.1.230.172:30000", {

@@ -7,6 +7,7 @@ connection (that is a flow: specops/flows/), an op or a role (specops/ops/, role
 run shows of itself (specops/output/).
 
 - `monitoring`: `inv monitoring`'s Prometheus configuration, from `targets` (who to scrape,
-  with which labels) and `rules` (recording rules and alerts);
+  with which labels) and `rules` (recording rules and alerts), and its Grafana dashboard
+  (`dashboard`);
 - `report`: `inv report`'s page, from the releases each host's flow read.
 """

@@ -4,10 +4,13 @@
                                   and node, each reading its targets from file_sd (relative paths)
     DIR/targets/<job>.json        who to scrape (targets.py)
     DIR/rules/specops.rules.yml   recording rules and alerts (rules.py)
+    DIR/grafana/specops.json      the fleet's Grafana dashboard, and grafana/provisioning.yml, a
+                                  dashboards provider that reads it from DIR/grafana (dashboard.py)
 
 Every file is written whole under a temporary name and renamed over the old (a running
 Prometheus re-reads targets/ on its own: it never reads half a file), and the same inventory
-always gives the same bytes (sorted keys and lists).  Nothing connects to any host.
+always gives the same bytes (sorted keys and lists; the provisioning file also names DIR).
+Nothing connects to any host.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import yaml
 
 from ..errors import UsageError
 from ..inventory.schema import DURATION
+from . import dashboard
 from .rules import rules
 from .targets import JOBS, targets
 
@@ -58,24 +62,27 @@ def dump(data) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True, width=120)
 
 
-def files(inventory, scrape_interval: str = "15s", alertmanagers: list[str] | None = None) -> tuple[dict, list[str]]:
-    """(relative path → text, warnings): everything `write` puts in DIR."""
+def files(inventory, scrape_interval: str = "15s", alertmanagers: list[str] | None = None,
+          out: str | Path = ".") -> tuple[dict, list[str]]:
+    """(relative path → text, warnings): everything `write` puts in `out`."""
     if not re.match(DURATION.regex, scrape_interval):
         raise UsageError(f"--scrape-interval: {DURATION.rule}, not {scrape_interval!r}")
     for a in alertmanagers or []:
         if not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", a):
             raise UsageError(f"--alertmanager: give HOST:PORT, not {a!r}")
     by_job, warnings = targets(inventory)
-    out = {CONFIG: dump(config(scrape_interval, alertmanagers or [])), RULES: dump(rules(inventory))}
+    text = {CONFIG: dump(config(scrape_interval, alertmanagers or [])), RULES: dump(rules(inventory))}
     for job, entries in by_job.items():
-        out[target_file(job)] = json.dumps(entries, indent=2, sort_keys=True) + "\n"
-    return out, warnings
+        text[target_file(job)] = json.dumps(entries, indent=2, sort_keys=True) + "\n"
+    text[dashboard.DASHBOARD] = json.dumps(dashboard.dashboard(inventory), indent=2, sort_keys=True) + "\n"
+    text[dashboard.PROVISIONING] = dump(dashboard.provisioning(str(Path(out).resolve() / dashboard.DIR)))
+    return text, warnings
 
 
 def write(inventory, out: str | Path, scrape_interval: str = "15s",
           alertmanagers: list[str] | None = None) -> tuple[list[Path], list[str]]:
     """Write the configuration into `out` (made if missing): (the files written, warnings)."""
-    texts, warnings = files(inventory, scrape_interval, alertmanagers)
+    texts, warnings = files(inventory, scrape_interval, alertmanagers, out)
     written = []
     for rel, text in sorted(texts.items()):
         path = Path(out) / rel

@@ -21,6 +21,7 @@ from .targets import scraped
 # A service's `watch:` when it says nothing (the one place these defaults are written).
 WATCH = {"accept_fraction": 0.7, "for": "10m", "min_verify_rate": 1.0}
 QUEUE_DEPTH = 10  # ServingQueueGrowing: requests waiting, summed over the service's ranks
+TEXTFILE_STALE_S = 600  # SpecopsTextfileStale: the textfile's age that says its timer stopped
 BY = "group, host, service"  # the labels an alert keeps (targets.py gives them; group routes alerts)
 
 RECORDING = [
@@ -76,7 +77,8 @@ FIXED = [
           "What runs did not pass verify (ready, its model, its spec arguments, a generation).",
           f"inv verify {HOST}"),
     # the textfile's own age: without its timer the specops_* series above stay as they last were
-    alert("SpecopsTextfileStale", "time() - max by (group, host) (specops_textfile_timestamp_seconds) > 600", "5m",
+    alert("SpecopsTextfileStale", "time() - max by (group, host) (specops_textfile_timestamp_seconds) > "
+                                  f"{TEXTFILE_STALE_S}", "5m",
           "warning", "specops's textfile on {{ $labels.host }} was written {{ $value | printf \"%.0f\" }} s ago",
           "Its refresh (the timer specops-textfile.timer) stopped: the drift, verify and unit series of this host "
           "are old. `systemctl status specops-textfile.timer specops-textfile` on the host says why.",
@@ -122,15 +124,21 @@ def selectors(pairs) -> list[str]:
     return sorted(f'{_match("host", list(h))}, {_match("service", sorted(s))}' for h, s in services_of.items())
 
 
-def not_paying_off(inventory) -> list[dict]:
-    """SpecDecodeNotPayingOff, one rule per distinct `watch:` setting and set of services."""
+def watched(inventory) -> dict[tuple[float, str, float], list[tuple[str, str]]]:
+    """`watch:` setting (watch_of's) → the (host, service) pairs it applies to: every scraped
+    service with speculative decoding on (SpecDecodeNotPayingOff's, and the dashboard's line)."""
     settings = defaultdict(list)
     for host in inventory.hosts.values():
         for svc in scraped(host):
             if svc.get("speculative"):
                 settings[watch_of(host, svc)].append((host.name, svc["name"]))
+    return dict(settings)
+
+
+def not_paying_off(inventory) -> list[dict]:
+    """SpecDecodeNotPayingOff, one rule per distinct `watch:` setting and set of services."""
     out = []
-    for (fraction, for_, rate), pairs in sorted(settings.items()):
+    for (fraction, for_, rate), pairs in sorted(watched(inventory).items()):
         for sel in selectors(pairs):
             out.append(alert(
                 "SpecDecodeNotPayingOff",
