@@ -290,6 +290,22 @@ def sandbox_up(c, hosts=1, flavour="root"):
     sandbox_tasks.up(hosts, flavour)
 
 
+@task(name="traffic", help={"accept_rate": "The draft's acceptance on every sandbox host from now on, 0 to 1 (the "
+                                          "traffic moved away from what it was trained on), or off: the "
+                                          "simulator's own again; default: leave it",
+                             "seconds": "How long to send requests (default 60; 0: none)",
+                             "clients": "Requests in flight per server (default 2)"})
+def sandbox_traffic(c, accept_rate="", seconds=60.0, clients=2):
+    """Send requests to the sandbox's servers for a while, with their draft's acceptance moved or
+    put back: what makes a demo's draft stop paying, for Prometheus and `inv status` to see."""
+    from sandbox import traffic
+    try:
+        print(traffic.traffic(accept_rate, float(seconds), int(clients)))
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise Exit(code=1)
+
+
 @task(name="down")
 def sandbox_down(c):
     """Stop every sandbox host and remove its network namespace, veth, mounts and inventory."""
@@ -299,4 +315,4 @@ def sandbox_down(c):
 
 ns = Collection(deploy, bootstrap, rollback, releases, patch, stop, gpu_window, spec_bench, spec_tune, report, verify,
                 status, facts, monitoring)
-ns.add_collection(Collection("sandbox", sandbox_up, sandbox_down))
+ns.add_collection(Collection("sandbox", sandbox_up, sandbox_traffic, sandbox_down))

@@ -231,6 +231,17 @@ def bare_service(**over) -> dict:
                               **over})
 
 
+def site_key(site: fleet.Site) -> str:
+    """The sandbox servers' API key: made once per site, kept with its state (root's alone)."""
+    path = site.state / "api_key"
+    if not path.exists():
+        import secrets
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text("sk-sandbox-" + secrets.token_hex(12))
+    return path.read_text().strip()
+
+
 def known_hosts_path(site: fleet.Site) -> Path:
     return site.state / "known_hosts"
 
@@ -283,9 +294,12 @@ def inventory_yaml(f: fleet.Fleet) -> str:
     write_known_hosts(f)
     # The seed's setup: an EAGLE-3 draft wired to the embedding output (-1), which needs the
     # patched model file that captures it.
-    demo = sandbox_service(patches=[DEMO_PATCH],
-                           draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]})
-    hosts = {h.name: {**host_vars(h), "services": [demo]} for h in f.hosts}
+    # Reached beyond loopback (Prometheus on the controller scrapes it), so with a key of the
+    # site's; its draft watched over seconds, not minutes (docs/tutorial.md, day 2).
+    demo = sandbox_service(patches=[DEMO_PATCH], bind="0.0.0.0", api_key=site_key(f.site),
+                           draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]},
+                           watch={"for": "20s", "min_verify_rate": 0.5})
+    hosts = {h.name: {**host_vars(h), "monitoring": False, "services": [demo]} for h in f.hosts}
     index = pkgindex.url_of(f.site)
     torch_version, _ = pkgindex.STANDIN_TORCH
     stack = {"sglang": {"version": SIM_VERSION},

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from invoke import Exit
 
-from sandbox import fleet, logins, pkgindex, provision
+from sandbox import aptrepo, fleet, logins, pkgindex, provision
 
 
 LEGACY = Path(__file__).resolve().parent.parent / "inventory" / "sandbox.yml"
@@ -32,6 +32,9 @@ def up(hosts: int = 1, flavour: str = "root") -> None:
     try:
         f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site, flavour=flavour).up()
         url = _index_up(site)
+        node_exporter = aptrepo.controller_deb("prometheus-node-exporter")
+        for h in f.hosts:  # a mirror of the sandbox's own: what `monitoring: true` installs from
+            aptrepo.serve(h, [], remove=False, debs=(node_exporter,))
     except (fleet.BootError, ValueError, RuntimeError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise Exit(code=1)

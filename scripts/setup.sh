@@ -33,6 +33,17 @@ if ! command -v promtool >/dev/null 2>&1; then
     service prometheus stop >/dev/null 2>&1 || true
   fi
 fi
+# Alertmanager, for the day-2 fleet test (a webhook receiver on loopback); like Prometheus, only the
+# program is wanted: the service its postinst starts is stopped and disabled.
+if ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+  echo "[setup] apt-get install prometheus-alertmanager"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-alertmanager >/dev/null
+  systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
+  if [ ! -d /run/systemd/system ]; then
+    service prometheus-alertmanager stop >/dev/null 2>&1 || true
+  fi
+fi
 # node_exporter for the sandbox hosts' monitoring: the .deb only, downloaded once, never installed here.
 debs=/var/cache/specops/debs
 if ! compgen -G "$debs/prometheus-node-exporter_*.deb" >/dev/null; then
