@@ -14,7 +14,7 @@ import yaml
 
 from specops import inventory
 from specops.errors import UsageError
-from specops.fleetwide import monitoring, rules
+from specops.fleetwide import monitoring, rules, targets
 from specops.inventory import reach
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def test_the_example_inventory_gives_a_configuration_promtool_accepts(tmp_path):
     assert "SUCCESS" in promtool("check", "config", str(tmp_path / "prometheus.yml"))
     promtool("check", "rules", str(tmp_path / "rules" / "specops.rules.yml"))
     assert _targets(tmp_path, "sglang") == [("10.1.230.172:30000", {
-        "host": "ct129", "group": "gpu_boxes", "service": "sglang", "role": "sglang", "model_name": "kimi-k2.5"})]
+        "host": "ct129", "group": "gpu_boxes", "service": "sglang", "role": "sglang", "served": "kimi-k2.5"})]
     assert _targets(tmp_path, "node") == [] and _targets(tmp_path, "sglang-router") == []
     assert warnings == ["ct129/sglang listens on 127.0.0.1 only: a Prometheus on another machine cannot scrape it "
                         "(give it `bind: 0.0.0.0`, or its address)"]
@@ -93,7 +93,7 @@ def test_a_router_fleet_s_targets_are_where_its_services_answer(written):
     assert [(j["job_name"], j["metrics_path"], j["file_sd_configs"][0]["files"]) for j in config["scrape_configs"]] == [
         ("sglang", "/metrics", ["targets/sglang.json"]), ("sglang-router", "/metrics", ["targets/sglang-router.json"]),
         ("node", "/metrics", ["targets/node.json"])]
-    sg = [(t, lab["host"], lab["group"], lab["service"], lab["model_name"]) for t, lab in _targets(written, "sglang")]
+    sg = [(t, lab["host"], lab["group"], lab["service"], lab["served"]) for t, lab in _targets(written, "sglang")]
     # rank 0 only of the service across nodes; w2 at its address (router_address is the routers'); no `plain`
     assert sg == [("10.0.1.0:30000", "n0", "big", "big", "/m/big"),
                   ("10.0.0.1:30001", "w1", "workers", "sglang", "llama"),
@@ -105,6 +105,19 @@ def test_a_router_fleet_s_targets_are_where_its_services_answer(written):
         ("10.0.0.10:29100", {"host": "r2", "group": "edge", "service": "router", "role": "router"})]
     assert _targets(written, "node") == [("10.0.0.9:9100", {"host": "r", "group": "edge", "role": "node"}),
                                          ("10.0.0.1:9100", {"host": "w1", "group": "workers", "role": "node"})]
+
+
+def test_no_target_label_takes_a_label_of_sglang_s_own_series(written, tmp_path):
+    """A target label named as a label of the scraped series turns the series' own into
+    exported_<name> (DESIGN §16): SGLang's series keep model_name, engine_type and the ranks."""
+    example = tmp_path / "example"
+    monitoring.write(inventory.load(ROOT / "inventory.example"), example, "15s")
+    for out in (written, example):
+        for job in monitoring.JOBS:
+            clash = [(t, sorted(set(lab) & targets.SGLANG_LABELS)) for t, lab in _targets(out, job)
+                     if set(lab) & targets.SGLANG_LABELS]
+            assert not clash, (job, clash)
+    assert {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"} <= targets.SGLANG_LABELS
 
 
 def test_one_not_paying_off_rule_per_watch_setting_selecting_exactly_its_services(tmp_path):
@@ -154,12 +167,17 @@ def test_the_task_says_what_it_wrote_and_refuses_a_bad_interval(tmp_path):
 
 # --- the alerts, unit-tested by promtool ---------------------------------------------------------
 
+# the labels SGLang 0.5.23 puts on each of its own series
+OWN = {"model_name": "llama", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+
+
 def scraped(name, host, job="sglang", **labels):
     """A series as the scrape labels it: the target's labels (targets.py) and the metric's own."""
-    target = {"sglang": {"instance": f"{host}:30001", "role": "sglang", "service": "sglang", "model_name": "llama"},
+    target = {"sglang": {"instance": f"{host}:30001", "role": "sglang", "service": "sglang", "served": "llama"},
               "node": {"instance": f"{host}:9100", "role": "node"}}[job]
     group = "big" if host == "n0" else "workers"
-    all_labels = {**target, "job": job, "host": host, "group": group, **labels}
+    own = OWN if name.startswith("sglang:") else {}
+    all_labels = {**target, **own, "job": job, "host": host, "group": group, **labels}
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(all_labels.items())) + "}"
 
 
