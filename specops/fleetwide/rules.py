@@ -8,15 +8,19 @@ The alerts join those with the series specops's textfile writes on each host (ag
 docs/monitoring.md lists both), on the `host` and `service` labels the scrape targets give
 (targets.py).  SpecDecodeNotPayingOff is the one alert the inventory tunes: a service's `watch:`
 ({accept_fraction, for, min_verify_rate}, defaults in WATCH), one rule per distinct setting,
-selecting its services by label matchers.  Every alert has a severity, a summary, a description
-and `run`: the command to run next.
+selecting its services by label matchers.  NodeExporterDown and SpecopsTextfileMissing follow
+the hosts the inventory monitors (targets.monitored): without node_exporter, or without the
+textfile behind it, the alerts that read only the textfile cannot fire, and those two name them.
+Every alert has a severity, a summary, a description and `run`: the command to run next.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
+import re
+
 from ..errors import UsageError
-from .targets import scraped
+from .targets import group_of, monitored, scraped
 
 # A service's `watch:` when it says nothing (the one place these defaults are written).
 WATCH = {"accept_fraction": 0.7, "for": "10m", "min_verify_rate": 1.0}
@@ -147,8 +151,42 @@ def not_paying_off(inventory) -> list[dict]:
     return out
 
 
+def silenced(alerts: list[dict]) -> list[str]:
+    """The alerts that read only series of the host's textfile (specops_*, through node_exporter),
+    with no scrape's `up` to fire on: without node_exporter they cannot fire."""
+    return sorted({r["alert"] for r in alerts if re.search(r"\bspecops_\w", r["expr"]) and "up{" not in r["expr"]})
+
+
+def exporter_alerts(inventory, others: list[dict]) -> list[dict]:
+    """NodeExporterDown (down, or absent on a host the inventory monitors: a target that is
+    missing leaves no `up` at all) and SpecopsTextfileMissing; both name what they silence."""
+    mute = ", ".join(silenced(others))
+    absent = "".join(f'\nor\nmax by (group, host) (absent(up{{job="node", {_match("group", [group_of(h)])}, '
+                     f'{_match("host", [h.name])}}}))'
+                     for h in sorted(inventory.hosts.values(), key=lambda h: h.name) if monitored(h))
+    return [
+        alert("NodeExporterDown", f'max by (group, host) (up{{job="node"}}) == 0{absent}', "1m", "warning",
+              "node_exporter on {{ $labels.host }} is down",
+              "Prometheus cannot scrape it, or has no target for it (its configuration is older than the inventory). "
+              f"While it fires, the host's textfile series (release, drift, verify, unit state) are missing, so "
+              f"{mute} cannot fire for this host, and SGLangDown sees only whether SGLang answers. "
+              "`systemctl status prometheus-node-exporter` on the host says why; a deploy installs it when missing.",
+              f"inv deploy {HOST}"),
+        # up{job="node"} has the hosts the inventory monitors only; an exporter that is down is NodeExporterDown's
+        alert("SpecopsTextfileMissing", 'max by (group, host) (up{job="sglang"}) == 1\n'
+                                        'and on(host)\nmax by (host) (up{job="node"}) == 1\n'
+                                        "unless on(host)\nmax by (host) (specops_textfile_timestamp_seconds)",
+              "5m", "warning", "node_exporter on {{ $labels.host }} exports no specops textfile",
+              "SGLang answers there and node_exporter is up, but no specops_* series come from it: the textfile was "
+              "never written, or is written where node_exporter does not read (monitoring.textfile_dir against its "
+              f"--collector.textfile.directory). While it fires, {mute} cannot fire for this host.",
+              f"inv deploy {HOST}"),
+    ]
+
+
 def rules(inventory) -> dict:
     """The rule file: one group, the recording rules first (a group evaluates in order)."""
     recorded = [{"record": name, "expr": expr} for name, expr in RECORDING]
-    alerts = sorted(FIXED + not_paying_off(inventory), key=lambda r: (r["alert"], r["expr"]))
+    alerts = FIXED + not_paying_off(inventory)
+    alerts = sorted(alerts + exporter_alerts(inventory, alerts), key=lambda r: (r["alert"], r["expr"]))
     return {"groups": [{"name": "specops", "rules": recorded + alerts}]}
