@@ -7,20 +7,21 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from specops import inventory
 from specops.errors import UsageError
-from specops.fleetwide import monitoring, rules, targets
+from specops.fleetwide import monitoring, payoff, rules, targets
 from specops.inventory import reach
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = {"algorithm": "EAGLE3", "draft_model_path": "/m/draft", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 SG = {"name": "sglang", "model_path": "/m/llama", "served_model_name": "llama", "bind": "0.0.0.0", "port": 30001,
       "speculative": SPEC}
-WATCHED = {"accept_fraction": 0.9, "for": "5m", "min_verify_rate": 0.1}
+WATCHED = {"accept_fraction": 0.9, "for": "5m", "min_verify_rate": 0.1, "speedup_margin": 0.2}
 
 
 def promtool(*args, cwd=None):
@@ -119,14 +120,30 @@ def test_no_target_label_takes_a_label_of_sglang_s_own_series(written, tmp_path)
     assert {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"} <= targets.SGLANG_LABELS
 
 
-def test_one_not_paying_off_rule_per_watch_setting_selecting_exactly_its_services(tmp_path):
-    found = [(r["for"], r["expr"].splitlines()[0]) for r in rules.rules(fleet(tmp_path))["groups"][0]["rules"]
-             if r.get("alert") == "SpecDecodeNotPayingOff"]
-    assert found == [("10m", 'specops:accept_length:window{host="n0", service="big"}'),
-                     ("5m", 'specops:accept_length:window{host="w3", service="sglang"}'),
-                     ("10m", 'specops:accept_length:window{host=~"w1|w2", service="sglang"}')]
+def test_one_payoff_rule_each_per_watch_setting_selecting_exactly_its_services(tmp_path):
+    for name in ("SpecDecodeNotPayingOff", "SpecDecodeDegraded"):
+        found = [(r["for"], r["expr"].splitlines()[0]) for r in rules.rules(fleet(tmp_path))["groups"][0]["rules"]
+                 if r.get("alert") == name]
+        assert found == [("10m", 'specops:accept_length:window{host="n0", service="big"}'),
+                         ("5m", 'specops:accept_length:window{host="w3", service="sglang"}'),
+                         ("10m", 'specops:accept_length:window{host=~"w1|w2", service="sglang"}')], name
     assert rules.selectors([("a.b", "s"), ("c", "s"), ("c", "t")]) == [
         'host="c", service="t"', 'host=~"a\\\\.b|c", service="s"']
+
+
+def test_the_payoff_verdicts_are_one_arithmetic_on_numbers_and_as_promql():
+    """payoff.payoff() judges numbers for status and writes the alerts' PromQL: the same
+    operations, joined on host and service, bracketed where PromQL would bind otherwise."""
+    w = payoff.watch_of(SimpleNamespace(name="h"), {"name": "s"})
+    assert w == (0.7, "10m", 1.0, 0.0)
+    assert [payoff.payoff(w, a, 3.0, 1.8) for a in (1.5, 2.07, 2.7)] == [(True, True), (False, True), (False, False)]
+    assert payoff.payoff(w, 1.5, 3.0) == (None, True)
+    a, b, c = (payoff.Series(x) for x in "abc")
+    on = "on(host, service) group_left()"
+    assert (a * b / c < 1.2).text == f"a\n* {on}\nb\n/ {on}\nc < 1.2"
+    assert (a < 0.7 * b).text == f"a\n< {on}\n0.7 * b"
+    assert (a * (b / c)).text == f"a\n* {on}\n(b\n/ {on}\nc)"
+    assert ((a < b) * 2).text == f"(a\n< {on}\nb) * 2"
 
 
 def test_the_same_inventory_gives_the_same_bytes_and_bad_input_is_refused(tmp_path):
@@ -139,10 +156,15 @@ def test_the_same_inventory_gives_the_same_bytes_and_bad_input_is_refused(tmp_pa
     inv.hosts["w3"]["services"][0]["watch"] = {"accept_fraction": 1.5}
     with pytest.raises(UsageError, match=r"w3: service 'sglang': watch.accept_fraction: give a fraction"):
         monitoring.files(inv)
-    doc = {"all": {"hosts": {"a": {"services": [{**SG, "watch": {"for": "ten minutes"}}]}}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(UsageError, match=r"services\[0\].watch.for: a duration is Prometheus's"):
-        inventory.load(tmp_path)
+    inv.hosts["w3"]["services"][0]["watch"] = {"speedup_margin": -0.1}
+    with pytest.raises(UsageError, match=r"w3: service 'sglang': watch.speedup_margin: give how far above 1"):
+        monitoring.files(inv)
+    for watch, said in (({"for": "ten minutes"}, "for: a duration is Prometheus's"),
+                        ({"speedup_margin": "much"}, "speedup_margin: must be a number")):
+        doc = {"all": {"hosts": {"a": {"services": [{**SG, "watch": watch}]}}}}
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
+        with pytest.raises(UsageError, match=r"services\[0\].watch." + said):
+            inventory.load(tmp_path)
 
 
 def test_one_address_rule_for_routers_ranks_and_scrapes(tmp_path):

@@ -44,8 +44,8 @@ def passes(host, mode, per_min, service="sglang"):
 
 def expected(rule_file, alert, host, value=None, service="sglang", **labels):
     """The alert promtool must see: its labels, and its annotations expanded as Prometheus does."""
-    rule = next(r for r in yaml.safe_load(rule_file.read_text())["groups"][0]["rules"] if r.get("alert") == alert
-                and (alert != "SpecDecodeNotPayingOff" or f'"{host}' in r["expr"] or f"|{host}" in r["expr"]))
+    named = [r for r in yaml.safe_load(rule_file.read_text())["groups"][0]["rules"] if r.get("alert") == alert]
+    rule = next(r for r in named if len(named) == 1 or f'"{host}' in r["expr"] or f"|{host}" in r["expr"])
     group = GROUPS.get(host, "workers")
     lab = {"host": host, **({"service": service} if service else {}), "group": group, **labels}
 
@@ -56,25 +56,52 @@ def expected(rule_file, alert, host, value=None, service="sglang", **labels):
             "exp_annotations": {k: expand(v) for k, v in rule["annotations"].items()}}
 
 
+def measured(hosts, speedup=True):
+    """What each host's release measured, in its textfile: accept length 3.0 and, when spec-bench
+    ran with --baseline, a speedup of 1.8x."""
+    return [{"series": node(name, h, source="spec-bench"), "values": f"{v}x30"} for h in hosts
+            for name, v in (("specops_release_accept_length", 3), ("specops_release_speedup", 1.8))
+            if speedup or name == "specops_release_accept_length"]
+
+
+def accepting(host, accept):
+    """Production on `host` accepting `accept` tokens per verify call, at 30 calls/s."""
+    return traffic(host, round(accept * 1800, 6), 1800)
+
+
+def payoff_cases(r):
+    """SpecDecodeDegraded and SpecDecodeNotPayingOff over the same series (a release that measured
+    1.8x at accept length 3.0): what each must say, and where neither may."""
+    deg, not_paying = "SpecDecodeDegraded", "SpecDecodeNotPayingOff"
+    scenarios = [
+        # w1 at 0.69 x 3.0: an estimated 1.8 x 2.07 / 3 = 1.24x, still paying, but under 0.7 x 3.0: degraded;
+        # w2 at 0.5 x 3.0: 0.90x, not paying (and not degraded as well)
+        (measured(("w1", "w2")) + accepting("w1", 2.07) + accepting("w2", 1.5), "20m",
+         {deg: [expected(r, deg, "w1", 2.07)], not_paying: [expected(r, not_paying, "w2", 0.9)]},
+         [("specops:accept_length:rate5m", {"w1": 2.07, "w2": 1.5})]),
+        # w1 at 0.9 x 3.0: neither; w2's release measured no speedup (no --baseline): at 0.5 x 3.0 degraded only
+        (measured(("w1",)) + measured(("w2",), speedup=False) + accepting("w1", 2.7) + accepting("w2", 1.5), "20m",
+         {deg: [expected(r, deg, "w2", 1.5)], not_paying: []}, []),
+        # an estimated 1.1x on both: w3's watch.speedup_margin 0.2 makes it not paying; w1's (0) degraded
+        (measured(("w1", "w3")) + accepting("w1", 11 / 6) + accepting("w3", 11 / 6), "20m",
+         {deg: [expected(r, deg, "w1", 11 / 6)], not_paying: [expected(r, not_paying, "w3", 1.1)]}, []),
+        # w1 at 0.5 x 3.0 with 0.5 verify calls/s: too little traffic to judge; w2's release measured nothing
+        # (no spec-bench or spec-tune): nothing to compare with; and not before its `for` (10m)
+        (measured(("w1",)) + traffic("w1", 45, 30) + accepting("w2", 1.5), "20m", {deg: [], not_paying: []}, []),
+        (measured(("w1",)) + accepting("w1", 1.5), "10m", {deg: [], not_paying: []}, []),
+    ]
+    return {name: [(series, at, fired[name], recorded) for series, at, fired, recorded in scenarios]
+            for name in (deg, not_paying)}
+
+
 def up(host, job, values):
     return {"series": scraped("up", host, job=job), "values": values}
 
 
 def cases(r):
     """alert → (its promtool test cases: series, when, what fires)."""
-    accept = [node("specops_release_accept_length", h, source="spec-bench") for h in ("w1", "w2", "w3")]
-    release = [{"series": s, "values": "3x30"} for s in accept]
     return {
-        "SpecDecodeNotPayingOff": [
-            # w1 fell to 2.0 (< 0.7 x 3), w2 holds 3.0, w3 (its watch: 0.9) fell to 2.6 (< 2.7)
-            (release + traffic("w1", 3600, 1800) + traffic("w2", 5400, 1800) + traffic("w3", 4680, 1800), "20m",
-             [expected(r, "SpecDecodeNotPayingOff", "w1", 2.0), expected(r, "SpecDecodeNotPayingOff", "w3", 2.6)],
-             [("specops:accept_length:rate5m", {"w1": 2.0, "w2": 3.0, "w3": 2.6})]),
-            # w1 at 2.6 is within its default 0.7; w2 fell, with 0.5 verify calls/s: too little traffic
-            (release + traffic("w1", 4680, 1800) + traffic("w2", 60, 30), "20m", [], []),
-            # and not before its `for` (10m) has passed
-            (release + traffic("w1", 3600, 1800), "10m", [], []),
-        ],
+        **payoff_cases(r),
         "SGLangDown": [
             ([{"series": scraped("up", "w1"), "values": "1x10"}, {"series": scraped("up", "w2"), "values": "0x10"},
               {"series": node("specops_unit_active", "w1"), "values": "1x10"}], "5m",
@@ -162,8 +189,9 @@ def cases(r):
     }
 
 
-ALERTS = ["SpecDecodeNotPayingOff", "SGLangDown", "SGLangRestarting", "ServingQueueGrowing", "CudaGraphOff",
-          "SpecopsDrift", "ReleaseUnverified", "SpecopsTextfileStale", "NodeExporterDown", "SpecopsTextfileMissing"]
+ALERTS = ["SpecDecodeNotPayingOff", "SpecDecodeDegraded", "SGLangDown", "SGLangRestarting", "ServingQueueGrowing",
+          "CudaGraphOff", "SpecopsDrift", "ReleaseUnverified", "SpecopsTextfileStale", "NodeExporterDown",
+          "SpecopsTextfileMissing"]
 
 
 def test_every_alert_of_the_rules_has_a_promtool_test(written):
@@ -189,25 +217,24 @@ def test_the_alert_fires_where_it_should_and_nowhere_else(written, alert):
 
 
 def test_an_exporter_down_silences_the_textfile_s_alerts_and_names_them(written):
-    """w1's draft stopped paying while its exporter ran: SpecDecodeNotPayingOff fires.  Then the
-    exporter goes down (its textfile's series go stale with it): only NodeExporterDown fires, and
-    says that the draft's alert cannot."""
+    """w1's draft fell to 2.0 of the 3.0 its release measured while its exporter ran:
+    SpecDecodeDegraded fires.  Then the exporter goes down (its textfile's series go stale with
+    it): only NodeExporterDown fires, and says that the draft's alerts cannot."""
     rule_file = written / "rules" / "specops.rules.yml"
     down = expected(rule_file, "NodeExporterDown", "w1", service=None)
     said = down["exp_annotations"]["description"]
     # every alert that reads only the textfile's series is named; SGLangDown also reads the scrape's up
-    assert re.search(r"so CudaGraphOff, ReleaseUnverified, SGLangRestarting, SpecDecodeNotPayingOff, SpecopsDrift, "
-                     r"SpecopsTextfileStale cannot fire for this host, and SGLangDown sees only whether SGLang "
-                     r"answers", said), said
+    assert re.search(r"so CudaGraphOff, ReleaseUnverified, SGLangRestarting, SpecDecodeDegraded, "
+                     r"SpecDecodeNotPayingOff, SpecopsDrift, SpecopsTextfileStale cannot fire for this host, and "
+                     r"SGLangDown sees only whether SGLang answers", said), said
     release = {"series": node("specops_release_accept_length", "w1", source="spec-bench"), "values": "3x20 stale"}
     series = [release, up("w1", "node", "1x20 0x30"), up("r", "node", "1x50"), up("w1", "sglang", "1x50"),
               *traffic("w1", 3600, 1800, minutes=50)]
+    fired = {("18m", "SpecDecodeDegraded"): [expected(rule_file, "SpecDecodeDegraded", "w1", 2.0)],
+             ("35m", "NodeExporterDown"): [down]}
     test = {"interval": "1m", "input_series": series, "alert_rule_test": [
-        {"eval_time": "18m", "alertname": "SpecDecodeNotPayingOff",
-         "exp_alerts": [expected(rule_file, "SpecDecodeNotPayingOff", "w1", 2.0)]},
-        {"eval_time": "18m", "alertname": "NodeExporterDown", "exp_alerts": []},
-        {"eval_time": "35m", "alertname": "NodeExporterDown", "exp_alerts": [down]},
-        {"eval_time": "35m", "alertname": "SpecDecodeNotPayingOff", "exp_alerts": []}]}
+        {"eval_time": at, "alertname": name, "exp_alerts": fired.get((at, name), [])} for at in ("18m", "35m")
+        for name in ("SpecDecodeDegraded", "SpecDecodeNotPayingOff", "NodeExporterDown")]}
     (written / "test-silence.yml").write_text(yaml.safe_dump({"rule_files": ["rules/specops.rules.yml"],
                                                              "evaluation_interval": "1m", "tests": [test]}))
     promtool("test", "rules", "test-silence.yml", cwd=written)

@@ -8,5 +8,7 @@ run shows of itself (specops/output/).
 
 - `monitoring`: `inv monitoring`'s Prometheus configuration, from `targets` (who to scrape,
   with which labels) and `rules` (recording rules and alerts);
+- `payoff`: a service's `watch:` and whether its draft still pays, judged once for the alerts
+  and `inv status`;
 - `report`: `inv report`'s page, from the releases each host's flow read.
 """
