@@ -120,12 +120,15 @@ class Prometheus:
             self.proc.wait()
 
 
+WATCHED = ("SpecDecodeNotPayingOff", "SpecDecodeDegraded")  # their `for:` is the watch's
+
+
 def short_fors(config_dir, seconds):
     """The fixed alerts' `for:` cut to `seconds` (the watch's stays as the inventory wrote it)."""
     path = config_dir / "rules" / "specops.rules.yml"
     doc = yaml.safe_load(path.read_text())
     for rule in doc["groups"][0]["rules"]:
-        if "alert" in rule and rule["alert"] != "SpecDecodeNotPayingOff" and "for" in rule:
+        if "alert" in rule and rule["alert"] not in WATCHED and "for" in rule:
             rule["for"] = f"{seconds}s"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
@@ -182,15 +185,16 @@ def test_prometheus_sees_a_draft_stop_paying_on_one_host_drift_and_restarts(sand
             ups = prom.wait(prom.up, 60)
             assert ups and len(ups) == 4, prom.api("targets")  # SGLang and node exporter on each host
             time.sleep(4 * SCRAPE)
-            assert prom.alerts("SpecDecodeNotPayingOff", "pending") == {} == prom.alerts("SpecDecodeNotPayingOff")
-            # Traffic that moved on t1: its draft's acceptance falls while the load runs.
+            assert all(prom.alerts(name, "pending") == {} == prom.alerts(name) for name in WATCHED)
+            # Traffic that moved on t1: its draft's acceptance falls while the load runs.  spec-bench ran without
+            # --baseline (no speedup measured): degraded, the one verdict without an estimate of the speedup.
             hosts["t1"].run("sh", "-c", f"echo 0.1 > {KNOB_FILE}")  # /run is the host's own tmpfs
             t0 = time.monotonic()
-            fired = prom.wait(lambda: prom.alerts("SpecDecodeNotPayingOff"), WATCH_FOR + 60)
+            fired = prom.wait(lambda: prom.alerts("SpecDecodeDegraded"), WATCH_FOR + 60)
             took = time.monotonic() - t0
-            print(f"\nSpecDecodeNotPayingOff fired for {sorted(fired or {})} {took:.1f} s after t1's acceptance fell "
+            print(f"\nSpecDecodeDegraded fired for {sorted(fired or {})} {took:.1f} s after t1's acceptance fell "
                   f"(for: {WATCH_FOR} s, scrape {SCRAPE} s)")
-            assert fired and set(fired) == {"t1"}, fired
+            assert fired and set(fired) == {"t1"} and prom.alerts("SpecDecodeNotPayingOff") == {}, fired
             # its for: and two scrape intervals (one to see the fall, one to evaluate), and the simulated
             # server's own window (40 decode steps, under a second) and this loop's polling: 3 s more
             # (with the 5m rate in the rule it took 20.6 s here)
@@ -198,12 +202,12 @@ def test_prometheus_sees_a_draft_stop_paying_on_one_host_drift_and_restarts(sand
             assert "inv spec-tune --host t1" in fired["t1"]["annotations"]["run"]
             st = sandbox.inv("status", "--group", "fleet", inventory=inv)
             print(st.stdout)
-            assert "t1: sglang: DRAFT NOT PAYING: accept length " in st.stdout, st.stdout
-            assert "the draft no longer fits this traffic; run inv spec-tune --host t1" in st.stdout
-            assert "t2: sglang: DRAFT NOT PAYING" not in st.stdout
+            assert "t1: sglang: DRAFT DEGRADED: accept length " in st.stdout, st.stdout
+            assert "the draft fits this traffic less well, and may still pay; run inv spec-tune --host t1" in st.stdout
+            assert "t2: sglang: DRAFT" not in st.stdout
             # Restored: it resolves.
             hosts["t1"].run("rm", KNOB_FILE)
-            assert prom.wait(lambda: not prom.alerts("SpecDecodeNotPayingOff"), 60, 1), prom.alerts("SpecDecodeNotPayingOff")
+            assert prom.wait(lambda: not prom.alerts("SpecDecodeDegraded"), 60, 1), prom.alerts("SpecDecodeDegraded")
             # A unit edited by hand on t2: drift, until a deploy puts it back.
             unit = hosts["t2"].path("/etc/systemd/system/sglang.service")
             unit.write_text(unit.read_text() + "# tuned by hand\n")

@@ -6,20 +6,21 @@ gauge gives it for its last decode-log window (`specops:accept_length:window`, w
 reads: it follows a change within a scrape), and the traffic `specops:verify_calls:rate5m`.
 The alerts join those with the series specops's textfile writes on each host (agent/textfile.py;
 docs/monitoring.md lists both), on the `host` and `service` labels the scrape targets give
-(targets.py).  SpecDecodeNotPayingOff is the one alert the inventory tunes: a service's `watch:`
-({accept_fraction, for, min_verify_rate}, defaults in WATCH), one rule per distinct setting,
-selecting its services by label matchers.  Every alert has a severity, a summary, a description
-and `run`: the command to run next.
+(targets.py).  SpecDecodeNotPayingOff and SpecDecodeDegraded are the alerts the inventory tunes:
+payoff.py's two verdicts on a service, by its `watch:`, one rule each per distinct setting,
+selecting its services by label matchers.  NodeExporterDown and SpecopsTextfileMissing follow
+the hosts the inventory monitors (targets.monitored): without node_exporter, or without the
+textfile behind it, the alerts that read only the textfile cannot fire, and those two name them.
+Every alert has a severity, a summary, a description and `run`: the command to run next.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
-from ..errors import UsageError
-from .targets import scraped
+from .payoff import Series, payoff, watch_of
+from .targets import group_of, monitored, scraped
 
-# A service's `watch:` when it says nothing (the one place these defaults are written).
-WATCH = {"accept_fraction": 0.7, "for": "10m", "min_verify_rate": 1.0}
 QUEUE_DEPTH = 10  # ServingQueueGrowing: requests waiting, summed over the service's ranks
 TEXTFILE_STALE_S = 600  # SpecopsTextfileStale: the textfile's age that says its timer stopped
 BY = "group, host, service"  # the labels an alert keeps (targets.py gives them; group routes alerts)
@@ -86,17 +87,6 @@ FIXED = [
 ]
 
 
-def watch_of(host, svc: dict) -> tuple[float, str, float]:
-    """(accept_fraction, for, min_verify_rate) of a service's `watch:`, with WATCH's defaults."""
-    w = {**WATCH, **(svc.get("watch") or {})}
-    where = f"{host.name}: service {svc['name']!r}: watch"
-    if not 0 < w["accept_fraction"] <= 1:
-        raise UsageError(f"{where}.accept_fraction: give a fraction above 0, at most 1 (got {w['accept_fraction']})")
-    if w["min_verify_rate"] < 0:
-        raise UsageError(f"{where}.min_verify_rate: give verify calls per second, 0 or more")
-    return float(w["accept_fraction"]), w["for"], float(w["min_verify_rate"])
-
-
 REGEX_META = set(".^$*+?()[]{}|\\")
 
 
@@ -124,9 +114,16 @@ def selectors(pairs) -> list[str]:
     return sorted(f'{_match("host", list(h))}, {_match("service", sorted(s))}' for h, s in services_of.items())
 
 
+<<<<<<< HEAD
 def watched(inventory) -> dict[tuple[float, str, float], list[tuple[str, str]]]:
     """`watch:` setting (watch_of's) → the (host, service) pairs it applies to: every scraped
     service with speculative decoding on (SpecDecodeNotPayingOff's, and the dashboard's line)."""
+=======
+def payoff_alerts(inventory) -> list[dict]:
+    """SpecDecodeNotPayingOff and SpecDecodeDegraded (payoff.py's two verdicts, written as PromQL),
+    for every speculative service with traffic to judge: one rule each per distinct `watch:` and
+    set of services.  Where the release measured no speedup (no series) only Degraded can fire."""
+>>>>>>> alerts
     settings = defaultdict(list)
     for host in inventory.hosts.values():
         for svc in scraped(host):
@@ -138,25 +135,75 @@ def watched(inventory) -> dict[tuple[float, str, float], list[tuple[str, str]]]:
 def not_paying_off(inventory) -> list[dict]:
     """SpecDecodeNotPayingOff, one rule per distinct `watch:` setting and set of services."""
     out = []
+<<<<<<< HEAD
     for (fraction, for_, rate), pairs in sorted(watched(inventory).items()):
+=======
+    for w, pairs in sorted(settings.items()):
+>>>>>>> alerts
         for sel in selectors(pairs):
+            not_paying, degraded = payoff(w, Series(f"specops:accept_length:window{{{sel}}}"),
+                                          Series(f"max by (host, service) (specops_release_accept_length{{{sel}}})"),
+                                          Series(f"max by (host, service) (specops_release_speedup{{{sel}}})"))
+            traffic = f"and on(host, service)\nspecops:verify_calls:rate5m{{{sel}}} >= {w.min_verify_rate:g}"
+            held = f"For {w.for_}, with at least {w.min_verify_rate:g} verify calls/s"
             out.append(alert(
-                "SpecDecodeNotPayingOff",
-                f"specops:accept_length:window{{{sel}}}\n"
-                f"< on(host, service) group_left()\n"
-                f"{fraction:g} * max by (host, service) (specops_release_accept_length{{{sel}}})\n"
-                f"and on(host, service)\nspecops:verify_calls:rate5m{{{sel}}} >= {rate:g}",
-                for_, "warning",
-                f"{WHO} accepts {{{{ $value | printf \"%.2f\" }}}} tokens per verify, under {fraction:g} x what "
-                f"its release measured",
-                f"For {for_}, with at least {rate:g} verify calls/s: the draft no longer fits the traffic, so "
-                f"speculative decoding costs more than it gives. Tune it again (or check the draft).",
+                "SpecDecodeNotPayingOff", f"{not_paying.text}\n{traffic}", w.for_, "warning",
+                f"speculative decoding on {WHO} gives an estimated {{{{ $value | printf \"%.2f\" }}}}x",
+                f"{held}: its release measured a speedup S at accept length A, production now accepts a (SGLang's "
+                f"last window), so speculation gives an estimated S x a / A = {{{{ $value | printf \"%.2f\" }}}}x, "
+                f"under {1 + w.speedup_margin:g} (1 + watch.speedup_margin). Below 1, speculative decoding costs more "
+                f"than it gives. Tune it again (or check the draft, or serve without it).",
+                f"inv spec-tune {HOST}"))
+            out.append(alert(
+                "SpecDecodeDegraded", f"{degraded.text}\n{traffic}\nunless on(host, service)\n({not_paying.text})",
+                w.for_, "warning",
+                f"{WHO} accepts {{{{ $value | printf \"%.2f\" }}}} tokens per verify, under {w.accept_fraction:g} x "
+                f"what its release measured",
+                f"{held}: production's accept length (SGLang's last window) is under {w.accept_fraction:g} x the "
+                f"one its release measured: the draft fits this traffic less well. Speculative decoding may still "
+                f"pay: with a measured speedup (spec-bench --baseline, or spec-tune), SpecDecodeNotPayingOff fires "
+                f"instead where it no longer does. Tune it again to win it back.",
                 f"inv spec-tune {HOST}"))
     return out
+
+
+def silenced(alerts: list[dict]) -> list[str]:
+    """The alerts that read only series of the host's textfile (specops_*, through node_exporter),
+    with no scrape's `up` to fire on: without node_exporter they cannot fire."""
+    return sorted({r["alert"] for r in alerts
+                   if re.search(r"\bspecops_\w", r["expr"]) and not re.search(r"\bup\{", r["expr"])})
+
+
+def exporter_alerts(inventory, others: list[dict]) -> list[dict]:
+    """NodeExporterDown (down, or absent on a host the inventory monitors: a target that is
+    missing leaves no `up` at all) and SpecopsTextfileMissing; both name what they silence."""
+    mute = ", ".join(silenced(others))
+    absent = "".join(f'\nor\nmax by (group, host) (absent(up{{job="node", {_match("group", [group_of(h)])}, '
+                     f'{_match("host", [h.name])}}}))'
+                     for h in sorted(inventory.hosts.values(), key=lambda h: h.name) if monitored(h))
+    return [
+        alert("NodeExporterDown", f'max by (group, host) (up{{job="node"}}) == 0{absent}', "1m", "warning",
+              "node_exporter on {{ $labels.host }} is down",
+              "Prometheus cannot scrape it, or has no target for it (its configuration is older than the inventory). "
+              f"While it fires, the host's textfile series (release, drift, verify, unit state) are missing, so "
+              f"{mute} cannot fire for this host, and SGLangDown sees only whether SGLang answers. "
+              "`systemctl status prometheus-node-exporter` on the host says why; a deploy installs it when missing.",
+              f"inv deploy {HOST}"),
+        # up{job="node"} has the hosts the inventory monitors only; an exporter that is down is NodeExporterDown's
+        alert("SpecopsTextfileMissing", 'max by (group, host) (up{job="sglang"}) == 1\n'
+                                        'and on(host)\nmax by (host) (up{job="node"}) == 1\n'
+                                        "unless on(host)\nmax by (host) (specops_textfile_timestamp_seconds)",
+              "5m", "warning", "node_exporter on {{ $labels.host }} exports no specops textfile",
+              "SGLang answers there and node_exporter is up, but no specops_* series come from it: the textfile was "
+              "never written, or is written where node_exporter does not read (monitoring.textfile_dir against its "
+              f"--collector.textfile.directory). While it fires, {mute} cannot fire for this host.",
+              f"inv deploy {HOST}"),
+    ]
 
 
 def rules(inventory) -> dict:
     """The rule file: one group, the recording rules first (a group evaluates in order)."""
     recorded = [{"record": name, "expr": expr} for name, expr in RECORDING]
-    alerts = sorted(FIXED + not_paying_off(inventory), key=lambda r: (r["alert"], r["expr"]))
+    alerts = FIXED + payoff_alerts(inventory)
+    alerts = sorted(alerts + exporter_alerts(inventory, alerts), key=lambda r: (r["alert"], r["expr"]))
     return {"groups": [{"name": "specops", "rules": recorded + alerts}]}

@@ -3,13 +3,15 @@
 
 - `sglang`: every SGLang service that serves HTTP (rank 0 of a service across nodes: the other
   ranks serve only a health check) with its metrics on (`metrics: false` leaves it out), at its
-  port; labels host, group, service, role, model_name (its served_model_name, else its
+  port; labels host, group, service, role, served (its served_model_name, else its
   model_path: SGLang's own default, srt/arg_groups/serving_hook.py);
 - `sglang-router`: every router, at the port of its own metrics listener (services/router.py);
 - `node`: the node_exporter of every host whose `monitoring` var is on (true, or the role's
   settings as a mapping), whose textfile carries specops's series.
 
-Every address is reach.py's, as a machine outside the inventory reaches the host.
+Every address is reach.py's, as a machine outside the inventory reaches the host.  No target
+label is one SGLang's own series carry (SGLANG_LABELS): Prometheus would rename the series' own
+`exported_<name>`.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from ..sglang.spec import metrics_on
 
 JOBS = ("sglang", "sglang-router", "node")
 ROLES = {"sglang": "sglang", "sglang-router": "router", "node": "node"}
+# the labels SGLang 0.5.23 puts on its own series (srt/observability/metrics_collector.py): a target
+# label of the same name would take the series' own, which Prometheus then renames exported_<name>
+SGLANG_LABELS = frozenset({"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"})
 
 
 def group_of(host) -> str:
@@ -30,8 +35,8 @@ def group_of(host) -> str:
     return next((g for g in host.groups if g not in ("all", "ungrouped")), "all")
 
 
-def model_name(svc: dict) -> str:
-    """The model_name label SGLang puts on its series."""
+def served(svc: dict) -> str:
+    """The model the service serves, as SGLang names it (its own series' model_name)."""
     return svc.get("served_model_name") or svc["model_path"]
 
 
@@ -55,7 +60,7 @@ def targets(inventory) -> tuple[dict[str, list[dict]], list[str]]:
                 warnings.append(f"{host.name}/{svc['name']} listens on {bind} only: a Prometheus on another "
                                 f"machine cannot scrape it (give it `bind: 0.0.0.0`, or its address)")
             out["sglang"].append(_entry(reach.service_hostport(host, svc), host, "sglang", service=svc["name"],
-                                        model_name=model_name(svc)))
+                                        served=served(svc)))
         for svc in of_kind(host, "router"):
             out["sglang-router"].append(_entry(reach.service_hostport(host, svc, number=metrics_port(svc)), host,
                                                "sglang-router", service=svc["name"]))

@@ -101,6 +101,7 @@ def collect(run: HostRun) -> dict:
 
 
 MIN_VERIFY_CALLS = 200  # fewer since the server started: too little traffic to judge its accept length
+VERDICTS = {"not_paying": "DRAFT NOT PAYING", "degraded": "DRAFT DEGRADED"}  # production's keys, as said
 
 
 def runs(unit_text: str | None, kept: protocol.ReleasesResult, name: str, peeked, inventory_venv: str) -> dict:
@@ -118,21 +119,30 @@ def runs(unit_text: str | None, kept: protocol.ReleasesResult, name: str, peeked
 
 
 def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ran: dict) -> dict:
-    """Its /metrics against what its release measured: the figures and, when the draft no longer
-    pays (its watch's fraction of the release's accept length, with traffic to judge), the words."""
-    from ..fleetwide.rules import watch_of
+    """Its /metrics against what its release measured: the figures and, with traffic to judge,
+    payoff.py's verdict in words: not paying (where the release measured a speedup, the estimate
+    under 1 + its watch's margin), else degraded (under its watch's fraction of the accept length)."""
+    from ..fleetwide.payoff import estimate, payoff, watch_of
     out = {k: running.get(k) for k in ("accept_length", "gen_throughput", "queue", "running", "verify_calls",
                                        "generation_tokens", "error")}
     rel = next((r for r in kept.releases if r["stamp"] == ran["release"]), None) or {}
     figure = protocol.release_figure((rel.get("perf") or {}).get(svc["name"]), (rel.get("tune") or {}).get(svc["name"]),
                                      (rel.get("spec") or {}).get(svc["name"]) or {})
-    out["deployed_accept_length"], out["deployed_source"] = (figure[0], figure[2]) if figure else (None, None)
-    fraction = watch_of(host, svc)[0]
-    now, then = out.get("accept_length"), out["deployed_accept_length"]
-    if now and then and (out.get("verify_calls") or 0) >= MIN_VERIFY_CALLS and now < fraction * then:
-        out["not_paying"] = (f"accept length {now:.1f} in production, {then:.1f} when deployed at {rel['stamp']} "
-                             f"({out['deployed_source']}): the draft no longer fits this traffic; run inv spec-tune "
-                             f"--host {host.name}")
+    out["deployed_accept_length"], out["deployed_speedup"], out["deployed_source"] = figure or (None, None, None)
+    now, then, speedup = out.get("accept_length"), out["deployed_accept_length"], out["deployed_speedup"] or None
+    if not (now and then and (out.get("verify_calls") or 0) >= MIN_VERIFY_CALLS):
+        return out
+    w = watch_of(host, svc)
+    not_paying, degraded = payoff(w, now, then, speedup)
+    measured = f"accept length {then:.1f} when deployed at {rel['stamp']} ({out['deployed_source']})"
+    tune = f"run inv spec-tune --host {host.name}"
+    if not_paying:
+        out["not_paying"] = (f"estimated speedup {estimate(now, then, speedup):.2f}× (accept length {now:.1f} in "
+                             f"production; {speedup:.2f}× at {measured}), under {1 + w.speedup_margin:g}: below 1 "
+                             f"speculative decoding costs more than it gives; {tune}")
+    elif degraded:
+        out["degraded"] = (f"accept length {now:.1f} in production, under {w.accept_fraction:g} × {measured}: the "
+                           f"draft fits this traffic less well, and may still pay; {tune}")
     return out
 
 
@@ -172,7 +182,8 @@ def table(results: dict[str, dict]) -> str:
 
 
 def _runs_lines(host: str, s: dict) -> list[str]:
-    """What the unit runs, as status says it; its production figures, and a draft that no longer pays."""
+    """What the unit runs, as status says it; its production figures, and a draft that no longer
+    pays or pays less."""
     ran, out = s.get("runs") or {}, []
     if ran.get("venv"):
         line = (f"{host}: {s['service']} runs sglang {ran.get('sglang') or '?'} from stack {ran['venv']} "
@@ -192,14 +203,13 @@ def _runs_lines(host: str, s: dict) -> list[str]:
         out.append(f"{host}: {s['service']} in production: {accept}; "
                    f"{p.get('gen_throughput') or 0:.1f} tok/s; {int(p.get('running') or 0)} running, "
                    f"{int(p.get('queue') or 0)} queued; {int(p.get('verify_calls') or 0)} verify calls since start")
-    if p and p.get("not_paying"):
-        out.append(f"{host}: {s['service']}: DRAFT NOT PAYING: {p['not_paying']}")
+    out += [f"{host}: {s['service']}: {said}: {p[key]}" for key, said in VERDICTS.items() if p and p.get(key)]
     return out
 
 
 def needs_doing(results: dict[str, dict]) -> bool:
     """What --strict fails on: anything status shows that a run (or a person) must act on."""
     return any(s.get("drift") or s.get("stale") or s.get("restarts") or s.get("spec_mismatch")
-               or s.get("not_serving") or (s.get("production") or {}).get("not_paying")
+               or s.get("not_serving") or any((s.get("production") or {}).get(key) for key in VERDICTS)
                or (s.get("runs") or {}).get("venv") not in (None, (s.get("runs") or {}).get("inventory_venv"))
                for res in results.values() for s in res["services"])

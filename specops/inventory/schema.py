@@ -136,9 +136,10 @@ SERVICE = {
         "budget": int,                  # the most restarts a tune may spend per draft (--budget)
         "drafts": [str],                # draft checkpoints to compare (default: the service's own)
     },
-    "watch": {  # what `inv monitoring`'s SpecDecodeNotPayingOff alert holds it to (specops/fleetwide/rules.py)
-        "accept_fraction": NUMBER,      # production accept length below this × the release's measure fires
-        "for": DURATION,                # ... for this long
+    "watch": {  # when the draft no longer pays, or pays less (specops/fleetwide/payoff.py: defaults, the verdicts)
+        "accept_fraction": NUMBER,      # degraded: production accept length below this × the release's measure
+        "speedup_margin": NUMBER,       # not paying: estimated speedup below 1 + this (0 or more)
+        "for": DURATION,                # the alerts: for this long
         "min_verify_rate": NUMBER,      # ... only with at least this many verify calls/s of traffic
     },
 }
