@@ -14,7 +14,8 @@ import yaml
 from dashboard_check import panels_return_series
 from specops import inventory
 from specops.fleetwide import dashboard, monitoring, rules
-from test_monitoring import ROOT, fleet, promtool, scraped
+from test_monitoring import ROOT, fleet, promtool
+from test_monitoring_alerts import scraped
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SERVICES = [("w1", "sglang"), ("w2", "sglang"), ("w3", "sglang"), ("n0", "big")]  # fleet()'s scraped services

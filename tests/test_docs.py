@@ -19,7 +19,7 @@ TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "templates", 
 # patch folder (a patch is named by its path inside the sglang package, `srt/models/llama.py`).
 BASES = (ROOT, ROOT / "specops", ROOT / "files" / "patches")
 # Named in the docs, git-ignored: written by `inv sandbox.up`, and the user's own (from inventory.example/).
-GENERATED = {"sandbox/inventory", "inventory"}
+GENERATED = {"sandbox/inventory", "inventory", "sandbox/prometheus"}  # written by the tasks the docs run
 WRITTEN = re.compile(r"\.(merge|patch)-?\d[\w.]*$")  # what `inv patch --rebase` writes: FILE.merge-0.5.24
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")

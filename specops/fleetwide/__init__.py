@@ -7,13 +7,9 @@ connection (that is a flow: specops/flows/), an op or a role (specops/ops/, role
 run shows of itself (specops/output/).
 
 - `monitoring`: `inv monitoring`'s Prometheus configuration, from `targets` (who to scrape,
-<<<<<<< HEAD
   with which labels) and `rules` (recording rules and alerts), and its Grafana dashboard
   (`dashboard`);
-=======
-  with which labels) and `rules` (recording rules and alerts);
 - `payoff`: a service's `watch:` and whether its draft still pays, judged once for the alerts
   and `inv status`;
->>>>>>> alerts
 - `report`: `inv report`'s page, from the releases each host's flow read.
 """

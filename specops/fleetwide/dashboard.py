@@ -38,11 +38,11 @@ def per_service(series: str, agg: str = "max", labels: str = "host, service") ->
 
 
 def threshold_lines(inventory) -> list[tuple[str, str]]:
-    """SpecDecodeNotPayingOff's threshold, accept_fraction × what the release measured: one
+    """SpecDecodeDegraded's threshold, accept_fraction × what the release measured: one
     query per fraction the inventory's `watch:` settings give and set of services."""
     by_fraction = defaultdict(list)
-    for (fraction, _, _), pairs in watched(inventory).items():
-        by_fraction[fraction] += pairs
+    for w, pairs in watched(inventory).items():
+        by_fraction[w.accept_fraction] += pairs
     return [(f"{fraction:g} * max by (host, service) (specops_release_accept_length{{{sel}, {EACH}}})",
              f"{WHO} alert under ({fraction:g} x release)")
             for fraction, pairs in sorted(by_fraction.items()) for sel in selectors(pairs)]
@@ -81,7 +81,7 @@ def panels(inventory) -> list[dict]:
             *threshold_lines(inventory)],
               "Tokens per verify step: SGLang's own figure over its last decode-log window (the recording rule "
               "specops:accept_length:window), what the release's spec-bench or spec-tune measured, and where "
-              "SpecDecodeNotPayingOff fires (the service's watch.accept_fraction of the release's)."),
+              "SpecDecodeDegraded fires (the service's watch.accept_fraction of the release's)."),
         panel("Tokens/s", "timeseries", 12, 8, [
             (per_service("sglang:gen_throughput", "sum"), WHO),
             (f"specops:generation_tokens:rate5m{{{EACH}}}", f"{WHO} (5m, finished requests)")],

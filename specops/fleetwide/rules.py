@@ -114,16 +114,9 @@ def selectors(pairs) -> list[str]:
     return sorted(f'{_match("host", list(h))}, {_match("service", sorted(s))}' for h, s in services_of.items())
 
 
-<<<<<<< HEAD
-def watched(inventory) -> dict[tuple[float, str, float], list[tuple[str, str]]]:
-    """`watch:` setting (watch_of's) → the (host, service) pairs it applies to: every scraped
-    service with speculative decoding on (SpecDecodeNotPayingOff's, and the dashboard's line)."""
-=======
-def payoff_alerts(inventory) -> list[dict]:
-    """SpecDecodeNotPayingOff and SpecDecodeDegraded (payoff.py's two verdicts, written as PromQL),
-    for every speculative service with traffic to judge: one rule each per distinct `watch:` and
-    set of services.  Where the release measured no speedup (no series) only Degraded can fire."""
->>>>>>> alerts
+def watched(inventory) -> dict:
+    """`watch:` setting (payoff.Watch) → the (host, service) pairs it applies to: every scraped
+    service with speculative decoding on (the payoff alerts', and the dashboard's line)."""
     settings = defaultdict(list)
     for host in inventory.hosts.values():
         for svc in scraped(host):
@@ -132,14 +125,12 @@ def payoff_alerts(inventory) -> list[dict]:
     return dict(settings)
 
 
-def not_paying_off(inventory) -> list[dict]:
-    """SpecDecodeNotPayingOff, one rule per distinct `watch:` setting and set of services."""
+def payoff_alerts(inventory) -> list[dict]:
+    """SpecDecodeNotPayingOff and SpecDecodeDegraded (payoff.py's two verdicts, written as PromQL),
+    for every speculative service with traffic to judge: one rule each per distinct `watch:` and
+    set of services.  Where the release measured no speedup (no series) only Degraded can fire."""
     out = []
-<<<<<<< HEAD
-    for (fraction, for_, rate), pairs in sorted(watched(inventory).items()):
-=======
-    for w, pairs in sorted(settings.items()):
->>>>>>> alerts
+    for w, pairs in sorted(watched(inventory).items()):
         for sel in selectors(pairs):
             not_paying, degraded = payoff(w, Series(f"specops:accept_length:window{{{sel}}}"),
                                           Series(f"max by (host, service) (specops_release_accept_length{{{sel}}})"),
