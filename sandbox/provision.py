@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -237,9 +238,17 @@ def site_key(site: fleet.Site) -> str:
     if not path.exists():
         import secrets
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text("sk-sandbox-" + secrets.token_hex(12))
+        _private(path, "sk-sandbox-" + secrets.token_hex(12))
     return path.read_text().strip()
+
+
+def _private(path: Path, text: str) -> None:
+    """`text` as the whole of `path`, root's alone (0600), written under a new name and renamed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def known_hosts_path(site: fleet.Site) -> Path:
@@ -270,7 +279,7 @@ def write_inventory(f: fleet.Fleet) -> Path:
     if not patch.exists():
         patch.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(HERE.parent / "files" / "patches" / DEMO_PATCH, patch)
-    (path / "hosts.yml").write_text(inventory_yaml(f))
+    _private(path / "hosts.yml", inventory_yaml(f))  # it holds the servers' key
     return path
 
 

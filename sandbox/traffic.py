@@ -17,8 +17,12 @@ KNOB = "/run/sglang-sim/accept_rate"  # sim_perf.ACCEPT_FILE, on the host
 
 def _hosts(site: fleet.Site) -> list[tuple[fleet.Host, list[dict]]]:
     """(host, its services) of the sandbox's own inventory; a host's index from its address."""
-    doc = yaml.safe_load((site.inventory_dir / "hosts.yml").read_text())
-    hosts = doc["all"]["children"]["sandbox"]["hosts"]
+    path = site.inventory_dir / "hosts.yml"
+    try:
+        hosts = yaml.safe_load(path.read_text())["all"]["children"]["sandbox"]["hosts"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not the inventory `inv sandbox.up` wrote ({type(e).__name__}: {e}); "
+                         f"run inv sandbox.up") from None
     return [(fleet.Host(name, (int(v["address"].rsplit(".", 1)[1]) - 2) // 4, site), v.get("services") or [])
             for name, v in hosts.items()]
 

@@ -17,6 +17,10 @@ from . import protocol
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 GIT_TIMEOUT = 3.0  # seconds for each git command
+# specops runs as root: git runs no program a repository's config names (fsmonitor, hooks), and
+# trusts only repositories of the user it runs as (git's own rule; an empty safe.directory drops a
+# system or global `safe.directory=*`), so another user's checkout gives no commit, never their code
+SAFE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=")
 
 
 def _git(directory: Path, *args: str) -> str | None:
@@ -25,7 +29,7 @@ def _git(directory: Path, *args: str) -> str | None:
     no optional lock (a `git status` beside the user's own git never makes theirs fail)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
-        res = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True,
+        res = subprocess.run(["git", *SAFE, "-C", str(directory), *args], capture_output=True, text=True,
                              timeout=GIT_TIMEOUT, env={**env, "GIT_OPTIONAL_LOCKS": "0"}, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError, ValueError):
         return None

@@ -75,7 +75,7 @@ def test_the_admin_key_goes_to_the_env_file_and_the_launcher_never_to_the_comman
 
 
 def test_a_router_takes_no_admin_key(tmp_path):
-    h = host(tmp_path, [{"name": "r", "kind": "router", "api_key": "rk-1", "admin_api_key": "a-1",
+    h = host(tmp_path, [{"name": "r", "kind": "router", "api_key": "rk-1", "admin_api_key": "adm-1",
                          "workers": {"group": "all"}}, {**SVC, "port": 30001, "api_key": "rk-1",
                                                                   "bind": "0.0.0.0"}])
     with pytest.raises(UsageError, match="admin_api_key and open_admin are an SGLang server's"):
@@ -166,3 +166,27 @@ print(json.dumps({"admin": admin, "allowed": out, "keys": [d["api_key"], d["admi
     assert set(real["admin"]) == auth.ADMIN_OPTIONAL
     assert [auth.allowed("POST", p, hdr, k, a) for k, a, hdr, p in cases] == real["allowed"]
     assert real["keys"] == ["k-1", "a-1"]
+
+
+def test_open_admin_false_opens_nothing_and_a_router_refuses_it(tmp_path):
+    with pytest.raises(UsageError, match="it needs an api_key"):
+        check(tmp_path, bind="0.0.0.0", open_admin=False)
+    h = host(tmp_path, [{"name": "r", "kind": "router", "api_key": "rk-1", "open_admin": False,
+                         "workers": {"group": "all"}}, {**SVC, "port": 30001, "api_key": "rk-1", "bind": "0.0.0.0"}])
+    with pytest.raises(UsageError, match="admin_api_key and open_admin are an SGLang server's"):
+        router_role.check(h, [h["services"][0]])
+
+
+@pytest.mark.parametrize("args", [["--host", "0.0.0.0"], ["--port=9100"], ["--api-key", "k-123"],
+                                  ["--admin-api-key=adm-456"]])
+def test_extra_args_cannot_move_the_listener_or_carry_a_key(tmp_path, args):
+    with pytest.raises(UsageError, match=rf"extra_args may not hold {args[0].split('=')[0]}: give bind, port"):
+        check(tmp_path, extra_args=["--log-level", "info", *args])
+
+
+def test_a_name_that_starts_with_127_is_not_loopback_and_a_short_key_is_refused(tmp_path):
+    from specops.inventory import reach
+    assert reach.loopback("127.0.0.2") and reach.loopback("::1") and reach.loopback("localhost")
+    assert not reach.loopback("127.attacker.example") and not reach.loopback("0.0.0.0")
+    with pytest.raises(UsageError, match="4 or more printable ASCII characters"):
+        host(tmp_path, [{**SVC, "admin_api_key": "abc"}])

@@ -73,3 +73,34 @@ def test_the_agent_installs_nothing_that_is_not_what_the_controller_sent(debs, t
     os.symlink(deb, staged)  # a link is never followed
     with pytest.raises(OSError):
         installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256="0" * 64, package=PKG))
+
+
+def test_a_deb_only_another_user_controls_or_one_of_several_is_refused(debs, tmp_path):
+    deb = next(debs.glob("*.deb"))
+    (debs / "SHA256SUMS").write_text(f"{'0' * 64}  other.deb\n")  # a sums file that does not list it
+    with pytest.raises(UsageError, match=r"is not the file .*SHA256SUMS lists"):
+        DebPackage(PKG, str(debs))
+    (debs / "SHA256SUMS").unlink()
+    os.chown(deb, 65534, 65534)  # nobody's
+    with pytest.raises(UsageError, match="is a link, or another user's, or others can write it"):
+        DebPackage(PKG, str(debs))
+    os.chown(deb, 0, 0)
+    debs.chmod(0o777)
+    with pytest.raises(UsageError, match="is a link, or another user's, or others can write it"):
+        DebPackage(PKG, str(debs))
+    debs.chmod(0o755)
+    shutil.copy(deb, debs / f"{PKG}_9.9.9-1_arm64.deb")
+    with pytest.raises(UsageError, match=r"holds 2 prometheus-node-exporter .debs .*keep the one for these hosts"):
+        DebPackage(PKG, str(debs))
+
+
+def test_the_agent_installs_no_file_but_roots_and_no_package_name_but_debians(debs, tmp_path):
+    deb = next(debs.glob("*.deb"))
+    staged = tmp_path / "staged.deb"
+    shutil.copy(deb, staged)
+    os.chown(staged, 65534, 65534)
+    sha = hashlib.sha256(deb.read_bytes()).hexdigest()
+    with pytest.raises(ActionError, match="is not a file of root's alone"):
+        installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=sha, package=PKG))
+    with pytest.raises(ActionError, match="not a Debian package name"):
+        installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=sha, package="x; rm -rf /"))

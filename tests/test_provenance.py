@@ -131,3 +131,16 @@ def test_the_checkout_read_is_this_repository_s_head():
         pytest.skip("not a git checkout")
     assert provenance.commit(provenance.CHECKOUT).split("+")[0] == head.stdout.strip()
     assert os.path.samefile(provenance.CHECKOUT / "specops" / "provenance.py", provenance.__file__)
+
+
+def test_git_runs_no_program_the_repository_names_and_reads_no_other_repository(repo, tmp_path, monkeypatch):
+    """specops runs as root: a repository's fsmonitor or hooks never run, and GIT_* of the caller's
+    environment (a hook's GIT_DIR) never points git elsewhere."""
+    marker = tmp_path / "ran"
+    git(repo, "config", "core.fsmonitor", f"touch {marker}; false")
+    git(repo, "config", "core.hooksPath", str(tmp_path))
+    (repo / "README").write_text("changed\n")
+    head = git(repo, "rev-parse", "HEAD")
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "nowhere"))
+    assert provenance.commit(repo) == head + "+dirty"
+    assert not marker.exists()

@@ -92,8 +92,10 @@ def ids(owner, group):
 def run_streamed(argv_or_cmd, desc, env=None, pass_fds=()):
     """Run a command (see _spawn), streaming its output as progress; raise on failure with the
     lines that say why (pip's ERROR lines, else the last few)."""
-    proc = children.spawn(argv_or_cmd, shell=isinstance(argv_or_cmd, str), stdout=subprocess.PIPE,
-                  stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1, env=env, pass_fds=pass_fds)
+    # stdin: nothing (the agent's own carries the protocol; a prompt must fail, not read it)
+    proc = children.spawn(argv_or_cmd, shell=isinstance(argv_or_cmd, str), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1,
+                          env=env, pass_fds=pass_fds)
     tail, t0 = [], time.time()
     try:
         for line in proc.stdout:

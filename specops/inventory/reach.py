@@ -10,6 +10,8 @@ worker URLs (specops/services/router.py), a multi-node service's --dist-init-add
 """
 from __future__ import annotations
 
+import ipaddress
+
 from ..layout import DEFAULT_PORT
 
 LOOPBACK = "127.0.0.1"
@@ -28,8 +30,14 @@ def address(host, via: str | None = None) -> str:
 
 
 def loopback(bind: str) -> bool:
-    """A bind address only the host itself can reach."""
-    return bind.startswith("127.") or bind in ("localhost", "::1")
+    """A bind address only the host itself can reach: a loopback address, or `localhost` (a name
+    that merely starts with 127. is not one)."""
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
 
 
 def local_address(bind: str) -> str:

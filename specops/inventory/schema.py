@@ -72,7 +72,9 @@ WEIGHTS = {  # where a service's weights come from (roles/models.py)
     "token_env": str,                # the env_secret that holds the token (default HF_TOKEN)
 }
 
-API_KEY = Pattern(r"^[\x21-\x7e]+$", "an API key is printable ASCII without spaces (it travels in an HTTP header)")
+# at least 4 characters: every printed line is redacted of secrets that long (shorter ones would show)
+API_KEY = Pattern(r"^[\x21-\x7e]{4,}$", "an API key is 4 or more printable ASCII characters without spaces (it "
+                                         "travels in an HTTP header)")
 
 SERVICE = {
     "name": Req(UNIT_NAME),

@@ -1,7 +1,9 @@
 """Debian/Ubuntu packages, by name: installed with apt-get when dpkg does not list them, or from a
 .deb the controller holds (a host-level `debs:` directory) where there is no mirror."""
 import hashlib
+import os
 import re
+import stat
 from pathlib import Path
 
 from .. import protocol
@@ -48,14 +50,29 @@ class AptPackages(Op):
         return change
 
 
+def _trusted(path: Path) -> None:
+    """A controller path whose .deb root will install: no link, owned by root or this user, and
+    writable by no one else (a .deb's maintainer scripts run as root on every host it reaches)."""
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode) or st.st_uid not in (0, os.getuid()) or st.st_mode & 0o022:
+        raise UsageError(f"debs: {path} is a link, or another user's, or others can write it: specops installs "
+                         f"no .deb from there")
+
+
 def controller_deb(directory: str, package: str) -> tuple[Path, str]:
-    """(the newest `package` .deb in a controller directory, its sha256).  A SHA256SUMS file there
+    """(the one `package` .deb in a controller directory, its sha256).  A SHA256SUMS file there
     (sha256sum's format) must list it with that digest."""
     where = Path(directory).expanduser()
     found = sorted(where.glob(f"{package}_*.deb")) if where.is_dir() else []
     if not found:
         raise UsageError(f"debs: {where} holds no {package}_*.deb")
-    deb, digest = found[-1], hashlib.sha256(found[-1].read_bytes()).hexdigest()
+    if len(found) > 1:  # a version or an architecture to choose: the user's to say, by keeping one
+        raise UsageError(f"debs: {where} holds {len(found)} {package} .debs ({', '.join(p.name for p in found)}): "
+                         f"keep the one for these hosts")
+    deb = found[0]
+    for path in (where, deb):
+        _trusted(path)
+    digest = hashlib.sha256(deb.read_bytes()).hexdigest()
     sums = where / "SHA256SUMS"
     if sums.exists():
         listed = {line.split()[-1].lstrip("*"): line.split()[0] for line in sums.read_text().splitlines() if line.strip()}

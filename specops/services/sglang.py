@@ -122,11 +122,20 @@ class SGLang(ServiceKind):
 ADMIN_EXAMPLES = "/configure_logging, /update_weights_from_disk, /load_lora_adapter"
 
 
+# What extra_args may not say: where the server listens (the checks above read `bind` and `port`)
+# and its keys (a flag's value is on the command line, where every user of the host reads it).
+OWN_FLAGS = ("--host", "--port", "--api-key", "--admin-api-key")
+
+
 def admin_surface(host, svc) -> str:
     """Refuses a server reachable beyond loopback whose admin endpoints anyone may call; its
     warning ("" when none) when the inventory says it is open on purpose (`open_admin: true`)."""
     bind = svc.get("bind", reach.LOOPBACK)
     where = f"{host.name}: service {svc['name']!r}"
+    said = [a for a in map(str, svc.get("extra_args") or []) if a.split("=", 1)[0] in OWN_FLAGS]
+    if said:
+        raise UsageError(f"{where}: extra_args may not hold {said[0].split('=', 1)[0]}: give bind, port, api_key "
+                         f"or admin_api_key (a key in extra_args would be on the command line)")
     if reach.loopback(bind) or svc.get("api_key"):
         return ""
     if svc.get("open_admin") is True:

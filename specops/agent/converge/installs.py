@@ -85,15 +85,17 @@ def apt_install(a, allowed=()):
 
 def dpkg_install(a, allowed=()):
     """Answer a protocol.DpkgInstall.  The .deb is read through a descriptor opened without following
-    a link, in a directory only root writes (the push's receiver made it so), and dpkg is given that
-    same open file (/proc/self/fd): what was checked is what is installed."""
+    a link (nor waiting on a FIFO), in a directory only root writes (the push's receiver made it so),
+    and dpkg is given that same open file (/proc/self/fd): what was checked is what is installed.
+    A failed install leaves the package as dpkg knew it before: purged when it had no record,
+    removed (its conffiles kept) when it had one."""
     if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", a.package):
         raise ActionError("not a Debian package name: %r" % a.package)
-    fd = os.open(a.path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(a.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         digest, st = hashlib.sha256(), os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
-            raise ActionError("%s is not a file of root's" % a.path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_nlink != 1:
+            raise ActionError("%s is not a file of root's alone" % a.path)
         for block in iter(lambda: os.read(fd, 1 << 20), b""):
             digest.update(block)
         if digest.hexdigest() != a.sha256:
@@ -103,15 +105,20 @@ def dpkg_install(a, allowed=()):
         _, named, err = run_owned(["dpkg-deb", "-f", deb, "Package"], pass_fds=(fd,))
         if named.strip() != a.package:
             raise ActionError("%s is %r, not %s" % (a.path, named.strip() or err.strip(), a.package))
+        known = run_owned(["dpkg-query", "-W", a.package])[0] == 0
         try:
-            run_streamed(["dpkg", "-i", deb], a.desc or "dpkg -i", env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
-                         pass_fds=(fd,))
+            # no prompt (a conffile of an earlier install is kept as it is)
+            run_streamed(["dpkg", "--force-confdef", "--force-confold", "-i", deb], a.desc or "dpkg -i",
+                         env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), pass_fds=(fd,))
         except ActionError as e:  # unmet Depends leave it unpacked, unconfigured: take it off again
-            run_owned(["dpkg", "--purge", a.package])
-            raise ActionError("%s; %s purged again, nothing of it left" % (e, a.package))
+            run_owned(["dpkg", "--remove" if known else "--purge", a.package])
+            raise ActionError("%s; %s taken off again, as dpkg knew it before" % (e, a.package))
     finally:
         os.close(fd)
-        os.unlink(a.path)
+        try:
+            os.unlink(a.path)
+        except OSError:
+            pass
 
 
 def tool_venv(name, spec, sources):
