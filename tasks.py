@@ -295,7 +295,7 @@ def sandbox_up(c, hosts=1, flavour="root"):
                                           "simulator's own again; default: leave it",
                              "seconds": "How long to send requests (default 60; 0: none)",
                              "clients": "Requests in flight per server (default 2)"})
-def sandbox_traffic(c, accept_rate="", seconds=60.0, clients=2):
+def sandbox_traffic(c, accept_rate="", seconds=60, clients=2):
     """Send requests to the sandbox's servers for a while, with their draft's acceptance moved or
     put back: what makes a demo's draft stop paying, for Prometheus and `inv status` to see."""
     from sandbox import traffic

@@ -7,6 +7,9 @@ With acceptance alpha and the demo's chain of 3 draft tokens, the accept length 
 1 + alpha + alpha^2 + alpha^3: 2.95 at the simulator's 0.8, 1.25 at 0.2."""
 from __future__ import annotations
 
+import time
+from contextlib import ExitStack
+
 import yaml
 
 from sandbox import fleet
@@ -30,27 +33,30 @@ def _hosts(site: fleet.Site) -> list[tuple[fleet.Host, list[dict]]]:
 def traffic(accept_rate: str = "", seconds: float = 60, clients: int = 2) -> str:
     """Set (a number), put back ("off") or leave ("") the draft's acceptance on every sandbox host,
     then send `clients` closed-loop requests to each server for `seconds`; what was done."""
-    site, said = fleet.DEFAULT_SITE, []
-    loads = []
+    site, said, loads = fleet.DEFAULT_SITE, [], []
+    alpha = None
+    if accept_rate not in ("", "off"):
+        try:
+            alpha = float(accept_rate)
+        except ValueError:
+            alpha = -1.0
+        if not 0 <= alpha <= 1:
+            raise ValueError(f"--accept-rate: give a number from 0 to 1, or off (got {accept_rate})")
     for h, services in _hosts(site):
         if accept_rate == "off":
             h.run("rm", "-f", KNOB)
             said.append(f"{h.name}: the draft's acceptance is the simulator's own again")
-        elif accept_rate:
-            alpha = float(accept_rate)
-            if not 0 <= alpha <= 1:
-                raise ValueError(f"--accept-rate: give a number from 0 to 1, or off (got {accept_rate})")
+        elif alpha is not None:
             h.run("sh", "-c", f"mkdir -p {KNOB.rsplit('/', 1)[0]} && echo {alpha} > {KNOB}")
             said.append(f"{h.name}: the draft now accepts {alpha:g} of its tokens (accept length "
                         f"{1 + alpha + alpha ** 2 + alpha ** 3:.2f} with 3 draft steps)")
         loads += [(h, s, Load(h.address, s.get("port", 30000), s.get("api_key", ""), clients, 48))
                   for s in services if seconds > 0]
-    import time
-    for _, _, load in loads:
-        load.__enter__()
-    time.sleep(max(0.0, seconds - 2))
+    with ExitStack() as running:  # every load started is stopped, however this ends
+        for _, _, load in loads:
+            running.enter_context(load)
+        time.sleep(max(0.0, seconds - 2))  # each load's entry and exit wait a second
     for h, s, load in loads:
-        load.__exit__(None, None, None)
         got = load.summary()
         said.append(f"{h.name}/{s['name']}: {got['served']} requests served, {got['failed']} failed in {seconds:g} s")
     return "\n".join(said)
