@@ -1,0 +1,19 @@
+"""`inv sandbox.traffic`'s input, without a fleet: a bad acceptance or a missing inventory is one
+line, said before anything is sent or written."""
+import pytest
+
+from sandbox import fleet, traffic
+
+
+@pytest.mark.parametrize("rate", ["2", "-0.1", "half"])
+def test_a_bad_acceptance_is_refused_before_anything(rate, monkeypatch):
+    monkeypatch.setattr(traffic, "_hosts", lambda site: pytest.fail("read the inventory"))
+    with pytest.raises(ValueError, match=rf"--accept-rate: give a number from 0 to 1, or off \(got {rate}\)"):
+        traffic.traffic(rate, 0)
+
+
+def test_an_inventory_sandbox_up_did_not_write_is_said_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(fleet, "DEFAULT_SITE", fleet.Site("sox", "192.168.250", tmp_path, tmp_path))
+    (tmp_path / "hosts.yml").write_text("all: {hosts: {}}\n")
+    with pytest.raises(ValueError, match=r"hosts.yml: not the inventory `inv sandbox.up` wrote \(KeyError"):
+        traffic.traffic("", 0)
