@@ -225,6 +225,12 @@ def test_faults_in_a_start_and_a_removal(sandbox):
     on_release(sandbox, h, one, release, then, restarted=False)  # it removed nothing: nothing restarted
     TRIED.append("remove")
 
+    # node_exporter from the controller's .deb (a host with no mirror): failed, it is not installed
+    deb = inventory(sandbox, "deb", {"t4": {"services": [sandbox_service()], "monitoring": True,
+                                            "debs": str(aptrepo.DEBS)}})
+    try_faults(sandbox, h, ["dpkg-install"], one, deb, current(h), serving(h), TRIED)
+    assert h.run("dpkg-query", "-W", "prometheus-node-exporter", check=False).returncode != 0
+
 
 @pytest.mark.reliability("apply-fault", "fault")
 def test_faults_in_a_venvs_packages(sandbox, pkg_index):

@@ -336,7 +336,9 @@ def test_readme_demo_command(sandbox, tmp_path):
         assert first.returncode == 0, first.stdout + first.stderr
         assert "failed=0" in first.stdout and "sglang verified" in first.stdout
         demo = fleet.Host("sandbox", 1, fleet.Site("sod", "192.168.233", tmp_path / "site"))
-        info = json.loads(demo.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
+        from sandbox.provision import site_key  # the demo listens beyond loopback, with the site's key
+        info = json.loads(demo.run("curl", "-sf", "-H", f"Authorization: Bearer {site_key(demo.site)}",
+                                   "http://127.0.0.1:30000/model_info").stdout)
         assert info["model_code"] == "patched: embedding capture"  # the seed's patch is what runs
         before = host_snapshot(demo, "/models/tiny-llama-eagle3/config.json")
         again = sandbox.inv("deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
