@@ -87,7 +87,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import setproctitle
 
-from sglang import sim_chat, sim_metrics, sim_noise, sim_startup
+from sglang import sim_chat, sim_dump, sim_metrics, sim_noise, sim_startup
 from sglang.sim_perf import Model, with_draft
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.utils import auth
@@ -151,6 +151,7 @@ class State:
     verify_steps = 0
     perf = None  # sim_perf.Model, made in main()
     metrics = None  # sim_metrics.Metrics with --enable-metrics
+    dump = None  # sim_dump.RequestDump, made in main(): off until /configure_logging names a folder
 
 
 def draft_config(args):
@@ -286,22 +287,28 @@ def make_handler(args, model_module, model_config, capture):
             params = req.get("sampling_params") or {}
             n = params.get("max_new_tokens")
             interval = int(params.get("stream_interval") or args.stream_interval)
+            created = time.time()
             if not req.get("stream"):
                 text, meta = self.generate(str(req.get("text", "")), n, interval)
-                return self._send(200, {"text": text, "meta_info": meta})
-            self.start_stream()  # SGLang's: server-sent events (as stream_now says), then [DONE]
-            self.generate(str(req.get("text", "")), n, interval,
-                          lambda text, meta: self.event({"text": text, "meta_info": meta}))
-            self.event(None)
+                self._send(200, {"text": text, "meta_info": meta})
+            else:
+                self.start_stream()  # SGLang's: server-sent events (as stream_now says), then [DONE]
+                text, meta = self.generate(str(req.get("text", "")), n, interval,
+                                           lambda text, meta: self.event({"text": text, "meta_info": meta}))
+                self.event(None)
+            State.dump.finished(req, {"text": text, "meta_info": meta}, created)
 
         def admin(self, path, req):
-            """The admin routes the sandbox plays: /configure_logging answers 200 with no body (as
-            0.5.23's); /update_weights_from_disk fails, as loading weights is beyond a stand-in;
-            the others answer 200."""
+            """The admin routes the sandbox plays: /configure_logging sets the request dump
+            (sim_dump.py) and answers 200 with no body, as 0.5.23's; /update_weights_from_disk
+            fails, as loading weights is beyond a stand-in; the others answer 200."""
+            if path == "/configure_logging":
+                State.dump.configure(req if isinstance(req, dict) else {})
+                return self._send(200, b"")
             if path == "/update_weights_from_disk":
                 return self._send(400, {"success": False, "message": "the sandbox loads no weights",
                                         "num_paused_requests": 0})
-            return self._send(200, b"" if path == "/configure_logging" else {"success": True})
+            return self._send(200, {"success": True})
 
         def generate(self, prompt, n, interval, emit=None):
             """One request of `n` tokens (None: DEFAULT_MAX_NEW_TOKENS) through the performance
@@ -480,6 +487,7 @@ def main(argv=None):
              module.MODEL_CODE, getattr(module, "FILE_VERSION", None))
     draft = draft_config(args)
     capture = eagle3_capture_layers(args, model_config, module, draft)
+    State.dump = sim_dump.RequestDump(args)
     State.perf = Model(args.speculative_algorithm, args.speculative_num_steps, args.speculative_num_draft_tokens,
                        args.speculative_eagle_topk, env=with_draft(os.environ, draft))
     if args.enable_metrics:
