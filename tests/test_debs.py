@@ -104,3 +104,35 @@ def test_the_agent_installs_no_file_but_roots_and_no_package_name_but_debians(de
         installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=sha, package=PKG))
     with pytest.raises(ActionError, match="not a Debian package name"):
         installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=sha, package="x; rm -rf /"))
+    shutil.copy(deb, staged)
+    os.link(staged, tmp_path / "another-name")  # a second link: someone else's name for it
+    with pytest.raises(ActionError, match="is not a file of root's alone"):
+        installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=sha, package=PKG))
+
+
+@pytest.mark.parametrize("known, undo", [(False, "--purge"), (True, "--remove")])
+def test_a_failed_install_leaves_the_package_as_dpkg_knew_it(debs, tmp_path, monkeypatch, known, undo):
+    """dpkg -i failing (unmet Depends leave it unpacked): purged when dpkg had no record of it,
+    removed (its conffiles kept) when it had one; never a prompt (no stdin, conffiles kept)."""
+    deb = next(debs.glob("*.deb"))
+    staged = tmp_path / "staged.deb"
+    shutil.copy(deb, staged)
+    ran, streamed = [], []
+    real_owned = installs.run_owned
+
+    def owned(argv, **kw):
+        if argv[0] == "dpkg-deb":
+            return real_owned(argv, **kw)
+        ran.append(argv)
+        return (0 if known else 1), "", ""
+
+    def stream(argv, desc, **kw):
+        streamed.append(argv)
+        raise ActionError("dpkg -i failed (exit 1): dependency problems")
+    monkeypatch.setattr(installs, "run_owned", owned)
+    monkeypatch.setattr(installs, "run_streamed", stream)
+    with pytest.raises(ActionError, match="taken off again, as dpkg knew it before"):
+        installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=hashlib.sha256(deb.read_bytes()).hexdigest(),
+                                                   package=PKG))
+    assert streamed[0][:4] == ["dpkg", "--force-confdef", "--force-confold", "-i"]
+    assert ran[-1] == ["dpkg", undo, PKG] and not staged.exists()

@@ -17,3 +17,11 @@ def test_an_inventory_sandbox_up_did_not_write_is_said_in_one_line(tmp_path, mon
     (tmp_path / "hosts.yml").write_text("all: {hosts: {}}\n")
     with pytest.raises(ValueError, match=r"hosts.yml: not the inventory `inv sandbox.up` wrote \(KeyError"):
         traffic.traffic("", 0)
+
+
+def test_the_sandbox_key_and_inventory_are_roots_alone(tmp_path):
+    from sandbox import provision
+    site = fleet.Site("sox", "192.168.250", tmp_path)
+    key = provision.site_key(site)
+    assert key.startswith("sk-sandbox-") and provision.site_key(site) == key  # made once
+    assert (tmp_path / "api_key").stat().st_mode & 0o777 == 0o600

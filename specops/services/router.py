@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .. import protocol
 from ..errors import UsageError
 from ..inventory import reach
-from ..layout import API_KEY_ENV, env_file, unit_path
+from ..layout import SECRET_FLAGS, env_file, unit_path
 from ..sglang.spec import bind_address
 from . import ServiceKind, kind_of, register
 
@@ -132,7 +132,7 @@ class Router(ServiceKind):
         return super().argv(svc, self.venv(svc))
 
     def secret_flags(self, svc):
-        return [(API_KEY_ENV, "--api-key")] if svc.get("api_key") else []
+        return [SECRET_FLAGS["api_key"]] if svc.get("api_key") else []  # sglang-router has no admin key
 
     def intended(self, svc):
         return {}  # its info endpoint lists workers, not arguments: verify checks `members`
