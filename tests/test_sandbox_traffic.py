@@ -21,7 +21,7 @@ def test_an_inventory_sandbox_up_did_not_write_is_said_in_one_line(tmp_path, mon
 
 def test_the_sandbox_key_and_inventory_are_roots_alone(tmp_path):
     from sandbox import provision
-    site = fleet.Site("sox", "192.168.250", tmp_path)
+    site = fleet.Site("soy", "192.168.251", tmp_path)  # never booted: only its state directory is used
     key = provision.site_key(site)
     assert key.startswith("sk-sandbox-") and provision.site_key(site) == key  # made once
     assert (tmp_path / "api_key").stat().st_mode & 0o777 == 0o600
