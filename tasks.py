@@ -10,7 +10,7 @@ from roles import (draft_config, gpu_fit, gpu_stack, model_patches, models, moni
 from specops import cli
 from specops import inventory as inventory_mod
 from specops.cli import FLEET, SELECT, fleet_task
-from specops.errors import SpecopsError
+from specops.errors import SpecopsError, UsageError
 from specops.lazy import lazy
 from specops.output.report import Redactor
 
@@ -25,6 +25,7 @@ status_mod = lazy("specops.flows.status")
 textfile = lazy("specops.flows.textfile")
 tuning = lazy("specops.flows.tuning")
 tuning_apply = lazy("specops.flows.tuning_apply")
+traffic_flow = lazy("specops.flows.traffic")
 verify_mod = lazy("specops.flows.verify")
 monitoring_mod = lazy("specops.fleetwide.monitoring")
 report_mod = lazy("specops.fleetwide.report")
@@ -37,6 +38,10 @@ BOOTSTRAP = ordered([system_packages, *DEPLOY])
 # A prompt file as specops/prompts.py reads it (which only spec-bench and spec-tune import).
 PROMPTS_HELP = ('A prompt file: a JSON list of strings, or JSONL with {"prompt": ...} or {"messages": [...]} a '
                 "line (default: files/prompts.json)")
+TRAFFIC_HELP = {"traffic": "Measure on N requests the service serves now, taken through SGLang's own request dump "
+                           "(kept on the host, root's, deleted when the task ends; docs/spec-payoff.md says what it holds)",
+                "traffic_wait": "With --traffic: the most seconds to wait for the N requests (default 600)",
+                "fetch_sample": "With --traffic: also write the sample (the prompts users sent) to this local file, 0600"}
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",
@@ -115,9 +120,11 @@ def releases(c, sel):
             baseline="Also measure the target without speculation, in a GPU window, and compare",
             prompts=PROMPTS_HELP,
             concurrency="Levels of concurrency, comma-separated (default 1,8,32)",
-            requests="Requests per level (default 64)", max_new_tokens="Tokens per request (default 128)")
+            requests="Requests per level (default 64)", max_new_tokens="Tokens per request (default 128)",
+            **TRAFFIC_HELP)
 def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="1,8,32", requests="64",
-               max_new_tokens="128"):  # numbers as text: cli.whole refuses a bad one in one line
+               max_new_tokens="128", traffic=None, traffic_wait=None,
+               fetch_sample=None):  # numbers as text: cli.whole refuses a bad one in one line
     """Does speculative decoding pay off?  Drive the service on its host (streaming requests at each
     level of concurrency): tok/s, requests/s, TTFT and inter-token latency, accept length.  With
     --baseline, the same target without speculation too (a transient unit in a GPU window; the
@@ -128,9 +135,12 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
                               requests=cli.whole(requests, "--requests", 1),
                               max_new_tokens=cli.whole(max_new_tokens, "--max-new-tokens", 1), prompts=prompts)
         load.prompt_list()  # a bad prompts file is said before any connection
+        sample = traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample)
+        if sample and prompts:
+            raise UsageError("--traffic measures on what the service serves: give it or --prompts, not both")
     except SpecopsError as e:
         cli.exit_with(e)
-    cli.play(lambda run: specbench.bench(run, service, load, baseline), [], sel, task="spec-bench",
+    cli.play(lambda run: specbench.bench(run, service, load, baseline, sample), [], sel, task="spec-bench",
              services=[service] if service else None,
              refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
@@ -148,10 +158,11 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
             prompts=PROMPTS_HELP, seed="Which prompts a load samples, and in which order (default 0)",
             force="With --apply: write the winner even when the tune's figures were noisy",
             apply="Write the winner into host_vars/HOST.yml (comments and order kept) and deploy it with "
-                  "--bench, so the service's gate (or, without one, the tune's objective) holds it")
+                  "--bench, so the service's gate (or, without one, the tune's objective) holds it",
+            **TRAFFIC_HELP)
 def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, itl_p99_ms=None,
               concurrency=None, requests=None, max_new_tokens=None, prompts=None, seed=None, force=False,
-              apply=False):
+              apply=False, traffic=None, traffic_wait=None, fetch_sample=None):
     """Which speculative settings, and which draft, pay off?  Searches the service's `tune:` space
     (default: one for its algorithm), pruned with SGLang's rules, for each of `tune.drafts` (default:
     its own), in one GPU window: the baseline, then candidates as transient units, a short load along
@@ -164,7 +175,8 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     try:
         ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
                                concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens,
-                               prompts=prompts, seed=seed, force=force)
+                               prompts=prompts, seed=seed, force=force,
+                               traffic=traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample))
     except SpecopsError as e:
         cli.exit_with(e)
     reports = cli.play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",

@@ -68,6 +68,7 @@ def stack_disk_refusal(stack: str, need: int, free: int) -> str:
 # A patched file's upstream content, kept by the sha256 its package's RECORD gives it (hex), so a
 # diff patch can be applied again to the file it was cut against once the installed one is patched.
 UPSTREAM_DIR = HOME + "/upstream"
+TRAFFIC_DIR = HOME + "/traffic"  # root's, 0700: <service>.<random>/ while a traffic sample is taken and used
 DEBS_DIR = HOME + "/debs"  # a .deb the controller pushed, there until dpkg has installed it
 
 # Services.

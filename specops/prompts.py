@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecopsError
+from .protocol.bench import sampled
 
 DEFAULT = Path(__file__).resolve().parents[1] / "files" / "prompts.json"
 DEFAULT_NAME = "files/prompts.json"
@@ -37,9 +37,7 @@ class PromptSet:
     def sample(self, limit: int | None = None, seed: int = 0) -> list:
         """`limit` of the prompts, picked by `seed` and kept in file order; all of them when the
         file holds no more than that."""
-        if limit is None or limit >= len(self.prompts):
-            return list(self.prompts)
-        return [self.prompts[i] for i in sorted(random.Random(seed).sample(range(len(self.prompts)), limit))]
+        return sampled(self.prompts, limit, seed)
 
     def identity(self, sent: int) -> dict:
         """What a result records of the set: its name, digest, size, and how many were sent."""

@@ -24,17 +24,21 @@ def get(url, timeout=5):
 
 
 class Load:
-    """Requests to each address's SGLang (port 30000, with `key`), one client each, until stopped
-    or `limit` seconds have passed."""
+    """Requests to each address's SGLang (port 30000, with `key`), `clients` each, until stopped
+    or `limit` seconds have passed; each request's text the next of `texts`."""
 
-    def __init__(self, addresses, key, limit=900):
+    def __init__(self, addresses, key, limit=900, texts=("The capital of France is",), clients=1, max_new_tokens=48):
         self.addresses, self.key, self.limit, self.stop, self.served = addresses, key, limit, threading.Event(), {}
-        self.threads = [threading.Thread(target=self.client, args=(a,), daemon=True) for a in addresses]
+        self.texts, self.max_new_tokens, self.sent = list(texts), max_new_tokens, 0
+        self.threads = [threading.Thread(target=self.client, args=(a,), daemon=True)
+                        for a in addresses for _ in range(clients)]
 
     def client(self, address):
         end = time.monotonic() + self.limit
-        body = json.dumps({"text": "The capital of France is", "sampling_params": {"max_new_tokens": 48}}).encode()
         while not self.stop.is_set() and time.monotonic() < end:
+            self.sent += 1
+            text = self.texts[self.sent % len(self.texts)]
+            body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": self.max_new_tokens}}).encode()
             try:
                 req = urllib.request.Request(f"http://{address}:30000/generate", body,
                                              {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})

@@ -40,7 +40,7 @@ def test_the_agent_refuses_what_is_not_ours_in_one_line(wire, pattern):
 # What changes files, units, releases or the GPUs' users: the agent runs these only for the run that
 # holds the host lock.  Router membership is changed from a worker's run (protocol/routing.py).
 CHANGES_HOST = {"apply", "undo", "rollback", "stop", "start", "release_record", "perf_record", "baseline_start",
-                "end_job", "peer_key", "peer_copy"}
+                "end_job", "peer_key", "peer_copy", "traffic_capture", "traffic_drop"}
 
 
 @pytest.mark.parametrize("kind", sorted(CHANGES_HOST))

@@ -31,6 +31,8 @@ HANDLERS = {
     "spec_bench": ("bench.specbench", "run"),
     "baseline_start": ("bench.baseline", "start"),
     "startup": ("bench.baseline", "startup"),
+    "traffic_capture": ("bench.traffic", "capture"),
+    "traffic_drop": ("bench.traffic", "drop"),
     "perf_record": ("releases", "record_perf"),
     "router_members": ("services.routing", "members"),
     "router_remove": ("services.routing", "remove"),

@@ -12,9 +12,9 @@ import contextlib
 import math
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import pipeline, rolling
+from . import pipeline, rolling, traffic
 from .. import protocol, services
 from ..prompts import read as read_prompts
 from ..remote import shipping
@@ -33,18 +33,26 @@ class Load:
     max_new_tokens: int = 128
     seed: int = 0
     prompts: str | None = None  # a prompt file (specops/prompts.py; default: files/prompts.json)
+    sample: protocol.TrafficSample | None = None  # a traffic sample on the host, in place of the file
 
     def identity(self) -> dict:
         """What two results must share to be compared: the load, and the prompt set (its name,
-        digest, and the prompts in it and sent)."""
+        digest, and the prompts in it and sent), or the traffic sample's (never its prompts)."""
+        load = {k: v for k, v in vars(self).items() if k not in ("prompts", "sample")}
+        if self.sample:
+            return {**load, **traffic.identity(self.sample), "prompts_sent": min(self.requests, self.sample.requests)}
         found = read_prompts(self.prompts)
-        return {**{k: v for k, v in vars(self).items() if k != "prompts"},
-                **found.identity(len(found.sample(self.requests, self.seed)))}
+        return {**load, **found.identity(len(found.sample(self.requests, self.seed)))}
 
     def prompt_list(self) -> list:
         """The prompts to send (each a string or {"messages": [...]}): the file's, sampled down to
-        the requests of a level by the seed when it holds more."""
-        return read_prompts(self.prompts).sample(self.requests, self.seed)
+        the requests of a level by the seed when it holds more; none with a traffic sample (the
+        host picks from it by the same rule)."""
+        return [] if self.sample else read_prompts(self.prompts).sample(self.requests, self.seed)
+
+    def on_host(self) -> dict:
+        """SpecBench's fields for a traffic sample."""
+        return {"sample": self.sample.path, "sample_sha256": self.sample.sha256} if self.sample else {}
 
 
 def service_of(host, name: str | None) -> dict:
@@ -140,7 +148,7 @@ def measure(run, svc: dict, load: Load, unit: str | None = None,
     for i, c in enumerate(load.concurrency):
         res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=prompts, unit=unit, concurrency=[c],
                                           requests=load.requests, warmup=load.warmup,
-                                          max_new_tokens=load.max_new_tokens, seed=load.seed),
+                                          max_new_tokens=load.max_new_tokens, seed=load.seed, **load.on_host()),
                        on_stderr=lambda line: run.say(line.strip()))
         levels += res.levels
         lv, where = res.levels[0], ""
@@ -267,14 +275,19 @@ def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
             "accept_length": {str(lv.concurrency): lv.figures.get("accept_length") for lv in spec}}
 
 
-def bench(run, name: str | None, load: Load, with_baseline: bool) -> dict:
-    """The body of `inv spec-bench`: measure, maybe the baseline, say the verdict, record it."""
-    run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
+def bench(run, name: str | None, load: Load, with_baseline: bool, sample: traffic.Traffic | None = None) -> dict:
+    """The body of `inv spec-bench`: measure (on a traffic sample when asked), maybe the baseline,
+    say the verdict, record it."""
+    facts = run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
     svc = service_of(run.host, name)
+    if sample:
+        traffic.refuse(run, svc, facts)
     if not run.call(protocol.Releases()).current:
         raise SpecopsError(f"{run.host.name}: no release to keep the result in: deploy first")
-    spec, base = measured(run, svc, load, with_baseline)
-    out = result(run, svc, load, spec, base)
+    with traffic.sampled(run, svc, sample) as taken:
+        load = replace(load, sample=taken)
+        spec, base = measured(run, svc, load, with_baseline)
+        out = result(run, svc, load, spec, base)
     for lv in spec:
         f, b = lv.figures, next((b.figures for b in base or [] if b.concurrency == lv.concurrency), None)
         run.say(f"concurrency {lv.concurrency:>3}: {f['output_tok_s']:.1f} tok/s"

@@ -5,6 +5,8 @@ the verdict tuning_record.py):
   1. the space: the service's `tune:` grid, pruned with SGLang's rules, said before any restart;
   2. the drafts to compare (`tune: {drafts: [...]}`, else the service's own), each checked as
      deploy checks the service's draft (weights there, EAGLE-3 layer ids the target captures);
+     with --traffic (or `tune: {traffic: N}`), a sample of what the service serves, taken while it
+     serves (flows/traffic.py), is the load of every measurement below, and dropped at the end;
   3. what the service runs must be what the inventory says (else its figures would be misnamed);
   4. the expected time, from the service's own last start and a short load on it as it runs;
   5. one GPU window (specbench.window): the baseline once, then per draft candidates as transient
@@ -16,13 +18,13 @@ the verdict tuning_record.py):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import specbench
+from . import specbench, traffic as traffic_mod
 from .tuning_record import record
 from .tuning_search import Search
 from .. import cli, protocol, services
-from ..errors import SpecopsError
+from ..errors import SpecopsError, UsageError
 from ..ops import merge_wants
 from ..sglang import climb, drafts as drafts_mod, rules, spec as spec_mod, tuning
 from ..sglang.patches import provides_embedding_capture
@@ -38,10 +40,11 @@ class Ask:
     max_itl_p99: float | None = None
     budget: int | None = None
     force: bool = False
+    traffic: traffic_mod.Traffic | None = None  # --traffic: measure on a sample of what the service serves
 
     @classmethod
     def parse(cls, *, budget, at, mean, max_itl_p99_ms, concurrency, requests, max_new_tokens, prompts=None,
-              seed=None, force=False) -> "Ask":
+              seed=None, force=False, traffic=None) -> "Ask":
         """From the task's options (numbers as text); a bad one is refused in one line."""
         load = {k: v for k, v in (
             ("concurrency", cli.positive_ints(concurrency, "--concurrency") if concurrency else None),
@@ -51,7 +54,10 @@ class Ask:
             if v is not None}
         ask = cls(load=load, at=cli.whole(at, "--at", 1) if at else None, mean=mean, force=force,
                    budget=cli.whole(budget, "--budget", tuning.MIN_ASKED_BUDGET) if budget else None,
-                   max_itl_p99=cli.whole(max_itl_p99_ms, "--itl-p99-ms", 1) / 1000 if max_itl_p99_ms else None)
+                   max_itl_p99=cli.whole(max_itl_p99_ms, "--itl-p99-ms", 1) / 1000 if max_itl_p99_ms else None,
+                   traffic=traffic)
+        if traffic and prompts:
+            raise UsageError("--traffic measures on what the service serves: give it or --prompts, not both")
         ask.load_for({}).prompt_list()  # a malformed prompt file is refused before any connection
         return ask
 
@@ -83,9 +89,8 @@ def short_load(load: specbench.Load, objective: tuning.Objective) -> specbench.L
     """The first rung's load: the levels the objective reads, a quarter of the requests, after at
     least one warm-up request (a fresh server's first requests pay compiles and cold caches)."""
     levels = objective.levels(load.concurrency)
-    return specbench.Load(concurrency=levels, requests=max(load.requests // 4, max(levels)),
-                          warmup=max(1, min(load.warmup, 2)), max_new_tokens=load.max_new_tokens, seed=load.seed,
-                          prompts=load.prompts)
+    return replace(load, concurrency=levels, requests=max(load.requests // 4, max(levels)),
+                   warmup=max(1, min(load.warmup, 2)))
 
 
 def say_space(run, space: tuning.Space) -> None:
@@ -168,16 +173,21 @@ def tune(run, name: str | None, ask: Ask) -> dict:
         raise SpecopsError(f"{svc['name']}: no settings in the space can run: {space.pruned[0].reason}")
     say_space(run, space)
     check_drafts(run, svc, [d for d in drafts if d], facts)
+    sample = traffic_mod.asked(svc, ask.traffic)
+    if sample:
+        traffic_mod.refuse(run, svc, facts)
     load = ask.load_for(svc)
     objective = objective_of(svc, ask, load)
-    short = short_load(load, objective)
     run.say(f"objective: {objective.describe()}")
     budget = ask.budget or (svc.get("tune") or {}).get("budget") or climb.default_budget(space)
-    estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid_words(len(drafts)))
-    now = running_settings(svc)
-    search = Search(run, svc, space, objective, load, short, budget, drafts)
-    specbench.window(run, svc, lambda serve: search.search(serve, now))
-    out = record(search, now)
+    with traffic_mod.sampled(run, svc, sample) as taken:  # taken while it serves, before the window
+        load = replace(load, sample=taken)
+        short = short_load(load, objective)
+        estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid_words(len(drafts)))
+        now = running_settings(svc)
+        search = Search(run, svc, space, objective, load, short, budget, drafts)
+        specbench.window(run, svc, lambda serve: search.search(serve, now))
+        out = record(search, now)
     for line in out["said"]:
         run.say(line)
     rec = run.call(protocol.PerfRecord(perf=out, record="tune"))

@@ -32,7 +32,9 @@ def _fallback_gates(reports) -> dict:
                 "min_speedup": obj.get("min_speedup", 1.0), "at_concurrency": obj.get("at"),
                 "load": {**{k: load[k] for k in ("concurrency", "requests", "warmup", "max_new_tokens", "seed")
                             if k in load},
-                         **({"prompts": load["prompts"]} if load.get("prompts") not in (None, DEFAULT_NAME) else {})}}
+                         # a traffic sample is gone with its tune: the gate measures on the prompt file
+                         **({"prompts": load["prompts"]} if load.get("prompts") not in (None, DEFAULT_NAME)
+                            and "traffic" not in load else {})}}
     return out
 
 

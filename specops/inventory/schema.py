@@ -137,6 +137,7 @@ SERVICE = {
         "num_steps": [int], "eagle_topk": [int], "num_draft_tokens": [int],
         "budget": int,                  # the most restarts a tune may spend per draft (--budget)
         "drafts": [str],                # draft checkpoints to compare (default: the service's own)
+        "traffic": int,                 # tune on a sample of this many requests it serves (--traffic)
     },
     "watch": {  # when the draft no longer pays, or pays less (specops/fleetwide/payoff.py: defaults, the verdicts)
         "accept_fraction": NUMBER,      # degraded: production accept length below this × the release's measure

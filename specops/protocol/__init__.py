@@ -6,7 +6,8 @@ one line) and `parts` the shared parts and the actions of a batch.  The requests
 the Result it is answered with, by job: `converge` (probe, apply, check, verify), `lock`,
 `lifecycle` (stop, start), `releases` (record, list, undo, rollback, perf), `peer` (a copy
 between hosts), `bench` (spec-bench and its baseline), `routing` (a rolling deploy behind a
-router), `window` (the end of a GPU window's job) and `monitoring` (node_exporter's textfile).
+router), `window` (the end of a GPU window's job), `monitoring` (node_exporter's textfile) and
+`traffic` (a sample of what a service serves, from its request dump).
 """
 from .parts import *  # noqa: F401,F403
 from .converge import *  # noqa: F401,F403
@@ -18,6 +19,7 @@ from .bench import *  # noqa: F401,F403
 from .routing import *  # noqa: F401,F403
 from .window import *  # noqa: F401,F403
 from .monitoring import *  # noqa: F401,F403
+from .traffic import *  # noqa: F401,F403
 from .wire import (AgentError, Message, ProtocolError, action_kinds, changes_host, decode_action,  # noqa: F401
                    decode_request, decode_result, encode, fields_of, replace, request_kinds, to_dict)
 

@@ -30,8 +30,10 @@ class SpecBench:
     """Drive `service` on the host with the load client (agent/bench/specbench.py): per level of
     `concurrency`, `warmup` requests, then `requests` streaming requests of `max_new_tokens`
     from closed-loop clients, the prompts cycled in an order fixed by `seed`.  A prompt is a
-    string (sent to the service's generate endpoint) or {"messages": [{"role", "content"}, ...]}
-    (sent to its chat endpoint)."""
+    string (sent to the service's generate endpoint), {"messages": [{"role", "content"}, ...]}
+    (sent to its chat endpoint), or, from a traffic sample, {"text" | "input_ids",
+    "max_new_tokens"} (sent to its generate endpoint, with its own max_new_tokens when it has
+    one).  With `sample`, the prompts are the sample's, picked as `sampled` picks."""
     service: ServiceCheck
     prompts: List[Any]  # each a str or {"messages": [{"role": str, "content": str}, ...]}
     concurrency: List[int] = Factory(lambda: [1, 8, 32])
@@ -40,6 +42,8 @@ class SpecBench:
     max_new_tokens: int = 128
     seed: int = 0
     unit: Optional[str] = None  # the unit that must be listening on the port (default: the service's)
+    sample: Optional[str] = None  # a traffic sample on the host (TrafficSample.path) in place of `prompts`
+    sample_sha256: Optional[str] = None  # ... that must still be what was captured
     Result = SpecBenchResult
 
 
@@ -82,3 +86,12 @@ class Startup:
     unit: str
     ready_line: str
     Result = StartupResult
+
+
+def sampled(prompts: list, limit: Optional[int], seed: int) -> list:
+    """`limit` of `prompts`, picked by `seed` and kept in their order; all when there are no more
+    than that.  One rule for a prompt file (on the controller) and a traffic sample (on the host)."""
+    import random
+    if limit is None or limit >= len(prompts):
+        return list(prompts)
+    return [prompts[i] for i in sorted(random.Random(seed).sample(range(len(prompts)), limit))]

@@ -54,6 +54,8 @@ class Endpoints:
     members: Optional[str] = None
     # Prometheus's text (SGLang started with --enable-metrics), read by status; needs no API key
     metrics: Optional[str] = None
+    # SGLang's run-time logging settings, its request dump among them (an admin endpoint)
+    configure_logging: Optional[str] = None
 
 
 @message

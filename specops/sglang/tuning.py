@@ -103,7 +103,7 @@ def asked_space(svc: dict, space: dict | None) -> dict:
                 raise UsageError(f"{svc['name']}: tune.budget must be a whole number of restarts, "
                                  f"{MIN_ASKED_BUDGET} or more {BUDGET_PARTS}")
             continue
-        if knob == "drafts":  # checked where the host is known (flows/tuning.py drafts_of)
+        if knob in ("drafts", "traffic"):  # checked where the host is known (flows/tuning.py, flows/traffic.py)
             continue
         if knob not in KNOBS:
             raise UsageError(f"{svc['name']}: tune.{knob}: not a knob spec-tune searches ({', '.join(KNOBS)})")

@@ -87,7 +87,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import setproctitle
 
-from sglang import sim_chat, sim_dump, sim_metrics, sim_noise, sim_startup
+from sglang import sim_chat, sim_dump, sim_metrics, sim_noise, sim_startup, sim_tokens
 from sglang.sim_perf import Model, with_draft
 from sglang.srt.server_args import prepare_server_args
 from sglang.srt.utils import auth
@@ -283,17 +283,20 @@ def make_handler(args, model_module, model_config, capture):
             if not State.ready:
                 return self._send(503)
             if self.path == sim_chat.PATH:
-                return sim_chat.serve(self, req, args.stream_interval)
+                kept = sim_chat.serve(self, req, args.stream_interval)
+                return kept and State.dump.finished(*kept)
             params = req.get("sampling_params") or {}
             n = params.get("max_new_tokens")
             interval = int(params.get("stream_interval") or args.stream_interval)
             created = time.time()
+            ids = req.get("input_ids")  # token ids (sim_tokens.py) in place of text
+            prompt = [int(i) for i in ids] if isinstance(ids, list) else str(req.get("text", ""))
             if not req.get("stream"):
-                text, meta = self.generate(str(req.get("text", "")), n, interval)
+                text, meta = self.generate(prompt, n, interval)
                 self._send(200, {"text": text, "meta_info": meta})
             else:
                 self.start_stream()  # SGLang's: server-sent events (as stream_now says), then [DONE]
-                text, meta = self.generate(str(req.get("text", "")), n, interval,
+                text, meta = self.generate(prompt, n, interval,
                                            lambda text, meta: self.event({"text": text, "meta_info": meta}))
                 self.event(None)
             State.dump.finished(req, {"text": text, "meta_info": meta}, created)
@@ -303,7 +306,7 @@ def make_handler(args, model_module, model_config, capture):
             (sim_dump.py) and answers 200 with no body, as 0.5.23's; /update_weights_from_disk
             fails, as loading weights is beyond a stand-in; the others answer 200."""
             if path == "/configure_logging":
-                State.dump.configure(req if isinstance(req, dict) else {})
+                log.info("Config logging: obj=%r", State.dump.configure(req if isinstance(req, dict) else {}))
                 return self._send(200, b"")
             if path == "/update_weights_from_disk":
                 return self._send(400, {"success": False, "message": "the sandbox loads no weights",
@@ -316,7 +319,7 @@ def make_handler(args, model_module, model_config, capture):
             output goes out (stream_now); the final (text, meta_info), SGLang's /generate ones."""
             n = DEFAULT_MAX_NEW_TOKENS if n is None else int(n)
             t0, made, verify_ct = time.time(), 0, 0
-            prompt_tokens = len(prompt.split())
+            prompt_tokens = sim_tokens.count(prompt)
 
             def meta(done):
                 m = {"id": "sim-%d" % int(t0 * 1000), "finish_reason": {"type": "length", "length": n} if done else None,
@@ -332,7 +335,7 @@ def make_handler(args, model_module, model_config, capture):
             State.perf.begin()
             try:
                 record = State.metrics and State.metrics.request(stream, prompt_tokens, t0)  # and its prefill
-                for seconds, tokens in State.perf.steps(n):
+                for seconds, tokens in State.perf.steps(n, prompt):
                     time.sleep(seconds)
                     made, verify_ct = made + tokens, verify_ct + 1
                     out = stream and stream_now(made, interval, made == n)

@@ -26,6 +26,8 @@ build_sse_content, utils.py should_include_usage and spec_tokens_details_from_me
 """
 import time
 
+from sglang import sim_tokens
+
 PATH = "/v1/chat/completions"
 DEFAULT_MODEL = "default"  # protocol.py DEFAULT_MODEL_NAME
 SPEC_DETAILS = (("spec_accept_rate", 0.0), ("spec_accept_length", 0.0), ("spec_cap_length", 0.0),
@@ -34,13 +36,19 @@ SPEC_DETAILS = (("spec_accept_rate", 0.0), ("spec_accept_length", 0.0), ("spec_c
 
 
 def serve(handler, req, interval):
-    """Answer one chat request on `handler` (launch_server's: ready and authorized already)."""
+    """Answer one chat request on `handler` (launch_server's: ready and authorized already); what
+    the request dump keeps of it (GenerateReqInput's fields, the output, when it came), or None."""
     problem = refused(handler.headers.get("Content-Type", ""), req)
     if problem:
-        return handler._send(400, problem)
+        handler._send(400, problem)
+        return None
     prompt = "\n".join(content_text(m.get("content")) for m in req["messages"])
     n = req.get("max_completion_tokens") or req.get("max_tokens")  # protocol.py to_sampling_params
-    (streamed if req.get("stream") else whole)(handler, req, prompt, n, interval, int(time.time()))
+    created = time.time()
+    text, meta = (streamed if req.get("stream") else whole)(handler, req, prompt, n, interval, int(created))
+    # what the request dump holds of it (serving_chat._engine_prompt): the templated prompt's ids
+    return {"input_ids": sim_tokens.encode(prompt), "sampling_params": {"max_new_tokens": n},
+            "stream": bool(req.get("stream"))}, {"text": text, "meta_info": meta}, created
 
 
 def whole(handler, req, prompt, n, interval, created):
@@ -55,6 +63,7 @@ def whole(handler, req, prompt, n, interval, created):
     if details:
         body["sglext"] = {"spec_tokens_details": details}
     handler._send(200, body)
+    return text, meta
 
 
 def streamed(handler, req, prompt, n, interval, created):
@@ -79,7 +88,7 @@ def streamed(handler, req, prompt, n, interval, created):
             extra = {"usage": usage(meta)} if options.get("continuous_usage_stats") else {}
             handler.event(chunk(meta, choice({"content": delta}), **extra))
     handler.start_stream()
-    _, meta = handler.generate(prompt, n, interval, emit)
+    text, meta = handler.generate(prompt, n, interval, emit)
     if sent[0]:  # a finish reason is sent for a choice that streamed
         handler.event(chunk(meta, choice({}, meta["finish_reason"]["type"])))
     details = spec_details(meta) if req.get("return_spec_tokens_details") else None
@@ -88,6 +97,7 @@ def streamed(handler, req, prompt, n, interval, created):
     if options.get("include_usage"):
         handler.event(chunk(meta, [], usage=usage(meta)))
     handler.event(None)
+    return text, meta
 
 
 def refused(content_type, req):

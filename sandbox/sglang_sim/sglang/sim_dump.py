@@ -8,8 +8,9 @@ created, finished), the times as wall-clock seconds; when `threshold` are held, 
 written from a background thread to <folder>/%Y-%m-%d_%H-%M-%S.pkl (the folder made if missing):
 a dict {"server_args": the ServerArgs object itself, keys and all, "config_updates",
 "resolved_config", "requests"}.  Requests held when the dump is turned off are never written.
-Only /generate requests are dumped here (a chat request of a text-only model reaches the real
-dump as the templated prompt's input_ids: serving_chat._engine_prompt)."""
+A chat request is dumped as a text-only model's reaches the real dump: the templated prompt's
+input_ids (serving_chat._engine_prompt; here sim_tokens.encode of the joined messages).  Every
+call is logged as the real one logs it: "Config logging: obj=ConfigureLoggingReq(...)"."""
 import os
 import pickle
 import threading
@@ -25,13 +26,14 @@ class RequestDump:
         self.held, self.lock = [], threading.Lock()
 
     def configure(self, body):
-        """Apply a /configure_logging body."""
+        """Apply a /configure_logging body; the request, as the server logs it ("Config logging: obj=...")."""
         req = configure_logging_req(body)
         with self.lock:
             if req.dump_requests_folder is not None:
                 self.folder = req.dump_requests_folder
             if req.dump_requests_threshold is not None:
                 self.threshold = req.dump_requests_threshold
+        return req
 
     def finished(self, body, out_dict, created):
         """A /generate request that finished: held, then written when `threshold` are."""

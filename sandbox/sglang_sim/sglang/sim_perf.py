@@ -46,17 +46,26 @@ both, and a pinned SGLANG_SIM_ACCEPT_LENGTH over all.  The oracle for such a dra
 steady_tok_s(with_draft(env, draft_config), concurrency, settings): the same env a test would
 write by hand with SGLANG_SIM_ACCEPT_RATE / SGLANG_SIM_TREE_GAIN set to the draft's values.
 
+Per prompt: how well a draft guesses depends on what it is asked (a draft trained on chat guesses
+SQL badly), so SGLANG_SIM_FAMILY_ACCEPT (JSON {"word": alpha, ...}), or a draft's
+"sim_family_accept_rate", gives the alpha of requests whose prompt holds that word (a family; the
+first listed that matches wins; sim_tokens.py finds it in text or in token ids alike); other
+requests run with the draft's alpha.  The accept file and a pinned length still win over it.  The
+oracle for a family is steady_tok_s(family_env(env, word), ...).
+
 Noise (opt-in, off by default, so the model above is exact unless a test asks): `speed`, the
 factor this start's decode steps run at (sim_noise.py draws it: a jittered or slow start), divides
 every step's seconds; and the first SGLANG_SIM_WARMUP_REQUESTS requests after the start (default 0)
 each pay SGLANG_SIM_WARMUP_SECONDS (default 0.5) more before their first token, a JIT compile or
 cache warm-up as a real server pays.  steady_tok_s knows neither: it is the noise-free optimum.
 """
+import json
 import os
 import threading
 
 ACCEPT_FILE = "/run/sglang-sim/accept_rate"
-DRAFT_KNOBS = {"sim_accept_rate": "SGLANG_SIM_ACCEPT_RATE", "sim_tree_gain": "SGLANG_SIM_TREE_GAIN"}
+DRAFT_KNOBS = {"sim_accept_rate": "SGLANG_SIM_ACCEPT_RATE", "sim_tree_gain": "SGLANG_SIM_TREE_GAIN",
+               "sim_family_accept_rate": "SGLANG_SIM_FAMILY_ACCEPT"}
 
 
 def _knob(name, default, env=None):
@@ -69,9 +78,20 @@ def with_draft(env, draft_config):
     steady_tok_s the oracle for it."""
     out = dict(env)
     for key, knob in DRAFT_KNOBS.items():
-        if (draft_config or {}).get(key) is not None:
-            out[knob] = str(float(draft_config[key]))
+        value = (draft_config or {}).get(key)
+        if value is not None:
+            out[knob] = json.dumps(value) if isinstance(value, dict) else str(float(value))
     return out
+
+
+def families(env):
+    """{word: alpha} of SGLANG_SIM_FAMILY_ACCEPT, in its order ({} when unset)."""
+    return {str(k).lower(): float(v) for k, v in json.loads(env.get("SGLANG_SIM_FAMILY_ACCEPT") or "{}").items()}
+
+
+def family_env(env, word):
+    """`env` as a request of family `word` runs: its alpha in place of the draft's."""
+    return dict(env, SGLANG_SIM_ACCEPT_RATE=str(families(env)[word]))
 
 
 def accept_length(alpha, tree_gain, num_steps, topk, num_draft_tokens):
@@ -97,6 +117,7 @@ class Model:
         self._pinned = max(1.0, float(pinned)) if pinned else None
         self._alpha = _knob("ACCEPT_RATE", 0.8, env)
         self._tree_gain = _knob("TREE_GAIN", 0.5, env)
+        self._families = families(env)
         self.accept_file = env.get("SGLANG_SIM_ACCEPT_FILE", ACCEPT_FILE)
         self._file_seen = None  # (mtime_ns, size, inode) of the file last looked at; None: absent
         self.accept = self._accept_length(self._alpha)
@@ -118,6 +139,16 @@ class Model:
         if self._pinned is not None:
             return self._pinned
         return accept_length(alpha, self._tree_gain, self.num_steps, self.topk, self.num_draft_tokens)
+
+    def accept_for(self, prompt):
+        """The accept length of a request of `prompt` (text or token ids) starting now: the accept
+        file's or the knob's (refresh_accept), or its family's when it has one and no file says."""
+        accept = self.refresh_accept()
+        if not self._families or self._file_seen is not None:
+            return accept
+        from sglang import sim_tokens  # the server's package (the oracle loads this file alone)
+        word = sim_tokens.family(prompt, self._families)
+        return accept if word is None else self._accept_length(self._families[word])
 
     def refresh_accept(self):
         """The accept length for a request starting now: follow the accept file (module docstring)."""
@@ -170,13 +201,13 @@ class Model:
         draft = self.draft_cost * self.target_step(running * self.topk)  # the draft's batch: topk per request
         return (verify + self.num_steps * draft) / self.speed, self.accept if accept is None else accept
 
-    def steps(self, max_new_tokens):
+    def steps(self, max_new_tokens, prompt=""):
         """(seconds, tokens) per step until max_new_tokens: accepted tokens are whole, and they
         add up to the mean accept length (as the real counts do over a request), the one in force
         when the request starts (refresh_accept).  The first step carries the request's warm-up, if
         it pays one (take_warmup)."""
         made, owed = 0, 0.0
-        accept = self.refresh_accept()
+        accept = self.accept_for(prompt)
         extra = self.take_warmup()
         while made < max_new_tokens:
             seconds, mean = self.step(accept)

@@ -22,14 +22,22 @@ from specops import protocol
 from specops.agent.services import http, listeners
 from specops.agent.host import ActionError
 from specops.agent.services.asking import api_key
+from specops.agent.bench import traffic
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
 
 
 def generate_request(svc, prompt, max_new_tokens):
-    """A text prompt: (path, body) of SGLang's streaming /generate, and what its events say."""
-    return svc.endpoints.generate, {"text": prompt, "stream": True, "sampling_params": {
-        "max_new_tokens": max_new_tokens, "temperature": 0}}, generate_event
+    """A text prompt, or a traffic sample's {"text" | "input_ids", "max_new_tokens"}: (path, body)
+    of SGLang's streaming /generate, and what its events say."""
+    if isinstance(prompt, dict):
+        key = "input_ids" if "input_ids" in prompt else "text"
+        body = {key: prompt[key]}
+        max_new_tokens = prompt.get("max_new_tokens") or max_new_tokens  # as the request that was served
+    else:
+        body = {"text": prompt}
+    return svc.endpoints.generate, dict(body, stream=True, sampling_params={
+        "max_new_tokens": max_new_tokens, "temperature": 0}), generate_event
 
 
 def generate_event(chunk):
@@ -61,7 +69,8 @@ def chat_event(chunk):
 def one(svc, key, prompt, max_new_tokens, timeout=300):
     """One streaming request (chat for a {"messages"} prompt, else /generate): its raw timings,
     completion tokens and the server's speculative stats."""
-    path, body, read = (chat_request if isinstance(prompt, dict) else generate_request)(svc, prompt, max_new_tokens)
+    path, body, read = (chat_request if isinstance(prompt, dict) and "messages" in prompt
+                        else generate_request)(svc, prompt, max_new_tokens)
     headers = {"Authorization": "Bearer " + key} if key else {}
     t0, events, last, done_seen = time.monotonic(), [], {"completion_tokens": 0}, []
 
@@ -161,14 +170,28 @@ def summary(results, wall):
     return out
 
 
+def sendable(p):
+    """Whether `one()` can send prompt `p` (SpecBench's kinds)."""
+    if isinstance(p, str):
+        return True
+    if not isinstance(p, dict):
+        return False
+    if "messages" in p:
+        return isinstance(p["messages"], list)
+    return (isinstance(p.get("text"), str) or (isinstance(p.get("input_ids"), list) and all(
+        isinstance(i, int) for i in p["input_ids"]))) and (p.get("max_new_tokens") is None or isinstance(
+            p["max_new_tokens"], int))
+
+
 def check_prompts(svc, prompts):
     """Before any request: each prompt one `one()` can send to this service."""
     if not prompts:
         raise ActionError("spec-bench needs at least one prompt")
     for i, p in enumerate(prompts):
-        if not isinstance(p, str) and not (isinstance(p, dict) and isinstance(p.get("messages"), list)):
-            raise ActionError('spec-bench: prompt %d is neither a string nor {"messages": [...]}' % i)
-        if isinstance(p, dict) and not svc.endpoints.chat:
+        if not sendable(p):
+            raise ActionError('spec-bench: prompt %d is neither a string, {"messages": [...]}, nor a traffic '
+                              'sample\'s {"text" | "input_ids"}' % i)
+        if isinstance(p, dict) and "messages" in p and not svc.endpoints.chat:
             raise ActionError("spec-bench: %s has no chat endpoint for the prompts given as messages" % svc.name)
 
 
@@ -176,18 +199,21 @@ def run(req):
     """Answer a protocol.SpecBench: each level measured in turn (the controller asks for one level
     a request, and says its figures and the time left as each ends)."""
     svc, key = req.service, api_key(req.service.name)
-    check_prompts(svc, req.prompts)
+    prompts = req.prompts
+    if req.sample:  # a traffic sample on this host: the load's share of it, picked as a file's is
+        prompts = protocol.sampled(traffic.read_sample(req.sample, req.sample_sha256), req.requests, req.seed)
+    check_prompts(svc, prompts)
     levels = []
     # As verify does: whatever answers on the port gets the API key only if it is the unit's,
     # asked before every connection (a server that dies mid-level frees the port for anyone).
     guard = listeners.Listener(req.unit or svc.name, svc.port).problem
     for concurrency in req.concurrency:
         stopped = []
-        level(svc, key, req.prompts, concurrency, min(req.warmup, req.requests) if req.warmup else 0,
+        level(svc, key, prompts, concurrency, min(req.warmup, req.requests) if req.warmup else 0,
               req.max_new_tokens, req.seed, guard, stopped)
         cpu = sum(os.times()[:2])
         if not stopped:
-            results, wall = level(svc, key, req.prompts, concurrency, req.requests, req.max_new_tokens, req.seed,
+            results, wall = level(svc, key, prompts, concurrency, req.requests, req.max_new_tokens, req.seed,
                                   guard, stopped)
         if stopped:
             raise ActionError("%s:%d: %s; spec-bench stopped at concurrency %d" % (svc.host, svc.port, stopped[0],

@@ -3,7 +3,7 @@ env file), and the service's secrets kept out of what goes back to the controlle
 import json
 
 from specops.agent.services import http
-from specops.layout import API_KEY_ENV, env_file
+from specops.layout import ADMIN_API_KEY_ENV, API_KEY_ENV, env_file
 
 
 def call(svc, method, path, body=None, timeout=30, key=None):
@@ -40,13 +40,19 @@ def redacted(name, text):
     return text
 
 
-def api_key(name):
+def api_key(name, variable=API_KEY_ENV):
     """The service's API key, from its 0600 env file: no secret travels in a request or a manifest."""
     try:
         with open(env_file(name)) as f:
             for line in f:
-                if line.startswith(API_KEY_ENV + "="):
+                if line.startswith(variable + "="):
                     return env_value(line)
     except OSError:
         pass
     return None
+
+
+def admin_key(name):
+    """The key SGLang's admin endpoints take: its admin key where it has one (then the API key is
+    refused there), else its API key."""
+    return api_key(name, ADMIN_API_KEY_ENV) or api_key(name)

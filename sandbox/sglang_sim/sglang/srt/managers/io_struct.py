@@ -16,7 +16,9 @@ class GenerateReqInput:
 
 
 @dataclass
-class ConfigureLoggingReq:
+class ConfigureLoggingReq:  # the real one is a msgspec Struct of BaseReq (rid, http_worker_ipc first): the same repr
+    rid: Optional[str] = None
+    http_worker_ipc: Optional[str] = None
     log_requests: Optional[bool] = None
     log_requests_level: Optional[int] = None
     log_requests_format: Optional[str] = None

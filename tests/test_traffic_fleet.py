@@ -1,0 +1,204 @@
+"""--traffic on sandbox hosts: spec-tune and spec-bench measure on a sample of what the server
+serves, taken through its own request dump (/configure_logging, as SGLang 0.5.23's).
+
+The simulator's draft guesses one family of prompts badly (SGLANG_SIM_FAMILY_ACCEPT: requests
+whose prompt holds "kotlin" run at alpha 0.3, others at 0.8; the bundled prompts hold none), so a
+tune on the bundled prompts and one on production's traffic reach different winners, and the
+oracle (sim_perf.steady_tok_s for that family) says which serves that traffic faster."""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from daytwo import Load
+from test_tune_fleet import LOAD, settings, tune
+from sandbox.oracle import sim_perf
+from sandbox.provision import sandbox_service
+
+pytestmark = pytest.mark.fleet
+
+KEY = "sk-traffic-test-key"
+FAMILY = {"kotlin": 0.3}
+KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_DRAFT_COST": "0.15",
+         "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_FAMILY_ACCEPT": json.dumps(FAMILY)}
+SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1], "num_draft_tokens": [2, 3, 4, 6]}
+PRODUCTION = [f"Port this Kotlin coroutine to plain threads, case {i}: suspend fun load{i}() = fetch({i})"
+              for i in range(7)]
+SAMPLES = "/var/lib/specops/traffic"
+
+
+def inventory(sandbox, name, **over):
+    """hosts.yml, and host_vars/NAME.yml holding the service (where --apply writes the winner)."""
+    inv = sandbox.inventory({name: {}})
+    svc = sandbox_service(env=KNOBS, tune=SPACE, bind="0.0.0.0", api_key=KEY, **over)
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump({"services": [svc]}, sort_keys=False))
+    return inv
+
+
+def dump_folders(h):
+    """The dump folders the server was told, in order, from its journal ("Config logging: ...")."""
+    out = h.run("journalctl", "-u", "sglang", "--no-pager", "-o", "cat", check=False).stdout
+    return [line.split("dump_requests_folder=", 1)[1].split(",", 1)[0] for line in out.splitlines()
+            if "Config logging: obj=" in line]
+
+
+def samples_left(h):
+    return h.run("sh", "-c", f"find {SAMPLES} -mindepth 1 2>/dev/null", check=False).stdout.split()
+
+
+class Production(Load):
+    """Production's traffic (its own family) until the dump specops turned on is off again."""
+
+    def __init__(self, h, texts=PRODUCTION, limit=240):
+        super().__init__([h.address], KEY, limit=limit, texts=texts, clients=4, max_new_tokens=48)
+        self.h = h
+        self.watch = threading.Thread(target=self.until_dump_off, daemon=True)
+
+    def until_dump_off(self):
+        while not self.stop.is_set():
+            folders = dump_folders(self.h)
+            if folders and folders[-1] == "''" and len(folders) > 1:
+                self.stop.set()
+            time.sleep(0.5)
+
+    def __enter__(self):
+        super().__enter__()
+        self.watch.start()
+        return self
+
+
+def served_tok_s(settings_):
+    """The oracle: tok/s at concurrency 1 on production's traffic (its family's alpha)."""
+    return sim_perf.steady_tok_s(sim_perf.family_env(KNOBS, "kotlin"), 1, settings_)
+
+
+def test_a_tune_on_production_traffic_beats_one_on_the_bundled_prompts_and_leaves_nothing_behind(sandbox):
+    h = sandbox.reset("t1")
+    inv = inventory(sandbox, "t1")
+    res = sandbox.inv("deploy", "--host", "t1", inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+
+    res, rep = tune(sandbox, "t1", inv)  # the bundled prompts: what the draft guesses well
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    bundled = settings(json.loads(h.path("/var/lib/specops/releases/current/tune.json").read_text())["sglang"]["winner"])
+
+    with Production(h) as production:
+        res, rep = tune(sandbox, "t1", inv, "--traffic", "200", "--traffic-wait", "120", "--apply", "--force",
+                        timeout=1200)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert production.served.get(h.address, 0) >= 200, production.served
+    assert "traffic sample: 2" in out and "ended by the count" in out, out[-3000:]
+    stamps = sorted(p.name for p in h.path("/var/lib/specops/releases").iterdir() if p.name[0].isdigit())
+    rec = json.loads(h.path(f"/var/lib/specops/releases/{stamps[-2]}/tune.json").read_text())["sglang"]
+    traffic = settings(rec["winner"])
+    # measured on production's own traffic (the oracle of its family), the traffic's winner serves it faster
+    assert served_tok_s(traffic) > served_tok_s(bundled) * 1.05, (traffic, bundled)
+    assert bundled != traffic
+    # what runs now is the traffic's winner
+    info = json.loads(h.run("curl", "-s", "-H", f"Authorization: Bearer {KEY}",
+                            "http://127.0.0.1:30000/server_info").stdout)
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
+            info["speculative_num_draft_tokens"]) == traffic
+    # the record names the sample by digest, size and span, never by a prompt
+    assert rec["load"]["prompts"] == "traffic sample" and rec["load"]["traffic"]["requests"] >= 200
+    whole = json.dumps(rec) + json.dumps(rep)
+    assert not any(text.split(":")[0] in whole for text in PRODUCTION), "a prompt reached the record"
+    assert "Kotlin" not in whole and "kotlin" not in whole.lower().replace("sim_family", "")
+
+    # the sample is gone; the dump is off: more traffic writes no dump file
+    assert samples_left(h) == []
+    assert dump_folders(h)[-1] == "''"
+    with Load([h.address], KEY, limit=6, texts=PRODUCTION, clients=4, max_new_tokens=8) as more:
+        time.sleep(6)
+    assert more.served.get(h.address, 0) >= 30, more.served
+    assert samples_left(h) == [] and h.run("sh", "-c", "find / -xdev -name '*.pkl' -newer /etc/hostname "
+                                                      "2>/dev/null", check=False).stdout.split() == []
+
+
+def test_ctrl_c_mid_capture_turns_the_dump_off_and_removes_the_sample(sandbox):
+    h = sandbox.reset("t2")
+    inv = inventory(sandbox, "t2")
+    assert sandbox.inv("deploy", "--host", "t2", inventory=inv).returncode == 0
+    with Load([h.address], KEY, limit=60, texts=PRODUCTION, clients=1, max_new_tokens=8):
+        status, out = sandbox.interrupt("spec-tune", "--host", "t2", "--traffic", "100000", *LOAD, inventory=inv,
+                                        when=lambda lines: any("requests dumped" in line for line in lines))
+    assert status != 0, out[-3000:]
+    assert samples_left(h) == [], out[-3000:]
+    assert dump_folders(h)[-1] == "''", dump_folders(h)
+    # the server was never stopped: the capture comes before the GPU window
+    assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() == "active"
+
+
+class Pwn:
+    """Loading this runs a command as whoever loads it: what a pickle can do."""
+    def __reduce__(self):
+        return (os.system, ("touch /run/pwned",))
+
+
+def plant(h, d, kind):
+    """Put a file the server did not write into the capture's dump directory `d`, as root could."""
+    if kind == "a link":
+        os.symlink("/etc/shadow", h.path(d) / "2026-01-01_00-00-00.pkl")
+    elif kind == "a file not root's":
+        h.path(d).joinpath("x.pkl").write_bytes(pickle.dumps({"requests": [Pwn()]}))
+        h.run("chown", "65534", f"{d}/x.pkl")
+    else:
+        h.path(d).joinpath("x.pkl").write_bytes(pickle.dumps({"requests": [Pwn()]}))
+        h.run("chown", "0:0", f"{d}/x.pkl")
+        h.run("chmod", "0640", f"{d}/x.pkl")
+
+
+PLANTS = {"a link": "a symbolic link", "a file not root's": "owned by uid 65534, not root",
+          "not a pickle of a dump": "is not (GenerateReqInput, output, created, finished)"}
+
+
+@pytest.mark.parametrize("kind", sorted(PLANTS))
+def test_a_dump_file_not_the_servers_own_is_refused_and_nothing_of_it_is_loaded(sandbox, kind):
+    h = sandbox.reset("t3")
+    inv = inventory(sandbox, "t3")
+    assert sandbox.inv("deploy", "--host", "t3", inventory=inv).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--host", "t3", "--traffic", "100",
+                             "--traffic-wait", "60", "--concurrency", "1", "--requests", "4"],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, **sandbox.login_env(), "SPECOPS_INVENTORY": str(inv)})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            chunk = [p for p in samples_left(h) if p.endswith("/d0")]
+            if chunk:
+                break
+            time.sleep(0.3)
+        assert chunk, "no capture started"
+        plant(h, chunk[0], kind)
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, out[-3000:]
+    assert PLANTS[kind] in out, out[-3000:]
+    assert not h.path("/run/pwned").exists()
+    assert samples_left(h) == [] and dump_folders(h)[-1] == "''"
+    assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() == "active"
+
+
+def test_a_server_older_than_the_dump_specops_reads_is_refused_before_anything_changes(sandbox):
+    h = sandbox.reset("t4")
+    inv = inventory(sandbox, "t4")
+    assert sandbox.inv("deploy", "--host", "t4", inventory=inv).returncode == 0
+    # what an older release's install looks like to a reader of versions (the dist-info's name)
+    h.run("sh", "-c", "cd /opt/sglang/venv/lib/python3*/site-packages && mv sglang-0.5.23.dist-info "
+                      "sglang-0.5.22.dist-info")
+    told = dump_folders(h)
+    res = sandbox.inv("spec-tune", "--host", "t4", "--traffic", "50", "--traffic-wait", "20", *LOAD, inventory=inv)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "SGLang 0.5.22 has no request dump specops reads: --traffic needs SGLang 0.5.23 or later" in out, out[-2000:]
+    assert dump_folders(h) == told and samples_left(h) == []
