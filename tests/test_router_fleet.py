@@ -291,9 +291,10 @@ def test_a_roll_ends_with_a_generation_through_the_router_and_status_says_when_i
 TUNE_KNOBS = {"SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_ACCEPT_RATE": "0.9", "SGLANG_SIM_DRAFT_COST": "0.05"}
 
 
-def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sandbox, serving):
-    """inv spec-tune on t1 (out of the router while it measures), then its winner in the workers'
-    vars and the ordinary rolling deploy, with the router's clients running: none fails."""
+def test_a_winner_tuned_on_one_workers_traffic_rolls_to_all_three_with_no_request_lost(sandbox, serving):
+    """With the router's clients running throughout: inv spec-tune --traffic on t1 takes its sample
+    while t1 serves, then measures with t1 out of the router; its winner goes into the workers' vars
+    and the ordinary rolling deploy, gated, takes it to all three.  No request fails."""
     from sandbox.provision import sandbox_service
     hosts, links, index = serving
     inv = write_inventory(sandbox, hosts, links, index, knobs=TUNE_KNOBS, router={"retries": False})
@@ -303,21 +304,32 @@ def test_a_winner_tuned_on_one_worker_rolls_to_all_three_with_no_request_lost(sa
     (inv / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     res, _ = deploy(sandbox, inv, "--group", "workers")
     assert res.returncode == 0, res.stdout[-4000:]
-    res = sandbox.inv("spec-tune", "--host", "t1", "--concurrency", "1", "--requests", "16", "--max-new-tokens", "48",
-                      inventory=inv, timeout=900)
-    assert res.returncode == 0 and "best: " in res.stdout, res.stdout[-4000:]
-    assert "sglang is out of router" in res.stdout, res.stdout[-4000:]
-    rec = json.loads(hosts["t1"].run("cat", "/var/lib/specops/releases/current/tune.json").stdout)["sglang"]
-    assert rec["changes"] and rec["winner"] != {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, res.stdout[-6000:]
-    spec = {**sandbox_service()["speculative"], **rec["apply"]}
-    # the README's way: the winner in every worker's vars, a rolling deploy held by a gate
-    gate = {"min_accept_length": 3.0, "load": {"concurrency": [1], "requests": 8, "max_new_tokens": 32}}
-    res, rep, load = roll(sandbox, hosts, links, index, TUNE_KNOBS, "--bench",
-                          workers_extra={w: {"speculative": spec, "gate": gate} for w in WORKERS})
-    print(f"\nthe winner {rec['winner']} rolled to 3 workers, --serial 1, 16 clients through the router: {load}")
+    with Load(hosts[ROUTER].address, PORT, KEY, max_new_tokens=16) as load:
+        res = sandbox.inv("spec-tune", "--host", "t1", "--traffic", "60", "--traffic-wait", "120", "--concurrency",
+                          "1", "--requests", "16", "--max-new-tokens", "48", inventory=inv, timeout=900)
+        assert res.returncode == 0 and "best: " in res.stdout, res.stdout[-4000:]
+        out = res.stdout
+        # the sample came while t1 served; only then was it taken out of the router
+        assert out.index("traffic sample: ") < out.index("sglang is out of router"), out[-4000:]
+        rec = json.loads(hosts["t1"].run("cat", "/var/lib/specops/releases/current/tune.json").stdout)["sglang"]
+        assert rec["load"]["prompts"] == "traffic sample" and rec["load"]["traffic"]["requests"] >= 60, rec["load"]
+        assert rec["changes"] and rec["winner"] != {"num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}, out[-6000:]
+        spec = {**sandbox_service()["speculative"], **rec["apply"]}
+        # the README's way: the winner in every worker's vars, a rolling deploy held by a gate
+        gate = {"min_accept_length": 3.0, "load": {"concurrency": [1], "requests": 8, "max_new_tokens": 32}}
+        inv = write_inventory(sandbox, hosts, links, index, knobs=TUNE_KNOBS, router={"retries": False})
+        doc = yaml.safe_load((inv / "hosts.yml").read_text())
+        for w in WORKERS:
+            doc["all"]["children"]["workers"]["hosts"][w]["services"][0].update(speculative=spec, gate=gate)
+        (inv / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        res, rep = deploy(sandbox, inv, "--group", "workers", "--serial", "1", "--bench")
+    load = load.summary()
+    print(f"\nthe winner {rec['winner']} (tuned on t1's traffic) rolled to 3 workers, --serial 1, 16 clients "
+          f"through the router throughout: {load}")
     assert res.returncode == 0, res.stdout[-4000:]
     assert load["failed"] == 0 and load["served"] > 20, load
     assert res.stdout.count("sglang: gate passed: accept length") == 3, res.stdout[-4000:]
+    assert hosts["t1"].run("sh", "-c", "ls -A /var/lib/specops/traffic", check=False).stdout.strip() == ""
     for w in WORKERS:
         info = json.loads(hosts[w].run("curl", "-s", "-H", f"Authorization: Bearer {KEY}",
                                        "http://127.0.0.1:30000/server_info").stdout)
