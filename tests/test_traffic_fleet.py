@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 import yaml
@@ -25,6 +26,7 @@ from sandbox.provision import sandbox_service
 pytestmark = pytest.mark.fleet
 
 KEY = "sk-traffic-test-key"
+ADMIN = "sk-traffic-admin-key"  # with it, SGLang takes only it on /configure_logging
 FAMILY = {"kotlin": 0.3}
 KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_DRAFT_COST": "0.15",
          "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_FAMILY_ACCEPT": json.dumps(FAMILY)}
@@ -37,7 +39,7 @@ SAMPLES = "/var/lib/specops/traffic"
 def inventory(sandbox, name, **over):
     """hosts.yml, and host_vars/NAME.yml holding the service (where --apply writes the winner)."""
     inv = sandbox.inventory({name: {}})
-    svc = sandbox_service(env=KNOBS, tune=SPACE, bind="0.0.0.0", api_key=KEY, **over)
+    svc = sandbox_service(**{"env": KNOBS, "tune": SPACE, "bind": "0.0.0.0", "api_key": KEY, **over})
     (inv / "host_vars").mkdir(exist_ok=True)
     (inv / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump({"services": [svc]}, sort_keys=False))
     return inv
@@ -54,24 +56,27 @@ def samples_left(h):
     return h.run("sh", "-c", f"find {SAMPLES} -mindepth 1 2>/dev/null", check=False).stdout.split()
 
 
+def until_dump_off(h, stop):
+    """Set `stop` once the dump specops turned on is off again (the server's log says so)."""
+    def watch():
+        while not stop.is_set():
+            folders = dump_folders(h)
+            if len(folders) > 1 and folders[-1] == "''":
+                stop.set()
+            time.sleep(0.5)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 class Production(Load):
     """Production's traffic (its own family) until the dump specops turned on is off again."""
 
     def __init__(self, h, texts=PRODUCTION, limit=240):
         super().__init__([h.address], KEY, limit=limit, texts=texts, clients=4, max_new_tokens=48)
         self.h = h
-        self.watch = threading.Thread(target=self.until_dump_off, daemon=True)
-
-    def until_dump_off(self):
-        while not self.stop.is_set():
-            folders = dump_folders(self.h)
-            if folders and folders[-1] == "''" and len(folders) > 1:
-                self.stop.set()
-            time.sleep(0.5)
 
     def __enter__(self):
         super().__enter__()
-        self.watch.start()
+        until_dump_off(self.h, self.stop)
         return self
 
 
@@ -126,7 +131,7 @@ def test_a_tune_on_production_traffic_beats_one_on_the_bundled_prompts_and_leave
 
 def test_ctrl_c_mid_capture_turns_the_dump_off_and_removes_the_sample(sandbox):
     h = sandbox.reset("t2")
-    inv = inventory(sandbox, "t2")
+    inv = inventory(sandbox, "t2", admin_api_key=ADMIN)  # the capture works only with the admin key
     assert sandbox.inv("deploy", "--host", "t2", inventory=inv).returncode == 0
     with Load([h.address], KEY, limit=60, texts=PRODUCTION, clients=1, max_new_tokens=8):
         status, out = sandbox.interrupt("spec-tune", "--host", "t2", "--traffic", "100000", *LOAD, inventory=inv,
@@ -202,3 +207,68 @@ def test_a_server_older_than_the_dump_specops_reads_is_refused_before_anything_c
     assert res.returncode != 0
     assert "SGLang 0.5.22 has no request dump specops reads: --traffic needs SGLang 0.5.23 or later" in out, out[-2000:]
     assert dump_folders(h) == told and samples_left(h) == []
+
+
+def test_a_request_dump_specops_did_not_start_is_named_and_left_alone(sandbox):
+    h = sandbox.reset("t5")
+    inv = inventory(sandbox, "t5", admin_api_key=ADMIN)
+    assert sandbox.inv("deploy", "--host", "t5", inventory=inv).returncode == 0
+    # a colleague's dump, as SGLang's own configure_logging script starts one
+    h.run("curl", "-sf", "-X", "POST", "-H", f"Authorization: Bearer {ADMIN}", "-H", "Content-Type: application/json",
+          "-d", json.dumps({"dump_requests_folder": "/tmp/sglang_request_dump", "dump_requests_threshold": 1000}),
+          "http://127.0.0.1:30000/configure_logging")
+    res = sandbox.inv("spec-bench", "--host", "t5", "--traffic", "20", "--traffic-wait", "20", inventory=inv)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "a request dump specops did not start is on, into /tmp/sglang_request_dump: left alone" in out, out[-2000:]
+    assert dump_folders(h)[-1] == "'/tmp/sglang_request_dump'" and samples_left(h) == []
+
+
+OTHER = "/models/tiny-llama-eagle3-kotlin"
+KOTLIN_DRAFT = {"sim_accept_rate": 0.6, "sim_family_accept_rate": {"kotlin": 0.85}}  # trained on that traffic
+
+
+class Chats(Load):
+    """Production's traffic as chat requests: each reaches the dump as its templated prompt's ids."""
+
+    def client(self, address):
+        end = time.monotonic() + self.limit
+        while not self.stop.is_set() and time.monotonic() < end:
+            self.sent += 1
+            body = json.dumps({"messages": [{"role": "user", "content": self.texts[self.sent % len(self.texts)]}],
+                               "max_completion_tokens": self.max_new_tokens}).encode()
+            try:
+                req = urllib.request.Request(f"http://{address}:30000/v1/chat/completions", body,
+                                             {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
+                urllib.request.urlopen(req, timeout=10).read()
+                self.served[address] = self.served.get(address, 0) + 1
+            except OSError:
+                time.sleep(0.2)
+
+
+def test_which_draft_pays_on_what_is_served_now_is_one_command(sandbox):
+    h = sandbox.reset("t5")
+    h.run("cp", "-a", "/models/tiny-llama-eagle3", OTHER)
+    config = json.loads(h.path(f"{OTHER}/config.json").read_text())
+    h.path(f"{OTHER}/config.json").write_text(json.dumps({**config, **KOTLIN_DRAFT}))
+    space = {"num_steps": [1, 3], "eagle_topk": [1], "num_draft_tokens": [2, 4], "drafts": [OTHER]}
+    inv = inventory(sandbox, "t5", tune=space)
+    assert sandbox.inv("deploy", "--host", "t5", inventory=inv).returncode == 0
+    res, _ = tune(sandbox, "t5", inv)
+    assert res.returncode == 0, res.stdout[-3000:]
+    current = "/var/lib/specops/releases/current/tune.json"
+    assert json.loads(h.path(current).read_text())["sglang"]["winner_draft"] in (None, "/models/tiny-llama-eagle3")
+    with Chats([h.address], KEY, limit=240, texts=PRODUCTION, clients=4, max_new_tokens=48) as production:
+        until_dump_off(h, production.stop)
+        res, _ = tune(sandbox, "t5", inv, "--traffic", "60", "--traffic-wait", "120")
+    assert res.returncode == 0, res.stdout[-3000:]
+    rec = json.loads(h.path(current).read_text())["sglang"]
+    assert rec["winner_draft"] == OTHER, rec["verdict"]
+    # every request came as a chat, so as token ids: the family was found in them, not in text
+    assert rec["load"]["traffic"]["token_ids"] == rec["load"]["traffic"]["requests"] >= 60, rec["load"]
+    by = {d["draft"]: d for d in rec["drafts"]}
+    kotlin = sim_perf.family_env(sim_perf.with_draft(KNOBS, KOTLIN_DRAFT), "kotlin")
+    own = sim_perf.family_env(KNOBS, "kotlin")
+    assert sim_perf.steady_tok_s(kotlin, 1, settings(rec["winner"])) > \
+        1.5 * sim_perf.steady_tok_s(own, 1, settings(by["/models/tiny-llama-eagle3"]["best"]))
+    assert samples_left(h) == []

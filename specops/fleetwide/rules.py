@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .payoff import Series, payoff, watch_of
+from .payoff import Series, payoff, remedy, watch_of
 from .targets import group_of, monitored, scraped
 
 QUEUE_DEPTH = 10  # ServingQueueGrowing: requests waiting, summed over the service's ranks
@@ -144,7 +144,7 @@ def payoff_alerts(inventory) -> list[dict]:
                 f"last window), so speculation gives an estimated S x a / A = {{{{ $value | printf \"%.2f\" }}}}x, "
                 f"under {1 + w.speedup_margin:g} (1 + watch.speedup_margin). Below 1, speculative decoding costs more "
                 f"than it gives. Tune it again (or check the draft, or serve without it).",
-                f"inv spec-tune {HOST}"))
+                remedy("{{ $labels.host }}")))
             out.append(alert(
                 "SpecDecodeDegraded", f"{degraded.text}\n{traffic}\nunless on(host, service)\n({not_paying.text})",
                 w.for_, "warning",
@@ -154,7 +154,7 @@ def payoff_alerts(inventory) -> list[dict]:
                 f"one its release measured: the draft fits this traffic less well. Speculative decoding may still "
                 f"pay: with a measured speedup (spec-bench --baseline, or spec-tune), SpecDecodeNotPayingOff fires "
                 f"instead where it no longer does. Tune it again to win it back.",
-                f"inv spec-tune {HOST}"))
+                remedy("{{ $labels.host }}")))
     return out
 
 

@@ -122,7 +122,7 @@ def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ra
     """Its /metrics against what its release measured: the figures and, with traffic to judge,
     payoff.py's verdict in words: not paying (where the release measured a speedup, the estimate
     under 1 + its watch's margin), else degraded (under its watch's fraction of the accept length)."""
-    from ..fleetwide.payoff import estimate, payoff, watch_of
+    from ..fleetwide.payoff import estimate, payoff, remedy, watch_of
     out = {k: running.get(k) for k in ("accept_length", "gen_throughput", "queue", "running", "verify_calls",
                                        "generation_tokens", "error")}
     rel = next((r for r in kept.releases if r["stamp"] == ran["release"]), None) or {}
@@ -135,7 +135,7 @@ def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ra
     w = watch_of(host, svc)
     not_paying, degraded = payoff(w, now, then, speedup)
     measured = f"accept length {then:.1f} when deployed at {rel['stamp']} ({out['deployed_source']})"
-    tune = f"run inv spec-tune --host {host.name}"
+    tune = f"run {remedy(host.name)}"
     if not_paying:
         out["not_paying"] = (f"estimated speedup {estimate(now, then, speedup):.2f}× (accept length {now:.1f} in "
                              f"production; {speedup:.2f}× at {measured}), under {1 + w.speedup_margin:g}: below 1 "

@@ -1,0 +1,223 @@
+"""A traffic sample's pure parts, no fleet: the agent's inert reader of SGLang's request dump (on a
+dump the simulator wrote, in 0.5.23's shape, and on files crafted to run code), the checks a dump
+file must pass, the journal line that says which dump is on, the controller's refusals, the
+local copy, the load client's request for a sampled prompt, and the remedy the alerts name."""
+import json
+import os
+import pickle
+import stat
+import time
+import types
+import urllib.request
+
+import pytest
+
+from specops import protocol
+from specops.agent.bench import dumpfile, specbench, traffic
+from specops.agent.host import ActionError
+from specops.errors import SpecopsError, UsageError
+from specops.fleetwide.payoff import remedy
+from specops.flows import traffic as flow
+from test_sim_dump import configure, dumped
+from test_sim_metrics import KEY, SPEC, server
+
+
+class Marker:
+    """Loading this runs a command: what a pickle can do."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def chat(base, text, n):
+    body = {"messages": [{"role": "user", "content": text}], "max_completion_tokens": n}
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def generate(base, text, n):
+    body = {"text": text, "sampling_params": {"max_new_tokens": n}}
+    req = urllib.request.Request(base + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def test_a_dump_the_server_wrote_is_read_inertly_into_prompts_with_their_max_new_tokens(tmp_path):
+    folder = tmp_path / "dump"
+    with server(tmp_path, *SPEC) as base:
+        configure(base, {"dump_requests_folder": str(folder), "dump_requests_threshold": 3})
+        generate(base, "fun main() in kotlin", 5)
+        chat(base, "Port this kotlin code", 7)
+        generate(base, "plain words", 6)
+        [path] = dumped(folder, 1)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(50):  # the server writes it from a thread: whole once it loads
+            try:
+                requests = dumpfile.load(dumpfile.read(fd, path.name, str(path)), str(path))
+                break
+            except (EOFError, pickle.UnpicklingError):
+                time.sleep(0.1)
+    finally:
+        os.close(fd)
+    prompts = [p for fields, *_ in requests for p in dumpfile.prompts(fields)]
+    assert prompts[0] == {"text": "fun main() in kotlin", "max_new_tokens": 5}
+    # the chat request reached the dump as its templated prompt's token ids (serving_chat._engine_prompt)
+    assert set(prompts[1]) == {"input_ids", "max_new_tokens"} and prompts[1]["max_new_tokens"] == 7
+    assert len(prompts[1]["input_ids"]) == 4 and all(isinstance(i, int) for i in prompts[1]["input_ids"])
+    assert prompts[2] == {"text": "plain words", "max_new_tokens": 6}
+    assert all(c <= f for _, _, c, f in requests)
+    # none of SGLang's (the simulator's) classes was imported to read it
+    assert not any(m.startswith("sglang") for m in __import__("sys").modules)
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_in_it_runs(tmp_path):
+    marker = tmp_path / "ran"
+    for top in ({"requests": [Marker(marker)]}, Marker(marker), {"requests": [(Marker(marker), {}, 1.0, 2.0)]}):
+        with pytest.raises(dumpfile.Refused):
+            dumpfile.load(pickle.dumps(top), "x.pkl")
+    assert not marker.exists()
+    assert pickle.loads(pickle.dumps(Marker(marker))) == 0 and marker.exists()  # the planted code does run elsewhere
+
+
+def test_a_truncated_dump_is_told_from_a_bad_one(tmp_path):
+    data = pickle.dumps({"requests": []})
+    with pytest.raises((EOFError, pickle.UnpicklingError)):
+        dumpfile.load(data[:-3], "x.pkl")  # still being written: tried again
+    with pytest.raises(dumpfile.Refused):
+        dumpfile.load(pickle.dumps([1, 2]), "x.pkl")
+
+
+def st(mode=stat.S_IFREG | 0o640, uid=0, nlink=1, size=10):
+    return os.stat_result((mode, 1, 1, nlink, uid, 0, size, 0, 0, 0))
+
+
+@pytest.mark.parametrize("given, said", [
+    (st(mode=stat.S_IFLNK | 0o777), "a symbolic link"),
+    (st(mode=stat.S_IFIFO | 0o600), "not a regular file"),
+    (st(uid=1000), "owned by uid 1000, not root"),
+    (st(nlink=2), "has 2 names"),
+    (st(mode=stat.S_IFREG | 0o660), "writable by others"),
+    (st(size=dumpfile.MAX_BYTES + 1), "more than a dump holds"),
+])
+def test_each_check_on_a_dump_file(given, said):
+    assert said in dumpfile.check_stat(given, "f.pkl")
+    assert dumpfile.check_stat(st(), "f.pkl") is None
+
+
+def test_a_link_planted_for_a_dump_file_is_never_followed(tmp_path):
+    (tmp_path / "secret").write_bytes(pickle.dumps({"requests": []}))
+    os.symlink(tmp_path / "secret", tmp_path / "x.pkl")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with pytest.raises(dumpfile.Refused, match="a symbolic link"):
+            dumpfile.read(fd, "x.pkl", "x.pkl")
+    finally:
+        os.close(fd)
+
+
+def test_which_dump_is_on_is_read_from_the_servers_own_log_line(monkeypatch):
+    lines = ["[2026-12-07 10:00:00] Config logging: obj=ConfigureLoggingReq(rid=None, http_worker_ipc=None, "
+             "log_requests=None, log_requests_level=None, log_requests_format=None, log_level=None, "
+             "dump_requests_folder='/tmp/sglang_request_dump', dump_requests_threshold=1000, crash_dump_folder=None, "
+             "dump_requests_exclude_meta_keys=None)",
+             "[2026-12-07 10:00:01] Config logging: obj=ConfigureLoggingReq(rid=None, http_worker_ipc=None, "
+             "log_requests=True, log_requests_level=None, log_requests_format=None, log_level=None, "
+             "dump_requests_folder=None, dump_requests_threshold=None, crash_dump_folder=None, "
+             "dump_requests_exclude_meta_keys=None)"]
+    outs = iter([(0, "abc\n"), (0, "\n".join(lines))])
+    monkeypatch.setattr(traffic, "run_quiet", lambda argv: next(outs))
+    assert traffic.current_folder("sglang") == "/tmp/sglang_request_dump"  # a later call that set no folder keeps it
+    outs = iter([(0, "abc\n"), (0, lines[0] + "\n" + lines[0].replace("'/tmp/sglang_request_dump'", "''"))])
+    assert traffic.current_folder("sglang") == ""
+    assert traffic.ours("/var/lib/specops/traffic/sglang.0a1b2c3d/d0", "sglang")
+    assert not traffic.ours("/var/lib/specops/traffic/sglang-b.0a1b2c3d/d0", "sglang")
+    assert not traffic.ours("/tmp/sglang_request_dump", "sglang") and not traffic.ours("", "sglang")
+
+
+def test_the_admin_key_goes_only_to_the_units_own_listener(monkeypatch):
+    asked = []
+    monkeypatch.setattr(traffic.asking, "call", lambda *a, **k: asked.append(a) or (200, b""))
+    svc = protocol.ServiceCheck(name="sglang", port=30000,
+                                endpoints=protocol.Endpoints(configure_logging="/configure_logging"))
+    with pytest.raises(ActionError, match="port 30000 is served by pid 7"):
+        traffic._post(svc, {"dump_requests_folder": ""}, lambda: "port 30000 is served by pid 7")
+    assert asked == []
+    monkeypatch.setattr(traffic.asking, "call", lambda *a, **k: (404, b""))
+    with pytest.raises(ActionError, match="has no /configure_logging .SGLang 0.5.23 and later have it"):
+        traffic._post(svc, {}, lambda: None)
+
+
+def test_the_admin_key_is_the_admin_one_where_there_is_one(tmp_path, monkeypatch):
+    env = tmp_path / "sglang.env"
+    monkeypatch.setattr(traffic.asking, "env_file", lambda name: str(env))
+    env.write_text('SGLANG_SPECOPS_API_KEY="user-key"\n')
+    assert traffic.asking.admin_key("sglang") == "user-key"
+    env.write_text('SGLANG_SPECOPS_API_KEY="user-key"\nSGLANG_SPECOPS_ADMIN_API_KEY="admin-key"\n')
+    assert traffic.asking.admin_key("sglang") == "admin-key"
+
+
+def test_a_sample_prompt_goes_to_generate_with_its_own_max_new_tokens():
+    svc = protocol.ServiceCheck(name="s", port=1)
+    path, body, _ = specbench.generate_request(svc, {"input_ids": [5, 6], "max_new_tokens": 9}, 128)
+    assert path == "/generate" and body["input_ids"] == [5, 6] and "text" not in body
+    assert body["sampling_params"]["max_new_tokens"] == 9
+    _, body, _ = specbench.generate_request(svc, {"text": "hi", "max_new_tokens": None}, 128)
+    assert body["text"] == "hi" and body["sampling_params"]["max_new_tokens"] == 128
+    assert specbench.sendable({"input_ids": [1], "max_new_tokens": 3}) and not specbench.sendable({"input_ids": "x"})
+    # one rule picks a load's share of a prompt file and of a sample
+    prompts = list(range(50))
+    assert protocol.sampled(prompts, 10, 3) == protocol.sampled(prompts, 10, 3) != protocol.sampled(prompts, 10, 4)
+
+
+def test_the_options_and_what_is_refused_before_anything_changes(monkeypatch):
+    assert flow.Traffic.parse(None) is None
+    assert flow.Traffic.parse("200", "60", "s.json") == flow.Traffic(200, 60.0, "s.json")
+    for args, said in (((None, "60"), "go with --traffic N"), (("0",), "--traffic: give a whole number"),
+                       (("x",), "--traffic")):
+        with pytest.raises(UsageError, match=said):
+            flow.Traffic.parse(*args)
+    assert flow.asked({"tune": {"traffic": 50}}, None) == flow.Traffic(50)
+    host = types.SimpleNamespace(name="h", vars={})
+    monkeypatch.setattr(flow.services, "venv_of", lambda h: "/opt/sglang/venv")
+    facts = types.SimpleNamespace(venv=lambda path: {"packages": {"sglang": "0.5.22"}})
+    run = types.SimpleNamespace(host=host)
+    base = {"name": "sglang", "model_path": "/m", "port": 30000}
+    with pytest.raises(SpecopsError, match="SGLang 0.5.22 has no request dump specops reads: --traffic needs "
+                                           "SGLang 0.5.23 or later"):
+        flow.refuse(run, base, facts)
+    with pytest.raises(SpecopsError, match="runs as svc: its dump files would be svc's"):
+        flow.refuse(run, {**base, "user": "svc"}, facts)
+    with pytest.raises(SpecopsError, match="is a router"):
+        flow.refuse(run, {"name": "r", "kind": "router", "port": 30010}, facts)
+    flow.refuse(run, base, types.SimpleNamespace(venv=lambda path: {"packages": {"sglang": "0.5.25"}}))
+
+
+def test_the_record_keeps_the_samples_identity_never_a_prompt():
+    sample = protocol.TrafficSample(path="/var/lib/specops/traffic/s.1/sample.json", sha256="ab" * 32, requests=3,
+                                    bytes=2048, first=time.time() - 60, last=time.time(), files=1, ended="count",
+                                    prompts=[{"text": "secret prompt", "max_new_tokens": 4}])
+    kept = json.dumps(flow.identity(sample))
+    assert "secret" not in kept and "ab" * 32 in kept and '"requests": 3' in kept
+    assert flow.span(sample) == "3 requests (2 KiB) served over 60 s"
+
+
+def test_a_fetched_sample_is_0600_and_never_written_through_a_link(tmp_path):
+    out = tmp_path / "sample.json"
+    flow.write_local(str(out), [{"text": "a", "max_new_tokens": 2}])
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and json.loads(out.read_text())[0]["text"] == "a"
+    (tmp_path / "elsewhere").write_text("keep")
+    os.symlink(tmp_path / "elsewhere", tmp_path / "link.json")
+    with pytest.raises(SpecopsError, match="--fetch-sample"):
+        flow.write_local(str(tmp_path / "link.json"), [])
+    assert (tmp_path / "elsewhere").read_text() == "keep"
+
+
+def test_the_alert_and_status_name_a_tune_on_the_traffic():
+    assert remedy("t1") == "inv spec-tune --host t1 --traffic 200"
