@@ -166,6 +166,9 @@ PLANTS = {"a link": "a symbolic link", "a file not root's": "owned by uid 65534,
           "not a pickle of a dump": "is not (GenerateReqInput, output, created, finished)"}
 
 
+@pytest.mark.security("dump-file", "a file planted in a traffic capture's dump directory while it runs: a link to "
+                                   "/etc/shadow, another user's pickle, a root-owned pickle that runs a command when "
+                                   "loaded (refused; nothing of it loaded or run)")
 @pytest.mark.parametrize("kind", sorted(PLANTS))
 def test_a_dump_file_not_the_servers_own_is_refused_and_nothing_of_it_is_loaded(sandbox, kind):
     h = sandbox.reset("t3")
@@ -209,6 +212,8 @@ def test_a_server_older_than_the_dump_specops_reads_is_refused_before_anything_c
     assert dump_folders(h) == told and samples_left(h) == []
 
 
+@pytest.mark.security("dump-foreign", "another user's request dump on when a --traffic run starts (named, left on; "
+                                      "nothing captured)")
 def test_a_request_dump_specops_did_not_start_is_named_and_left_alone(sandbox):
     h = sandbox.reset("t5")
     inv = inventory(sandbox, "t5", admin_api_key=ADMIN)
