@@ -38,8 +38,9 @@ BOOTSTRAP = ordered([system_packages, *DEPLOY])
 # A prompt file as specops/prompts.py reads it (which only spec-bench and spec-tune import).
 PROMPTS_HELP = ('A prompt file: a JSON list of strings, or JSONL with {"prompt": ...} or {"messages": [...]} a '
                 "line (default: files/prompts.json)")
-TRAFFIC_HELP = {"traffic": "Measure on N requests the service serves now, taken through SGLang's own request dump "
-                           "(kept on the host, root's, deleted when the task ends; docs/spec-payoff.md says what it holds)",
+TRAFFIC_HELP = {"traffic": "Measure on N requests (default 200) the service serves now, taken through SGLang's own "
+                           "request dump (kept on the host, root's, deleted when the task ends; docs/spec-payoff.md "
+                           "says what it holds)",
                 "traffic_wait": "With --traffic: the most seconds to wait for the N requests (default 600)",
                 "fetch_sample": "With --traffic: also write the sample (the prompts users sent) to this local file, 0600"}
 
@@ -116,7 +117,8 @@ def releases(c, sel):
     cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, show=show)
 
 
-@fleet_task(*SELECT, "json", "break_lock", service="The service to measure (default: the host's only one)",
+@fleet_task(*SELECT, "json", "break_lock", optional=("traffic",),
+            service="The service to measure (default: the host's only one)",
             baseline="Also measure the target without speculation, in a GPU window, and compare",
             prompts=PROMPTS_HELP,
             concurrency="Levels of concurrency, comma-separated (default 1,8,32)",
@@ -145,7 +147,8 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
              refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
 
-@fleet_task(*SELECT, "json", "break_lock", service="The service to tune (default: the host's only one)",
+@fleet_task(*SELECT, "json", "break_lock", optional=("traffic",),
+            service="The service to tune (default: the host's only one)",
             budget="The most restarts to spend per draft (the baseline at the start and at the end, and "
                    "candidates; default: tune.budget, else 40% of the grid's, at least 8); the service's own "
                    "restart at the end is not counted",

@@ -83,10 +83,10 @@ _DEFAULTS = {f.name: f.default for f in fields(Selection)}
 NUMBERS = {"forks": (1, None), "serial": (0, None), "max_fail": (0, 100)}
 
 
-def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own_help: str):
+def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optional: tuple = (), **own_help: str):
     """An invoke task whose body is `body(c, sel: Selection, **own options)`: the `shared`
     options are declared once here (with their help) and arrive together in `sel`.  `shorts`
-    False: long options only."""
+    False: long options only; `optional`: options whose value may be left out (then True)."""
     def wrap(body: Callable) -> Any:
         params = list(inspect.signature(body).parameters.values())
         own = params[2:]
@@ -109,7 +109,7 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, **own
                                                    *(p for p in extra if p not in where)])
         helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
         return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
-                    auto_shortflags=shorts, klass=_Task)
+                    auto_shortflags=shorts, klass=_Task, optional=list(optional))
     return wrap
 
 

@@ -171,7 +171,7 @@ def test_prometheus_and_alertmanager_see_a_draft_degrade_then_stop_paying_an_exp
             assert prom.wait(lambda: not prom.alerts("SpecDecodeDegraded"), 30), prom.alerts("SpecDecodeDegraded")
             estimate = float(fired["t1"]["value"])
             print(f"SpecDecodeNotPayingOff fired for t1 at {half:.2f} x: estimated {estimate:.2f}x")
-            assert estimate < 1 and "inv spec-tune --host t1 --traffic 200" in fired["t1"]["annotations"]["run"]
+            assert estimate < 1 and "inv spec-tune --host t1 --traffic" in fired["t1"]["annotations"]["run"]
             st = sandbox.inv("status", "--group", "fleet", inventory=inv)
             print(st.stdout)
             assert "t1: sglang: DRAFT NOT PAYING: estimated speedup " in st.stdout, st.stdout
@@ -179,7 +179,7 @@ def test_prometheus_and_alertmanager_see_a_draft_degrade_then_stop_paying_an_exp
             got = prom.wait(lambda: [g for g in hook.received if g["groupLabels"].get("alertname") ==
                                      "SpecDecodeNotPayingOff"], 30)
             assert got and got[0]["groupLabels"]["host"] == "t1", hook.received
-            assert [a["annotations"]["run"] for a in got[0]["alerts"]] == ["inv spec-tune --host t1 --traffic 200"], got
+            assert [a["annotations"]["run"] for a in got[0]["alerts"]] == ["inv spec-tune --host t1 --traffic"], got
             # Restored: it resolves.
             hosts["t1"].run("rm", KNOB_FILE)
             assert prom.wait(lambda: not prom.alerts("SpecDecodeNotPayingOff"), 60, 1), prom.alerts("SpecDecodeNotPayingOff")

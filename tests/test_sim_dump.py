@@ -45,9 +45,19 @@ def test_the_dump_is_off_until_configured_then_a_pickle_per_threshold_then_off_a
         assert key == KEY  # the real dump pickles ServerArgs itself, the keys with it
         assert requests == [["sglang.srt.managers.io_struct.GenerateReqInput", "w w w w", {"max_new_tokens": 8},
                              stream, ["meta_info", "text"], True] for stream in (False, True, False)]
-        generate(base, 8, False)  # one held, then the dump turned off: never written
+        generate(base, 8, False)  # one held, then the dump turned off: not written while it is off
         assert configure(base, {"dump_requests_folder": ""})[0] == 200
         for _ in range(4):
             generate(base, 8, False)
         time.sleep(0.5)
         assert dumped(folder, 2, timeout=1) == [first] and sorted(tmp_path.rglob("*.pkl")) == [first]
+        # ... but still held, as SGLang keeps it: the next dump turned on (anyone's) writes it first
+        later = tmp_path / "later"
+        configure(base, {"dump_requests_folder": str(later), "dump_requests_threshold": 2})
+        generate(base, 8, False, words=2)
+        [second] = dumped(later, 1)
+        code = ("import pickle, sys, json, time; time.sleep(0.3); d = pickle.load(open(sys.argv[1], 'rb')); "
+                "print(json.dumps([o.text for o, *_ in d['requests']]))")
+        res = subprocess.run([sys.executable, "-c", code, str(second)], capture_output=True, text=True,
+                             env={"PYTHONPATH": str(SIM)})
+        assert json.loads(res.stdout) == ["w w w", "w w"], res.stderr

@@ -40,10 +40,10 @@ def test_with_a_measured_speedup_a_draft_is_said_not_to_pay_below_1_and_degraded
         return {k: out[k] for k in status.VERDICTS if k in out}
     assert judged(1.5) == {"not_paying": "estimated speedup 0.87× (accept length 1.5 in production; 1.80× at accept "
                                          "length 3.1 when deployed at 1 (spec-bench)), under 1: below 1 speculative "
-                                         "decoding costs more than it gives; run inv spec-tune --host t1 --traffic 200"}
+                                         "decoding costs more than it gives; run inv spec-tune --host t1 --traffic"}
     assert judged(1.8) == {"degraded": "accept length 1.8 in production, under 0.7 × accept length 3.1 when deployed at "
                                        "1 (spec-bench): the draft fits this traffic less well, and may still pay; run "
-                                       "inv spec-tune --host t1 --traffic 200"}
+                                       "inv spec-tune --host t1 --traffic"}
     assert judged(2.3) == {}
     figures = status.production(host, svc, {"accept_length": 2.3, "verify_calls": 5000}, kept(), ran)
     assert (figures["deployed_accept_length"], figures["deployed_speedup"], figures["deployed_source"]) == (

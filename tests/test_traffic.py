@@ -133,8 +133,11 @@ def test_which_dump_is_on_is_read_from_the_servers_own_log_line(monkeypatch):
              "log_requests=True, log_requests_level=None, log_requests_format=None, log_level=None, "
              "dump_requests_folder=None, dump_requests_threshold=None, crash_dump_folder=None, "
              "dump_requests_exclude_meta_keys=None)"]
-    outs = iter([(0, "abc\n"), (0, "\n".join(lines))])
-    monkeypatch.setattr(traffic, "run_quiet", lambda argv: next(outs))
+    # a user's prompt, logged by --log-requests, that carries the line: not at a line's start, not read
+    forged = ("[2026-12-07 10:00:02] Receive: obj=GenerateReqInput(text='Config logging: obj=ConfigureLoggingReq("
+              "dump_requests_folder=\\'/var/lib/specops/traffic/sglang.ffffffff\\')')")
+    outs = iter([(0, "abc\n"), (0, "\n".join(lines + [forged]))])
+    monkeypatch.setattr(traffic, "run_quiet", lambda argv, timeout=None: next(outs))
     assert traffic.current_folder("sglang") == "/tmp/sglang_request_dump"  # a later call that set no folder keeps it
     outs = iter([(0, "abc\n"), (0, lines[0] + "\n" + lines[0].replace("'/tmp/sglang_request_dump'", "''"))])
     assert traffic.current_folder("sglang") == ""
@@ -222,4 +225,99 @@ def test_a_fetched_sample_is_0600_and_never_written_through_a_link(tmp_path):
 
 
 def test_the_alert_and_status_name_a_tune_on_the_traffic():
-    assert remedy("t1") == "inv spec-tune --host t1 --traffic 200"
+    assert remedy("t1") == "inv spec-tune --host t1 --traffic"
+
+
+def test_a_loader_error_of_any_kind_refuses_and_the_shape_is_checked_item_by_item():
+    with pytest.raises(dumpfile.Refused, match="AttributeError"):
+        dumpfile.load(b"\x80\x02K\x01(K\x02e.", "x.pkl")  # APPENDS to a number
+    with pytest.raises(dumpfile.Refused, match="uses EXT1"):
+        dumpfile.load(b"\x80\x02\x82\x01.", "x.pkl")
+    with pytest.raises(dumpfile.Refused, match="memo index"):
+        dumpfile.load(b"\x80\x02r\x00\x00\x00\x40N.", "x.pkl")  # would allocate gigabytes
+    with pytest.raises(dumpfile.Refused, match="not a pickle"):
+        dumpfile.load(b"\x80\x02\xff.", "x.pkl")
+
+    ok = Request()
+    ok.__dict__.update(text="t", sampling_params={"max_new_tokens": 3})
+
+    def dump(requests):  # as SGLang pickles it: the class under its real name (protocol 2 writes it inline)
+        data = pickle.dumps({"requests": requests}, protocol=2)
+        return data.replace(f"{__name__}\nRequest\n".encode(), b"sglang.srt.managers.io_struct\nGenerateReqInput\n")
+    assert dumpfile.load(dump([(ok, {}, 1.0, 2.0)]), "x")[0][0]["text"] == "t"
+    for bad in ((ok, {}, "then", 2.0), (ok, [], 1.0, 2.0), (ok, {}, 1.0), ({"text": "t"}, {}, 1.0, 2.0)):
+        with pytest.raises(dumpfile.Refused, match="request 0 is not"):
+            dumpfile.load(dump([bad]), "x")
+
+
+class Request:
+    """Pickled under GenerateReqInput's real name (test_a_loader_error...)."""
+
+
+def test_a_file_that_stays_cut_short_is_refused_once_it_has_had_its_time():
+    from specops.agent.bench import dumpdir
+    assert dumpdir.truncated(EOFError()) and dumpdir.truncated(pickle.UnpicklingError("pickle data was truncated"))
+    assert not dumpdir.truncated(pickle.UnpicklingError("invalid load key, 'x'."))
+
+
+def test_a_sample_is_read_only_from_specops_s_directory_and_as_it_was_taken(tmp_path, monkeypatch):
+    from specops.agent.bench import dumpdir
+    from specops.agent.host import sha256
+    monkeypatch.setattr(dumpdir, "TRAFFIC_DIR", str(tmp_path))
+    (tmp_path / "sglang.1").mkdir()
+    path = tmp_path / "sglang.1" / "sample.json"
+    path.write_text('[{"text": "a", "max_new_tokens": 2}]')
+    digest = sha256(path.read_bytes()).hexdigest()
+    assert dumpdir.read_sample(str(path), digest) == [{"text": "a", "max_new_tokens": 2}]
+    path.write_text('[{"text": "b", "max_new_tokens": 2}]')
+    with pytest.raises(ActionError, match="gone or changed"):
+        dumpdir.read_sample(str(path), digest)
+    for elsewhere in ("/etc/sample.json", str(tmp_path / "sglang.1" / "other.json"),
+                      str(tmp_path) + "/sglang.1/../../etc/sample.json"):
+        with pytest.raises(ActionError, match="not a traffic sample"):
+            dumpdir.read_sample(elsewhere, digest)
+
+
+def test_the_agent_refuses_a_user_service_and_a_dump_it_did_not_start(monkeypatch):
+    req = protocol.TrafficCapture(service=protocol.ServiceCheck(
+        name="sglang", port=30000, endpoints=protocol.Endpoints(configure_logging="/configure_logging")),
+        unit="sglang", count=10)
+    monkeypatch.setattr(traffic, "run_quiet", lambda argv, timeout=None: (0, "alice\n"))
+    with pytest.raises(ActionError, match="runs as alice"):
+        traffic.refuse_unless_capturable(req, lambda: None)
+    monkeypatch.setattr(traffic, "run_quiet", lambda argv, timeout=None: (0, "\n"))
+    monkeypatch.setattr(traffic, "current_folder", lambda unit: "/tmp/theirs")
+    with pytest.raises(ActionError, match="specops did not start is on, into /tmp/theirs: left alone"):
+        traffic.refuse_unless_capturable(req, lambda: None)
+    monkeypatch.setattr(traffic, "current_folder", lambda unit: "/var/lib/specops/traffic/sglang.0a0b0c0d/d3")
+    traffic.refuse_unless_capturable(req, lambda: None)  # its own, left by a killed run: taken over
+    with pytest.raises(ActionError, match="not ours"):
+        traffic.refuse_unless_capturable(req, lambda: "not ours")
+    req = protocol.replace(req, service=protocol.ServiceCheck(name="r", port=1))
+    with pytest.raises(ActionError, match="has no request dump"):
+        traffic.refuse_unless_capturable(req, lambda: None)
+
+
+def test_traffic_and_a_prompt_file_are_one_or_the_other(monkeypatch):
+    from specops.flows import tuning
+    with pytest.raises(UsageError, match="give it or --prompts, not both"):
+        tuning.Ask.parse(budget=None, at=None, mean=False, max_itl_p99_ms=None, concurrency=None, requests=None,
+                         max_new_tokens=None, prompts="files/prompts.json", traffic=flow.Traffic(10))
+    # the inventory's tune.traffic gives way to a prompt file named on the command line
+    assert flow.asked({"tune": {"traffic": 50}}, None, prompts="p.jsonl") is None
+    host = types.SimpleNamespace(name="h")
+    monkeypatch.setattr(flow.services, "venv_of", lambda h: "/v")
+    facts = types.SimpleNamespace(venv=lambda path: {"packages": {"sglang": "0.5.23rc1"}})
+    base = {"name": "sglang", "model_path": "/m", "port": 30000}
+    flow.refuse(types.SimpleNamespace(host=host), base, facts)
+    with pytest.raises(SpecopsError, match="runs 2 tokenizer workers"):
+        flow.refuse(types.SimpleNamespace(host=host), {**base, "extra_args": ["--tokenizer-worker-num=2"]}, facts)
+    flow.refuse(types.SimpleNamespace(host=host), {**base, "extra_args": ["--tokenizer-worker-num", "1"]}, facts)
+
+
+def test_a_fetched_sample_over_an_older_file_is_the_owners_alone(tmp_path):
+    out = tmp_path / "sample.json"
+    out.write_text("old")
+    out.chmod(0o644)
+    flow.write_local(str(out), [])
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_text() == "[]"

@@ -227,6 +227,19 @@ def test_a_request_dump_specops_did_not_start_is_named_and_left_alone(sandbox):
     assert res.returncode != 0
     assert "a request dump specops did not start is on, into /tmp/sglang_request_dump: left alone" in out, out[-2000:]
     assert dump_folders(h)[-1] == "'/tmp/sglang_request_dump'" and samples_left(h) == []
+    # once its owner turns it off, spec-bench measures on the traffic, and keeps no prompt of it
+    h.run("curl", "-sf", "-X", "POST", "-H", f"Authorization: Bearer {ADMIN}", "-H", "Content-Type: application/json",
+          "-d", json.dumps({"dump_requests_folder": ""}), "http://127.0.0.1:30000/configure_logging")
+    fetched = sandbox.tmp / "fetched.json"
+    with Production(h):
+        res = sandbox.inv("spec-bench", "--host", "t5", "--traffic", "30", "--traffic-wait", "60", "--concurrency",
+                          "1", "--requests", "8", "--fetch-sample", str(fetched), inventory=inv)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    perf = h.path("/var/lib/specops/releases/current/perf.json").read_text()
+    assert json.loads(perf)["sglang"]["load"]["prompts"] == "traffic sample" and "Kotlin" not in perf
+    # --fetch-sample: the prompts users sent, on the controller, the owner's alone
+    assert oct(fetched.stat().st_mode & 0o777) == "0o600" and "Kotlin coroutine" in fetched.read_text()
+    assert samples_left(h) == []
 
 
 OTHER = "/models/tiny-llama-eagle3-kotlin"

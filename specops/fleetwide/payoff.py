@@ -90,10 +90,7 @@ class Series:
         return self._op("<", other)
 
 
-REMEDY_SAMPLE = 200  # finished requests the remedy's tune samples from production
-
-
 def remedy(host: str) -> str:
     """What to run when a draft no longer pays, or pays less: a tune on the traffic that moved
     (a sample of what the service serves now, not the prompt file it was measured with)."""
-    return f"inv spec-tune --host {host} --traffic {REMEDY_SAMPLE}"
+    return f"inv spec-tune --host {host} --traffic"

@@ -18,6 +18,7 @@ from .. import cli, protocol, services
 from ..errors import SpecopsError, UsageError
 
 SINCE = "0.5.23"  # the agent's dump reader knows this release's shape (agent/bench/traffic.py SINCE)
+DEFAULT_COUNT = 200  # requests a bare --traffic samples
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,21 @@ class Traffic:
             if wait is not None or fetch:
                 raise UsageError("--traffic-wait and --fetch-sample go with --traffic N")
             return None
-        return cls(count=cli.whole(count, "--traffic", 1),
+        return cls(count=DEFAULT_COUNT if count is True else cli.whole(count, "--traffic", 1),
                    wait=float(cli.whole(wait, "--traffic-wait", 1)) if wait is not None else 600.0, fetch=fetch)
 
 
-def asked(svc: dict, given: Traffic | None) -> Traffic | None:
-    """--traffic, else the service's `tune.traffic` (spec-tune only)."""
+def asked(svc: dict, given: Traffic | None, prompts: str | None = None) -> Traffic | None:
+    """--traffic, else the service's `tune.traffic` (spec-tune only) unless --prompts names a file."""
     n = (svc.get("tune") or {}).get("traffic")
-    return given or (Traffic(count=n) if n else None)
+    return given or (Traffic(count=n) if n and not prompts else None)
 
 
 def _release(text: str | None) -> tuple:
-    try:
-        return tuple(int(p) for p in (text or "").split("+")[0].split(".")[:3])
-    except ValueError:
-        return ()
+    """(0, 5, 23) of "0.5.23", "0.5.23rc1" or "0.5.23+cu124"; () of no version."""
+    import re
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return tuple(int(g or 0) for g in found.groups()) if found else ()
 
 
 def refuse(run, svc: dict, facts) -> None:
@@ -61,10 +62,24 @@ def refuse(run, svc: dict, facts) -> None:
     if svc.get("user"):
         raise SpecopsError(f"{svc['name']} runs as {svc['user']}: its dump files would be {svc['user']}'s, and "
                            "specops reads only root's")
+    workers = _flag(svc.get("extra_args") or [], "--tokenizer-worker-num")
+    if workers not in (None, "1"):
+        raise SpecopsError(f"{svc['name']} runs {workers} tokenizer workers (--tokenizer-worker-num): each keeps a "
+                           "request dump of its own, and /configure_logging reaches one of them: no traffic sample")
     version = ((facts.venv(services.venv_of(run.host)) if facts else {}).get("packages") or {}).get("sglang")
     if _release(version) < _release(SINCE):
         raise SpecopsError(f"{svc['name']}: SGLang {version or '(not installed)'} has no request dump specops "
                            f"reads: --traffic needs SGLang {SINCE} or later")
+
+
+def _flag(args: list, flag: str) -> str | None:
+    """The value `args` give `flag` ("--flag V" or "--flag=V"), else None."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return str(args[i + 1])
+        if str(a).startswith(flag + "="):
+            return str(a).split("=", 1)[1]
+    return None
 
 
 def span(sample: protocol.TrafficSample) -> str:
@@ -80,7 +95,7 @@ def identity(sample: protocol.TrafficSample) -> dict:
     return {"prompts": "traffic sample", "prompts_sha256": sample.sha256, "prompts_count": sample.requests,
             "traffic": {"requests": sample.requests, "bytes": sample.bytes, "files": sample.files,
                         "first": sample.first, "last": sample.last, "ended": sample.ended,
-                        "token_ids": sample.token_ids, "skipped": sample.skipped}}
+                        "token_ids": sample.token_ids, "skipped": sample.skipped, "stale": sample.stale}}
 
 
 def write_local(path: str, prompts: list) -> None:
@@ -108,7 +123,8 @@ def sampled(run, svc: dict, ask: Traffic | None):
         sample = run.call(protocol.TrafficCapture(service=check, unit=unit, count=ask.count, timeout=ask.wait,
                                                   fetch=bool(ask.fetch)), on_stderr=lambda line: run.say(line.strip()))
         run.say(f"traffic sample: {span(sample)}, ended by {'the count' if sample.ended == 'count' else 'the time limit'}"
-                + (f"; {sample.skipped} request(s) without text or token ids left out" if sample.skipped else ""))
+                + (f"; {sample.skipped} request(s) without text or token ids left out" if sample.skipped else "")
+                + (f"; {sample.stale} the server held from before left out" if sample.stale else ""))
         if ask.fetch:
             write_local(ask.fetch, sample.prompts or [])
             run.say(f"traffic sample written to {ask.fetch} (0600: it holds what users sent)")
@@ -118,7 +134,9 @@ def sampled(run, svc: dict, ask: Traffic | None):
         try:
             dropped = run.call(protocol.TrafficDrop(service=check, unit=unit))
             if dropped.dump_was_on:
-                run.say("the request dump was still on: turned off")
+                run.say("the request dump was still on: turned off" if dropped.turned_off else
+                        "WARNING: the request dump specops started is still on: its port is no longer the unit's, "
+                        "so no key went there to turn it off")
             run.report.notes.append("traffic sample deleted on the host" if dropped.removed else "no traffic sample left")
         except SpecopsError as e:  # what went wrong first stays the error; this is said beside it
             run.say(f"WARNING: the traffic sample could not be dropped ({e}); the next --traffic run removes it "

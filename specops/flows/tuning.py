@@ -173,7 +173,7 @@ def tune(run, name: str | None, ask: Ask) -> dict:
         raise SpecopsError(f"{svc['name']}: no settings in the space can run: {space.pruned[0].reason}")
     say_space(run, space)
     check_drafts(run, svc, [d for d in drafts if d], facts)
-    sample = traffic_mod.asked(svc, ask.traffic)
+    sample = traffic_mod.asked(svc, ask.traffic, ask.load.get("prompts"))
     if sample:
         traffic_mod.refuse(run, svc, facts)
     load = ask.load_for(svc)

@@ -17,8 +17,8 @@ class TrafficSample:
     its sha256, how many prompts and bytes, the first request's arrival and the last's end
     (wall-clock seconds), the dump files read, why the capture ended ("count": the requests
     asked for were dumped; "time": the time limit came first), the requests left out (neither
-    text nor token ids), those that came as token ids (a chat's templated prompt), and, when
-    fetched, the prompts themselves."""
+    text nor token ids), those that came as token ids (a chat's templated prompt), those the
+    server held from before, and, when fetched, the prompts themselves."""
     path: str
     sha256: str
     requests: int
@@ -29,6 +29,7 @@ class TrafficSample:
     ended: str
     skipped: int = 0
     token_ids: int = 0
+    stale: int = 0  # requests the server held from before the dump went on: left out
     prompts: Optional[List[Any]] = None
 
 
@@ -48,9 +49,11 @@ class TrafficCapture:
 
 @message
 class TrafficDropped:
-    """Whether a sample was there to remove, and whether a dump of specops's was still on."""
+    """Whether a sample was there to remove, whether a dump of specops's was still on, and whether
+    it was turned off (not when the port is no longer the unit's)."""
     removed: bool
     dump_was_on: bool
+    turned_off: bool = False
 
 
 @request("traffic_drop", changes_host=True)

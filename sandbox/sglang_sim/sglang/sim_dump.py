@@ -7,7 +7,8 @@ each finished request whose `log_metrics` is true is appended as (GenerateReqInp
 created, finished), the times as wall-clock seconds; when `threshold` are held, one pickle is
 written from a background thread to <folder>/%Y-%m-%d_%H-%M-%S.pkl (the folder made if missing):
 a dict {"server_args": the ServerArgs object itself, keys and all, "config_updates",
-"resolved_config", "requests"}.  Requests held when the dump is turned off are never written.
+"resolved_config", "requests"}.  Requests held when the dump is turned off stay held (the real one
+never clears its list): the next dump anyone turns on writes them first.
 A chat request is dumped as a text-only model's reaches the real dump: the templated prompt's
 input_ids (serving_chat._engine_prompt; here sim_tokens.encode of the joined messages).  Every
 call is logged as the real one logs it: "Config logging: obj=ConfigureLoggingReq(...)"."""

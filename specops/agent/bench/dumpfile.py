@@ -19,7 +19,12 @@ import stat
 from specops.agent.host import ActionError
 
 REQUEST_CLASS = ("sglang.srt.managers.io_struct", "GenerateReqInput")
-MAX_BYTES = 1 << 30  # a dump of 1000 long prompts is tens of MiB; more is not a dump of ours
+MAX_BYTES = 256 << 20  # a dump of 25 requests (dumpdir's chunks) with long prompts is a few MiB
+# Opcodes a dump has no use for: extension codes and persistent ids (outside data), and protocol
+# 0's class instantiation (INST, OBJ).  A memo index far beyond the file's own size would make the
+# loader allocate that much (a 12-byte file can ask for gigabytes).
+REFUSED_OPS = {"EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "INST", "OBJ"}
+MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
 
 
 class Refused(ActionError):
@@ -54,8 +59,15 @@ class Record:
 
 
 class InertUnpickler(pickle.Unpickler):
+    def __init__(self, file):
+        super().__init__(file)
+        self.classes = {}
+
     def find_class(self, module, name):
-        return type(name, (Record,), {"origin": (module, name)})
+        key = (str(module), str(name))
+        if key not in self.classes:  # one class per name: a file that names one a million times makes one
+            self.classes[key] = type("Record", (Record,), {"origin": key})
+        return self.classes[key]
 
     def persistent_load(self, pid):
         raise pickle.UnpicklingError("a persistent id")
@@ -99,6 +111,7 @@ def read(dir_fd, name, where):
 def load(data, where):
     """The dump's requests, [(request fields, out_dict, created, finished)], from its bytes; a
     truncated pickle (still being written) raises EOFError or pickle.UnpicklingError."""
+    scan(data, where)
     try:
         top = InertUnpickler(io.BytesIO(data)).load()
     except (EOFError, pickle.UnpicklingError):
@@ -116,6 +129,23 @@ def load(data, where):
             raise Refused("%s: request %d is not (GenerateReqInput, output, created, finished)" % (where, i))
         out.append((item[0].state, item[1], float(item[2]), float(item[3])))
     return out
+
+
+def scan(data, where):
+    """Refuse, before loading, a pickle with an opcode a dump has no use for, or a memo index the
+    file's size cannot account for (pickletools reads the opcodes and builds nothing)."""
+    import pickletools
+    limit = len(data) + 1
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in REFUSED_OPS:
+                raise Refused("%s: not a pickle of a request dump (it uses %s)" % (where, op.name))
+            if op.name in MEMO_OPS and isinstance(arg, int) and arg > limit:
+                raise Refused("%s: not a pickle of a request dump (memo index %d)" % (where, arg))
+    except ValueError as e:
+        if "unknown" in str(e):  # an opcode no pickle has
+            raise Refused("%s: not a pickle (%s)" % (where, e)) from None
+        raise EOFError(str(e)) from None  # the opcodes end early: still being written
 
 
 def _tokens(value):

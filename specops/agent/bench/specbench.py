@@ -22,7 +22,7 @@ from specops import protocol
 from specops.agent.services import http, listeners
 from specops.agent.host import ActionError
 from specops.agent.services.asking import api_key
-from specops.agent.bench import traffic
+from specops.agent.bench import dumpdir
 
 SPEC_FIELDS = ("spec_verify_ct", "spec_accept_length", "spec_accept_rate")
 
@@ -201,7 +201,7 @@ def run(req):
     svc, key = req.service, api_key(req.service.name)
     prompts = req.prompts
     if req.sample:  # a traffic sample on this host: the load's share of it, picked as a file's is
-        prompts = protocol.sampled(traffic.read_sample(req.sample, req.sample_sha256), req.requests, req.seed)
+        prompts = protocol.sampled(dumpdir.read_sample(req.sample, req.sample_sha256), req.requests, req.seed)
     check_prompts(svc, prompts)
     levels = []
     # As verify does: whatever answers on the port gets the API key only if it is the unit's,

@@ -4,48 +4,48 @@ requests are pickled into <folder>/<second>.pkl), on the host, for the task that
 
 Checklist of a capture:
   1. the port is the unit's, the unit runs as root, and no dump specops did not start is on
-     (the server logs every /configure_logging call: "Config logging: obj=...dump_requests_folder=...");
-  2. a directory of root's, 0700, below TRAFFIC_DIR, and a chunk directory in it per dump file;
-  3. the dump on into the first chunk, with the admin key; after each file, the next chunk (two
-     files written in one second would have the same name);
-  4. until `count` requests are read or the time limit; then the dump off;
+     (the server logs every /configure_logging call at INFO: "[time] Config logging: obj=...");
+  2. a directory of root's, 0700, below TRAFFIC_DIR (dumpdir.py), and a chunk directory in it for
+     each dump file: as soon as a file appears, the dump moves to the next (two files written in
+     one second would have the same name);
+  3. the dump on into the first chunk, with the admin key (else the API key);
+  4. until `count` requests are read or the time limit; then what the server still holds is
+     flushed (threshold 1, for at most FLUSH seconds: SGLang keeps held requests across a dump's
+     end, for the next dump anyone turns on), and the dump is off (threshold back to SGLang's 1000);
   5. each file checked and read inertly (dumpfile.py); one that fails refuses the whole sample;
+     requests that finished before the dump went on (held from an earlier dump) are left out;
   6. the sample (sample.json, 0600) written and the dump files removed.
 On any failure, and on an interruption, the dump is off and the directory gone.  drop() ends a
 sample's task the same way.
 """
 import ast
-import json
-import os
-import pickle
 import re
-import secrets
-import shutil
 import time
 
 from specops import protocol
-from specops.agent import safefs
-from specops.agent.bench import dumpfile
-from specops.agent.host import ActionError, on_interrupt, run_quiet, say, sha256
+from specops.agent.bench import dumpdir
+from specops.agent.host import ActionError, on_interrupt, run_quiet, say
 from specops.agent.services import asking, listeners
 from specops.layout import TRAFFIC_DIR
 
 SINCE = "0.5.23"  # the first SGLang whose dump specops reads (its shape: dumpfile.py)
 CHUNK = 25        # requests a dump file holds
-POLL = 0.2
-SETTLE = 10.0     # seconds a file that does not load yet may still be being written
-SAMPLE = "sample.json"
-LOGGED = re.compile(r"Config logging: obj=ConfigureLoggingReq\(.*?\bdump_requests_folder=(None|'(?:[^'\\]|\\.)*'"
-                    r'|"(?:[^"\\]|\\.)*")')
+POLL = 0.1
+FLUSH = 5.0       # seconds to wait, at the end, for a request that makes the server write what it holds
+DEFAULT_THRESHOLD = 1000  # SGLang's dump_requests_threshold, put back when the dump goes off
+# At the start of a journal line, as SGLang's logger writes it: a request's own text, which
+# --log-requests logs too (repr'd, on one line), cannot start a line with it.
+LOGGED = re.compile(r"^\[[^\]\n]*\] Config logging: obj=ConfigureLoggingReq\([^\n]*?\bdump_requests_folder="
+                    r"(None|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")", re.M)
 
 
 def current_folder(unit):
     """The dump folder the running unit was last told (None: never told, or not logged: SGLang logs
     the call at INFO), from its current run's journal."""
-    _, out = run_quiet(["systemctl", "show", unit, "-p", "InvocationID", "--value"])
+    _, out = run_quiet(["systemctl", "show", unit, "-p", "InvocationID", "--value"], timeout=30)
     if not out.strip():
         return None
-    _, out = run_quiet(["journalctl", "_SYSTEMD_INVOCATION_ID=" + out.strip(), "-o", "cat", "--no-pager"])
+    _, out = run_quiet(["journalctl", "_SYSTEMD_INVOCATION_ID=" + out.strip(), "-o", "cat", "--no-pager"], timeout=60)
     folder = None
     for m in LOGGED.finditer(out):
         value = ast.literal_eval(m.group(1))
@@ -70,22 +70,7 @@ def _post(svc, body, guard):
 
 
 def _off(svc, guard):
-    _post(svc, {"dump_requests_folder": ""}, guard)
-
-
-def _remove_samples(name):
-    """Every sample directory of service `name` (specops's: in its root-only TRAFFIC_DIR)."""
-    try:
-        fd, _ = safefs.open_dir(TRAFFIC_DIR)
-    except safefs.Missing:
-        return False
-    try:
-        found = [n for n in os.listdir(fd) if n.startswith(name + ".")]
-    finally:
-        os.close(fd)
-    for n in found:
-        shutil.rmtree(os.path.join(TRAFFIC_DIR, n))  # fd-based: a link in it is removed, never followed
-    return bool(found)
+    _post(svc, {"dump_requests_folder": "", "dump_requests_threshold": DEFAULT_THRESHOLD}, guard)
 
 
 def refuse_unless_capturable(req, guard):
@@ -95,7 +80,7 @@ def refuse_unless_capturable(req, guard):
     problem = guard()
     if problem:
         raise ActionError("%s: %s" % (svc.name, problem))
-    _, user = run_quiet(["systemctl", "show", req.unit, "-p", "User", "--value"])
+    _, user = run_quiet(["systemctl", "show", req.unit, "-p", "User", "--value"], timeout=30)
     if user.strip() not in ("", "root"):
         raise ActionError("%s runs as %s: its dump files would be %s's, and specops reads only root's"
                           % (svc.name, user.strip(), user.strip()))
@@ -106,88 +91,46 @@ def refuse_unless_capturable(req, guard):
                           % (svc.name, folder))
 
 
-class Reader:
-    """The dump files of a sample, read as they are complete."""
-
-    def __init__(self, path):
-        self.path, self.requests, self.files, self.pending = path, [], 0, {}
-
-    def chunk_dir(self, n):
-        d = "%s/d%d" % (self.path, n)
-        safefs.make_dir(d, 0o700, 0, 0)
-        return d
-
-    def poll(self, final=False):
-        """Read each complete file; a file still failing to load after SETTLE seconds (or at the
-        end, `final`) refuses the sample.  How many files were read."""
-        fd, _ = safefs.open_dir(self.path)
-        read = 0
-        try:
-            for chunk in sorted(n for n in os.listdir(fd) if n.startswith("d")):
-                cfd = os.open(chunk, safefs.O_DIR, dir_fd=fd)
-                try:
-                    for name in sorted(os.listdir(cfd)):
-                        where = "%s/%s/%s" % (self.path, chunk, name)
-                        data = dumpfile.read(cfd, name, where)
-                        try:
-                            self.requests += dumpfile.load(data, where)
-                        except (EOFError, pickle.UnpicklingError) as e:
-                            first = self.pending.setdefault(where, time.monotonic())
-                            if final or time.monotonic() - first > SETTLE:
-                                raise dumpfile.Refused("%s: not a whole pickle (%s)" % (where, type(e).__name__))
-                            continue
-                        os.unlink(name, dir_fd=cfd)  # read: only its prompts are kept
-                        self.pending.pop(where, None)
-                        self.files += 1
-                        read += 1
-                finally:
-                    os.close(cfd)
-        finally:
-            os.close(fd)
-        return read
-
-
 def capture(req):
     svc, name = req.service, req.service.name
     guard = listeners.Listener(req.unit, svc.port).problem
     refuse_unless_capturable(req, guard)
-    _remove_samples(name)  # a sample a killed run left (the host lock: no other run is using one)
-    safefs.make_dir(TRAFFIC_DIR, 0o700, 0, 0, parents=True)
-    path = "%s/%s.%s" % (TRAFFIC_DIR, name, secrets.token_hex(4))
-    safefs.make_dir(path, 0o700, 0, 0)
-    on = [False]
+    dumpdir.remove_samples(name)  # a sample a killed run left (the host lock: no other run is using one)
+    reader, on = dumpdir.Reader(name, time.time()), [False]
 
     def undo():
-        if on[0] or ours(current_folder(req.unit), name):
-            _off(svc, guard)
-        _remove_samples(name)
+        try:
+            if on[0] or ours(current_folder(req.unit), name):
+                _off(svc, guard)
+        finally:
+            dumpdir.remove_samples(name)
     forget = on_interrupt(undo)
     try:
-        reader = Reader(path)
-        chunk = max(1, min(req.count, CHUNK))
-        _post(svc, {"dump_requests_folder": reader.chunk_dir(0), "dump_requests_threshold": chunk}, guard)
+        _post(svc, {"dump_requests_folder": reader.next_chunk(),
+                    "dump_requests_threshold": max(1, min(req.count, CHUNK))}, guard)
         on[0] = True
         say("traffic: the request dump of %s is on; waiting for %d finished requests (at most %.0f s)"
             % (name, req.count, req.timeout))
-        t0, said, n = time.monotonic(), time.monotonic(), 0
+        t0 = said = time.monotonic()
         while len(reader.requests) < req.count and time.monotonic() - t0 < req.timeout:
             time.sleep(POLL)
-            if reader.poll():
-                n += 1
-                _post(svc, {"dump_requests_folder": reader.chunk_dir(n)}, guard)
+            if reader.written():
+                _post(svc, {"dump_requests_folder": reader.next_chunk()}, guard)
+            reader.poll()
             if time.monotonic() - said >= 10:
                 said = time.monotonic()
                 say("traffic: %d of %d requests dumped, %.0f s of at most %.0f s"
                     % (len(reader.requests), req.count, said - t0, req.timeout))
         ended = "count" if len(reader.requests) >= req.count else "time"
+        flush(svc, guard, reader)
         _off(svc, guard)
         on[0] = False
         settle = time.monotonic()
-        while reader.pending and time.monotonic() - settle < SETTLE:  # a write under way when it went off
+        while reader.pending and time.monotonic() - settle < dumpdir.SETTLE:  # a write under way at the end
             time.sleep(POLL)
             reader.poll()
         reader.poll(final=True)
-        result = write_sample(reader, path, ended, req.fetch)
+        result = reader.sample(ended, req.fetch)
         say("traffic: %d requests from %d dump file(s)%s" % (result.requests, result.files,
                                                             "" if ended == "count" else " (the time limit came first)"))
         return result
@@ -198,40 +141,23 @@ def capture(req):
         forget()
 
 
-def write_sample(reader, path, ended, fetch):
-    prompts, skipped, ids = [], 0, 0
-    for fields, _out, _created, _finished in reader.requests:
-        made = dumpfile.prompts(fields)
-        skipped += not made
-        ids += sum("input_ids" in p for p in made)
-        prompts += made
-    if not prompts:
-        raise ActionError("traffic: no request with text or token ids was dumped%s"
-                          % (" in the time given: more time (--traffic-wait), or traffic" if ended == "time" else ""))
-    data = json.dumps(prompts).encode()
-    fd = os.open(path + "/" + SAMPLE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    times = [t for r in reader.requests for t in r[2:]]
-    return protocol.TrafficSample(path=path + "/" + SAMPLE, sha256=sha256(data).hexdigest(), requests=len(prompts),
-                                  bytes=len(data), first=min(times) if times else None,
-                                  last=max(times) if times else None, files=reader.files, ended=ended,
-                                  skipped=skipped, token_ids=ids, prompts=prompts if fetch else None)
-
-
-def read_sample(path, digest):
-    """The prompts of a sample this agent wrote (in TRAFFIC_DIR, root's), still as captured."""
-    if not path.startswith(TRAFFIC_DIR + "/") or not path.endswith("/" + SAMPLE):
-        raise ActionError("%s: not a traffic sample" % path)
-    data = safefs.read_file(path)
-    if data is None or sha256(data).hexdigest() != digest:
-        raise ActionError("%s: the traffic sample is gone or changed since it was taken" % path)
-    return json.loads(data)
+def flush(svc, guard, reader):
+    """Make the server write what it still holds of this traffic (it would keep it for the next
+    dump anyone turns on): threshold 1 into a fresh chunk, until a file comes or FLUSH seconds."""
+    _post(svc, {"dump_requests_folder": reader.next_chunk(), "dump_requests_threshold": 1}, guard)
+    end = time.monotonic() + FLUSH
+    while not reader.written() and time.monotonic() < end:
+        time.sleep(POLL)
 
 
 def drop(req):
     guard = listeners.Listener(req.unit, req.service.port).problem
     was_on = ours(current_folder(req.unit), req.service.name)
-    if was_on and not guard():
-        _off(req.service, guard)
-    return protocol.TrafficDropped(removed=_remove_samples(req.service.name), dump_was_on=was_on)
+    turned_off = False
+    try:
+        if was_on and not guard():
+            _off(req.service, guard)
+            turned_off = True
+    finally:
+        removed = dumpdir.remove_samples(req.service.name)
+    return protocol.TrafficDropped(removed=removed, dump_was_on=was_on, turned_off=turned_off)
