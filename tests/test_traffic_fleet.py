@@ -57,11 +57,13 @@ def samples_left(h):
 
 
 def until_dump_off(h, stop):
-    """Set `stop` once the dump specops turned on is off again (the server's log says so)."""
+    """Set `stop` once the dump specops turned on (after this call) is off again (the server's log says so)."""
+    told = len(dump_folders(h))
+
     def watch():
         while not stop.is_set():
             folders = dump_folders(h)
-            if len(folders) > 1 and folders[-1] == "''":
+            if len(folders) > told + 1 and folders[-1] == "''":
                 stop.set()
             time.sleep(0.5)
     threading.Thread(target=watch, daemon=True).start()
@@ -231,6 +233,8 @@ def test_a_request_dump_specops_did_not_start_is_named_and_left_alone(sandbox):
     h.run("curl", "-sf", "-X", "POST", "-H", f"Authorization: Bearer {ADMIN}", "-H", "Content-Type: application/json",
           "-d", json.dumps({"dump_requests_folder": ""}), "http://127.0.0.1:30000/configure_logging")
     fetched = sandbox.tmp / "fetched.json"
+    # what an agent killed outright left: the next --traffic run removes it
+    h.run("sh", "-c", f"mkdir -p -m 0700 {SAMPLES}/sglang.deadbeef && echo '[]' > {SAMPLES}/sglang.deadbeef/sample.json")
     with Production(h):
         res = sandbox.inv("spec-bench", "--host", "t5", "--traffic", "30", "--traffic-wait", "60", "--concurrency",
                           "1", "--requests", "8", "--fetch-sample", str(fetched), inventory=inv)
@@ -290,3 +294,26 @@ def test_which_draft_pays_on_what_is_served_now_is_one_command(sandbox):
     assert sim_perf.steady_tok_s(kotlin, 1, settings(rec["winner"])) > \
         1.5 * sim_perf.steady_tok_s(own, 1, settings(by["/models/tiny-llama-eagle3"]["best"]))
     assert samples_left(h) == []
+
+
+def test_a_controller_killed_mid_capture_leaves_no_dump_on_and_no_sample(sandbox):
+    """kill -9 of `inv`: no finally of the controller's runs; the agent sees its connection go."""
+    h = sandbox.reset("t4")
+    inv = inventory(sandbox, "t4")
+    assert sandbox.inv("deploy", "--host", "t4", inventory=inv).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--host", "t4", "--traffic", "100000",
+                             "--concurrency", "1", "--requests", "4"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, **sandbox.login_env(),
+                                                           "SPECOPS_INVENTORY": str(inv)})
+    with Load([h.address], KEY, limit=60, texts=PRODUCTION, clients=1, max_new_tokens=8):
+        for line in proc.stdout:
+            if "the request dump of sglang is on" in line:
+                break
+        time.sleep(2)
+        assert [p for p in samples_left(h) if p.endswith("/d0")], "no capture under way"
+        proc.kill()
+        proc.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (samples_left(h) or dump_folders(h)[-1] != "''"):
+            time.sleep(0.5)
+    assert samples_left(h) == [] and dump_folders(h)[-1] == "''", (samples_left(h), dump_folders(h)[-3:])
