@@ -66,8 +66,8 @@ def pytest_collection_modifyitems(config, items):
 # whole files in this order (scripts/test.sh: --dist loadfile --no-loadscope-reorder), so that
 # neither starts a long file while the other is nearly done.  Then the other fleet files, then the
 # unit tests, which fill the gaps at the end.
-LONGEST = ["test_router_fleet.py", "test_leftovers_fleet.py", "test_monitoring_fleet.py", "test_lifecycle_fleet.py",
-           "test_specbench_fleet.py", "test_weights_fleet.py", "test_upgrade_fleet.py"]
+LONGEST = ["test_router_fleet.py", "test_leftovers_fleet.py", "test_monitoring_fleet.py", "test_traffic_fleet.py",
+           "test_lifecycle_fleet.py", "test_specbench_fleet.py", "test_weights_fleet.py", "test_upgrade_fleet.py"]
 
 
 def _weight(item) -> tuple:
