@@ -57,17 +57,19 @@ def test_a_dump_the_server_wrote_is_read_inertly_into_prompts_with_their_max_new
         chat(base, "Port this kotlin code", 7)
         generate(base, "plain words", 6)
         [path] = dumped(folder, 1)
-    before = set(sys.modules)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        for _ in range(50):  # the server writes it from a thread: whole once it loads
-            try:
-                requests = dumpfile.load(dumpfile.read(fd, path.name, str(path)), str(path))
-                break
-            except (EOFError, pickle.UnpicklingError):
-                time.sleep(0.1)
-    finally:
-        os.close(fd)
+        before = set(sys.modules)
+        fd = os.open(folder, os.O_RDONLY)
+        try:  # the server writes it from a thread (while it runs: a killed server leaves it cut short)
+            end = time.monotonic() + 30
+            while True:
+                try:
+                    requests = dumpfile.load(dumpfile.read(fd, path.name, str(path)), str(path))
+                    break
+                except (EOFError, pickle.UnpicklingError):
+                    assert time.monotonic() < end, "the dump file never became whole"
+                    time.sleep(0.1)
+        finally:
+            os.close(fd)
     prompts = [p for fields, *_ in requests for p in dumpfile.prompts(fields)]
     assert prompts[0] == {"text": "fun main() in kotlin", "max_new_tokens": 5}
     # the chat request reached the dump as its templated prompt's token ids (serving_chat._engine_prompt)
