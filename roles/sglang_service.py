@@ -13,7 +13,8 @@ from specops.services import kind_of, of_host, of_kind, venv_of
 from specops.services.ports import check_ports
 from specops.services.sglang import admin_surface
 from specops.services.unitfile import env_text, unit_text
-from specops.sglang.spec import expectations, launch_args, said_as, venv_python
+from specops.sglang.rules import expectations
+from specops.sglang.spec import launch_args, said_as, venv_python
 
 NAME = "sglang_service"
 VARS = schema.STACK_VARS  # the host vars it reads

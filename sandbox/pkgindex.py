@@ -2,7 +2,7 @@
 
 Layout as the real world has it: /whl/<variant>/ per torch variant (like
 download.pytorch.org/whl/cu128) and /simple/ for everything else (like PyPI).  It holds
-the stand-in CUDA torch wheels, the SGLang simulator (each release of provision.SIM_VERSIONS),
+the stand-in CUDA torch wheels, the SGLang simulator (each release of simulator.SIM_VERSIONS),
 the real CPU torch from PIP_FIND_LINKS, the real flash-linear-attention with its dependencies,
 the real huggingface_hub the hosts fetch weights with, the real sglang-router, the real uv
 that builds the hosts' stacks, and the real sglang 0.5.21 (read, never installed).  Files are
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox import fleet, provision, real_sglang, torch_standin
+from sandbox import fleet, real_sglang, simulator, torch_standin
 from specops.layout import HF_PIN, UV_PIN
 
 STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
@@ -70,8 +70,8 @@ def standin_wheels(path: Path) -> Path:
     version, variants = STANDIN_TORCH
     for v in variants:
         torch_standin.build(path, version, v)
-    for sim in provision.SIM_VERSIONS:
-        provision.sim_wheel(path, sim)  # with its dependencies (setproctitle) beside it
+    for sim in simulator.SIM_VERSIONS:
+        simulator.sim_wheel(path, sim)  # with its dependencies (setproctitle) beside it
     return path
 
 

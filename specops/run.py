@@ -45,12 +45,39 @@ class Options:
     provenance: protocol.Provenance | None = None  # who runs it and from what (a task that records releases)
 
 
+class Ranks:
+    """What this run's verifies found of the ranks of services that span hosts, shared by the hosts'
+    threads: a rank > 0 found down is posted by its host's verify, and rank 0's verify, which waits
+    for every rank, fails at once naming it (flows/verify.py; its HostRun holds `ranks` and `rounds`) instead of waiting its whole timeout."""
+
+    def __init__(self):
+        self._down: dict[tuple[str, str], tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def post(self, service: str, node: str, down: str | None, round_: int) -> None:
+        """`down`: the state of the node's unit, which is not running and not about to; None: it
+        serves, or is being verified again.  `round_`: which verify of the service on its host
+        this is (1: the deploy's, 2: its rollback's, ...)."""
+        with self._lock:
+            if down:
+                self._down[(service, node)] = (down, round_)
+            else:
+                self._down.pop((service, node), None)
+
+    def down(self, service: str, nodes: list[str], round_: int) -> dict[str, str]:
+        """The nodes found down by their verify of the same round: what the deploy's verify found
+        is not what the rollback's finds.  (A node whose rounds went otherwise is waited for.)"""
+        with self._lock:
+            return {n: self._down[(service, n)][0] for n in nodes
+                    if (service, n) in self._down and self._down[(service, n)][1] == round_}
+
+
 class HostRun(Converging):
     """Everything one host's run needs; the unit of parallelism."""
 
     def __init__(self, host: Host, roles: list, opts: Options, out: Reporter, ranks=None):
         """`ranks`: what the run's verifies find of the ranks of services that span hosts, shared by
-        every host's run (flows/verify.py's Ranks)."""
+        every host's run (Ranks, above)."""
         self.host, self.roles, self.opts, self.out = host, roles, opts, out
         self.ranks = ranks
         self.rounds: dict[str, int] = {}  # service → how many times this run has verified it here (Ranks)
@@ -205,7 +232,6 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
               opts: Options, out: Reporter) -> list[HostReport]:
     """Build every host's plan (refusing bad input before any connection), then run: in
     parallel, or in rolling batches of opts.serial that stop when a batch fails too much."""
-    from .flows.verify import Ranks  # its only user; the flows import this module
     ranks = Ranks()
     runs = [HostRun(h, roles, opts, out, ranks) for h in hosts]
     size = opts.serial or len(runs)

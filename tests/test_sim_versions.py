@@ -17,20 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import provision
+from sandbox import provision, simulator
 
 MODEL_CODE = 'MODEL_CODE = "upstream"'
 MODELS = ("srt/models/llama.py", "srt/models/deepseek_v2.py")
 
 
 def build(dest, version):
-    """provision.sim_wheel without the dependency wheels it copies beside (those come from PyPI)."""
-    real_deps = provision.sim_deps
-    provision.sim_deps = lambda: dest / "no-deps"
+    """simulator.sim_wheel without the dependency wheels it copies beside (those come from PyPI)."""
+    real_deps = simulator.sim_deps
+    simulator.sim_deps = lambda: dest / "no-deps"
     try:
-        return provision.sim_wheel(dest, version)
+        return simulator.sim_wheel(dest, version)
     finally:
-        provision.sim_deps = real_deps
+        simulator.sim_deps = real_deps
 
 
 @pytest.fixture(scope="module")

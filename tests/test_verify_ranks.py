@@ -1,11 +1,11 @@
 """Rank 0's verify while another rank is down: it asks its agent in slices and looks, between
-them, at what the other ranks' verifies found (verify.Ranks).  No fleet: a run whose agent answers
+them, at what the other ranks' verifies found (run.Ranks).  No fleet: a run whose agent answers
 "starting" until told otherwise."""
 from types import SimpleNamespace
 
 from specops import protocol
 from specops.flows import verify as verify_flow
-from specops.flows.verify import Ranks
+from specops.run import Ranks
 
 
 class Rank0Run:

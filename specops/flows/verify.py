@@ -2,8 +2,6 @@
 intended, and show what was found."""
 from __future__ import annotations
 
-import threading
-
 from .. import protocol, services
 from ..errors import SpecopsError
 from ..output.report import accept_text
@@ -19,33 +17,6 @@ def checks(run: HostRun) -> list[protocol.ServiceCheck]:
         out = [protocol.replace(c, managed=[files[k]["path"] if (files.get(k) or {}).get("path") else k
                                                for k in c.managed]) for c in out]
     return out
-
-
-class Ranks:
-    """What this run's verifies found of the ranks of services that span hosts, shared by the hosts'
-    threads: a rank > 0 found down is posted by its host's verify, and rank 0's verify, which waits
-    for every rank, fails at once naming it (flows/verify.py) instead of waiting its whole timeout."""
-
-    def __init__(self):
-        self._down: dict[tuple[str, str], tuple[str, int]] = {}
-        self._lock = threading.Lock()
-
-    def post(self, service: str, node: str, down: str | None, round_: int) -> None:
-        """`down`: the state of the node's unit, which is not running and not about to; None: it
-        serves, or is being verified again.  `round_`: which verify of the service on its host
-        this is (1: the deploy's, 2: its rollback's, ...)."""
-        with self._lock:
-            if down:
-                self._down[(service, node)] = (down, round_)
-            else:
-                self._down.pop((service, node), None)
-
-    def down(self, service: str, nodes: list[str], round_: int) -> dict[str, str]:
-        """The nodes found down by their verify of the same round: what the deploy's verify found
-        is not what the rollback's finds.  (A node whose rounds went otherwise is waited for.)"""
-        with self._lock:
-            return {n: self._down[(service, n)][0] for n in nodes
-                    if (service, n) in self._down and self._down[(service, n)][1] == round_}
 
 
 LOOK_EVERY = 3.0  # seconds rank 0's agent waits before it answers, so that a lost rank ends the wait

@@ -13,7 +13,8 @@ from ..errors import UsageError
 from ..layout import LAUNCHER, SECRET_FLAGS, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
 from ..sglang import stack
-from ..sglang.spec import bind_address, expectations, intended, launch_args, metrics_on, said_as
+from ..sglang.rules import expectations
+from ..sglang.spec import bind_address, intended, launch_args, metrics_on, said_as
 from ..inventory import reach
 from . import ServiceKind, hardening, register
 

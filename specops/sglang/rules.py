@@ -20,7 +20,7 @@ from dataclasses import field as fields_default  # Finding has a `field` of its 
 from typing import Any
 
 from ..errors import UsageError
-from .spec import SPEC_FLAGS
+from .spec import SPEC_FLAGS, intended
 
 SOURCE = "sglang/srt/arg_groups/speculative_hook.py"
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -208,3 +208,12 @@ def check_service(svc: dict, where: str) -> Resolution | None:
         todo = "; or ".join(first.fixes + [f"set allow_sglang_adjustments: true to run with {first.effective} anyway"])
         raise UsageError(f"{where}: {first.message()}. {todo[0].upper()}{todo[1:]}")
     return res
+
+
+def expectations(svc: dict, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(intended, accepted): the values the service asks for, and the SGLang adjustments it
+    opted into with allow_sglang_adjustments (field → the value SGLang will really use).
+    Refuses, before any connection, what SGLang would reject or silently change."""
+    res = check_service(svc, where)
+    accepted = {f.field: f.effective for f in res.adjustments} if res else {}
+    return intended(svc), accepted

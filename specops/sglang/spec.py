@@ -89,16 +89,6 @@ def intended(svc: dict) -> dict[str, Any]:
     return out
 
 
-def expectations(svc: dict, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(intended, accepted): the values the service asks for, and the SGLang adjustments it
-    opted into with allow_sglang_adjustments (field → the value SGLang will really use).
-    Refuses, before any connection, what SGLang would reject or silently change."""
-    from .rules import check_service
-    res = check_service(svc, where)
-    accepted = {f.field: f.effective for f in res.adjustments} if res else {}
-    return intended(svc), accepted
-
-
 def bind_address(svc: dict) -> str:
     """Where to reach the server from the host itself."""
     bind = svc.get("bind", "127.0.0.1")
