@@ -33,14 +33,17 @@ class Load:
         self.threads = [threading.Thread(target=self.client, args=(a,), daemon=True)
                         for a in addresses for _ in range(clients)]
 
+    def request(self, text):
+        """(path, body) of one request of `text`: /generate's here."""
+        return "/generate", {"text": text, "sampling_params": {"max_new_tokens": self.max_new_tokens}}
+
     def client(self, address):
         end = time.monotonic() + self.limit
         while not self.stop.is_set() and time.monotonic() < end:
             self.sent += 1
-            text = self.texts[self.sent % len(self.texts)]
-            body = json.dumps({"text": text, "sampling_params": {"max_new_tokens": self.max_new_tokens}}).encode()
+            path, body = self.request(self.texts[self.sent % len(self.texts)])
             try:
-                req = urllib.request.Request(f"http://{address}:30000/generate", body,
+                req = urllib.request.Request(f"http://{address}:30000{path}", json.dumps(body).encode(),
                                              {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
                 urllib.request.urlopen(req, timeout=10).read()
                 self.served[address] = self.served.get(address, 0) + 1

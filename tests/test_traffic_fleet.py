@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 import yaml
@@ -253,19 +252,9 @@ KOTLIN_DRAFT = {"sim_accept_rate": 0.6, "sim_family_accept_rate": {"kotlin": 0.8
 class Chats(Load):
     """Production's traffic as chat requests: each reaches the dump as its templated prompt's ids."""
 
-    def client(self, address):
-        end = time.monotonic() + self.limit
-        while not self.stop.is_set() and time.monotonic() < end:
-            self.sent += 1
-            body = json.dumps({"messages": [{"role": "user", "content": self.texts[self.sent % len(self.texts)]}],
-                               "max_completion_tokens": self.max_new_tokens}).encode()
-            try:
-                req = urllib.request.Request(f"http://{address}:30000/v1/chat/completions", body,
-                                             {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
-                urllib.request.urlopen(req, timeout=10).read()
-                self.served[address] = self.served.get(address, 0) + 1
-            except OSError:
-                time.sleep(0.2)
+    def request(self, text):
+        return "/v1/chat/completions", {"messages": [{"role": "user", "content": text}],
+                                        "max_completion_tokens": self.max_new_tokens}
 
 
 def test_which_draft_pays_on_what_is_served_now_is_one_command(sandbox):
