@@ -1,12 +1,12 @@
 """specops: deploy SGLang with speculative decoding to GPU boxes.  `inv --list` for the tasks."""
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from roles import (draft_config, gpu_fit, gpu_stack, model_patches, models, monitoring, ordered, patch_check,
-                   router, router_stack, sglang_service, system_packages)
+from roles import BOOTSTRAP, DEPLOY, VOCABULARY
 from specops import cli
 from specops import inventory as inventory_mod
 from specops.cli import FLEET, SELECT, fleet_task
@@ -32,9 +32,9 @@ report_mod = lazy("specops.fleetwide.report")
 releases_out = lazy("specops.output.releases")
 patches = lazy("specops.sglang.patches")
 
-DEPLOY = ordered([gpu_fit, patch_check, models, gpu_stack, model_patches, draft_config, sglang_service, router_stack,
-                  router, monitoring])
-BOOTSTRAP = ordered([system_packages, *DEPLOY])
+# Every task reads the inventory in the roles' vocabulary.
+play = partial(cli.play, vocabulary=VOCABULARY)
+select = partial(cli.select, vocabulary=VOCABULARY)
 # A prompt file as specops/prompts.py reads it (which only spec-bench and spec-tune import).
 PROMPTS_HELP = ('A prompt file: a JSON list of strings, or JSONL with {"prompt": ...} or {"messages": [...]} a '
                 "line (default: files/prompts.json)")
@@ -56,7 +56,7 @@ def deploy(c, sel, bench=False, no_drain=False):
     previous release verified.  A worker behind a router is taken out of it and drained before
     it changes, and put back once it verifies (with --serial N: a rolling deploy)."""
     body = lambda run: pipeline.deploy(run, gate.gated if bench else None)  # noqa: E731
-    cli.play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy",
+    play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy",
              refuse=gate.refuse_ungated if bench else None)
 
 
@@ -64,7 +64,7 @@ def deploy(c, sel, bench=False, no_drain=False):
 def bootstrap(c, sel):
     """Take a bare Debian/Ubuntu GPU box to verified serving: apt, venv, GPU stack, patches,
     draft config, unit, verify."""
-    cli.play(pipeline.bootstrap, BOOTSTRAP, sel, task="bootstrap")
+    play(pipeline.bootstrap, BOOTSTRAP, sel, task="bootstrap")
 
 
 @fleet_task(*SELECT, file="The file inside the sglang package (srt/models/deepseek_v2.py), or its .patch",
@@ -81,7 +81,7 @@ def patch(c, sel, file, edited=None, fetch=False, rebase=False):
     Everything is written locally for review; nothing is written onto the host."""
     if [bool(edited), fetch, rebase].count(True) != 1:
         raise Exit("give one of --fetch, --edited PATH, --rebase", code=2)
-    hosts = cli.select(sel)
+    hosts = select(sel)
     if len(hosts) != 1:
         raise Exit("inv patch reads one host's SGLang: give --host", code=2)
     rel, diff = patching.target(patches.patch_root(hosts[0]), file)
@@ -93,14 +93,14 @@ def patch(c, sel, file, edited=None, fetch=False, rebase=False):
         if not diff.is_file():
             raise Exit(f"{diff} does not exist: nothing to rebase", code=2)
         body = lambda run: patching.rebase(run, diff, rel)  # noqa: E731
-    for r in cli.play(body, [], sel, task="patch", quiet=True, stream=sys.stderr):
+    for r in play(body, [], sel, task="patch", quiet=True, stream=sys.stderr):
         print(r.result)
 
 
 @fleet_task(*SELECT, "json", "break_lock", to="Release stamp to restore (default: the one before current)")
 def rollback(c, sel, to=None):
     """Restore the previous release (or --to STAMP): files, bytecode purge, reload, restart, verify."""
-    cli.play(lambda run: pipeline.rollback(run, to), [], sel, task="rollback")
+    play(lambda run: pipeline.rollback(run, to), [], sel, task="rollback")
 
 
 @fleet_task(*SELECT, "json")
@@ -114,7 +114,7 @@ def releases(c, sel):
             for line in releases_out.stack_lines(r.name, r.result.stacks if r.result else [],
                                                  r.result.uv_cache if r.result else 0):
                 print(line)
-    cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, show=show)
+    play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, show=show)
 
 
 @fleet_task(*SELECT, "json", "break_lock", optional=("traffic",),
@@ -142,7 +142,7 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
             raise UsageError("--traffic measures on what the service serves: give it or --prompts, not both")
     except SpecopsError as e:
         cli.exit_with(e)
-    cli.play(lambda run: specbench.bench(run, service, load, baseline, sample), [], sel, task="spec-bench",
+    play(lambda run: specbench.bench(run, service, load, baseline, sample), [], sel, task="spec-bench",
              services=[service] if service else None,
              refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
@@ -182,12 +182,13 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
                                traffic=traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample))
     except SpecopsError as e:
         cli.exit_with(e)
-    reports = cli.play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
+    reports = play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
                        services=[service] if service else None)
     if apply:
         try:
-            tuning_apply.apply(sel, reports, lambda body: cli.play(
-                lambda run: rolling.deploy(run, body, drain=True), DEPLOY, sel, task="deploy"), force=ask.force)
+            deploy_with = lambda body: play(lambda run: rolling.deploy(run, body, drain=True),  # noqa: E731
+                                            DEPLOY, sel, task="deploy")
+            tuning_apply.apply(sel, reports, deploy_with, VOCABULARY, force=ask.force)
         except SpecopsError as e:
             cli.exit_with(e)
 
@@ -197,8 +198,8 @@ def report(c, sel, out="report.html"):
     """One self-contained HTML page (opens with no network): per host and service, the releases,
     tok/s against concurrency with and without speculation, accept length per release, the
     gates, and what verify checks."""
-    hosts = cli.select(sel)
-    reports = cli.play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
+    hosts = select(sel)
+    reports = play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr)
     Path(out).write_text(report_mod.page(hosts, reports))
     print(f"wrote {out}")
 
@@ -217,7 +218,7 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
     Connects to no host; check it with `promtool check config OUT/prometheus.yml`."""
     try:
         written, warnings = monitoring_mod.write(
-            inventory_mod.load(cli.inventory_path(sel.inventory)), out, scrape_interval,
+            inventory_mod.load(cli.inventory_path(sel.inventory), VOCABULARY), out, scrape_interval,
             [a.strip() for a in (alertmanager or "").split(",") if a.strip()])
     except SpecopsError as e:
         cli.exit_with(e)
@@ -234,7 +235,7 @@ def stop(c, sel, service=None, disable=False):
     else still holding GPU memory is named, and stop fails.  A worker behind a router is taken
     out of it first (and idle) and stays out until a deploy puts it back.  The unit stays
     enabled, so a reboot starts it again, unless --disable (a deploy enables and starts it)."""
-    cli.play(lambda run: pipeline.stop_task(run, [service] if service else None, disable), [], sel, task="stop",
+    play(lambda run: pipeline.stop_task(run, [service] if service else None, disable), [], sel, task="stop",
              services=[service] if service else None)
 
 
@@ -252,7 +253,7 @@ def gpu_window(c, sel, service=None, become=False):
     # One argument is a shell command line (quoted as a whole); several are words that stay words.
     job = words[0] if len(words) == 1 else shlex.join(words)
     # A service across nodes opens its window on every node (the job runs on each).
-    reports = cli.play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
+    reports = play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
                        task="gpu-window", services=[service] if service else None, exit_on_failure=False)
     statuses = [r.result if r.result is not None else r.extra.get("job_status", 1) for r in reports]
     # The job's status (the first non-zero); a window whose service did not come back healthy never succeeds.
@@ -263,7 +264,7 @@ def gpu_window(c, sel, service=None, become=False):
 @fleet_task(*SELECT, "json")
 def verify(c, sel):
     """Check each service: ready, serving its model, running the intended spec args, generating."""
-    cli.play(lambda run: (textfile.after(run), verify_mod.verify(run, last=True)), DEPLOY, sel, task="verify")
+    play(lambda run: (textfile.after(run), verify_mod.verify(run, last=True)), DEPLOY, sel, task="verify")
 
 
 @fleet_task(*SELECT, "json", strict="Exit 1 when anything needs doing: drift, stale code, a crash, a spec "
@@ -277,8 +278,8 @@ def status(c, sel, strict=False):
     def show(reports):
         results = {r.name: r.result for r in reports if r.result}
         if results:
-            print(Redactor(cli.select(sel))(status_mod.table(results)))
-    reports = cli.play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
+            print(Redactor(select(sel))(status_mod.table(results)))
+    reports = play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
                        exit_on_failure=False, show=show)
     results = {r.name: r.result for r in reports if r.result}
     if any(r.error for r in reports) or (strict and status_mod.needs_doing(results)):
@@ -288,7 +289,7 @@ def status(c, sel, strict=False):
 @fleet_task(*SELECT)
 def facts(c, sel):
     """Print the facts one probe gathers from each host, as JSON."""
-    reports = cli.play(facts_mod.facts_probe, [], sel, quiet=True, stream=sys.stderr,
+    reports = play(facts_mod.facts_probe, [], sel, quiet=True, stream=sys.stderr,
                        exit_on_failure=False)
     cli.print_json({r.name: r.result for r in reports if r.result is not None})
     if any(r.error for r in reports):

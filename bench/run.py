@@ -79,7 +79,7 @@ class Setup:
         self.service = sandbox_service(patches=[f"srt/models/{p}" for p in PATCHES], speculative=None,
                                        env={"SGLANG_SIM_STARTUP_DELAY": str(STARTUP_S), "SGLANG_SIM_TOK_S": "100000"})
         del self.service["speculative"]
-        from specops.services.unitfile import unit_text
+        from specops.kinds.unitfile import unit_text
         from specops.layout import LAUNCHER
         self.unit = self.work / "sglang.service.j2"
         # The other tools' workload has no secrets: no env file, and the module runs directly

@@ -5,8 +5,8 @@ from specops.ops import handlers
 from specops import protocol
 from specops.errors import UsageError
 from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
-from specops.services.sglang import draft_config_path
-from specops.services import of_kind
+from specops.kinds.sglang import draft_config_path
+from specops.kinds import of_kind
 
 from specops.sglang.drafts import LAYER_IDS, NESTED, check_layer_ids, target_layers
 from specops.sglang.patches import provides_embedding_capture

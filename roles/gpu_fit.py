@@ -11,8 +11,8 @@ checkpoint not on the host yet) is not refused here."""
 from specops import protocol
 from specops.inventory import schema
 from specops.ops import JsonKeys, Op, PlanError
-from specops.services import of_kind
-from specops.services.sglang import weight_sources
+from specops.kinds import of_kind
+from specops.kinds.sglang import weight_sources
 from specops.sglang import placement
 from specops.sglang.drafts import config_of
 from specops.sglang.torchvariant import driver_refusal

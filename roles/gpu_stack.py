@@ -14,7 +14,7 @@ from specops import protocol
 from specops.errors import UsageError
 from specops.layout import UV_PIN
 from specops.ops import Change, Op, PlanError, Venv
-from specops.services import of_kind, venv_of
+from specops.kinds import of_kind, venv_of
 from specops.sglang import stack
 from specops.sglang.indexes import REMOTE_WHEELHOUSE, pip_sources, uv_sources
 from specops.layout import stack_disk_refusal

@@ -17,8 +17,8 @@ from specops.ops import handlers
 from specops.layout import BYTECODE_LINE, CHECKED_HASH
 from specops.ops import File, PlanError, PurgeBytecode
 from specops.ops.code import precompiled
-from specops.services import of_kind, venv_of
-from specops.services.sglang import DIFF_SUFFIX, patch_key, patched_file
+from specops.kinds import of_kind, venv_of
+from specops.kinds.sglang import DIFF_SUFFIX, patch_key, patched_file
 from specops.sglang.patches import applied, patch_source
 from specops.sglang.spec import venv_python
 

@@ -17,8 +17,8 @@ from specops.remote import peercopy
 from specops import protocol
 from specops.errors import UsageError
 from specops.ops import Context, Facts, Op, PlanError
-from specops.services import of_kind
-from specops.services.sglang import weight_sources
+from specops.kinds import of_kind
+from specops.kinds.sglang import weight_sources
 
 from specops.sglang.indexes import pip_sources
 

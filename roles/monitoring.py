@@ -6,18 +6,18 @@ by hand and restarts show without a run (docs/monitoring.md)."""
 import re
 
 from specops.errors import UsageError
-from specops.inventory import schema
+from specops.inventory import checker
 from specops.layout import TEXTFILE_AGENT, TEXTFILE_DIR, UNIT_DIR, UNIT_ONLY
 from specops.ops import Directory, File, handlers, unit_file
 from specops.ops.apt import AptPackages, DebPackage
 from specops.ops.systemd import Timer
 from specops.remote import shipping
-from specops.services.ports import check_ports
+from specops.kinds.ports import check_ports
 
 NAME = "monitoring"
-REFRESH = schema.Pattern(r"^[1-9][0-9]*(s|min|h)$", "a refresh is a systemd time span such as 30s, 1min or 1h")
-VARS = {"monitoring": schema.OneOf((bool, {"textfile_dir": str, "refresh": REFRESH}),
-                                   "monitoring is true, false, or a mapping of textfile_dir and refresh"),
+REFRESH = checker.Pattern(r"^[1-9][0-9]*(s|min|h)$", "a refresh is a systemd time span such as 30s, 1min or 1h")
+VARS = {"monitoring": checker.OneOf((bool, {"textfile_dir": str, "refresh": REFRESH}),
+                                    "monitoring is true, false, or a mapping of textfile_dir and refresh"),
         "debs": str}  # a directory on the controller: node_exporter's .deb, where the host has no mirror
 AFTER = ("sglang_service", "router")  # the textfile describes what they deployed
 PACKAGE = "prometheus-node-exporter"  # Debian's; its textfile collector reads TEXTFILE_DIR by default

@@ -11,8 +11,8 @@ from specops.inventory import schema
 from specops.sglang.patches import applied, patch_source
 from specops import protocol
 from specops.ops import Op, PlanError
-from specops.services import of_kind, venv_of
-from specops.services.sglang import DIFF_SUFFIX, patched_file
+from specops.kinds import of_kind, venv_of
+from specops.kinds.sglang import DIFF_SUFFIX, patched_file
 from specops.sglang import stack
 
 NAME = "patch_check"

@@ -6,10 +6,10 @@ from specops.ops import handlers
 from specops.layout import env_file
 from specops.ops import File, RunningCode, Service, unit_file
 from specops.ops.users import service_users
-from specops.services import kind_of, of_kind
-from specops.services.ports import check_ports
-from specops.services.router import workers_of
-from specops.services.unitfile import env_text, unit_text
+from specops.kinds import kind_of, of_kind
+from specops.kinds.ports import check_ports
+from specops.kinds.router import workers_of
+from specops.kinds.unitfile import env_text, unit_text
 
 NAME = "router"
 VARS = {}  # the host vars it reads

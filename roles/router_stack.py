@@ -4,7 +4,7 @@ from specops.inventory import schema
 from specops.ops import handlers
 from specops import protocol
 from specops.ops import Op, Venv
-from specops.services import kind_of, of_kind
+from specops.kinds import kind_of, of_kind
 from specops.sglang.indexes import pip_sources
 from specops.sglang.spec import venv_python
 

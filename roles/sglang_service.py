@@ -9,10 +9,10 @@ from specops.errors import UsageError
 from specops.layout import ENV_DIR, LAUNCHER, env_file
 from specops.ops import Context, Directory, Facts, File, Op, RunningCode, Service, handlers, unit_file
 from specops.ops.users import service_users
-from specops.services import kind_of, of_host, of_kind, venv_of
-from specops.services.ports import check_ports
-from specops.services.sglang import admin_surface
-from specops.services.unitfile import env_text, unit_text
+from specops.kinds import kind_of, of_host, of_kind, venv_of
+from specops.kinds.ports import check_ports
+from specops.kinds.sglang import admin_surface
+from specops.kinds.unitfile import env_text, unit_text
 from specops.sglang.rules import expectations
 from specops.sglang.spec import launch_args, said_as, venv_python
 

@@ -4,7 +4,7 @@ or is the peer another box copies from."""
 from specops.inventory import schema
 from specops.ops.apt import AptPackages
 
-from specops.services.sglang import weight_peers
+from specops.kinds.sglang import weight_peers
 
 NAME = "system_packages"
 VARS = {}  # the host vars it reads

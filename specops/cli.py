@@ -143,10 +143,11 @@ def _same_batch(hosts: list[inv.Host], serial: int, forks: int) -> None:
                                  f"its nodes start together")
 
 
-def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
+def select(sel: Selection, vocabulary: dict, services: list[str] | None = None) -> list[inv.Host]:
     """The selected hosts: a task reaches every host of an inventory only with --all (as Kamal and
-    Capistrano ask for a destination).  `services`: names every selected host must define."""
-    inventory = inv.load(inventory_path(sel.inventory))
+    Capistrano ask for a destination).  `vocabulary`: the host vars an inventory may hold
+    (roles.VOCABULARY); `services`: names every selected host must define."""
+    inventory = inv.load(inventory_path(sel.inventory), vocabulary)
     if not (sel.host or sel.group or sel.all):
         groups = ", ".join(sorted(g for g in inventory.groups if g not in ("all", "ungrouped")))
         raise UsageError("choose the hosts: --host NAME, --group NAME or --all"
@@ -177,16 +178,16 @@ def select(sel: Selection, services: list[str] | None = None) -> list[inv.Host]:
     return hosts
 
 
-def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, task: str = "run",
+def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, vocabulary: dict, task: str = "run",
          services: list[str] | None = None, run_checks: bool = True, stream=None, quiet: bool | None = None,
          exit_on_failure: bool = True, refuse: Callable[[list[inv.Host]], None] | None = None,
          show: Callable[[list[HostReport]], None] | None = None) -> list[HostReport]:
-    """Select hosts, run `body` on each, print the recap, exit non-zero on any failure.
+    """Select hosts (in `vocabulary`), run `body` on each, print the recap, exit non-zero on any failure.
     Each report's `result` is what `body` returned for that host.  `refuse(hosts)` raises
     UsageError for what the task must not do to them, before any connection.  `show(reports)`
     prints what the task found (a table) before the recap, so the recap comes last, as deploy's."""
     try:
-        hosts = select(sel, services)
+        hosts = select(sel, vocabulary, services)
         if not hosts:
             raise UsageError("no hosts selected")
         if refuse:

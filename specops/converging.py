@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from . import protocol, services
+from . import kinds, protocol
 from .errors import ApplyFailed, SpecopsError
 from .layout import new_stamp, release_dir
 from .ops import Context, Facts, handlers
@@ -93,7 +93,7 @@ class Converging:
         self.concerned = self.concerned | concerned(actions, planned)
         self.applying = True  # until the host answers: a lost connection leaves its outcome unknown here
         res = self.call(protocol.Apply(actions=actions, stamp=stamp, running=self.running,
-                                       services=list(services.unit_refs(self.host, self.quick).values()),
+                                       services=list(kinds.unit_refs(self.host, self.quick).values()),
                                        concerned=sorted(self.concerned),
                                        allow_shared_dirs=self.host.get("allow_shared_dirs") or []),
                         on_stderr=lambda line: self.say(line.strip()))
@@ -154,7 +154,7 @@ class Converging:
         then first undoes a switch an earlier run was cut off in); notes what runs before."""
         facts = self.probe([op for _, ops in self.plan for op in ops], lock=not ctx.check)
         if self.running is None:  # before this run changes anything: what an undo starts again
-            self.running = [n for n in services.unit_refs(self.host)
+            self.running = [n for n in kinds.unit_refs(self.host)
                             if facts.unit(n).get("ActiveState") in ("active", "activating", "reloading")]
         return facts
 
@@ -197,7 +197,7 @@ class Converging:
                 batch.planned = [(r, c) for r, c in batch.planned
                                  if not c.actions or any(a.PHASE != protocol.PREPARE for a in c.actions)]
                 facts = self.probe(remaining).carrying(facts)
-        batch.handlers = handlers.actions(ctx.notified, services.unit_refs(self.host, self.quick))
+        batch.handlers = handlers.actions(ctx.notified, kinds.unit_refs(self.host, self.quick))
         for h in handlers.ordered(ctx.notified):
             # notified, not run yet: the batch's step runs it, or says why it was not needed
             self.say(f"{'handler':<15} {h}: " + ("would be notified" if ctx.check else "notified"))

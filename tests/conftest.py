@@ -29,6 +29,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 from sandbox import fleet as fleet_mod, provision  # noqa: E402
 from specops.run import Options, Redactor, Reporter, run_hosts  # noqa: E402
 from specops import inventory as inventory_mod  # noqa: E402
+from roles import VOCABULARY  # noqa: E402
 
 FLEET_HOSTS = ["t1", "t2", "t3", "t4", "t5"]
 # Apart from `inv sandbox.up`'s site, so a user's sandbox and a test run never sweep each other;
@@ -180,7 +181,7 @@ class Sandbox:
               body=None, **opt):
         """Run roles in-process through the engine; returns (reports, printed output)."""
         import io
-        hosts = inventory_mod.load(inventory).select(host, None)
+        hosts = inventory_mod.load(inventory, VOCABULARY).select(host, None)
         buf = io.StringIO()
         out = Reporter(Redactor(hosts), show_diff=True, stream=buf)
         reports = run_hosts(hosts, body or (lambda run: run.converge()), roles,

@@ -9,12 +9,12 @@ import zipfile
 import pytest
 import yaml
 
-from roles import monitoring, router as router_role, sglang_service
+from roles import VOCABULARY, monitoring, router as router_role, sglang_service
 from specops import inventory
 from specops.errors import UsageError
 from specops.ops import Facts
-from specops.services import kind_of
-from specops.services.unitfile import env_text, unit_text
+from specops.kinds import kind_of
+from specops.kinds.unitfile import env_text, unit_text
 
 SVC = {"name": "sglang", "model_path": "/m", "port": 30000}
 
@@ -22,7 +22,7 @@ SVC = {"name": "sglang", "model_path": "/m", "port": 30000}
 def host(tmp_path, services, **hostvars):
     doc = {"all": {"hosts": {"h1": {"address": "10.0.0.1", "services": services, **hostvars}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    return inventory.load(tmp_path).hosts["h1"]
+    return inventory.load(tmp_path, VOCABULARY).hosts["h1"]
 
 
 def check(tmp_path, **svc):

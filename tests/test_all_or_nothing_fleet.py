@@ -203,7 +203,7 @@ def test_faults_in_a_start_and_a_removal(sandbox):
     from conftest import role
     from specops.flows import pipeline
     from specops.ops import Absent
-    import tasks
+    import roles
     h = sandbox.reset("t4")
     one, release1, before = first_release(sandbox, h, "one", {"t4": {"services": [sandbox_service()]}})
     h.run("systemctl", "stop", "sglang")
@@ -219,7 +219,7 @@ def test_faults_in_a_start_and_a_removal(sandbox):
     leftover = role("leftover", lambda host: [Absent("/etc/specops-leftover.conf")])
     release, then = current(h), serving(h)
     fault(h, "remove")
-    reports, out = sandbox.apply(one, [*tasks.DEPLOY, leftover], host="t4", body=pipeline.deploy)
+    reports, out = sandbox.apply(one, [*roles.DEPLOY, leftover], host="t4", body=pipeline.deploy)
     assert fired(h) and "a fault injected on request" in (reports[0].error or ""), out
     assert h.path("/etc/specops-leftover.conf").read_text() == "old\n"
     on_release(sandbox, h, one, release, then, restarted=False)  # it removed nothing: nothing restarted

@@ -8,6 +8,7 @@ import pytest
 from specops.remote import become
 from specops import inventory
 from specops.errors import UsageError
+from roles import VOCABULARY
 
 
 def test_the_password_never_reaches_a_command_line():
@@ -61,7 +62,7 @@ def test_an_ansible_ini_inventory_reads_as_ours(tmp_path, capsys):
         [fleet:children]
         gpu
         """})
-    inv = inventory.load(tmp_path / "hosts.ini")
+    inv = inventory.load(tmp_path / "hosts.ini", VOCABULARY)
     b1, b2 = inv.hosts["box1"], inv.hosts["box2"]
     assert (b1["address"], b1["ssh_port"], b1["ssh_user"], b1["become"]) == ("10.9.0.1", 2222, "ubuntu", True)
     assert b2["ssh_key"] == "~/.ssh/gpu" and b2["become_method"] == "sudo" and b2["venv"] == "/opt/sglang-venv"
@@ -88,12 +89,12 @@ def test_ini_values_are_typed_as_ansible_types_them(tmp_path):
         venv=/opt/sglang venv
         """,
         "quoted.ini": "[g]\nbox\n[g:vars]\nconnect_timeout='5'\n"})
-    inv = inventory.load(tmp_path / "hosts.ini")
+    inv = inventory.load(tmp_path / "hosts.ini", VOCABULARY)
     b1, b2 = inv.hosts["box1"], inv.hosts["box2"]
     assert (b2["connect_timeout"], b1["connect_timeout"], b2["ssh_port"], b2["become"]) == (5, 7.5, 2222, True)
     assert b2["venv"] == "/opt/sglang venv"  # not a literal: the text after =, as it is
     with pytest.raises(UsageError, match=r"connect_timeout: must be a number, not a string \('5'\)"):
-        inventory.load(tmp_path / "quoted.ini")
+        inventory.load(tmp_path / "quoted.ini", VOCABULARY)
 
 
 @pytest.mark.parametrize("text, typed", [
@@ -115,7 +116,7 @@ def test_a_become_password_in_the_inventory_says_what_to_use_instead(tmp_path, c
     """Issue 24: `ansible_become_pass` was only "not used; ignored".  Both ways named exist
     (cli --ask-become-pass; remote/become.py reads SPECOPS_BECOME_PASS); the value is never shown."""
     write(tmp_path, {"hosts.ini": "box ansible_become=yes ansible_become_pass=s3cr3t-pw ansible_sudo_pass=s3cr3t-pw\n"})
-    inventory.load(tmp_path / "hosts.ini")
+    inventory.load(tmp_path / "hosts.ini", VOCABULARY)
     err = capsys.readouterr().err
     for key in ("ansible_become_pass", "ansible_sudo_pass"):
         assert f"{key} is ignored: specops reads no password from the inventory; use --ask-become-pass " \
@@ -130,15 +131,15 @@ def test_one_spelling_per_setting(tmp_path):
             box: {ansible_user: ubuntu, ssh_user: root}
         """})
     with pytest.raises(UsageError, match="both ansible_user and ssh_user are set; keep one spelling"):
-        inventory.load(tmp_path / "hosts.yml")
+        inventory.load(tmp_path / "hosts.yml", VOCABULARY)
 
 
 def test_bad_become_values_are_refused(tmp_path):
     write(tmp_path, {"a.ini": "box ansible_become=maybe\n", "b.yml": "all: {hosts: {box: {become_method: su}}}\n"})
     with pytest.raises(UsageError, match="ansible_become: must be true or false"):
-        inventory.load(tmp_path / "a.ini")
+        inventory.load(tmp_path / "a.ini", VOCABULARY)
     with pytest.raises(UsageError, match="become_method: must be one of sudo"):
-        inventory.load(tmp_path / "b.yml")
+        inventory.load(tmp_path / "b.yml", VOCABULARY)
 
 
 class FakeSudo:

@@ -11,6 +11,7 @@ from invoke import Context, Exit
 import tasks
 from specops import cli, inventory
 from specops.flows import gate
+from roles import VOCABULARY
 
 SPEC = {"algorithm": "EAGLE3", "draft_model_path": "/d", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
 
@@ -51,7 +52,7 @@ def test_bench_where_some_have_a_gate_names_those_not_held(tmp_path, monkeypatch
 
 def test_the_host_says_which_of_its_services_no_gate_holds(tmp_path, monkeypatch):
     path = write(tmp_path, ct129={"sglang": {"gate": {"min_accept_length": 2.0}}, "small": {}})
-    host = inventory.load(path).hosts["ct129"]
+    host = inventory.load(path, VOCABULARY).hosts["ct129"]
     said = []
     run = SimpleNamespace(host=host, say=said.append, report=SimpleNamespace(extra={}, notes=[]),
                           call=lambda req: SimpleNamespace(releases=[]), applied=False)

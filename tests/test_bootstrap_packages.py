@@ -5,7 +5,8 @@ import json
 from specops import inventory
 from specops.ops import Context, Facts
 from roles import system_packages
-from tasks import BOOTSTRAP
+from roles import BOOTSTRAP
+from roles import VOCABULARY
 
 BASE = ["python3", "python3-venv", "ca-certificates"]
 PEER = {"source": "peer", "host": "peer", "path": "/models/x"}
@@ -14,7 +15,7 @@ PEER = {"source": "peer", "host": "peer", "path": "/models/x"}
 def load(tmp_path, box: dict, others=("peer", "bystander")):
     spec = {"box": {"services": [{"name": "sglang", "model_path": "/m", **box}]}, **{h: {} for h in others}}
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": spec}}))
-    return inventory.load(tmp_path / "hosts.yml").hosts
+    return inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts
 
 
 def names(host):

@@ -16,6 +16,7 @@ from specops import inventory
 from specops.fleetwide import dashboard, monitoring, rules
 from test_monitoring import ROOT, fleet, promtool
 from test_monitoring_alerts import scraped
+from roles import VOCABULARY
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SERVICES = [("w1", "sglang"), ("w2", "sglang"), ("w3", "sglang"), ("n0", "big")]  # fleet()'s scraped services
@@ -115,7 +116,7 @@ def test_the_same_inventory_gives_the_same_dashboard_and_provisioning(tmp_path):
 
 def test_the_provisioning_file_is_a_dashboards_provider_reading_the_written_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monitoring.write(inventory.load(ROOT / "inventory.example"), "prom")  # a relative DIR
+    monitoring.write(inventory.load(ROOT / "inventory.example", VOCABULARY), "prom")  # a relative DIR
     doc = yaml.safe_load((tmp_path / "prom" / "grafana" / "provisioning.yml").read_text())
     assert doc["apiVersion"] == 1 and len(doc["providers"]) == 1
     provider = doc["providers"][0]

@@ -15,6 +15,7 @@ from specops.errors import UsageError
 from specops.ops import Facts
 from specops.ops.apt import INSTALLED, NO_CANDIDATE, AptPackages, DebPackage
 from sandbox import aptrepo
+from roles import VOCABULARY
 
 PKG = "prometheus-node-exporter"
 
@@ -56,7 +57,7 @@ def test_a_directory_without_the_deb_or_with_a_sum_that_differs_is_refused(debs,
 def test_the_monitoring_role_takes_the_deb_where_debs_is_set_else_apt(debs, tmp_path):
     doc = {"all": {"hosts": {"a": {"monitoring": True, "debs": str(debs)}, "b": {"monitoring": True}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    inv = inventory.load(tmp_path)
+    inv = inventory.load(tmp_path, VOCABULARY)
     assert isinstance(monitoring.ops(inv.hosts["a"])[0], DebPackage)
     assert isinstance(monitoring.ops(inv.hosts["b"])[0], AptPackages)
 

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import ROOT, host_snapshot, load_json, record_bytes, record_inputs, role, sha256_on, unit_prop
 from specops.ops import Absent, Command, Directory, File, JsonKeys, Service, template, unit_file
+from roles import VOCABULARY
 
 pytestmark = pytest.mark.fleet
 
@@ -360,7 +361,7 @@ def test_the_real_agent_refuses_an_unknown_request_kind_in_one_line(sandbox):
     from specops.remote.ssh import Remote
     inv = sandbox.inventory({"t1": {}})
     from specops import inventory as inventory_mod
-    (host,) = inventory_mod.load(inv).select("t1", None)
+    (host,) = inventory_mod.load(inv, VOCABULARY).select("t1", None)
     remote = Remote("t1", host.vars)
     try:
         res = remote.exec(shipping.COMMAND, shipping.payload(b'{"kind": "reboot", "now": true}'))

@@ -7,13 +7,14 @@ import json
 
 import pytest
 
-import tasks
+import roles
 from roles import gpu_fit
 from specops import inventory, protocol
 from specops.ops import Context, Facts, PlanError
 from specops.output.report import Redactor, Reporter
 from specops.run import HostRun, Options
 from specops.sglang import placement
+from roles import VOCABULARY
 
 H100 = 81559  # MiB, as nvidia-smi reports an H100 80GB
 GiB = 2**30
@@ -30,7 +31,7 @@ def hosts(tmp_path, **host_vars):
     doc = {"all": {"hosts": {name: ({"services": [{"name": "sglang", "model_path": "/models/m", **v.pop("svc")}]}
                                     if "svc" in v else {}) | v for name, v in host_vars.items()}}}
     (tmp_path / "hosts.yml").write_text(json.dumps(doc))
-    return inventory.load(tmp_path / "hosts.yml").hosts
+    return inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts
 
 
 def configs(dtype="bfloat16", paths=("/models/m", "/d")):
@@ -68,7 +69,7 @@ def test_the_refusal_comes_before_anything_moves_in_check_and_deploy(tmp_path, c
     (local / "config.json").write_text("{}")
     h = hosts(tmp_path, ct129={"svc": {"tp": 8, "weights": {"source": "controller", "path": str(local)}}})["ct129"]
     out = io.StringIO()
-    run = HostRun(h, tasks.DEPLOY, Options(check=check), Reporter(Redactor([h]), show_diff=True, stream=out))
+    run = HostRun(h, roles.DEPLOY, Options(check=check), Reporter(Redactor([h]), show_diff=True, stream=out))
     pushed = []
     run.push = pushed.append
     facts = Facts({"gpu": gpus(4), "listings": {}, "files": {}, "venvs": {}, "stacks": [],
@@ -99,7 +100,7 @@ def test_a_service_across_nodes_needs_its_share_of_tp_on_each(tmp_path):
     svc = {"name": "big", "model_path": "/models/big", "tp": 16, "nodes": ["box-a", "box-b"]}
     doc = {"all": {"vars": {"services": [svc]}, "hosts": {"box-a": {}, "box-b": {}}}}
     (tmp_path / "hosts.yml").write_text(json.dumps(doc))
-    b = inventory.load(tmp_path / "hosts.yml").hosts["box-b"]
+    b = inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts["box-b"]
     assert refusal(b, gpus(4)) == ("big: tp 16 across 2 nodes needs 8 GPUs on each node; box-b has 4 (nvidia-smi): "
                                    "set tp: 8 or fewer")
     assert plan(b, gpus(8))

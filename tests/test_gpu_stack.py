@@ -4,11 +4,12 @@ import json
 from specops import inventory
 from specops.ops import Context, Facts, Venv
 from roles import gpu_stack
+from roles import VOCABULARY
 
 
 def plan(tmp_path, pins: dict):
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"venv": "/v", **pins}}}}))
-    host = inventory.load(tmp_path / "hosts.yml").hosts["box"]
+    host = inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts["box"]
     (op,) = [o for o in gpu_stack.ops(host) if isinstance(o, gpu_stack.PythonPackages)]
     facts = Facts({"venvs": {"/v": {"exists": True, "packages": {}}}, "gpu": {"present": False}})
     return op.plan(facts, Context("box", False))
@@ -27,7 +28,7 @@ def test_a_venv_of_the_users_is_no_stack_and_is_taken_as_it_is(tmp_path):
     """A `venv:` of the user's that exists is ok whatever the host's stacks are (it is none)."""
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"venv": "/v",
                                                                               "sglang": {"version": "0.5.23"}}}}}))
-    host = inventory.load(tmp_path / "hosts.yml").hosts["box"]
+    host = inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts["box"]
     (op,) = [o for o in gpu_stack.ops(host) if isinstance(o, Venv)]
     facts = Facts({"venvs": {"/v": {"exists": True, "version": "3.11.2", "packages": {}}}, "stacks": []})
     assert op.plan(facts, Context("box", False)).actions == []

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, fleet_mod, flock_waiters, load_json, unit_prop
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR, LOCK_GUARD
+from roles import VOCABULARY
 
 pytestmark = pytest.mark.fleet
 HOLDER = "/run/specops.lock/holder.json"
@@ -162,7 +163,7 @@ def test_ssh_output_is_capped(sandbox):
     from specops.errors import SpecopsError
     from specops.remote.ssh import Remote
     inv = sandbox.inventory({"t2": {}})
-    (host,) = inventory_mod.load(inv).select("t2", None)
+    (host,) = inventory_mod.load(inv, VOCABULARY).select("t2", None)
     remote = Remote("t2", host.vars)
     try:
         remote.open()

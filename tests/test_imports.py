@@ -1,4 +1,5 @@
 """What `import tasks` costs every `inv` run, a no-op deploy's among them.  No fleet."""
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +27,84 @@ def test_importing_tasks_leaves_out_what_only_some_tasks_need():
     loaded = set(res.stdout.split())
     assert "roles" in loaded and "specops.cli" in loaded  # the roles make the inventory's vocabulary
     assert sorted(m for m in NOT_AT_START if m in loaded) == []
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the project's modules it imports, at its top or inside a function alike (a
+    function-level import holds a circle shut, it does not open it).  `from pkg import name`
+    points at pkg.name when that is a module, else at pkg."""
+    paths = [p for d in ("specops", "roles", "sandbox") for p in (ROOT / d).rglob("*.py")
+             if "sglang_sim" not in p.parts] + [ROOT / "tasks.py"]
+    modules = {_module(p): p for p in paths}
+
+    def known(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {known(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets |= {known(f"{base}.{a.name}") if f"{base}.{a.name}" in modules else known(base)
+                            for a in node.names}
+        graph[name] = targets - {"", name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                out.append(sorted(group))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_itself_round_a_circle():
+    assert circles(import_graph()) == []
+
+
+def test_a_circle_is_seen_however_it_is_held_shut():
+    """The reader above, on a graph with one circle and one chain."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_engine_imports_no_role_and_nothing_of_the_sandbox():
+    """specops/ is the engine: the roles (the application) and the sandbox (a test fleet) build on
+    it, never the other way; tasks.py hands the roles' vocabulary to it."""
+    wrong = sorted((m, t) for m, targets in import_graph().items() if m.startswith("specops")
+                   for t in targets if t.split(".")[0] in ("roles", "sandbox", "tasks"))
+    assert wrong == []

@@ -8,6 +8,7 @@ import pytest
 
 from specops import inventory
 from specops.errors import UsageError
+from roles import VOCABULARY
 
 
 def write(tmp_path, files):
@@ -35,7 +36,7 @@ def test_precedence_all_parent_child_host(tmp_path):
             """,
         "group_vars/child.yml": "ssh_port: 2222\n",
         "host_vars/b.yml": "torch: {cuda: cu128}\n",
-    }))
+    }), VOCABULARY)
     a, b = inv.hosts["a"], inv.hosts["b"]
     assert a["venv"] == "/child" and b["venv"] == "/child"          # child group beats parent and all
     assert a["ssh_user"] == "hostuser" and b["ssh_user"] == "p"     # host beats groups
@@ -51,7 +52,7 @@ def test_selection_by_host_group_and_all(tmp_path):
           children:
             g1: {hosts: {a: , b: }}
             g2: {hosts: {c: }}
-        """}))
+        """}), VOCABULARY)
     assert [h.name for h in inv.select()] == ["a", "b", "c"]
     assert [h.name for h in inv.select(host="c,a")] == ["c", "a"]
     assert [h.name for h in inv.select(group="g2")] == ["c"]
@@ -62,7 +63,7 @@ def test_selection_by_host_group_and_all(tmp_path):
 
 
 def test_example_inventory_loads():
-    inv = inventory.load(inventory.Path(__file__).parent.parent / "inventory.example" / "hosts.yml")
+    inv = inventory.load(inventory.Path(__file__).parent.parent / "inventory.example" / "hosts.yml", VOCABULARY)
     ct129 = inv.hosts["ct129"]
     assert ct129["address"] == "10.1.230.172" and ct129["ssh_user"] == "root"
     assert "gpu_boxes" in ct129.groups and ct129["torch"]["cuda"] == "auto"
@@ -111,7 +112,7 @@ def write_bad(path, case):
 def test_bad_inventory_is_one_line_naming_file_and_key(tmp_path, case):
     pattern = write_bad(tmp_path, case)
     with pytest.raises(UsageError) as e:
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)
     msg = str(e.value)
     assert "\n" not in msg
     assert str(tmp_path) in msg
@@ -242,12 +243,12 @@ def test_packages_are_name_equals_version_and_nothing_an_installer_reads_as_an_o
     from specops.errors import UsageError
     for good in ("numpy==2.1.0", "sglang-router==0.3.2", "Foo.Bar_baz==1.0rc1", "transformers[torch]==4.57.1"):
         (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"packages": [good]}}}}))
-        assert inventory.load(tmp_path / "hosts.yml").hosts["box"]["packages"] == [good]
+        assert inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts["box"]["packages"] == [good]
     for bad in ("-r/etc/shadow", "--index-url=http://x", "numpy", "numpy>=2", "numpy==2 ; python_version>'3'",
                 "/tmp/x.whl", "numpy==", "file:///etc/shadow#egg=x==1"):
         (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"packages": [bad]}}}}))
         with pytest.raises(UsageError, match=r"packages\[0\]: a package is name==version"):
-            inventory.load(tmp_path / "hosts.yml")
+            inventory.load(tmp_path / "hosts.yml", VOCABULARY)
 
 
 def test_a_service_user_is_a_plain_system_user_name_never_root(tmp_path):
@@ -259,7 +260,7 @@ def test_a_service_user_is_a_plain_system_user_name_never_root(tmp_path):
     def load(user):
         svc = {"name": "sglang", "model_path": "/models/m", "user": user}
         (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"services": [svc]}}}}))
-        return inventory.load(tmp_path / "hosts.yml")
+        return inventory.load(tmp_path / "hosts.yml", VOCABULARY)
     assert load("sglang-svc").hosts["box"]["services"][0]["user"] == "sglang-svc"
     for bad in ("root", "-o", "--system", "a b", "../x", "Alice", "x" * 40, "a;id", ""):
         with pytest.raises(UsageError, match="a user is a plain system user name"):

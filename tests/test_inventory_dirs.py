@@ -11,6 +11,7 @@ from specops import cli, inventory
 from specops.errors import UsageError
 from specops.inventory.ansible import _one_edit
 from test_inventory import write
+from roles import VOCABULARY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +23,7 @@ VARS_BESIDE = {"group_vars/gpu.yml": "venv: /opt/gpu\n", "host_vars/box1.yml": "
 def test_a_directory_with_one_ini_file_reads_it_and_the_vars_beside_it(tmp_path, name):
     write(tmp_path, {name: "[gpu]\nbox1 ansible_host=10.9.0.1\nbox2 ansible_host=10.9.0.2\n",
                      "README": "Our GPU boxes, as Ansible knows them.\n", "notes.txt": "x=1\n", **VARS_BESIDE})
-    inv = inventory.load(tmp_path)
+    inv = inventory.load(tmp_path, VOCABULARY)
     assert inv.path == tmp_path / name
     b1, b2 = inv.hosts["box1"], inv.hosts["box2"]
     assert (b1["address"], b1["venv"], b1["ssh_port"]) == ("10.9.0.1", "/opt/gpu", 2200)
@@ -32,14 +33,14 @@ def test_a_directory_with_one_ini_file_reads_it_and_the_vars_beside_it(tmp_path,
 def test_two_ini_files_in_a_directory_are_refused_naming_both(tmp_path):
     write(tmp_path, {"hosts": "box1\n", "hosts.ini": "box2\n"})
     with pytest.raises(UsageError) as e:
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)
     assert str(e.value) == f"{tmp_path}: hosts, hosts.ini could each be the inventory: give one with -i {tmp_path}/hosts"
 
 
 def test_a_directory_without_hosts_says_what_it_looks_for(tmp_path):
     write(tmp_path, {"README": "Our GPU boxes, as Ansible knows them.\n", "group_vars/all.yml": "venv: /v\n"})
     with pytest.raises(UsageError, match=r": no hosts.yml or INI inventory \(hosts.ini\) in the inventory directory$"):
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)
 
 
 # --- an ansible_* key one typo away from one specops reads ---------------------------------------
@@ -58,10 +59,10 @@ def test_a_typo_of_an_ansible_key_is_refused_and_others_named_with_the_nearest(t
     write(tmp_path, {"typo.ini": "box ansible_host=10.9.0.1 ansible_uesr=ubuntu\n",
                      "old.ini": "box ansible_host=10.9.0.1 ansible_ssh_user=ubuntu ansible_python_interpreter=/usr/bin/python3\n"})
     with pytest.raises(UsageError) as e:
-        inventory.load(tmp_path / "typo.ini")
+        inventory.load(tmp_path / "typo.ini", VOCABULARY)
     assert str(e.value) == (f"{tmp_path}/typo.ini: all.children.ungrouped.hosts.box.ansible_uesr: unknown key "
                             f"(did you mean 'ansible_user'?)")
-    old = inventory.load(tmp_path / "old.ini").hosts["box"]
+    old = inventory.load(tmp_path / "old.ini", VOCABULARY).hosts["box"]
     err = capsys.readouterr().err
     assert old["ssh_user"] == "ubuntu"  # Ansible's older spelling, read as it reads it
     assert "ansible_python_interpreter is not used by specops; ignored\n" in err, err
@@ -70,10 +71,10 @@ def test_a_typo_of_an_ansible_key_is_refused_and_others_named_with_the_nearest(t
 def test_ansibles_older_spellings_are_read_and_two_spellings_of_one_key_refused(tmp_path):
     write(tmp_path, {"old.ini": "box ansible_ssh_host=10.9.0.2 ansible_ssh_port=2222 ansible_private_key_file=/k\n",
                      "both.ini": "box ansible_user=a ansible_ssh_user=b\n"})
-    box = inventory.load(tmp_path / "old.ini").hosts["box"]
+    box = inventory.load(tmp_path / "old.ini", VOCABULARY).hosts["box"]
     assert (box["address"], box["ssh_port"], box["ssh_key"]) == ("10.9.0.2", 2222, "/k")
     with pytest.raises(UsageError, match="both ansible_user and ansible_ssh_user are set; keep one spelling"):
-        inventory.load(tmp_path / "both.ini")
+        inventory.load(tmp_path / "both.ini", VOCABULARY)
 
 
 def test_ansibles_own_variables_are_never_taken_for_typos(tmp_path):
@@ -84,7 +85,7 @@ def test_ansibles_own_variables_are_never_taken_for_typos(tmp_path):
               "ansible_become_flags", "ansible_shell_type", "ansible_shell_executable", "ansible_python_interpreter",
               "ansible_timeout", "ansible_pipelining", "ansible_network_os", "ansible_sudo", "ansible_su"]
     write(tmp_path, {"hosts.ini": "box " + " ".join(f"{k}=x" for k in theirs) + "\n"})
-    assert inventory.load(tmp_path / "hosts.ini").hosts["box"].vars == {}
+    assert inventory.load(tmp_path / "hosts.ini", VOCABULARY).hosts["box"].vars == {}
 
 
 # --- the default inventory ----------------------------------------------------------------------
@@ -94,11 +95,11 @@ def test_without_inventory_or_i_a_task_refuses_and_never_takes_the_example(tmp_p
     monkeypatch.setattr(cli, "DEFAULT_INVENTORY", tmp_path / "inventory")
     monkeypatch.chdir(ROOT)
     with pytest.raises(UsageError) as e:
-        cli.select(cli.Selection(host="ct129"))
+        cli.select(cli.Selection(host="ct129"), VOCABULARY)
     assert str(e.value) == ("no inventory: give -i DIR|FILE, or copy inventory.example/ to "
                             f"{os.path.relpath(tmp_path / 'inventory')}/ (the default) and make it yours")
     write(tmp_path / "inventory", {"hosts.yml": "all: {hosts: {mine: {address: 10.9.0.7}}}\n"})
-    assert [h["address"] for h in cli.select(cli.Selection(host="mine"))] == ["10.9.0.7"]
+    assert [h["address"] for h in cli.select(cli.Selection(host="mine"), VOCABULARY)] == ["10.9.0.7"]
     assert cli.inventory_path("other/") == "other/"
     monkeypatch.setenv("SPECOPS_INVENTORY", "elsewhere/")
     assert cli.inventory_path(None) == "elsewhere/" and cli.inventory_path("other/") == "other/"

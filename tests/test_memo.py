@@ -134,7 +134,7 @@ def test_hosts_asking_at_once_compute_it_once(home):
 
 
 def test_no_secret_of_the_env_file_reaches_the_memo(home):
-    from specops.services import unitfile
+    from specops.kinds import unitfile
     svc = {"name": "sglang", "api_key": "sk-hunter2-api", "env_secret": {"HF_TOKEN": "hf_hunter2_token"}}
     text = unitfile.env_text(svc)
     assert 'HF_TOKEN="hf_hunter2_token"' in text and "sk-hunter2-api" in text and "\0" not in text

@@ -16,6 +16,7 @@ from specops import inventory
 from specops.errors import UsageError
 from specops.fleetwide import monitoring, payoff, rules, targets
 from specops.inventory import reach
+from roles import VOCABULARY
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = {"algorithm": "EAGLE3", "draft_model_path": "/m/draft", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
@@ -50,7 +51,7 @@ def fleet(tmp_path):
         "big": {"vars": {"services": [big]}, "hosts": {"n0": {"address": "10.0.1.0"}, "n1": {"address": "10.0.1.1"}}},
     }}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    inv = inventory.load(tmp_path)
+    inv = inventory.load(tmp_path, VOCABULARY)
     # the monitoring role's var: true, or its settings; false or absent: no node_exporter
     inv.hosts["w1"].vars["monitoring"] = True
     inv.hosts["r"].vars["monitoring"] = {"textfile_dir": "/var/lib/prometheus/node-exporter", "refresh": "1min"}
@@ -70,7 +71,7 @@ def _targets(out, job):
 
 
 def test_the_example_inventory_gives_a_configuration_promtool_accepts(tmp_path):
-    written, warnings = monitoring.write(inventory.load(ROOT / "inventory.example"), tmp_path, "15s")
+    written, warnings = monitoring.write(inventory.load(ROOT / "inventory.example", VOCABULARY), tmp_path, "15s")
     assert sorted(str(p.relative_to(tmp_path)) for p in written) == [
         "grafana/provisioning.yml", "grafana/specops.json", "prometheus.yml", "rules/specops.rules.yml",
         "targets/node.json", "targets/sglang-router.json", "targets/sglang.json"]
@@ -111,7 +112,7 @@ def test_no_target_label_takes_a_label_of_sglang_s_own_series(written, tmp_path)
     """A target label named as a label of the scraped series turns the series' own into
     exported_<name> (DESIGN §16): SGLang's series keep model_name, engine_type and the ranks."""
     example = tmp_path / "example"
-    monitoring.write(inventory.load(ROOT / "inventory.example"), example, "15s")
+    monitoring.write(inventory.load(ROOT / "inventory.example", VOCABULARY), example, "15s")
     for out in (written, example):
         for job in monitoring.JOBS:
             clash = [(t, sorted(set(lab) & targets.SGLANG_LABELS)) for t, lab in _targets(out, job)
@@ -164,7 +165,7 @@ def test_the_same_inventory_gives_the_same_bytes_and_bad_input_is_refused(tmp_pa
         doc = {"all": {"hosts": {"a": {"services": [{**SG, "watch": watch}]}}}}
         (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
         with pytest.raises(UsageError, match=r"services\[0\].watch." + said):
-            inventory.load(tmp_path)
+            inventory.load(tmp_path, VOCABULARY)
 
 
 def test_one_address_rule_for_routers_ranks_and_scrapes(tmp_path):

@@ -23,6 +23,7 @@ from sandbox import aptrepo
 from sandbox.provision import sandbox_service
 from specops import inventory as inventory_mod
 from specops.fleetwide import dashboard
+from roles import VOCABULARY
 
 pytestmark = pytest.mark.fleet
 HOSTS = ("t1", "t2")
@@ -144,7 +145,7 @@ def test_prometheus_and_alertmanager_see_a_draft_degrade_then_stop_paying_an_exp
             # No target label takes one of SGLang's own: nothing renamed exported_*.
             assert not [n for n in prom.api("labels") if n.startswith("exported_")], prom.api("labels")
             # Every dashboard panel's query answers with series.
-            queries = dashboard.queries(inventory_mod.load(inv))
+            queries = dashboard.queries(inventory_mod.load(inv, VOCABULARY))
             assert prom.wait(lambda: not panels_return_series(prom.url, queries), 30), \
                 panels_return_series(prom.url, queries)
             print(f"the dashboard's {len(queries)} queries each returned series")

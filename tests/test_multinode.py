@@ -5,7 +5,8 @@ import yaml
 
 from specops import inventory
 from specops.errors import UsageError
-from specops.services import kind_of
+from specops.kinds import kind_of
+from roles import VOCABULARY
 
 
 def test_a_service_across_nodes_gets_each_node_its_rank_and_rank_0s_address(tmp_path):
@@ -14,7 +15,7 @@ def test_a_service_across_nodes_gets_each_node_its_rank_and_rank_0s_address(tmp_
     doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "10.0.0.1", "node_address": "10.1.0.1"},
                                                           "b": {"address": "10.0.0.2"}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    inv = inventory.load(tmp_path)
+    inv = inventory.load(tmp_path, VOCABULARY)
     for rank, name in enumerate(("a", "b")):
         args = launch_args(inv.hosts[name]["services"][0])
         assert args[args.index("--nnodes"):args.index("--nnodes") + 6] == \
@@ -27,7 +28,7 @@ def test_a_node_that_is_not_a_host_is_refused(tmp_path):
     doc = {"all": {"hosts": {"a": {"services": [{"name": "big", "model_path": "/m", "nodes": ["a", "zz"]}]}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UsageError, match="nodes: 'zz' is not a host of the inventory"):
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)
 
 
 
@@ -36,7 +37,7 @@ def test_rolling_batches_never_split_the_nodes_of_a_service(tmp_path):
     svc = {"name": "big", "model_path": "/m", "nodes": ["a", "b"]}
     doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {}, "b": {}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    hosts = list(inventory.load(tmp_path).hosts.values())
+    hosts = list(inventory.load(tmp_path, VOCABULARY).hosts.values())
     with pytest.raises(UsageError, match="which --serial 1 would put in different batches"):
         cli._same_batch(hosts, 1, 10)
     cli._same_batch(hosts, 2, 10)
@@ -50,7 +51,7 @@ def test_a_node_without_the_service_is_refused(tmp_path):
                              "b": {}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UsageError, match="node 'b' must define service 'big' exactly as the others do"):
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)
 
 
 def test_nodes_that_differ_in_anything_but_their_rank_are_refused(tmp_path):
@@ -58,7 +59,7 @@ def test_nodes_that_differ_in_anything_but_their_rank_are_refused(tmp_path):
     doc = {"all": {"hosts": {"a": {"services": [svc]}, "b": {"services": [{**svc, "tp": 3}]}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UsageError, match="exactly as the others do"):
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)
 
 
 def test_an_ipv6_rank_0_is_bracketed_and_a_node_named_twice_is_refused(tmp_path):
@@ -68,9 +69,9 @@ def test_an_ipv6_rank_0_is_bracketed_and_a_node_named_twice_is_refused(tmp_path)
     svc = {"name": "big", "model_path": "/m", "tp": 2, "nodes": ["a", "b"], "dist_init_port": 40000}
     doc = {"all": {"vars": {"services": [svc]}, "hosts": {"a": {"address": "fd00::1"}, "b": {"address": "fd00::2"}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    args = launch_args(inventory.load(tmp_path).hosts["b"]["services"][0])
+    args = launch_args(inventory.load(tmp_path, VOCABULARY).hosts["b"]["services"][0])
     assert args[args.index("--dist-init-addr") + 1] == "[fd00::1]:40000"
     doc["all"]["vars"]["services"] = [{**svc, "nodes": ["a", "a"]}]
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
     with pytest.raises(UsageError, match="nodes must name two or more different hosts"):
-        inventory.load(tmp_path)
+        inventory.load(tmp_path, VOCABULARY)

@@ -10,6 +10,7 @@ import pytest
 from specops import inventory
 from specops.errors import UsageError
 from specops.remote.hostfiles import peer_keys
+from roles import VOCABULARY
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBq0bC4s8ZxYVn1sVd9H2B1d0jVb7bBqQ0C1u5lJjKf1"
 
@@ -173,7 +174,7 @@ def test_peer_sources_are_checked_before_connecting(tmp_path):
         spec = {h: {"services": [{"name": "sglang", "model_path": "/m", "weights": source}]} if h == "box" else {}
                 for h in hosts}
         (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": spec}}))
-        return inventory.load(tmp_path / "hosts.yml").hosts["box"]
+        return inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts["box"]
     from roles import models
     (op,) = models.ops(load({"source": "peer", "host": "other", "path": "/models/x", "address": "10.0.0.2"}))
     assert isinstance(op, models.Copied) and op.copy.address == "10.0.0.2" and op.copy.peer.name == "other"

@@ -17,6 +17,7 @@ from specops.errors import ApplyFailed, SpecopsError
 from specops.inventory import Host
 from specops.output.report import Redactor, Reporter
 from specops.run import HostRun, Options
+from roles import VOCABULARY
 
 PROV = protocol.Provenance(user="alice", controller="laptop", checkout="3f2a9c1d4e5f" + "0" * 28 + "+dirty")
 
@@ -90,13 +91,13 @@ def test_not_a_repository_and_git_absent_slow_or_failing_leave_the_commit_out_ne
 def test_a_run_that_records_releases_reads_it_once_for_all_its_hosts_and_others_never(monkeypatch, tmp_path):
     calls, seen = [], []
     monkeypatch.setattr(provenance, "read", lambda inventory: calls.append(inventory) or PROV)
-    monkeypatch.setattr(cli, "select", lambda sel, services=None: [Host("t1", {}), Host("t2", {})])
+    monkeypatch.setattr(cli, "select", lambda sel, vocabulary, services=None: [Host("t1", {}), Host("t2", {})])
     monkeypatch.setattr(cli, "run_hosts", lambda hosts, body, roles, opts, out: seen.append(opts.provenance) or [])
     monkeypatch.setattr(cli, "recap", lambda *a, **k: 0)
     sel = cli.Selection(all=True, inventory=str(tmp_path))
-    cli.play(lambda run: None, [], sel, task="deploy")
+    cli.play(lambda run: None, [], sel, task="deploy", vocabulary=VOCABULARY)
     assert calls == [str(tmp_path)] and seen == [PROV]
-    cli.play(lambda run: None, [], sel, task="status")
+    cli.play(lambda run: None, [], sel, task="status", vocabulary=VOCABULARY)
     assert calls == [str(tmp_path)] and seen == [PROV, None]
 
 

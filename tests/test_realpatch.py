@@ -8,6 +8,7 @@ import pytest
 import seedpatch
 from sandbox import real_sglang
 from specops.sglang import patchfile, patchlint
+from roles import VOCABULARY
 
 REL = seedpatch.REL
 
@@ -111,5 +112,5 @@ def inventory_host(tmp_path, **hv):
     import yaml
     (tmp_path / "inv").mkdir()
     (tmp_path / "inv" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"box": {"address": "192.0.2.10", **hv}}}}))
-    (host,) = inventory.load(tmp_path / "inv").select("box", None)
+    (host,) = inventory.load(tmp_path / "inv", VOCABULARY).select("box", None)
     return host

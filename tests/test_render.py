@@ -3,7 +3,7 @@ import shlex
 
 import pytest
 
-from specops.services import unitfile
+from specops.kinds import unitfile
 from specops.errors import UsageError
 from specops.inventory import Host
 from specops.ops import handlers
@@ -155,8 +155,8 @@ def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_sig
 def test_every_unit_and_baseline_carries_the_sandboxing_and_a_user_only_when_asked():
     """One definition (services/hardening.py) reaches the managed unit and spec-bench's transient
     baseline (BaselineStart.properties is kind.properties)."""
-    from specops.services import kind_of
-    from specops.services.hardening import PROPERTIES
+    from specops.kinds import kind_of
+    from specops.kinds.hardening import PROPERTIES
     lines = unitfile.unit_text(SVC, "/opt/sglang/venv").splitlines()
     for key, value in PROPERTIES.items():
         assert f"{key}={value}" in lines

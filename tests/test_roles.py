@@ -5,21 +5,20 @@ import itertools
 from pathlib import Path
 
 import roles
-import tasks
 from specops.inventory import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_task_runs_its_roles_in_one_order_however_they_are_listed():
-    for task in (tasks.DEPLOY, tasks.BOOTSTRAP):
+    for task in (roles.DEPLOY, roles.BOOTSTRAP):
         for listing in itertools.islice(itertools.permutations(task), 0, None, 997):
             assert roles.ordered(listing) == task
     # what the GPUs refuse comes first, before a bare box gets its packages
-    assert [r.NAME for r in tasks.BOOTSTRAP] == ["gpu_fit", "system_packages", "patch_check", "models", "gpu_stack",
+    assert [r.NAME for r in roles.BOOTSTRAP] == ["gpu_fit", "system_packages", "patch_check", "models", "gpu_stack",
                                                  "model_patches", "draft_config", "sglang_service", "router_stack",
                                                  "router", "monitoring"]
-    assert tasks.DEPLOY == tasks.BOOTSTRAP[:1] + tasks.BOOTSTRAP[2:]
+    assert roles.DEPLOY == roles.BOOTSTRAP[:1] + roles.BOOTSTRAP[2:]
 
 
 def test_roles_that_wait_on_each_other_are_refused():
@@ -40,7 +39,7 @@ def test_every_role_declares_what_it_reads_and_follows_only_roles_that_exist():
     names = {r.NAME for r in roles.ALL}
     for role in roles.ALL:
         assert isinstance(role.VARS, dict) and set(role.AFTER) <= names - {role.NAME}, role.NAME
-    vocabulary = schema.host_vars()
+    vocabulary = roles.VOCABULARY
     assert set(vocabulary) == set(schema.ENGINE_VARS) | {k for r in roles.ALL for k in r.VARS}
     assert {"torch", "package_index", "patch_dir", "venv", "services", "address"} <= set(vocabulary)
 

@@ -4,8 +4,9 @@ import yaml
 
 from specops import inventory
 from specops.errors import UsageError
-from specops.services import kind_of
-from specops.services.router import routers_of, workers_of
+from specops.kinds import kind_of
+from specops.kinds.router import routers_of, workers_of
+from roles import VOCABULARY
 
 
 def load(tmp_path, worker_bind="0.0.0.0", router_extra=None):
@@ -17,7 +18,7 @@ def load(tmp_path, worker_bind="0.0.0.0", router_extra=None):
             {"name": "router", "kind": "router", "workers": {"group": "workers"}, "api_key": "rk-1",
              **(router_extra or {})}]}}}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    return inventory.load(tmp_path)
+    return inventory.load(tmp_path, VOCABULARY)
 
 
 def test_workers_come_from_the_group_at_the_address_the_router_uses(tmp_path):

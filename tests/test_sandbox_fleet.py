@@ -14,6 +14,7 @@ from conftest import ROOT
 from sandbox import fleet, pkgindex, provision
 from specops import inventory as inventory_mod
 from specops.sglang import patchfile, stack
+from roles import VOCABULARY
 
 pytestmark = pytest.mark.fleet
 
@@ -156,7 +157,7 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
                 for v in provision.SIM_VERSIONS:
                     assert f">sglang-{v}-py3-none-any.whl<" in page, page
                 # the inventory: a stack pinned to the preinstalled version, from that index; fla not pinned
-                (host,) = inventory_mod.load(inv_dir).select("sandbox", None)
+                (host,) = inventory_mod.load(inv_dir, VOCABULARY).select("sandbox", None)
                 assert "venv" not in host.vars and "fla" not in host.vars
                 assert host["sglang"] == {"version": provision.SIM_VERSION} == {"version": "0.5.23"}
                 assert host["torch"] == {"version": "2.9.1", "cuda": "auto", "index_url": f"{url}/whl/{{variant}}"}

@@ -13,6 +13,7 @@ from specops.errors import UsageError
 from specops.layout import DEFAULT_VENV, STACKS_DIR
 from specops.ops import Context, Facts
 from specops.sglang import stack
+from roles import VOCABULARY
 
 PINS = {"torch": {"version": "2.9.1", "cuda": "auto", "index_url": "http://ix/whl/{variant}"},
         "sglang": {"version": "0.5.23"}, "package_index": "http://ix/simple"}
@@ -21,7 +22,7 @@ GPU = {"present": True, "driver": "575.57.08", "gpus": []}
 
 def host(tmp_path, **over):
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {**PINS, **over}}}}))
-    return inventory.load(tmp_path / "hosts.yml").hosts["box"]
+    return inventory.load(tmp_path / "hosts.yml", VOCABULARY).hosts["box"]
 
 
 def test_a_stack_is_named_by_what_defines_it(tmp_path):

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from specops.agent.host import last_states
 from specops.agent.services.startup import Startup
-from specops.services.sglang import PROGRESS
+from specops.kinds.sglang import PROGRESS
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "specops" / "remote" / "hostfiles" / "launch.py"
 sys.path.insert(0, str(LAUNCHER.parent))

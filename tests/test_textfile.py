@@ -164,16 +164,16 @@ def test_the_refresh_unit_is_bounded_and_read_only_but_for_the_textfile_director
 
 
 def test_monitoring_is_true_false_or_a_mapping_of_its_settings():
-    from specops.inventory import schema
+    from specops.inventory import checker
     from roles import monitoring
     for ok in (True, False, {"refresh": "30s"}, {"textfile_dir": "/srv/tf"}):
-        schema.check(ok, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+        checker.check(ok, monitoring.VARS["monitoring"], "h.yml", "monitoring")
     with pytest.raises(UsageError, match="unknown key"):
-        schema.check({"refesh": "30s"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+        checker.check({"refesh": "30s"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
     with pytest.raises(UsageError, match="monitoring is true, false, or a mapping"):
-        schema.check("yes", monitoring.VARS["monitoring"], "h.yml", "monitoring")
+        checker.check("yes", monitoring.VARS["monitoring"], "h.yml", "monitoring")
     with pytest.raises(UsageError, match="time span"):
-        schema.check({"refresh": "1 minute"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+        checker.check({"refresh": "1 minute"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
 
 
 def test_a_server_started_before_its_files_changed_is_stale_drift_and_a_run_in_progress_says_so(tmp_path, monkeypatch):

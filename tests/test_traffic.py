@@ -192,7 +192,7 @@ def test_the_options_and_what_is_refused_before_anything_changes(monkeypatch):
             flow.Traffic.parse(*args)
     assert flow.asked({"tune": {"traffic": 50}}, None) == flow.Traffic(50)
     host = types.SimpleNamespace(name="h", vars={})
-    monkeypatch.setattr(flow.services, "venv_of", lambda h: "/opt/sglang/venv")
+    monkeypatch.setattr(flow.kinds, "venv_of", lambda h: "/opt/sglang/venv")
     facts = types.SimpleNamespace(venv=lambda path: {"packages": {"sglang": "0.5.22"}})
     run = types.SimpleNamespace(host=host)
     base = {"name": "sglang", "model_path": "/m", "port": 30000}
@@ -308,7 +308,7 @@ def test_traffic_and_a_prompt_file_are_one_or_the_other(monkeypatch):
     # the inventory's tune.traffic gives way to a prompt file named on the command line
     assert flow.asked({"tune": {"traffic": 50}}, None, prompts="p.jsonl") is None
     host = types.SimpleNamespace(name="h")
-    monkeypatch.setattr(flow.services, "venv_of", lambda h: "/v")
+    monkeypatch.setattr(flow.kinds, "venv_of", lambda h: "/v")
     facts = types.SimpleNamespace(venv=lambda path: {"packages": {"sglang": "0.5.23rc1"}})
     base = {"name": "sglang", "model_path": "/m", "port": 30000}
     flow.refuse(types.SimpleNamespace(host=host), base, facts)

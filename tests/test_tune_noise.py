@@ -11,6 +11,7 @@ from specops.flows import tuning as flow, tuning_apply
 from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 from test_tuning import DRAFT, HOST_VARS, SVC, _level, _search, _vars
+from roles import VOCABULARY
 
 SPACE = {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]}
 
@@ -107,9 +108,9 @@ def test_a_baseline_that_moved_makes_the_figures_noisy_and_apply_refuses_them_un
     sel = SimpleNamespace(inventory=str(tmp_path), host="t1", group=None, all=False)
     deploys = []
     with pytest.raises(UsageError, match="t1: the tune's figures are noisy .* give --force"):
-        tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append)
+        tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append, VOCABULARY)
     assert path.read_text() == HOST_VARS and not deploys
-    tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append, force=True)
+    tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append, VOCABULARY, force=True)
     assert "num_steps: 5" in path.read_text() and len(deploys) == 1
 
 
@@ -195,7 +196,7 @@ def test_apply_reads_the_inventory_for_a_winner_that_is_another_draft(tmp_path):
            "apply": {"num_steps": 5, "draft_model_path": "/models/wide"}}
     sel = SimpleNamespace(inventory=str(tmp_path), host="t1", group=None, all=False)
     with pytest.raises(UsageError, match="t1: sglang brings its draft from `draft_weights:`"):
-        tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], lambda body: None, force=True)
+        tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], lambda body: None, VOCABULARY, force=True)
     assert path.read_text() == before
 
 
@@ -258,7 +259,7 @@ def test_apply_writes_into_the_inventory_the_tune_selected_from_spec_ops_invento
     monkeypatch.setenv("SPECOPS_INVENTORY", str(tmp_path))
     deploys = []
     sel = SimpleNamespace(inventory=None, host="t1", group=None, all=False)
-    tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append)
+    tuning_apply.apply(sel, [SimpleNamespace(name="t1", result=rec)], deploys.append, VOCABULARY)
     assert "num_steps: 5" in path.read_text() and len(deploys) == 1
 
 

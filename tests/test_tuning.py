@@ -11,6 +11,7 @@ from specops.inventory import writeback
 from sandbox.oracle import sim_perf
 from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
+from roles import VOCABULARY
 
 
 DRAFT = "/models/d"
@@ -266,7 +267,7 @@ def test_apply_checks_every_file_before_it_writes_one_and_puts_them_back_when_th
     winner = {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16}
     deploys = []
     with pytest.raises(UsageError, match="t2.yml: defines no service 'sglang'"):
-        tuning_apply.apply(sel, [_tuned("t1", apply=winner), _tuned("t2", apply=winner)], deploys.append)
+        tuning_apply.apply(sel, [_tuned("t1", apply=winner), _tuned("t2", apply=winner)], deploys.append, VOCABULARY)
     assert a.read_text() == HOST_VARS and deploys == []
     assert "wrote" not in capsys.readouterr().out  # t1 never written: t2's file was refused first
 
@@ -274,9 +275,9 @@ def test_apply_checks_every_file_before_it_writes_one_and_puts_them_back_when_th
         assert "num_steps: 5" in a.read_text()  # the deploy sees the winner
         raise SystemExit(1)  # a gate refused it
     with pytest.raises(SystemExit):
-        tuning_apply.apply(sel, [_tuned("t1", apply=winner)], failing_deploy)
+        tuning_apply.apply(sel, [_tuned("t1", apply=winner)], failing_deploy, VOCABULARY)
     assert a.read_text() == HOST_VARS and "put back as it was" in capsys.readouterr().out
-    tuning_apply.apply(sel, [_tuned("t1", apply=winner)], deploys.append)  # a deploy that ends well
+    tuning_apply.apply(sel, [_tuned("t1", apply=winner)], deploys.append, VOCABULARY)  # a deploy that ends well
     assert "num_steps: 5" in a.read_text() and len(deploys) == 1 and b.read_text().count("elsewhere") == 1
 
 

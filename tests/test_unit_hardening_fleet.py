@@ -7,7 +7,7 @@ import pytest
 
 from conftest import load_json
 from sandbox.provision import sandbox_service
-from specops.services.hardening import PROPERTIES
+from specops.kinds.hardening import PROPERTIES
 
 pytestmark = pytest.mark.fleet
 FAST = {"SGLANG_SIM_STARTUP_DELAY": "0"}

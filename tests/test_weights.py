@@ -9,6 +9,7 @@ import pytest
 from specops import inventory
 from specops.agent import weights
 from specops.errors import UsageError
+from roles import VOCABULARY
 
 
 def test_the_probe_compares_sizes_and_mtimes_and_hashes_only_what_was_written_after_its_manifest(tmp_path, monkeypatch):
@@ -42,7 +43,7 @@ def test_weights_sources_are_checked_before_connecting(tmp_path):
     def load(source):
         (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"services": [
             {"name": "sglang", "model_path": "/m", "weights": source}]}}}}))
-        return inventory.load(tmp_path / "hosts.yml")
+        return inventory.load(tmp_path / "hosts.yml", VOCABULARY)
     assert load({"source": "hf", "repo": "org/name", "revision": "main"}).hosts["box"]
     with pytest.raises(UsageError, match="weights.source: must be one of hf, controller, peer"):
         load({"source": "ftp", "repo": "org/name", "revision": "main"})

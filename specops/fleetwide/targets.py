@@ -18,9 +18,9 @@ from __future__ import annotations
 from ..inventory import reach
 from ..inventory.multinode import serves_http
 from ..layout import NODE_EXPORTER_PORT
-from ..services import of_kind
-from ..services.ports import monitored
-from ..services.router import metrics_port
+from specops.kinds import of_kind
+from specops.kinds.ports import monitored
+from specops.kinds.router import metrics_port
 from ..sglang.spec import metrics_on
 
 JOBS = ("sglang", "sglang-router", "node")

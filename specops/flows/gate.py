@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import protocol, services
+from .. import kinds, protocol
 from . import specbench
 from . import verify as verify_mod
 from ..errors import GateFailed, SpecopsError, UsageError
@@ -65,7 +65,7 @@ def refuse_ungated(hosts) -> None:
     naming them; where only some have one, the others are named on stderr before the run."""
     held, loose = [], []
     for h in hosts:
-        for svc in services.of_kind(h, "sglang"):
+        for svc in kinds.of_kind(h, "sglang"):
             (held if svc.get("gate") else loose).append(f"{h.name}: {svc['name']}")
     if not held:
         raise UsageError(f"--bench holds each service to its gate, and no selected service has one "
@@ -83,7 +83,7 @@ def gated(run, fallback: dict | None = None) -> list[dict]:
     # The release this deploy replaces (or, a no-op, the one it keeps): its record is "previous".
     current = next((r for r in run.call(protocol.Releases()).releases if r["current"]), None)
     results, failures = [], []
-    for kind, svc in services.of_host(run.host):
+    for kind, svc in kinds.of_host(run.host):
         gate, name = svc.get("gate") or (fallback or {}).get(svc["name"]), svc["name"]
         if not gate:
             if kind.name == "sglang":

@@ -9,11 +9,11 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from .. import protocol, services
+from .. import kinds, protocol
 from ..agent.converge.wheelfiles import SourceError
 from ..errors import SpecopsError, UsageError
 from ..run import HostRun
-from ..services.sglang import DIFF_SUFFIX, patch_key, patched_file
+from specops.kinds.sglang import DIFF_SUFFIX, patch_key, patched_file
 from ..sglang import patchfile, patchlint, stack
 
 
@@ -60,7 +60,7 @@ def _from_wheel(run: HostRun, rel: str, version: str | None = None, facts=None) 
 def upstream(run: HostRun, rel: str) -> tuple[str, str, str]:
     """The file of the SGLang the inventory asks for: installed in its stack, or, while the stack
     is not built, read from its wheel."""
-    venv = services.venv_of(run.host)
+    venv = kinds.venv_of(run.host)
     if not stack.defines(run.host) or not run.host.get("sglang"):
         return _installed(run, venv, rel)
     # One round trip whichever it is: the host reads no wheel for a stack that is built.
@@ -106,7 +106,7 @@ def rebase(run: HostRun, patch: Path, rel: str) -> str:
     diff = patch.read_text()
     base = patchfile.base_of(diff)
     new, new_version, new_sha = upstream(run, rel)
-    old, old_version, old_sha = _base_upstream(run, base.version if base else None, rel, services.venv_of(run.host))
+    old, old_version, old_sha = _base_upstream(run, base.version if base else None, rel, kinds.venv_of(run.host))
     if base and base.sha256 and base.sha256 != old_sha:
         raise SpecopsError(f"{patch.name} was cut from the file with sha256 {base.sha256[:8]}…, but sglang "
                            f"{old_version}'s {rel} has {old_sha[:8]}…: cannot rebase from it")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .. import protocol, services
+from .. import kinds, protocol
 from . import rolling, textfile
 from . import verify as verify_mod
 from ..errors import ApplyFailed, GateFailed, SpecopsError, UsageError
@@ -65,7 +65,7 @@ UNTOUCHED = "nothing that serves was touched"
 
 
 def _names(run: HostRun) -> list[str]:
-    return [s["name"] for _, s in services.of_host(run.host)]
+    return [s["name"] for _, s in kinds.of_host(run.host)]
 
 
 def attempt(run: HostRun, directory: str, failure: Exception, previous: dict | None = None) -> str:
@@ -82,7 +82,7 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     """Put back what this deploy replaced and enabled, restart, verify the previous release, then fail."""
     previous = run.previous()
     run.say(f"ROLLING BACK: {failure}")
-    refs = list(services.unit_refs(run.host, run.quick).values())
+    refs = list(kinds.unit_refs(run.host, run.quick).values())
     try:
         res = run.call(protocol.Undo(stamp=directory.rsplit("/", 1)[1], previous=previous, services=refs,
                                      enabled=run.enabled(), running=run.running, restarts=run.restarting,
@@ -117,21 +117,21 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
 
 def record(run: HostRun, directory: str, last: bool = True) -> None:
     """Snapshot what is now deployed into the release, with what it replaced; move current."""
-    kinds = services.of_host(run.host)
-    venv = services.venv_of(run.host)
+    served = kinds.of_host(run.host)
+    venv = kinds.venv_of(run.host)
     packages = (run.facts.venv(venv).get("packages") if run.facts else {}) or {}
     weights = {}
-    for dest in sorted({d for k, s in kinds for d in k.weights(s)}):
+    for dest in sorted({d for k, s in served for d in k.weights(s)}):
         m = ((run.facts.data.get("weights") or {}).get(dest) or {}).get("manifest") or {} if run.facts else {}
         weights[dest] = {"commit": m.get("commit"), "digest": m.get("digest"), "source": m.get("source")}
-    manifest = {"services": _names(run), "spec": {s["name"]: k.intended(s) for k, s in kinds},
+    manifest = {"services": _names(run), "spec": {s["name"]: k.intended(s) for k, s in served},
                 "venv": venv, "weights": weights,
                 "verify": [protocol.encode(c) for c in verify_mod.checks(run)], "packages": packages,
                 "verified": [{k: r.get(k) for k in ("name", "checks", "generate", "notes")}
                              for r in run.report.extra.get("verify") or []],
-                "watch": {s["name"]: watched(s) for k, s in kinds if k.name == "sglang"},
+                "watch": {s["name"]: watched(s) for k, s in served if k.name == "sglang"},
                 "summary": shorten(", ".join(c["target"] for c in run.report.changes if c["changed"]), 300)}
-    res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=services.managed_files(run.host),
+    res = run.call(protocol.ReleaseRecord(stamp=directory.rsplit("/", 1)[1], managed=kinds.managed_files(run.host),
                                           previous=run.previous(), manifest=manifest,
                                           provenance=run.opts.provenance), last=last)
     run.report.notes.append(f"release {res.stamp}")
@@ -153,7 +153,7 @@ def rollback(run: HostRun, to: str | None = None) -> None:
 
 
 def _rollback(run: HostRun, to: str | None) -> None:
-    res = run.call(protocol.Rollback(to=to, services=list(services.unit_refs(run.host, run.quick).values()),
+    res = run.call(protocol.Rollback(to=to, services=list(kinds.unit_refs(run.host, run.quick).values()),
                                      allow_shared_dirs=run.host.get("allow_shared_dirs") or []),
                    on_stderr=lambda line: run.say(line.strip()))
     run.say(f"rolled back {res.replaced} → {res.to}: restored {len(res.restored)} file(s)")
@@ -174,7 +174,7 @@ def releases(run: HostRun) -> protocol.ReleasesResult:
 
 
 def _selected(run: HostRun, names: list[str] | None) -> list[protocol.UnitRef]:
-    refs = services.unit_refs(run.host, run.quick)
+    refs = kinds.unit_refs(run.host, run.quick)
     unknown = [n for n in names or [] if n not in refs]
     if unknown:
         raise UsageError(f"{run.host.name}: no service {unknown[0]!r} (known: {', '.join(refs) or 'none'})")
@@ -198,7 +198,7 @@ def stop(run: HostRun, names: list[str] | None = None, disable: bool = False) ->
     """Stop services and prove their GPU memory free, killing leftovers of their runs; `disable`:
     disable their units too (a reboot does not start them)."""
     refs = _selected(run, names)
-    others = [n for n in services.unit_refs(run.host) if n not in {r.name for r in refs}]
+    others = [n for n in kinds.unit_refs(run.host) if n not in {r.name for r in refs}]
     res = run.call(protocol.Stop(services=refs, others=others, disable=disable),
                    on_stderr=lambda line: run.say(line.strip()))
     failures = []

@@ -16,11 +16,11 @@ what they started again verifies.
 """
 from __future__ import annotations
 
-from .. import protocol, services
+from .. import kinds, protocol
 from . import verify as verify_mod
 from ..errors import SpecopsError
 from ..run import HostRun
-from ..services.router import Worker, routers_of
+from specops.kinds.router import Worker, routers_of
 from ..remote.ssh import Remote
 
 DRAIN_TIMEOUT = 120  # seconds a worker may take to finish what it was serving (a service's drain_timeout)
@@ -48,7 +48,7 @@ class Membership:
     def take_out(self) -> None:
         """Out of every router, then idle (or a failure: what was taken out goes back)."""
         for router_host, svc, workers in self.routes:
-            check = services.kind_of(svc).check(router_host, svc)
+            check = kinds.kind_of(svc).check(router_host, svc)
             for w in workers:
                 # Counted as out before asking: a removal the router took but we did not hear the end
                 # of (a timeout, a lost link, Ctrl-C) is still put back.
@@ -60,8 +60,8 @@ class Membership:
                                  f"{w.service} out of")
                     continue
                 self.run.say(f"{w.service} is out of router {router_host.name}/{svc['name']}")
-        checks = {c.name: c for c in services.checks(self.run.host)}
-        timeouts = {s["name"]: s.get("drain_timeout", DRAIN_TIMEOUT) for _, s in services.of_host(self.run.host)}
+        checks = {c.name: c for c in kinds.checks(self.run.host)}
+        timeouts = {s["name"]: s.get("drain_timeout", DRAIN_TIMEOUT) for _, s in kinds.of_host(self.run.host)}
         for name in dict.fromkeys(w.service for _, _, w in self.out):
             res = self.run.call(protocol.WorkerIdle(service=checks[name], timeout=timeouts[name]),
                                 on_stderr=lambda line: self.run.say(line.strip()))
@@ -86,7 +86,7 @@ class Membership:
         """After a roll: each router generates (its circuit breakers may have taken every worker out
         for a while, with /workers still listing them healthy); waited for up to its verify timeout."""
         for router_host, svc, _ in self.routes:
-            check = services.kind_of(svc).check(router_host, svc)
+            check = kinds.kind_of(svc).check(router_host, svc)
             where = f"router {router_host.name}/{svc['name']}"
             res = self._call(router_host, protocol.RouterMembers(router=check, serving_within=check.timeout))
             if res.absent:
@@ -120,7 +120,7 @@ def deploy(run: HostRun, body, drain: bool = True) -> None:
     then, if it changed anything, a generation through each of those routers.  Without `drain`,
     they stay in, and their servers stop without draining: requests fail either way."""
     if not drain:
-        run.quick.update(s["name"] for _, s in services.of_host(run.host))
+        run.quick.update(s["name"] for _, s in kinds.of_host(run.host))
     member = Membership(run)
     if not member.routes:
         return body(run)
@@ -147,7 +147,7 @@ def out_of_routers(run: HostRun, body, names: list[str] | None = None, back: boo
     they verify; otherwise (inv stop) they stay out.  Returns what `body` returns.  A service in
     run.quick is left to whoever put it there: a deploy that took it out (and puts it back), or one
     with --no-drain (which leaves it in)."""
-    names = [s["name"] for _, s in services.of_host(run.host) if (names is None or s["name"] in names)
+    names = [s["name"] for _, s in kinds.of_host(run.host) if (names is None or s["name"] in names)
              and s["name"] not in run.quick]
     member = Membership(run, names)
     if not member.routes:

@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 from . import pipeline, rolling, traffic
-from .. import protocol, services
+from .. import kinds, protocol
 from ..prompts import read as read_prompts
 from ..remote import shipping
 from ..errors import SpecopsError, UsageError
 from ..layout import BASELINE_PREFIX
 from ..output.report import accept_text
-from ..services.sglang import READY_LINE
+from specops.kinds.sglang import READY_LINE
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Load:
 
 def service_of(host, name: str | None) -> dict:
     """The one service to measure: --service, or the host's only one."""
-    svcs = [s for _, s in services.of_host(host)]
+    svcs = [s for _, s in kinds.of_host(host)]
     chosen = [s for s in svcs if s["name"] == name] if name else svcs
     if len(chosen) != 1:
         raise SpecopsError(f"{host.name}: give --service (one of: {', '.join(s['name'] for s in svcs) or 'none'})"
@@ -69,15 +69,15 @@ def refuse_router_baseline(hosts, name: str | None) -> None:
     """Before connecting: a baseline of a router would stop it (every client's outage) and measure
     its 503; a router has no speculation to compare."""
     for h in hosts:
-        svcs = [s for _, s in services.of_host(h) if not name or s["name"] == name]
-        routers = [s["name"] for s in svcs if services.kind_of(s).name == "router"]
+        svcs = [s for _, s in kinds.of_host(h) if not name or s["name"] == name]
+        routers = [s["name"] for s in svcs if kinds.kind_of(s).name == "router"]
         if routers and len(svcs) == 1:
             raise UsageError(f"{h.name}: {routers[0]} is a router: --baseline measures an SGLang server without "
                              f"speculation (give --service, or measure its workers' hosts)")
 
 
 def _check(run, svc) -> protocol.ServiceCheck:
-    return services.kind_of(svc).check(run.host, svc)
+    return kinds.kind_of(svc).check(run.host, svc)
 
 
 def about(seconds: float) -> str:
@@ -88,7 +88,7 @@ def about(seconds: float) -> str:
 def last_start(run, svc: dict) -> float | None:
     """Seconds the service's own last start took, from its journal: what a restart is expected to
     take (None: not in its journal)."""
-    return run.call(protocol.Startup(unit=services.kind_of(svc).unit(svc).name, ready_line=READY_LINE)).seconds
+    return run.call(protocol.Startup(unit=kinds.kind_of(svc).unit(svc).name, ready_line=READY_LINE)).seconds
 
 
 def expected(restarts: int, start: float | None, load_s: float) -> float | None:
@@ -202,7 +202,7 @@ class GpusBusy(SpecopsError):
 
 @contextlib.contextmanager
 def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "the target without speculation"):
-    name, kind = svc["name"], services.kind_of(svc)
+    name, kind = svc["name"], kinds.kind_of(svc)
     env = dict(svc.get("env") or {})
     if svc.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = str(svc["cuda_visible_devices"])
@@ -217,7 +217,7 @@ def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "th
     finally:  # however it went (it may not have started, or been cut off): stopped
         res = run.call(protocol.Stop(services=[protocol.UnitRef(name=transient, gpus=ref.gpus,
                                                                 titles=ref.titles, grace=ref.grace)],
-                                     others=list(services.unit_refs(run.host))),
+                                     others=list(kinds.unit_refs(run.host))),
                        on_stderr=lambda line: run.say(line.strip()))
         for s in res.services:
             freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
@@ -229,7 +229,7 @@ def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "th
 def plain_argv(run, svc: dict) -> list[str]:
     """The baseline's command: the service's own, without its speculative arguments.  Refused when
     speculation would still be asked for (a --speculative-* flag in extra_args)."""
-    argv = services.kind_of(svc).argv({**svc, "speculative": None}, services.venv_of(run.host))
+    argv = kinds.kind_of(svc).argv({**svc, "speculative": None}, kinds.venv_of(run.host))
     left = [a for a in argv if a.startswith("--speculative")]
     if left:
         raise SpecopsError(f"{svc['name']}: the baseline would still speculate ({left[0]} in extra_args); "
@@ -264,9 +264,9 @@ def verdict(gain: dict[int, float]) -> str:
 def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
     """What perf.json keeps: the figures (raw timings included), speedups, verdict, arguments, versions."""
     gain = speedups(spec, base) if base else {}
-    pkgs = (run.facts.venv(services.venv_of(run.host)).get("packages") if run.facts else {}) or {}
+    pkgs = (run.facts.venv(kinds.venv_of(run.host)).get("packages") if run.facts else {}) or {}
     return {"service": svc["name"], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "args": services.kind_of(svc).args(svc), "load": load.identity(),
+            "args": kinds.kind_of(svc).args(svc), "load": load.identity(),
             "versions": {"sglang": pkgs.get("sglang"), "torch": pkgs.get("torch"), "agent": shipping.artifact()[1][:12],
                          "controller": platform.node()},
             "baseline_argv": plain_argv(run, svc) if base else None,
@@ -278,7 +278,7 @@ def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
 def bench(run, name: str | None, load: Load, with_baseline: bool, sample: traffic.Traffic | None = None) -> dict:
     """The body of `inv spec-bench`: measure (on a traffic sample when asked), maybe the baseline,
     say the verdict, record it."""
-    facts = run.probe([], extra=protocol.Probe(venvs=[services.venv_of(run.host)]), lock=True)
+    facts = run.probe([], extra=protocol.Probe(venvs=[kinds.venv_of(run.host)]), lock=True)
     svc = service_of(run.host, name)
     if sample:
         traffic.refuse(run, svc, facts)

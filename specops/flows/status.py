@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from .. import protocol, services
+from .. import kinds, protocol
 from . import verify as verify_mod
 from .facts import base_wants
 from ..run import HostRun
-from ..services import router as router_kind
+from specops.kinds import router as router_kind
 from ..sglang import stack
 
 
@@ -49,7 +49,7 @@ def collect(run: HostRun) -> dict:
     half = [f"HALF-DONE SWITCH of a {cut.get('task', '?')} (cut off at: {cut.get('cut_at') or 'its start'}): the "
             f"next run that takes the lock undoes it"] if cut else []
     rows = []
-    for _, svc in services.of_host(run.host):
+    for _, svc in kinds.of_host(run.host):
         name = svc["name"]
         u = facts.unit(name)
         started = u.get("ExecMainStartTimestamp")
@@ -66,12 +66,12 @@ def collect(run: HostRun) -> dict:
     active = {r["service"] for r in rows if r["state"].startswith("active")}
     peeked = {p.name: p for p in run.call(protocol.Peek(services=[
         c for c in verify_mod.checks(run) if c.name in active and c.http])).services}
-    kinds = {s["name"]: (k, s) for k, s in services.of_host(run.host)}
+    by_name = {s["name"]: (k, s) for k, s in kinds.of_host(run.host)}
     for r in rows:
         p = peeked.get(r["service"])
         r["effective"] = p.effective if p else None
         r["spec_mismatch"] = (p.failures + p.notes) if p else []
-        kind, svc = kinds[r["service"]]
+        kind, svc = by_name[r["service"]]
         if kind.name == "router":
             r["not_serving"] = p.not_serving if p else None  # every request it gets fails meanwhile
             if p and p.members is None:  # the router did not say: not a statement about its workers
@@ -89,11 +89,11 @@ def collect(run: HostRun) -> dict:
         if kind.name != "sglang":  # a router runs from its own venv, which no release records
             continue
         p = peeked.get(r["service"])
-        r["runs"] = runs(facts.unit(r["service"]).get("text"), kept, r["service"], p, services.venv_of(run.host))
+        r["runs"] = runs(facts.unit(r["service"]).get("text"), kept, r["service"], p, kinds.venv_of(run.host))
         if p and p.running:
             r["production"] = production(run.host, svc, p.running, kept, r["runs"])
     summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
-               "venv": services.venv_of(run.host), "current": kept.current,
+               "venv": kinds.venv_of(run.host), "current": kept.current,
                "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks],
                "uv_cache": kept.uv_cache}
     run.report.extra["status"] = summary

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from .. import cli, protocol, services
+from .. import cli, kinds, protocol
 from ..errors import SpecopsError, UsageError
 
 SINCE = "0.5.23"  # the agent's dump reader knows this release's shape (agent/bench/traffic.py SINCE)
@@ -55,7 +55,7 @@ def _release(text: str | None) -> tuple:
 
 def refuse(run, svc: dict, facts) -> None:
     """Before anything changes: a server whose dump specops can read."""
-    kind = services.kind_of(svc)
+    kind = kinds.kind_of(svc)
     if kind.name != "sglang":
         raise SpecopsError(f"{svc['name']} is a {kind.name}: a traffic sample comes from an SGLang server's request "
                            f"dump (SGLang {SINCE} or later); take it on a worker")
@@ -66,7 +66,7 @@ def refuse(run, svc: dict, facts) -> None:
     if workers not in (None, "1"):
         raise SpecopsError(f"{svc['name']} runs {workers} tokenizer workers (--tokenizer-worker-num): each keeps a "
                            "request dump of its own, and /configure_logging reaches one of them: no traffic sample")
-    version = ((facts.venv(services.venv_of(run.host)) if facts else {}).get("packages") or {}).get("sglang")
+    version = ((facts.venv(kinds.venv_of(run.host)) if facts else {}).get("packages") or {}).get("sglang")
     if _release(version) < _release(SINCE):
         raise SpecopsError(f"{svc['name']}: SGLang {version or '(not installed)'} has no request dump specops "
                            f"reads: --traffic needs SGLang {SINCE} or later")
@@ -117,7 +117,7 @@ def sampled(run, svc: dict, ask: Traffic | None):
     if ask is None:
         yield None
         return
-    kind = services.kind_of(svc)
+    kind = kinds.kind_of(svc)
     check, unit = kind.check(run.host, svc), kind.unit(svc).name
     try:
         sample = run.call(protocol.TrafficCapture(service=check, unit=unit, count=ask.count, timeout=ask.wait,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from . import specbench, traffic as traffic_mod
 from .tuning_record import record
 from .tuning_search import Search
-from .. import cli, protocol, services
+from .. import cli, kinds, protocol
 from ..errors import SpecopsError, UsageError
 from ..ops import merge_wants
 from ..sglang import climb, drafts as drafts_mod, rules, spec as spec_mod, tuning
@@ -158,11 +158,11 @@ def check_drafts(run, svc: dict, drafts: list[str], facts) -> None:
 def tune(run, name: str | None, ask: Ask) -> dict:
     """The body of `inv spec-tune` on one host."""
     svc = specbench.service_of(run.host, name)
-    if services.kind_of(svc).name != "sglang" or not svc.get("speculative"):
+    if kinds.kind_of(svc).name != "sglang" or not svc.get("speculative"):
         raise SpecopsError(f"{svc['name']}: spec-tune searches an SGLang server's speculative settings, "
                            "and this service runs none")
     drafts = drafts_of(svc)
-    extra = protocol.Probe(venvs=[services.venv_of(run.host)])
+    extra = protocol.Probe(venvs=[kinds.venv_of(run.host)])
     facts = run.probe([], extra=merge_wants([extra, drafts_mod.wants(svc, [d for d in drafts if d])]), lock=True)
     releases = run.call(protocol.Releases())
     if not releases.current:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import gate, pipeline
-from .. import cli, services
+from .. import cli, kinds
 from ..prompts import DEFAULT_NAME
 from ..errors import UsageError
 from ..inventory import writeback
@@ -55,13 +55,14 @@ def refusal(name: str, rec: dict, svc: dict | None, force: bool) -> str | None:
 
 
 def _service(hosts, name: str, rec: dict) -> dict | None:
-    return next((s for h in hosts if h.name == name for _, s in services.of_host(h) if s["name"] == rec["service"]),
+    return next((s for h in hosts if h.name == name for _, s in kinds.of_host(h) if s["name"] == rec["service"]),
                 None)
 
 
-def apply(sel, reports, deploy, force: bool = False) -> None:
-    """`deploy(body)` runs a deploy of the selection with `body` as pipeline.deploy's bench step.
-    Nothing is written when any host is refused."""
+def apply(sel, reports, deploy, vocabulary: dict, force: bool = False) -> None:
+    """`deploy(body)` runs a deploy of the selection with `body` as pipeline.deploy's bench step
+    (`vocabulary`: the inventory's, to read a winning draft's service).  Nothing is written when
+    any host is refused."""
     inventory = Path(cli.inventory_path(sel.inventory))  # the one the tune selected its hosts from
     todo, hosts = [], None
     refused = []
@@ -69,7 +70,7 @@ def apply(sel, reports, deploy, force: bool = False) -> None:
         rec = r.result or {}
         if rec.get("changes"):
             # the inventory's entry matters only to a winner that is another draft
-            hosts = hosts or (cli.select(sel) if "draft_model_path" in rec["apply"] else None)
+            hosts = hosts or (cli.select(sel, vocabulary) if "draft_model_path" in rec["apply"] else None)
             why = refusal(r.name, rec, _service(hosts or [], r.name, rec), force)
             refused += [why] if why else []
     if refused:

@@ -8,7 +8,7 @@ What tune.json keeps and says is tuning_record.py's."""
 from __future__ import annotations
 
 from . import specbench
-from .. import services
+from .. import kinds
 from ..errors import SpecopsError
 from ..sglang import climb, tuning
 
@@ -42,7 +42,7 @@ class Search:
         self.restarts += 1
         again = any(m["draft"] == draft and m["settings"] == s and m["rung"] == rung for m in self.measured)
         spec = {**self.svc["speculative"], **self.values(s, draft), "draft_model_path": draft}
-        argv = services.kind_of(self.svc).argv({**self.svc, "speculative": spec}, services.venv_of(self.run.host))
+        argv = kinds.kind_of(self.svc).argv({**self.svc, "speculative": spec}, kinds.venv_of(self.run.host))
         name = f"{s.label()}{self.draft_label(draft)} [{rung}{', again' if again else ''}]"
         try:
             with serve(argv, label="candidate", what=s.label() + self.draft_label(draft)) as unit:

@@ -2,7 +2,7 @@
 intended, and show what was found."""
 from __future__ import annotations
 
-from .. import protocol, services
+from .. import kinds, protocol
 from ..errors import SpecopsError
 from ..output.report import accept_text
 from ..run import HostRun
@@ -11,7 +11,7 @@ from ..run import HostRun
 def checks(run: HostRun) -> list[protocol.ServiceCheck]:
     """What verify asks of each service of the host, from the inventory (no secrets: the agent
     reads the API key from the service's env file on the host)."""
-    out = services.checks(run.host)
+    out = kinds.checks(run.host)
     if run.facts:  # paths the probe already resolved need no interpreter on the host again
         files = run.facts.data["files"]
         out = [protocol.replace(c, managed=[files[k]["path"] if (files.get(k) or {}).get("path") else k

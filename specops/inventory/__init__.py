@@ -20,7 +20,8 @@ import yaml
 from . import multinode
 from ..errors import UsageError
 from ..lazy import lazy
-from .schema import check, check_kinds, host_vars
+from .checker import check
+from .schema import check_kinds
 
 NODE_KEYS = {"vars", "children", "hosts"}
 YAML_SUFFIXES = (".yml", ".yaml")
@@ -29,8 +30,8 @@ _warned: set[str] = set()
 ansible = lazy("specops.inventory.ansible")
 
 
-def _host_vars(values: Any, file: str, where: str) -> dict:
-    """A vars mapping checked against the schema, with Ansible's spellings read as ours."""
+def _host_vars(values: Any, vocabulary: dict, file: str, where: str) -> dict:
+    """A vars mapping checked against the vocabulary, with Ansible's spellings read as ours."""
     if isinstance(values, dict) and any(str(k).startswith("ansible_") for k in values):
         warnings: list[str] = []
         values = ansible.translate(values, file, where, warnings)
@@ -38,7 +39,7 @@ def _host_vars(values: Any, file: str, where: str) -> dict:
             if line not in _warned:  # once per run, however often the inventory is loaded
                 _warned.add(line)
                 print(line, file=sys.stderr)
-    check(values, host_vars(), file, where)
+    check(values, vocabulary, file, where)
     return values
 
 
@@ -103,12 +104,12 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _vars_file(directory: Path, name: str) -> dict:
+def _vars_file(directory: Path, name: str, vocabulary: dict) -> dict:
     for ext in (".yml", ".yaml"):
         path = directory / f"{name}{ext}"
         if path.exists():
             data = _read_yaml(path)
-            return {} if data is None else _host_vars(data, str(path), "")
+            return {} if data is None else _host_vars(data, vocabulary, str(path), "")
     return {}
 
 
@@ -129,9 +130,10 @@ def _hosts_files(directory: Path) -> list[Path]:
     return yml or ini
 
 
-def load(path: str | Path) -> Inventory:
+def load(path: str | Path, vocabulary: dict) -> Inventory:
     """Load an inventory directory (hosts.yml and any other *.yml beside it, or one INI file) or
-    one hosts file: YAML, or Ansible's INI format when its name does not end in .yml/.yaml."""
+    one hosts file: YAML, or Ansible's INI format when its name does not end in .yml/.yaml.
+    `vocabulary`: the host vars it may hold (roles.VOCABULARY: the engine's and the roles')."""
     path = Path(path)
     if path.is_dir():
         files, root_dir = _hosts_files(path), path
@@ -153,15 +155,15 @@ def load(path: str | Path) -> Inventory:
             if key not in NODE_KEYS:
                 raise UsageError(f"{hosts_file}: {where}.{key}: unknown key "
                                  f"(a group has {', '.join(sorted(NODE_KEYS))})")
-        group_vars = _host_vars(node.get("vars") or {}, str(hosts_file), f"{where}.vars")
-        group_vars = merge(group_vars, _vars_file(root_dir / "group_vars", name))
+        group_vars = _host_vars(node.get("vars") or {}, vocabulary, str(hosts_file), f"{where}.vars")
+        group_vars = merge(group_vars, _vars_file(root_dir / "group_vars", name, vocabulary))
         members: list[str] = []
         hosts = node.get("hosts") or {}
         if not isinstance(hosts, dict):
             raise UsageError(f"{hosts_file}: {where}.hosts: must be a mapping of host names")
         for hname, hvars in hosts.items():
             hwhere = f"{where}.hosts.{hname}"
-            hvars = _host_vars(hvars or {}, str(hosts_file), hwhere)
+            hvars = _host_vars(hvars or {}, vocabulary, str(hosts_file), hwhere)
             if hname in inline_host and inline_host[hname] != hvars:
                 raise UsageError(f"{hosts_file}: {hwhere}: host defined twice with different vars")
             inline_host[hname] = hvars
@@ -192,7 +194,7 @@ def load(path: str | Path) -> Inventory:
         for _, _, gvars in sorted(layers, key=lambda layer: (layer[0], layer[1])):
             merged = merge(merged, gvars)
         merged = merge(merged, inline_host.get(hname, {}))
-        merged = merge(merged, _vars_file(root_dir / "host_vars", hname))
+        merged = merge(merged, _vars_file(root_dir / "host_vars", hname, vocabulary))
         check_kinds(hname, merged.get("services"), str(files[0]))
         hosts[hname] = Host(hname, merged, sorted({g for _, g, _ in layers}))
     inventory = Inventory(files[0], hosts, groups)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..remote import become
-from .schema import did_you_mean, key_path
+from .checker import did_you_mean, key_path
 
 ALIASES = {
     "ansible_host": "address",

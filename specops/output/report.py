@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..remote import become
-from .. import services
+from .. import kinds
 from ..ops import Change
 
 ROLLED_BACK = "rolled back"  # the note after which a host runs another release than the one it verified
@@ -21,7 +21,7 @@ class Redactor:
     it is and in every escaped form it can take on the way (JSON, a unit's or an env file's quoting)."""
 
     def __init__(self, hosts: list):
-        values = [*services.secrets(hosts), become.password() or ""]
+        values = [*kinds.secrets(hosts), become.password() or ""]
         secrets = {form for s in values if len(s) >= 4 for form in _forms(s)}
         self.secrets = sorted(secrets, key=len, reverse=True)
 

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..inventory import reach
 from ..layout import SECRET_FLAGS, env_file, unit_path
 from ..sglang.spec import bind_address
-from . import ServiceKind, kind_of, register
+from .base import ServiceKind, kind_name
 
 ROUTER_VENV = "/opt/sglang-router/venv"
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
@@ -55,7 +55,7 @@ def workers_of(host, svc: dict) -> list[Worker]:
     for name in inv.groups[group]:
         other = inv.hosts[name]
         for s in other.get("services") or []:
-            if kind_of(s).name != "sglang" or (spec.get("service") and s["name"] != spec["service"]) \
+            if kind_name(s) != "sglang" or (spec.get("service") and s["name"] != spec["service"]) \
                     or s.get("node_rank"):  # a service across nodes is served by its rank 0 only
                 continue
             bind = s.get("bind", reach.LOOPBACK)
@@ -90,7 +90,7 @@ def routers_of(inventory, worker_host: str) -> list[tuple[object, dict, list[Wor
     out = []
     for h in inventory.hosts.values():
         for s in h.get("services") or []:
-            if kind_of(s).name == "router":
+            if kind_name(s) == "router":
                 mine = [w for w in workers_of(h, s) if w.host == worker_host]
                 if mine:
                     out.append((h, s, mine))
@@ -152,5 +152,3 @@ class Router(ServiceKind):
     def secrets(self, svc):
         return super().secrets(svc) + ([svc["api_key"]] if svc.get("api_key") else [])
 
-
-register(Router())

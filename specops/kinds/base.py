@@ -1,21 +1,14 @@
-"""The seam between the engine and the kinds of service it runs.
-
-A ServiceKind holds everything the engine needs to know about one kind of service:
-its argv, the values it intends and how to read them back, how to ask it whether it
-is ready and what it generates, which processes and files are its own, and which
-inventory values are secret.  The engine (pipeline, verify, status, run) talks to
-services only through this; roles build their ops from it.  SGLang's server is the
-first kind.
-"""
+"""What a kind of service is to the engine (ServiceKind): its argv, the values it intends and how
+to read them back, how to ask whether it is ready and what it generates, which processes and
+files are its own, which inventory values are secret.  The kinds themselves are router.py and
+sglang.py; the package gathers them."""
 from __future__ import annotations
 
 from typing import Any
 
 from .. import protocol
-from ..errors import UsageError
 from ..inventory import reach
 from ..layout import LAUNCHER
-from ..sglang import stack
 from . import hardening
 
 
@@ -98,52 +91,6 @@ class ServiceKind:
         return [v for v in (svc.get("env_secret") or {}).values() if v]
 
 
-KINDS: dict[str, ServiceKind] = {}
-
-
-def register(kind: ServiceKind) -> ServiceKind:
-    KINDS[kind.name] = kind
-    return kind
-
-
-def kind_of(svc: dict) -> ServiceKind:
-    name = svc.get("kind", "sglang")
-    if name not in KINDS:
-        raise UsageError(f"service {svc.get('name')!r}: unknown kind {name!r} (known: {', '.join(sorted(KINDS))})")
-    return KINDS[name]
-
-
-def of_host(host) -> list[tuple[ServiceKind, dict]]:
-    return [(kind_of(s), s) for s in host.get("services") or []]
-
-
-def of_kind(host, name: str) -> list[dict]:
-    """The host's services of one kind: what a role for that kind works on."""
-    return [s for k, s in of_host(host) if k.name == name]
-
-
-def venv_of(host) -> str:
-    """The venv the host's SGLang services run: its stack's (specops/sglang/stack.py)."""
-    return stack.venv_of(host)
-
-
-def unit_refs(host, quick=()) -> dict[str, protocol.UnitRef]:
-    """`quick`: names of services whose stop need not drain (out of their routers and idle, or a
-    stop the user asked to be quick), for the kinds that can skip it."""
-    return {s["name"]: protocol.replace(k.unit(s), quick=QUICK_STOP_SIGNAL)
-            if s["name"] in quick and k.quick_stop_env else k.unit(s) for k, s in of_host(host)}
-
-
-def managed_files(host) -> list[str]:
-    return sorted({key for k, s in of_host(host) for key in k.managed(s, venv_of(host))})
-
-
-def checks(host) -> list[protocol.ServiceCheck]:
-    return [k.check(host, s) for k, s in of_host(host)]
-
-
-def secrets(hosts) -> set[str]:
-    return {v for h in hosts for k, s in of_host(h) for v in k.secrets(s)}
-
-
-from . import router, sglang  # noqa: E402,F401  (registers the kinds)
+def kind_name(svc: dict) -> str:
+    """The name of a service's kind: `kind:`, else SGLang's server."""
+    return svc.get("kind", "sglang")

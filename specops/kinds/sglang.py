@@ -16,7 +16,8 @@ from ..sglang import stack
 from ..sglang.rules import expectations
 from ..sglang.spec import bind_address, intended, launch_args, metrics_on, said_as
 from ..inventory import reach
-from . import ServiceKind, hardening, register
+from . import hardening
+from .base import ServiceKind, kind_name
 
 
 # The last line SGLang logs on start (srt/entrypoints/http_server.py): spec-tune times starts with it.
@@ -161,9 +162,7 @@ def weight_sources(svc) -> list[tuple[str, str, dict | None]]:
 
 def weight_peers(host) -> set[str]:
     """The inventory hosts this host copies weights from (rsync runs on both ends)."""
-    from . import of_kind
-    return {source["host"] for svc in of_kind(host, "sglang") for _, _, source in weight_sources(svc)
+    sglang = [s for s in host.get("services") or [] if kind_name(s) == "sglang"]
+    return {source["host"] for svc in sglang for _, _, source in weight_sources(svc)
             if source and source.get("source") == "peer" and source.get("host")}
 
-
-register(SGLang())
