@@ -235,5 +235,5 @@ def inventory_yaml(f: fleet.Fleet) -> str:
             f"# To upgrade, change `sglang: {{version: {SIM_VERSION}}}` below (e.g. to {other}), then\n"
             f"#   inv deploy --inventory {_shown(f.site.inventory_dir)} --host {f.hosts[0].name}\n"
             f"# The demo's patch (patches/{DEMO_PATCH}, a diff cut from {SIM_VERSION}) conflicts with\n"
-            f"# {other}'s file: README.md, 'Upgrading SGLang', walks through it here.\n"
+            f"# {other}'s file: docs/tutorial.md, '7. An upgrade', walks through it here.\n"
             + yaml.safe_dump(doc, sort_keys=False))

@@ -2,13 +2,15 @@
 repository (and its #fragment to a heading of the target, by GitHub's anchor rules), and every
 path of the tree written in code (`specops/flows/rolling.py`, `roles/`, `agent/converge/stage.py`
 for specops/agent/converge/stage.py) names a file or folder that is there, and a module named
-alone (`parts.py`) a file of the tree.  No fleet needed."""
+alone (`parts.py`) a file of the tree.  docs/inventory.md names every key of the inventory's
+vocabulary.  No fleet needed."""
 import os
 import re
 import unicodedata
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,6 +31,12 @@ HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 HTML_ANCHOR = re.compile(r"<a\s+[^>]*(?:name|id)=\"([^\"]+)\"", re.I)
 TREE_PATH = re.compile(r"(?<![\w./~$<-])((?:%s)/[\w./-]*)" % "|".join(re.escape(t) for t in TOP))
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def vocabulary() -> dict:
+    """The inventory's vocabulary: each host var and its schema (the one place the tests read it from)."""
+    from specops.inventory import schema
+    return schema.host_vars()
 
 
 def split(text: str) -> tuple[list[str], list[str]]:
@@ -199,3 +207,69 @@ def test_the_tutorial_says_what_each_command_promises_and_the_runner_checks_it()
     assert tutorial.broken_promises(got[2], subprocess.CompletedProcess([], 0, "", "")) == ["exit 0, not 1"]
     steps = tutorial.steps()
     assert steps[0].command == tutorial.SETUP and any(s.exits for s in steps) and all(s.command for s in steps)
+
+
+def key_paths(schema, path: tuple = ()) -> list[tuple]:
+    """Every key of a schema, as a path: ('services', 'gate', 'load', 'seed').  Mappings are walked,
+    a list of mappings (`services: [SERVICE]`) and a required key (Req) as what they hold, and each
+    mapping a OneOf allows (`monitoring: true` or `{textfile_dir, refresh}`); a mapping of free keys
+    (MapOf: `env`, `draft_config`) has none to name."""
+    from specops.inventory import schema as s
+    if isinstance(schema, s.Req):
+        return key_paths(schema.schema, path)
+    if isinstance(schema, s.OneOf):
+        return [p for option in schema.options for p in key_paths(option, path)]
+    if isinstance(schema, list) and len(schema) == 1:
+        return key_paths(schema[0], path)
+    if isinstance(schema, dict):
+        return [p for k, v in schema.items() for p in [path + (k,), *key_paths(v, path + (k,))]]
+    return []
+
+
+def yaml_keys(value) -> set[str]:
+    """The keys of every mapping in a parsed YAML value, however deep."""
+    if isinstance(value, dict):
+        return {str(k) for k in value} | {k for v in value.values() for k in yaml_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in yaml_keys(v)}
+    return set()
+
+
+def keys_written(path: Path, names: set[str]) -> set[str]:
+    """The keys a page writes as keys, in code: a code span that is a key or a dotted path of
+    keys (`monitoring`, `tune.traffic`; each part one of `names`, so `config.json` names none), or
+    YAML that sets or lists keys (`host_key_policy: accept-new`, `{timeout, stall_timeout}`), and
+    the keys of the mappings of a ```yaml block (which must parse)."""
+    text = path.read_text()
+    prose, _ = split(text)
+    out = set()
+    for line in prose:
+        for _, span in CODE_SPAN.findall(line):
+            span = span.strip()
+            parts = span.split(".")
+            if all(part in names for part in parts):
+                out.update(parts)
+                continue
+            try:
+                out |= yaml_keys(yaml.safe_load(span))
+            except yaml.YAMLError:
+                pass  # not YAML: a command, a path, a message
+    for block in re.findall(r"^ {0,3}```ya?ml[ \t]*\n(.*?)^ {0,3}```", text, re.M | re.S):
+        out |= yaml_keys(yaml.safe_load(block))
+    return out
+
+
+def test_the_inventory_page_names_every_key_of_the_vocabulary():
+    """Every key of the inventory's vocabulary (the host vars, and every key nested in them: a
+    service's, `speculative`'s, `weights`', `gate.load`'s, `monitoring`'s mapping's...) is written
+    as a key in docs/inventory.md (keys_written): in a code span that is the key or a dotted path
+    through it (`monitoring`, `tune.traffic`), in a span of YAML that sets or lists it
+    (`watch: {for: 30m}`, `{budget, drafts, traffic}`), or as a key in a ```yaml block
+    (`  traffic: 200`).  Strict: a word of prose does not count, nor part of a longer name
+    (`stall_timeout` is not `timeout`), nor a span of a file name (`config.json`) or a command
+    (`--traffic 200`).  Fair: a key is matched by its name, not its path, so a name that several
+    keys share (`port`, `version`, `min_accept_length`) is covered where the page names it once."""
+    paths = key_paths(vocabulary())
+    written = keys_written(ROOT / "docs" / "inventory.md", {p[-1] for p in paths})
+    missing = [".".join(p) for p in paths if p[-1] not in written]
+    assert not missing, "docs/inventory.md does not name these keys of the inventory:\n" + "\n".join(missing)
