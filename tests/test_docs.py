@@ -35,8 +35,8 @@ SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 def vocabulary() -> dict:
     """The inventory's vocabulary: each host var and its schema (the one place the tests read it from)."""
-    from specops.inventory import schema
-    return schema.host_vars()
+    import roles
+    return roles.VOCABULARY
 
 
 def split(text: str) -> tuple[list[str], list[str]]:
@@ -214,7 +214,7 @@ def key_paths(schema, path: tuple = ()) -> list[tuple]:
     a list of mappings (`services: [SERVICE]`) and a required key (Req) as what they hold, and each
     mapping a OneOf allows (`monitoring: true` or `{textfile_dir, refresh}`); a mapping of free keys
     (MapOf: `env`, `draft_config`) has none to name."""
-    from specops.inventory import schema as s
+    from specops.inventory import checker as s
     if isinstance(schema, s.Req):
         return key_paths(schema.schema, path)
     if isinstance(schema, s.OneOf):
