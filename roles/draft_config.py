@@ -4,7 +4,7 @@ from specops.inventory import schema
 from specops.ops import handlers
 from specops import protocol
 from specops.errors import UsageError
-from specops.ops import Change, JsonKeys, Op, PlanError, dotted_get
+from specops.ops import Change, JsonKeys, Op, dotted_get
 from specops.kinds.sglang import draft_config_path
 from specops.kinds import of_kind
 

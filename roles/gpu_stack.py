@@ -18,7 +18,7 @@ from specops.kinds import of_kind, venv_of
 from specops.sglang import stack
 from specops.sglang.indexes import REMOTE_WHEELHOUSE, pip_sources, uv_sources
 from specops.layout import stack_disk_refusal
-from specops.sglang.spec import venv_python
+from specops.layout import venv_python
 from specops.sglang.torchvariant import cuda_of, index_for, variant_for
 
 NAME = "gpu_stack"

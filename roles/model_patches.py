@@ -20,7 +20,7 @@ from specops.ops.code import precompiled
 from specops.kinds import of_kind, venv_of
 from specops.kinds.sglang import DIFF_SUFFIX, patch_key, patched_file
 from specops.sglang.patches import applied, patch_source
-from specops.sglang.spec import venv_python
+from specops.layout import venv_python
 
 NAME = "model_patches"
 VARS = {**schema.STACK_VARS, **schema.PATCH_VARS}  # the host vars it reads

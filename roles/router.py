@@ -1,7 +1,6 @@
 """SGLang's router in front of a group's workers (its venv is router_stack's): an 0600 env file
 (its API key), the unit (the workers' URLs on its command line, so a restart or a reboot brings
 the whole fleet back), running.  It needs no GPU and no model."""
-from specops.inventory import schema
 from specops.ops import handlers
 from specops.layout import env_file
 from specops.ops import File, RunningCode, Service, unit_file

@@ -6,7 +6,7 @@ from specops import protocol
 from specops.ops import Op, Venv
 from specops.kinds import kind_of, of_kind
 from specops.sglang.indexes import pip_sources
-from specops.sglang.spec import venv_python
+from specops.layout import venv_python
 
 NAME = "router_stack"
 VARS = {**schema.INDEX_VARS, "python": schema.STACK_VARS["python"]}  # the host vars it reads

@@ -14,7 +14,8 @@ from specops.kinds.ports import check_ports
 from specops.kinds.sglang import admin_surface
 from specops.kinds.unitfile import env_text, unit_text
 from specops.sglang.rules import expectations
-from specops.sglang.spec import launch_args, said_as, venv_python
+from specops.layout import venv_python
+from specops.sglang.spec import launch_args, said_as
 
 NAME = "sglang_service"
 VARS = schema.STACK_VARS  # the host vars it reads

@@ -1,7 +1,6 @@
 """Debian/Ubuntu packages a GPU box needs before anything else (bootstrap only): always Python
 with venv and CA certificates; rsync (with its rrsync) on a box that copies weights from a peer,
 or is the peer another box copies from."""
-from specops.inventory import schema
 from specops.ops.apt import AptPackages
 
 from specops.kinds.sglang import weight_peers

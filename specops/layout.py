@@ -84,6 +84,13 @@ BASELINE_PREFIX = "specops-baseline-"      # spec-bench's transient unit: <prefi
 WINDOW_PREFIX = "specops-window-"          # a GPU window's job runs in the scope <prefix><16 hex digits>
 WINDOW_STOP_SEC = 5                        # the job's SIGTERM grace when its window ends
 DEFAULT_VENV = "/opt/sglang/venv"
+
+
+def venv_python(venv: str) -> str:
+    """The interpreter of a venv (a stack's, the router's, a user's)."""
+    return f"{venv}/bin/python"
+
+
 # Monitoring: node_exporter's textfile collector reads TEXTFILE_DIR (Debian's default for its
 # prometheus-node-exporter); the timer that refreshes specops's file there runs the agent from
 # TEXTFILE_AGENT (the agent's zip, as the monitoring role installs it).

@@ -334,3 +334,36 @@ def test_a_winner_tuned_on_one_workers_traffic_rolls_to_all_three_with_no_reques
         info = json.loads(hosts[w].run("curl", "-s", "-H", f"Authorization: Bearer {KEY}",
                                        "http://127.0.0.1:30000/server_info").stdout)
         assert {k: info[f"speculative_{k}"] for k in rec["winner"]} == rec["winner"], (w, info)
+
+
+def test_a_worker_bound_to_ipv6_loopback_is_reached_there_by_its_router_verify_and_status(sandbox, pkg_index):
+    """A server with `bind: "::1"` listens on ::1 alone (SGLang's uvicorn takes an IPv6 socket): the
+    router on its host sends to http://[::1]:PORT, verify and status read it there, and a
+    generation goes through the router.  127.0.0.1 would find no one (or someone else's server)."""
+    from sandbox import provision
+    from sandbox.provision import sandbox_service
+    h = sandbox.reset(ROUTER)
+    worker = sandbox_service(bind="::1", port=30001, env={"SGLANG_SIM_STARTUP_DELAY": "1"})
+    router = {"name": "router", "kind": "router", "port": PORT, "policy": "round_robin", "api_key": KEY,
+              "workers": {"group": "box"}}
+    doc = {"all": {"vars": {"venv": provision.VENV}, "children": {"box": {"hosts": {ROUTER: {
+        **provision.host_vars(h), "package_index": f"{pkg_index.url}/simple", "services": [worker, router]}}}}}}
+    inv = sandbox.tmp / "inventory-ipv6"
+    inv.mkdir(exist_ok=True)
+    (inv / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    res, rep = deploy(sandbox, inv, "--host", ROUTER)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "/workers: 1 worker(s), all healthy" in res.stdout, res.stdout[-3000:]
+    listening = h.run("ss", "-Hltn", "sport = :30001").stdout
+    assert "[::1]:30001" in listening and "127.0.0.1:30001" not in listening, listening
+    assert '"http://[::1]:30001"' in h.run("systemctl", "cat", "router").stdout
+    status, listing = through_router(h, "/workers")
+    assert status == 200 and [w["url"] for w in listing["workers"]] == ["http://[::1]:30001"], listing
+    for _ in range(3):
+        status, gen = through_router(h, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 8}})
+        assert status == 200 and gen["meta_info"]["completion_tokens"] == 8
+    st = sandbox.inv("status", "--host", ROUTER, inventory=inv)
+    assert st.returncode == 0, st.stdout + st.stderr
+    assert f"{ROUTER}: sglang in production:" in st.stdout and "/metrics:" not in st.stdout, st.stdout
+    assert f"{ROUTER}: router router: {ROUTER}/sglang (http://[::1]:30001): in the router, healthy" in st.stdout, \
+        st.stdout

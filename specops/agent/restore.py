@@ -6,7 +6,6 @@ import base64
 import json
 import re
 import os
-import shlex
 import stat
 
 from specops import protocol
@@ -18,6 +17,7 @@ from specops.agent.releases import _set_current, current, current_manifest, mani
 from specops.agent.safefs import UnsafePath, read_file, remove
 from specops.agent.services import units
 from specops.agent.weights import read_manifest
+from specops.unitwords import interpreter
 from specops.layout import APPLY_JOURNAL, RELEASES, UNIT_DIR, unit_path
 
 
@@ -274,13 +274,7 @@ def _runnable(target, want):
         if not (path.endswith(".service") and src):
             continue
         with open(src) as f:
-            line = next((l for l in f if l.startswith("ExecStart=")), "")
-        value = line[len("ExecStart="):].strip()  # specops's own unit: no prefix before the command
-        try:  # the unit quotes each word ("/opt/specops/venvs/…/bin/python"): read it as systemd does
-            words = shlex.split(value)
-        except ValueError:
-            words = value.split()
-        python = words[0].replace("$$", "$").replace("%%", "%") if words else ""  # unitfmt's escapes
+            python = interpreter(f.read()) or ""
         if python.startswith("/") and not os.path.exists(python):
             raise ActionError("release %s runs %s, which is no longer on the host: nothing was changed"
                               % (target["stamp"], python))

@@ -55,7 +55,7 @@ def targets(inventory) -> tuple[dict[str, list[dict]], list[str]]:
     warnings = []
     for host in inventory.hosts.values():
         for svc in scraped(host):
-            bind = svc.get("bind", reach.LOOPBACK)
+            bind = reach.bind(svc)
             if reach.loopback(bind):
                 warnings.append(f"{host.name}/{svc['name']} listens on {bind} only: a Prometheus on another "
                                 f"machine cannot scrape it (give it `bind: 0.0.0.0`, or its address)")

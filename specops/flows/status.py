@@ -85,7 +85,7 @@ def collect(run: HostRun) -> dict:
     gpu, warnings = _gpu(facts, active)
     kept = run.call(protocol.Releases())
     for r in rows:
-        kind, svc = kinds[r["service"]]
+        kind, svc = by_name[r["service"]]
         if kind.name != "sglang":  # a router runs from its own venv, which no release records
             continue
         p = peeked.get(r["service"])

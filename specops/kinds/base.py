@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import protocol
 from ..inventory import reach
-from ..layout import LAUNCHER
+from ..layout import LAUNCHER, venv_python
 from . import hardening
 
 
@@ -22,9 +22,17 @@ class ServiceKind:
     name = ""
     titles: tuple[str, ...] = ()          # process-title prefixes its processes take
     endpoints = protocol.Endpoints()
+    default_bind = reach.LOOPBACK         # where it listens without a `bind:`
 
     def port(self, svc: dict) -> int:
         return reach.port(svc)
+
+    def bind(self, svc: dict) -> str:
+        return reach.bind(svc, self.default_bind)
+
+    def local_address(self, svc: dict) -> str:
+        """Where verify, bench and status reach it from its own host (reach.py, as a router on that host)."""
+        return reach.local_address(self.bind(svc))
 
     def listens(self, svc: dict) -> list[tuple[int, str]]:
         """(port, what listens there, after the service's name) for each of its listeners."""
@@ -67,7 +75,7 @@ class ServiceKind:
         """The command line systemd starts: the launcher, never a secret."""
         secret = [w for env, flag in self.secret_flags(svc) for w in ("--secret", env, flag)]
         quick = ["--on-signal", QUICK_STOP_SIGNAL, self.quick_stop_env] if self.quick_stop_env else []
-        return [f"{venv}/bin/python", LAUNCHER, *secret, *quick, self.module, *self.args(svc)]
+        return [venv_python(venv), LAUNCHER, *secret, *quick, self.module, *self.args(svc)]
 
     def intended(self, svc: dict) -> dict[str, Any]:
         """The values its info endpoint must report."""

@@ -18,7 +18,6 @@ from .. import protocol
 from ..errors import UsageError
 from ..inventory import reach
 from ..layout import SECRET_FLAGS, env_file, unit_path
-from ..sglang.spec import bind_address
 from .base import ServiceKind, kind_name
 
 ROUTER_VENV = "/opt/sglang-router/venv"
@@ -42,7 +41,7 @@ def workers_of(host, svc: dict) -> list[Worker]:
     spec = svc.get("workers") or {}
     inv, group = host.inventory, spec.get("group")
     where = f"{host.name}: router {svc['name']!r}"
-    bind = svc.get("bind", "0.0.0.0")
+    bind = reach.bind(svc, Router.default_bind)
     if svc.get("admin_api_key") or svc.get("open_admin") is not None:
         raise UsageError(f"{where}: admin_api_key and open_admin are an SGLang server's; sglang-router takes "
                          f"only an api_key")
@@ -58,7 +57,7 @@ def workers_of(host, svc: dict) -> list[Worker]:
             if kind_name(s) != "sglang" or (spec.get("service") and s["name"] != spec["service"]) \
                     or s.get("node_rank"):  # a service across nodes is served by its rank 0 only
                 continue
-            bind = s.get("bind", reach.LOOPBACK)
+            bind = reach.bind(s)
             if name != host.name and reach.loopback(bind):
                 raise UsageError(f"{where}: worker {name}/{s['name']} listens on {bind} only; give it "
                                  f"`bind: 0.0.0.0` (or its address) so the router can reach it")
@@ -99,6 +98,7 @@ def routers_of(inventory, worker_host: str) -> list[tuple[object, dict, list[Wor
 
 class Router(ServiceKind):
     name = "router"
+    default_bind = "0.0.0.0"  # what its workers' clients reach: an api_key is required (workers_of)
     titles = ()
     module = "sglang_router.launch_router"
     # chat stays the default: sglang-router 0.3.2 routes /v1/chat/completions to a worker as it
@@ -141,7 +141,7 @@ class Router(ServiceKind):
         urls = [w.url for w in workers_of(host, svc)]
         v = svc.get("verify") or {}
         return protocol.ServiceCheck(
-            name=svc["name"], port=self.port(svc), host=bind_address(svc), timeout=v.get("timeout", 120),
+            name=svc["name"], port=self.port(svc), host=self.local_address(svc), timeout=v.get("timeout", 120),
             stall_timeout=v.get("stall_timeout", 120), endpoints=self.endpoints, members=urls,
             managed=self.managed(svc, self.venv(svc)),
             generate_body={"text": None, "sampling_params": {"temperature": 0}})

@@ -14,7 +14,7 @@ from ..layout import LAUNCHER, SECRET_FLAGS, env_file, pkg_key, unit_path
 from ..inventory.multinode import serves_http
 from ..sglang import stack
 from ..sglang.rules import expectations
-from ..sglang.spec import bind_address, intended, launch_args, metrics_on, said_as
+from ..sglang.spec import intended, launch_args, metrics_on, said_as
 from ..inventory import reach
 from . import hardening
 from .base import ServiceKind, kind_name
@@ -93,7 +93,7 @@ class SGLang(ServiceKind):
         want, accepted = expectations(svc, f"{host.name}: service {svc['name']}")
         v = svc.get("verify") or {}
         return protocol.ServiceCheck(
-            name=svc["name"], port=self.port(svc), host=bind_address(svc),
+            name=svc["name"], port=self.port(svc), host=self.local_address(svc),
             served_model_name=svc.get("served_model_name"), intended=want, accepted=accepted, said_as=said_as(),
             timeout=v.get("timeout", 3600), stall_timeout=v.get("stall_timeout", 300), progress=PROGRESS,
             prompt=v.get("prompt", "The capital of France is"),
@@ -132,7 +132,7 @@ OWN_FLAGS = ("--host", "--port", "--api-key", "--admin-api-key")
 def admin_surface(host, svc) -> str:
     """Refuses a server reachable beyond loopback whose admin endpoints anyone may call; its
     warning ("" when none) when the inventory says it is open on purpose (`open_admin: true`)."""
-    bind = svc.get("bind", reach.LOOPBACK)
+    bind = reach.bind(svc)
     where = f"{host.name}: service {svc['name']!r}"
     said = [a for a in map(str, svc.get("extra_args") or []) if a.split("=", 1)[0] in OWN_FLAGS]
     if said:

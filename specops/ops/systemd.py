@@ -12,7 +12,7 @@ from .. import protocol
 from ..layout import UNIT_ONLY, unit_path
 from .base import Op
 from .files import File
-from .unitfmt import exec_words
+from ..unitwords import EXEC_START, exec_words
 
 
 class UnitFile(File):
@@ -29,7 +29,6 @@ def unit_file(name: str, content: str, notify_restart: bool = True) -> File:
                     notify=notify)
 
 
-EXEC_START = "ExecStart="
 _OPTION = re.compile(r"^--?[A-Za-z]")  # an option starts a group; "-1" is a value
 
 

@@ -8,7 +8,6 @@ backslash, quote, dollar and percent escaped.
 from __future__ import annotations
 
 import re
-import shlex
 
 from ..errors import UsageError
 
@@ -34,16 +33,6 @@ def exec_line(argv: list[str], expand: dict[int, str] | None = None) -> str:
     for i, a in enumerate(argv):
         words.append(f"${{{expand[i]}}}" if expand and i in expand else quote_word(a))
     return " ".join(words)
-
-
-def exec_words(value: str) -> list[str] | None:
-    """An ExecStart value read back as the words systemd runs (exec_line's inverse, and a
-    hand-written line's reading); None where it does not parse."""
-    try:
-        words = shlex.split(value)
-    except ValueError:
-        return None
-    return [w.replace("$$", "$").replace("%%", "%") for w in words]
 
 
 def _env_key(key: str, what: str) -> str:

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent.parent  # specops/: the agent's files are
 # What the host needs: the agent package and the modules it shares with the controller.
 # Only modules of the tree (a regular file, a module's name): not an editor's lock file, a link
 # or a scratch file that happens to sit there.
-MEMBERS = ["__init__.py", "layout.py", *sorted(
+MEMBERS = ["__init__.py", "layout.py", "unitwords.py", *sorted(
     p.relative_to(HERE).as_posix() for d in ("protocol", "agent") for p in (HERE / d).rglob("*.py")
     if re.fullmatch(r"[a-z_0-9]+\.py", p.name) and not p.is_symlink() and p.is_file())]
 MAIN = b"import sys\nfrom specops.agent.main import serve\nserve(sys.stdin.buffer, sys.stdout.buffer)\n"

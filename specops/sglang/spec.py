@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..layout import DEFAULT_PORT
+from ..inventory import reach
 
 # service key → (flag, server_info field)
 SERVER_FLAGS = [
@@ -34,18 +34,10 @@ SPEC_FLAGS = [
 ]
 
 
-def port(svc: dict) -> int:
-    return svc.get("port", DEFAULT_PORT)
-
-
-def venv_python(venv: str) -> str:
-    return f"{venv}/bin/python"
-
-
 def launch_args(svc: dict) -> list[str]:
     """The arguments after `-m sglang.launch_server`, in a stable order."""
     args = ["--model-path", svc["model_path"]]
-    values = {**svc, "port": port(svc), "bind": svc.get("bind", "127.0.0.1")}
+    values = {**svc, "port": reach.port(svc), "bind": reach.bind(svc)}
     for key, flag, _ in SERVER_FLAGS:
         if values.get(key) is not None:
             args += [flag, str(values[key])]
@@ -75,7 +67,7 @@ def said_as() -> dict[str, str]:
 
 def intended(svc: dict) -> dict[str, Any]:
     """What /server_info should report for the fields specops sets."""
-    out: dict[str, Any] = {"model_path": svc["model_path"], "port": port(svc)}
+    out: dict[str, Any] = {"model_path": svc["model_path"], "port": reach.port(svc)}
     for key, _, field in SERVER_FLAGS:
         if svc.get(key) is not None:
             out[field] = svc[key]
@@ -88,8 +80,3 @@ def intended(svc: dict) -> dict[str, Any]:
         out["speculative_algorithm"] = "EAGLE"
     return out
 
-
-def bind_address(svc: dict) -> str:
-    """Where to reach the server from the host itself."""
-    bind = svc.get("bind", "127.0.0.1")
-    return "127.0.0.1" if bind in ("0.0.0.0", "::") else bind

@@ -12,15 +12,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
-import shlex
 from pathlib import Path
 
-from ..layout import DEFAULT_VENV, STACKS_DIR
+from ..layout import DEFAULT_VENV, STACKS_DIR, venv_python
+from ..unitwords import interpreter
 
 PINNED = (("flash-linear-attention", "fla"), ("sglang", "sglang"))  # a pinned distribution, and its host var
 NAMED_BY = ("sglang", "torch", "flash-linear-attention")  # the versions a person names a stack by
-EXEC_START = re.compile(r"^ExecStart=(.*)$", re.M)
 PYPI = "https://pypi.org/simple"
 GiB = 2**30
 # The free disk a stack needs before it is built, unless the inventory says (stack_need_gib): a
@@ -54,14 +52,11 @@ def venv_of(host) -> str:
 
 
 def venv_in_unit(unit_text: str | None) -> str | None:
-    """The venv a unit runs: its ExecStart's interpreter (quoted as ops/unitfmt.py quotes it, read
-    as a shell would), less /bin/python; None when it runs no venv's python."""
-    m = EXEC_START.search(unit_text or "")
-    try:
-        python = shlex.split(m.group(1))[0] if m else ""
-    except (ValueError, IndexError):
-        python = ""
-    return python[:-len("/bin/python")] if python.endswith("/bin/python") else None
+    """The venv a unit runs: its ExecStart's interpreter less /bin/python; None when it runs no
+    venv's python."""
+    python = interpreter(unit_text) or ""
+    suffix = venv_python("")
+    return python[:-len(suffix)] if python.endswith(suffix) else None
 
 
 def versions(packages: dict, before: dict | None = None, changed_only: bool = False) -> str:

@@ -80,6 +80,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -369,6 +370,15 @@ def make_handler(args, model_module, model_config, capture):
     return Handler
 
 
+def http_server(host, port, handler):
+    """A server listening where SGLang's uvicorn does for `--host` (asyncio's create_server): an
+    IPv6 address (::1, ::) on an IPv6 socket; a name (localhost) at what it resolves to (uvicorn
+    takes every address, this the first).  http.server alone takes IPv4 only."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family})
+    return server_class((host, port), handler)
+
+
 def dummy_health_server(host, port):
     """SGLang 0.5.23's launch_dummy_health_check_server (srt/utils/common.py), run on ranks > 0:
     /ping, /health and /health_generate answer 200; nothing else is served."""
@@ -381,7 +391,7 @@ def dummy_health_server(host, port):
             self.send_response(code)
             self.send_header("Content-Length", "0")
             self.end_headers()
-    ThreadingHTTPServer((host, port), Health).serve_forever()
+    http_server(host, port, Health).serve_forever()
 
 
 def shut_down_after(node_rank):
@@ -521,7 +531,7 @@ def main(argv=None):
             dummy_health_server(args.host, args.port)
     # Drawn by a start that is about to serve: a planted slow start is not spent on one that failed
     State.perf.speed = sim_noise.start_speed(State.perf.settings)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(args, module, model_config, capture))
+    server = http_server(args.host, args.port, make_handler(args, module, model_config, capture))
 
     def ready_later():
         time.sleep(float(os.environ.get("SGLANG_SIM_STARTUP_DELAY", "1")))

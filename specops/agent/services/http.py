@@ -67,9 +67,15 @@ def _ascii(host):
     return host.encode("ascii") if host.isascii() else host
 
 
+def authority(host, port):
+    """host:port as a URL and a Host header write it: an IPv6 address in brackets (the one rule,
+    inventory/reach.py's too)."""
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
 def request(host, port, method, path, body=None, headers=None, timeout=30):
     """(status, body bytes) of one request; OSError when nothing answers properly."""
-    head = ["%s %s HTTP/1.1" % (method, path), "Host: %s:%d" % (host, port), "Connection: close",
+    head = ["%s %s HTTP/1.1" % (method, path), "Host: " + authority(host, port), "Connection: close",
             "Accept: application/json"]
     for k, v in (headers or {}).items():
         head.append("%s: %s" % (k, v))
@@ -103,7 +109,7 @@ def request(host, port, method, path, body=None, headers=None, timeout=30):
 def stream(host, port, path, body, headers, on_event, timeout=60):
     """POST `body` and call on_event(data) for each server-sent event (`data: ...`) as it arrives
     (SGLang's streaming /generate); returns the status.  A non-200 answer's body is not events."""
-    head = ["POST %s HTTP/1.1" % path, "Host: %s:%d" % (host, port), "Connection: close",
+    head = ["POST %s HTTP/1.1" % path, "Host: " + authority(host, port), "Connection: close",
             "Accept: text/event-stream", "Content-Type: application/json", "Content-Length: %d" % len(body)]
     head += ["%s: %s" % kv for kv in (headers or {}).items()]
     with socket.create_connection((_ascii(host), port), timeout=timeout) as sock:
