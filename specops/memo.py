@@ -15,11 +15,13 @@ is written.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import stat
 import threading
 import time
 from pathlib import Path
+from functools import lru_cache
 from typing import Callable
 
 MAX_AGE = 30 * 86400
@@ -42,6 +44,15 @@ def key(*parts: bytes | str) -> str:
         h.update(b"%d:" % len(b))
         h.update(b)
     return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def code_id(module_file: str, package: str, *more: str) -> str:
+    """The code a kept result depends on: a module's own source and an installed package's
+    __init__ (which names its version), and `more` (an interpreter's version).  A change to any
+    is a new key."""
+    origin = importlib.util.find_spec(package).origin
+    return key(Path(module_file).read_bytes(), origin, Path(origin).read_bytes(), *more)
 
 
 def _only_ours(st: os.stat_result) -> bool:

@@ -15,7 +15,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Folders of the tree a path written in the docs starts with.
-TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "templates", "files", "inventory.example", "inventory",
+TOP = ("specops", "roles", "tests", "sandbox", "scripts", "bench", "files", "inventory.example", "inventory",
        "docs", ".ci")
 # Where a path in the docs is read from: the root; the package (`agent/converge/stage.py`); the
 # patch folder (a patch is named by its path inside the sglang package, `srt/models/llama.py`).

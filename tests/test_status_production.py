@@ -35,8 +35,8 @@ def test_with_a_measured_speedup_a_draft_is_said_not_to_pay_below_1_and_degraded
     host, svc = SimpleNamespace(name="t1"), {"name": "sglang", "watch": {"accept_fraction": 0.7}}
     ran = {"release": "1"}
 
-    def judged(accept, svc=svc, calls=5000, release=kept()):
-        out = status.production(host, svc, {"accept_length": accept, "verify_calls": calls}, release, ran)
+    def judged(accept, svc=svc, calls=5000, release=kept(), up=600):
+        out = status.production(host, svc, {"accept_length": accept, "verify_calls": calls}, release, ran, up)
         return {k: out[k] for k in status.VERDICTS if k in out}
     assert judged(1.5) == {"not_paying": "estimated speedup 0.87× (accept length 1.5 in production; 1.80× at accept "
                                          "length 3.1 when deployed at 1 (spec-bench)), under 1: below 1 speculative "
@@ -45,18 +45,21 @@ def test_with_a_measured_speedup_a_draft_is_said_not_to_pay_below_1_and_degraded
                                        "1 (spec-bench): the draft fits this traffic less well, and may still pay; run "
                                        "inv spec-tune --host t1 --traffic"}
     assert judged(2.3) == {}
-    figures = status.production(host, svc, {"accept_length": 2.3, "verify_calls": 5000}, kept(), ran)
+    figures = status.production(host, svc, {"accept_length": 2.3, "verify_calls": 5000}, kept(), ran, 600)
     assert (figures["deployed_accept_length"], figures["deployed_speedup"], figures["deployed_source"]) == (
         3.1, 1.8, "spec-bench")
     # a margin: 1.05x is under 1 + 0.1
     assert list(judged(1.8, {**svc, "watch": {"speedup_margin": 0.1}})) == ["not_paying"]
-    assert list(judged(1.8, calls=status.MIN_VERIFY_CALLS)) == ["degraded"]
+    # traffic enough to judge: watch.min_verify_rate verify calls a second (default 1) over its uptime
+    assert list(judged(1.8, calls=600)) == ["degraded"] and judged(1.8, calls=599) == {}
+    assert list(judged(1.8, {**svc, "watch": {"min_verify_rate": 0.5}}, calls=300)) == ["degraded"]
+    assert judged(1.8, up=None) == {} and judged(1.8, calls=0, svc={**svc, "watch": {"min_verify_rate": 0}}) == {}
     # a release that measured no speedup (spec-bench without --baseline): the fraction alone
     alone = kept(releases=[{**kept().releases[0], "perf": {"sglang": {"accept_length": {"1": 3.1}}}}], current="1")
     assert list(judged(1.5, release=alone)) == ["degraded"]
     # too little traffic to judge, and a release that measured nothing: no verdict
     assert judged(1.2, calls=50) == {}
-    assert status.production(host, svc, {"accept_length": 1.2, "verify_calls": 5000}, kept(), {"release": "2"}).keys() \
+    assert status.production(host, svc, {"accept_length": 1.2, "verify_calls": 5000}, kept(), {"release": "2"}, 600).keys() \
         .isdisjoint(status.VERDICTS)
 
 
@@ -75,7 +78,7 @@ def test_production_is_said_with_its_figures_and_too_little_traffic_is_not_judge
     line = status._runs_lines("t1", {"service": "sglang", "production": p})[0]
     assert line == ("t1: sglang in production: too little traffic yet to judge its accept length; 0.0 tok/s; "
                     "0 running, 0 queued; 11 verify calls since start")
-    p.update(accept_length=2.5, verify_calls=500, deployed_accept_length=3.0, deployed_source="spec-bench")
+    p.update(accept_length=2.5, verify_calls=500, deployed_accept_length=3.0, deployed_source="spec-bench", judged=True)
     assert "accept length 2.50, 3.00 measured by spec-bench;" in status._runs_lines("t1", {"service": "sglang",
                                                                                           "production": p})[0]
     p.update(not_paying="estimated speedup 0.87× …")

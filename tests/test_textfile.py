@@ -159,8 +159,11 @@ def test_the_refresh_unit_is_bounded_and_read_only_but_for_the_textfile_director
     for line in ("ProtectSystem=strict", "ReadWritePaths=-/var/lib/prometheus/node-exporter", "CPUQuota=20%",
                  "PrivateNetwork=yes", "NoNewPrivileges=yes", "TimeoutStartSec=30"):
         assert line in text.splitlines()
-    with pytest.raises(UsageError):
-        monitoring.service_text("/var/lib/x ReadWritePaths=/")
+    from specops.inventory.node_exporter import settings
+    from specops.inventory import Host
+    with pytest.raises(UsageError, match="a plain absolute path"):  # read once, for the role and the textfile step
+        settings(Host("h", {"monitoring": {"textfile_dir": "/var/lib/x ReadWritePaths=/"}}))
+    assert settings(Host("h", {"monitoring": True})).textfile_dir == "/var/lib/prometheus/node-exporter"
 
 
 def test_monitoring_is_true_false_or_a_mapping_of_its_settings():

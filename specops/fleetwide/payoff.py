@@ -1,7 +1,8 @@
 """Whether speculative decoding still pays on a service: its `watch:` (WATCH, the one place its
 defaults are written; watch_of reads and checks it) and the one judgement of production against
 what the service's release measured (payoff), which `inv status` makes on numbers
-(flows/status.py) and the alerts write as PromQL (rules.py, through Series):
+(flows/status.py) and the alerts write as PromQL (rules.py, through Series), once there is
+traffic enough to judge (enough_traffic):
 
 - not paying: the release measured a speedup S over no speculation at accept length A
   (spec-bench with --baseline, or spec-tune); production now accepts a, so speculation gives an
@@ -39,6 +40,13 @@ def watch_of(host, svc: dict) -> Watch:
         raise UsageError(f"{where}.speedup_margin: give how far above 1 the estimated speedup must stay, 0 or more "
                          f"(got {w['speedup_margin']})")
     return Watch(float(w["accept_fraction"]), w["for"], float(w["min_verify_rate"]), float(w["speedup_margin"]))
+
+
+def enough_traffic(w: Watch, verify_calls: float, seconds: float) -> bool:
+    """Whether production served enough to be judged: at least `watch.min_verify_rate` verify
+    calls a second over `seconds`.  The alerts read it over their rate's 5 minutes (rules.py);
+    `inv status`, which has one reading of the counter, over the server's life."""
+    return seconds > 0 and verify_calls > 0 and verify_calls / seconds >= w.min_verify_rate
 
 
 def estimate(accept, release_accept, speedup):

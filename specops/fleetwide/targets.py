@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from ..inventory import reach
 from ..inventory.multinode import serves_http
+from ..inventory.node_exporter import monitored
+from ..kinds import of_kind
+from ..kinds.router import metrics_port
 from ..layout import NODE_EXPORTER_PORT
-from specops.kinds import of_kind
-from specops.kinds.ports import monitored
-from specops.kinds.router import metrics_port
 from ..sglang.spec import metrics_on
 
 JOBS = ("sglang", "sglang-router", "node")

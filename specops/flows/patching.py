@@ -13,7 +13,7 @@ from .. import kinds, protocol
 from ..agent.converge.wheelfiles import SourceError
 from ..errors import SpecopsError, UsageError
 from ..run import HostRun
-from specops.kinds.sglang import DIFF_SUFFIX, patch_key, patched_file
+from ..kinds.sglang import DIFF_SUFFIX, patch_key, patched_file
 from ..sglang import patchfile, patchlint, stack
 
 

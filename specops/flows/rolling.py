@@ -20,7 +20,7 @@ from .. import kinds, protocol
 from . import verify as verify_mod
 from ..errors import SpecopsError
 from ..run import HostRun
-from specops.kinds.router import Worker, routers_of
+from ..kinds.router import Worker, routers_of
 from ..remote.ssh import Remote
 
 DRAIN_TIMEOUT = 120  # seconds a worker may take to finish what it was serving (a service's drain_timeout)

@@ -21,7 +21,7 @@ from ..remote import shipping
 from ..errors import SpecopsError, UsageError
 from ..layout import BASELINE_PREFIX
 from ..output.report import accept_text
-from specops.kinds.sglang import READY_LINE
+from ..kinds.sglang import READY_LINE
 
 
 @dataclass

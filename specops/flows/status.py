@@ -8,7 +8,7 @@ from .. import kinds, protocol
 from . import verify as verify_mod
 from .facts import base_wants
 from ..run import HostRun
-from specops.kinds import router as router_kind
+from ..kinds import router as router_kind
 from ..sglang import stack
 
 
@@ -91,7 +91,7 @@ def collect(run: HostRun) -> dict:
         p = peeked.get(r["service"])
         r["runs"] = runs(facts.unit(r["service"]).get("text"), kept, r["service"], p, kinds.venv_of(run.host))
         if p and p.running:
-            r["production"] = production(run.host, svc, p.running, kept, r["runs"])
+            r["production"] = production(run.host, svc, p.running, kept, r["runs"], r.get("uptime_s"))
     summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
                "venv": kinds.venv_of(run.host), "current": kept.current,
                "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks],
@@ -100,7 +100,6 @@ def collect(run: HostRun) -> dict:
     return summary
 
 
-MIN_VERIFY_CALLS = 200  # fewer since the server started: too little traffic to judge its accept length
 VERDICTS = {"not_paying": "DRAFT NOT PAYING", "degraded": "DRAFT DEGRADED"}  # production's keys, as said
 
 
@@ -118,11 +117,12 @@ def runs(unit_text: str | None, kept: protocol.ReleasesResult, name: str, peeked
             "inventory_venv": inventory_venv}
 
 
-def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ran: dict) -> dict:
-    """Its /metrics against what its release measured: the figures and, with traffic to judge,
+def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ran: dict, uptime_s) -> dict:
+    """Its /metrics against what its release measured: the figures and, with traffic to judge
+    (payoff.enough_traffic: its watch's verify calls a second, over the `uptime_s` it has served),
     payoff.py's verdict in words: not paying (where the release measured a speedup, the estimate
     under 1 + its watch's margin), else degraded (under its watch's fraction of the accept length)."""
-    from ..fleetwide.payoff import estimate, payoff, remedy, watch_of
+    from ..fleetwide.payoff import enough_traffic, estimate, payoff, remedy, watch_of
     out = {k: running.get(k) for k in ("accept_length", "gen_throughput", "queue", "running", "verify_calls",
                                        "generation_tokens", "error")}
     rel = next((r for r in kept.releases if r["stamp"] == ran["release"]), None) or {}
@@ -130,9 +130,11 @@ def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ra
                                      (rel.get("spec") or {}).get(svc["name"]) or {})
     out["deployed_accept_length"], out["deployed_speedup"], out["deployed_source"] = figure or (None, None, None)
     now, then, speedup = out.get("accept_length"), out["deployed_accept_length"], out["deployed_speedup"] or None
-    if not (now and then and (out.get("verify_calls") or 0) >= MIN_VERIFY_CALLS):
-        return out
     w = watch_of(host, svc)
+    # SGLang's gauge is its last decode-log window's (0 before the first)
+    out["judged"] = bool(now) and enough_traffic(w, out.get("verify_calls") or 0, uptime_s or 0)
+    if not (out["judged"] and then):
+        return out
     not_paying, degraded = payoff(w, now, then, speedup)
     measured = f"accept length {then:.1f} when deployed at {rel['stamp']} ({out['deployed_source']})"
     tune = f"run {remedy(host.name)}"
@@ -197,8 +199,7 @@ def _runs_lines(host: str, s: dict) -> list[str]:
     elif p and p.get("accept_length") is not None:
         deployed = (f", {p['deployed_accept_length']:.2f} measured by {p['deployed_source']}"
                     if p.get("deployed_accept_length") else "")
-        # SGLang's gauge is its last decode-log window's (0 before the first): said once there is traffic
-        accept = (f"accept length {p['accept_length']:.2f}{deployed}" if (p.get("verify_calls") or 0) >= MIN_VERIFY_CALLS
+        accept = (f"accept length {p['accept_length']:.2f}{deployed}" if p.get("judged")
                   else "too little traffic yet to judge its accept length")
         out.append(f"{host}: {s['service']} in production: {accept}; "
                    f"{p.get('gen_throughput') or 0:.1f} tok/s; {int(p.get('running') or 0)} running, "

@@ -4,22 +4,14 @@ with `monitoring:` (the monitoring role's var)."""
 from __future__ import annotations
 
 from .. import protocol
-from ..layout import TEXTFILE_DIR
+from ..inventory.node_exporter import settings
 from ..run import HostRun
-
-
-def directory(host) -> str | None:
-    """Where the host's node exporter reads textfiles, or None: the host is not monitored."""
-    m = host.get("monitoring")
-    if not m:
-        return None
-    return (m.get("textfile_dir") if isinstance(m, dict) else None) or TEXTFILE_DIR
 
 
 def after(run: HostRun) -> None:
     """Have the run's last call rewrite the textfile (not in check mode: status writes nothing)."""
-    where = directory(run.host)
-    if where and not run.opts.check:
+    monitoring = settings(run.host)
+    if monitoring and not run.opts.check:
         # an epilogue goes without the lock (it may follow the Unlock that gives it back)
         assert not protocol.changes_host(protocol.Textfile.KIND)
-        run.epilogue.append(protocol.Textfile(directory=where))
+        run.epilogue.append(protocol.Textfile(directory=monitoring.textfile_dir))

@@ -5,14 +5,9 @@ or as one address Prometheus scrapes under two jobs."""
 from __future__ import annotations
 
 from ..errors import UsageError
+from ..inventory.node_exporter import monitored
 from ..layout import NODE_EXPORTER_PORT
 from . import of_host
-
-
-def monitored(host) -> bool:
-    """Whether the monitoring role runs node_exporter on the host: `monitoring: true`, or its
-    settings as a mapping (roles/monitoring.py, fleetwide/targets.py read it here)."""
-    return bool(host.get("monitoring"))
 
 
 def listeners(host) -> list[tuple[int, str]]:

@@ -8,7 +8,6 @@ import base64
 import hashlib
 import json
 import posixpath
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from .. import memo, protocol
 from ..errors import UsageError
 from .base import Op, PlanError, unified_diff
 
-TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"  # package data
 _jinja = None  # built on first render: a run that renders nothing new never imports Jinja2
 
 
@@ -159,17 +158,9 @@ def render_kept(template: str, **vars: Any) -> str:
     """render() for a template whose output is not secret (a unit file: world-readable on the
     host anyway), kept by the memo under the hash of the templates and the variables: a deploy
     whose unit has not changed never imports Jinja2 (~35 ms)."""
-    name = memo.key(_render_id(), *sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
+    name = memo.key(memo.code_id(__file__, "jinja2"), *sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
                     template, json.dumps(vars, sort_keys=True, default=repr))
     return memo.cached("rendered", name, lambda: _render(template, vars).encode()).decode()
-
-
-@lru_cache(maxsize=1)
-def _render_id() -> str:
-    """This module (the environment's options) and Jinja2 as installed (its __init__ names its version)."""
-    import importlib.util
-    origin = importlib.util.find_spec("jinja2").origin
-    return memo.key(Path(__file__).read_bytes(), Path(origin).read_bytes())
 
 
 def _render(template: str, vars: dict) -> str:
@@ -182,9 +173,9 @@ def _render(template: str, vars: dict) -> str:
     try:
         return _jinja.get_template(template).render(**vars)
     except jinja2.UndefinedError as e:
-        raise UsageError(f"templates/{template}: {e.message}") from None
+        raise UsageError(f"specops/templates/{template}: {e.message}") from None
     except jinja2.TemplateError as e:
-        raise UsageError(f"templates/{template}: {e}") from None
+        raise UsageError(f"specops/templates/{template}: {e}") from None
 
 
 def template(path: str, name: str, vars: dict, **kw: Any) -> File:

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import json
 import sys
 import warnings
 from collections import Counter
-from functools import lru_cache
-from pathlib import Path
 
 from .. import memo
 from . import patchfile
@@ -68,16 +65,9 @@ def problems(upstream: str, patched: str, filename: str) -> list[str]:
     checker's own code: pyflakes takes ~0.2 s on a 180 KB model file, for each host."""
     if not filename.endswith(".py"):
         return []
-    name = memo.key(_checker_id(), filename, upstream, patched)
+    # this module, pyflakes as installed, and this Python (its parser says what parses)
+    name = memo.key(memo.code_id(__file__, "pyflakes", sys.version), filename, upstream, patched)
     return json.loads(memo.cached("patchlint", name, lambda: json.dumps(_problems(upstream, patched, filename)).encode()))
-
-
-@lru_cache(maxsize=1)
-def _checker_id() -> str:
-    """This module, pyflakes as installed and this Python: a change to any is a new verdict."""
-    origin = importlib.util.find_spec("pyflakes").origin  # its __init__ names its version
-    # and this Python's: its parser says what parses, and pyflakes' builtins are its own
-    return memo.key(Path(__file__).read_bytes(), origin, Path(origin).read_bytes(), sys.version)
 
 
 def _problems(upstream: str, patched: str, filename: str) -> list[str]:
