@@ -27,7 +27,7 @@ tuning = lazy("specops.flows.tuning")
 tuning_apply = lazy("specops.flows.tuning_apply")
 traffic_flow = lazy("specops.flows.traffic")
 verify_mod = lazy("specops.flows.verify")
-monitoring_mod = lazy("specops.fleetwide.monitoring")
+prometheus_mod = lazy("specops.fleetwide.prometheus")
 report_mod = lazy("specops.fleetwide.report")
 releases_out = lazy("specops.output.releases")
 patches = lazy("specops.sglang.patches")
@@ -217,7 +217,7 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
     dashboard of the fleet (grafana/specops.json, with grafana/provisioning.yml to load it).
     Connects to no host; check it with `promtool check config OUT/prometheus.yml`."""
     try:
-        written, warnings = monitoring_mod.write(
+        written, warnings = prometheus_mod.write(
             inventory_mod.load(cli.inventory_path(sel.inventory), VOCABULARY), out, scrape_interval,
             [a.strip() for a in (alertmanager or "").split(",") if a.strip()])
     except SpecopsError as e:

@@ -13,7 +13,7 @@ import os
 from specops.inventory import schema
 from urllib.parse import urlsplit
 
-from specops.remote import peercopy
+from specops.remote import peergrant
 from specops import protocol
 from specops.errors import UsageError
 from specops.ops import Context, Facts, Op, PlanError
@@ -136,7 +136,7 @@ class Pushed(Op):
 
 class Copied(Op):
     """Weights from another box of the inventory: in place as the manifest says, else copied host
-    to host (specops/remote/peercopy.py: a key for that one copy, never the bytes through the controller)."""
+    to host (specops/remote/peergrant.py: a key for that one copy, never the bytes through the controller)."""
 
     def __init__(self, host, svc, path, source, where):
         self.services, self.path = (svc["name"],), path.rstrip("/")
@@ -144,7 +144,7 @@ class Copied(Op):
         if self.peer is None or self.peer.name == host.name:
             raise UsageError(f"{where}: the peer {source['host']!r} must be another host of the inventory")
         self.source = {"source": "peer", "host": source["host"], "path": source["path"]}
-        self.copy = peercopy.PeerCopy(self.peer, source["path"], self.path, self.source,
+        self.copy = peergrant.PeerCopy(self.peer, source["path"], self.path, self.source,
                                       source.get("address"), source.get("port"))
 
     def wants(self):

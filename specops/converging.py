@@ -10,7 +10,7 @@ from . import kinds, protocol
 from .errors import ApplyFailed, SpecopsError
 from .layout import new_stamp, release_dir
 from .ops import Context, Facts, handlers
-from .remote import peercopy
+from .remote import peergrant
 
 
 class Planned:
@@ -180,7 +180,7 @@ class Converging:
                 if not ctx.check:
                     self.push(c.uploads)
                     for copy in c.copies:
-                        res = peercopy.copy(self, copy)
+                        res = peergrant.copy(self, copy)
                         self.report.extra["bytes_copied"] = self.report.extra.get("bytes_copied", 0) + res.received
                         ctx.reserved[copy.device] = ctx.reserved.get(copy.device, 0) + res.received
             batch.pending += role_actions

@@ -297,45 +297,45 @@ def test_a_failed_switch_is_undone():
 
 
 def test_an_undo_starts_again_only_what_ran_before(monkeypatch, tmp_path):
-    from specops.agent import restore
+    from specops.agent import rollback
     did = []
-    monkeypatch.setattr(restore, "RELEASES", str(tmp_path))
-    monkeypatch.setattr(restore.units, "stop_unit", lambda ref, others, measure: did.append(("stop", ref.name)))
-    monkeypatch.setattr(restore.units, "restart", lambda ref, others: did.append(("restart", ref.name)))
-    monkeypatch.setattr(restore.units, "daemon_reload", lambda *a: did.append(("reload",)))
+    monkeypatch.setattr(rollback, "RELEASES", str(tmp_path))
+    monkeypatch.setattr(rollback.units, "stop_unit", lambda ref, others, measure: did.append(("stop", ref.name)))
+    monkeypatch.setattr(rollback.units, "restart", lambda ref, others: did.append(("restart", ref.name)))
+    monkeypatch.setattr(rollback.units, "daemon_reload", lambda *a: did.append(("reload",)))
     refs = [protocol.UnitRef(name="a"), protocol.UnitRef(name="b"), protocol.UnitRef(name="c")]
-    restore.put_back("S", {}, [], refs, running=["a", "c"], concerned=["a", "b"])
+    rollback.put_back("S", {}, [], refs, running=["a", "c"], concerned=["a", "b"])
     assert did == [("stop", "b"), ("restart", "a")]  # c: its switch did not concern it
     did.clear()
-    restore.put_back("S", {}, [], refs, running=None)  # not known: every one, as before
+    rollback.put_back("S", {}, [], refs, running=None)  # not known: every one, as before
     assert did == [("restart", "a"), ("restart", "b"), ("restart", "c")]
     did.clear()
-    restore.put_back("S", {"/etc/x": "backup"}, [], refs, running=["a"], restarts=False)
+    rollback.put_back("S", {"/etc/x": "backup"}, [], refs, running=["a"], restarts=False)
     assert did == []  # a switch that changed nothing (no backup was made) and reached no restart
 
 
 def test_a_cut_off_switch_is_said_as_its_journal_says(tmp_path, monkeypatch):
-    from specops.agent import restore
+    from specops.agent import rollback
     path = tmp_path / "apply.json"
-    monkeypatch.setattr(restore, "APPLY_JOURNAL", str(path))
+    monkeypatch.setattr(rollback, "APPLY_JOURNAL", str(path))
     steps = [{"kind": "write", "desc": f"update /etc/{n}", "path": f"/etc/{n}", "backup": True} for n in "abc"]
     path.write_text(json.dumps({"task": "deploy", "stamp": "S", "services": [], "steps": steps, "begun": 1}))
-    said = restore.cut_off(undo_it=False)
+    said = rollback.cut_off(undo_it=False)
     assert said == {"task": "deploy", "done": ["update /etc/a"], "cut_at": "update /etc/b",
                     "not_done": ["update /etc/c"], "undone": None}
     assert path.exists()  # only a run that holds the lock undoes it
     path.write_text(json.dumps({"task": "deploy", "done": ["x"], "not_done": ["y"]}))  # an older agent's journal
-    said = restore.cut_off(undo_it=True)
+    said = rollback.cut_off(undo_it=True)
     assert said["done"] == ["x"] and "not undone" in said["undone"]["note"] and not path.exists()
     path.write_text(json.dumps({"task": "deploy", "stamp": "../../etc", "steps": steps, "begun": 0}))
-    said = restore.cut_off(undo_it=True)  # a journal that names no release undoes nothing, and stays
+    said = rollback.cut_off(undo_it=True)  # a journal that names no release undoes nothing, and stays
     assert "names no release" in said["undone"]["error"] and path.exists()
     os.chmod(path, 0o646)
-    assert restore.cut_off(undo_it=False) is None  # one anyone could have written is no journal
+    assert rollback.cut_off(undo_it=False) is None  # one anyone could have written is no journal
 
 
 def test_a_restore_stages_every_file_before_it_renames_any(monkeypatch, tmp_path):
-    from specops.agent import restore
+    from specops.agent import rollback
     events = []
 
     class Staged:
@@ -353,12 +353,12 @@ def test_a_restore_stages_every_file_before_it_renames_any(monkeypatch, tmp_path
 
         def discard(self):
             events.append(("discarded", self.path))
-    monkeypatch.setattr(restore, "Staged", Staged)
-    monkeypatch.setattr(restore, "_current_sha", lambda path, allowed: None)
+    monkeypatch.setattr(rollback, "Staged", Staged)
+    monkeypatch.setattr(rollback, "_current_sha", lambda path, allowed: None)
     for name in "abc":
         (tmp_path / name).write_text(name)
     with pytest.raises(OSError):
-        restore._restore({f"/etc/{n}": str(tmp_path / n) for n in "abc"})
+        rollback._restore({f"/etc/{n}": str(tmp_path / n) for n in "abc"})
     assert events == [("staged", "/etc/a"), ("discarded", "/etc/a")]  # nothing renamed
 
 
@@ -395,33 +395,33 @@ def test_a_failed_batch_leaves_nothing_staged(batch, monkeypatch):
 
 
 def test_the_undo_is_done_with_its_own_journal_only(tmp_path, monkeypatch):
-    from specops.agent import restore
+    from specops.agent import rollback
     path = tmp_path / "apply.json"
-    monkeypatch.setattr(restore, "APPLY_JOURNAL", str(path))
-    monkeypatch.setattr(restore, "put_back", lambda *a: ([], []))
-    monkeypatch.setattr(restore, "current_manifest", lambda: None)
-    monkeypatch.setattr(restore, "current", lambda: None)
+    monkeypatch.setattr(rollback, "APPLY_JOURNAL", str(path))
+    monkeypatch.setattr(rollback, "put_back", lambda *a: ([], []))
+    monkeypatch.setattr(rollback, "current_manifest", lambda: None)
+    monkeypatch.setattr(rollback, "current", lambda: None)
     req = protocol.Undo(stamp="20261207T000000.000000Z", previous={}, services=[])
     path.write_text(json.dumps({"stamp": "20261207T000001.000000Z", "steps": []}))
-    restore.undo(req)
+    rollback.undo(req)
     assert path.exists()  # another attempt's: the next run's to undo
     path.write_text(json.dumps({"stamp": "20261207T000000.000000Z", "steps": []}))
-    restore.undo(req)
+    rollback.undo(req)
     assert not path.exists()
 
 
 def test_a_recovery_refuses_a_journal_naming_a_path_that_is_not_plain(tmp_path, monkeypatch):
-    from specops.agent import restore
+    from specops.agent import rollback
     path = tmp_path / "apply.json"
-    monkeypatch.setattr(restore, "APPLY_JOURNAL", str(path))
+    monkeypatch.setattr(rollback, "APPLY_JOURNAL", str(path))
     for bad in ("etc/x", "/etc/../root/.ssh/authorized_keys"):
         step = {"kind": "write", "desc": "update x", "path": bad, "backup": True}
         path.write_text(json.dumps({"task": "deploy", "stamp": "20261207T000000.000000Z", "steps": [step], "begun": 0}))
-        assert "not a plain absolute path" in restore.cut_off(undo_it=True)["undone"]["error"]
+        assert "not a plain absolute path" in rollback.cut_off(undo_it=True)["undone"]["error"]
     path.write_text(json.dumps({"task": "deploy", "stamp": "20261207T000000.000000Z\n", "steps": [], "begun": 0}))
-    assert "names no release" in restore.cut_off(undo_it=True)["undone"]["error"]
+    assert "names no release" in rollback.cut_off(undo_it=True)["undone"]["error"]
     path.write_text(json.dumps({"task": "deploy", "stamp": "20261207T000000.000000Z", "steps": ["x"], "begun": 0}))
-    assert "does not read as a switch's" in restore.cut_off(undo_it=True)["undone"]["error"]
+    assert "does not read as a switch's" in rollback.cut_off(undo_it=True)["undone"]["error"]
 
 
 def test_a_recovery_that_fails_stops_the_run_before_anything_else(monkeypatch):

@@ -13,7 +13,7 @@ import yaml
 
 from dashboard_check import panels_return_series
 from specops import inventory
-from specops.fleetwide import dashboard, monitoring, rules
+from specops.fleetwide import alerts, dashboard, prometheus
 from test_monitoring import ROOT, fleet, promtool
 from test_monitoring_alerts import scraped
 from roles import VOCABULARY
@@ -27,7 +27,7 @@ PROMETHEUS_OWN = {"up"}  # Prometheus's series of each target
 @pytest.fixture
 def written(tmp_path):
     out = tmp_path / "prom"
-    monitoring.write(fleet(tmp_path), out)
+    prometheus.write(fleet(tmp_path), out)
     return out
 
 
@@ -102,13 +102,13 @@ def test_the_docs_list_each_panel_with_its_queries(written):
         spans = {span.replace("\\|", "|") for span in re.findall(r"`([^`]+)`", row[2])}
         assert sorted({as_documented(t["expr"]) for t in p["targets"]} - spans) == [], p["title"]
     age = panels[-1]["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]
-    stale = next(r for r in rules.FIXED if r["alert"] == "SpecopsTextfileStale")
+    stale = next(r for r in alerts.FIXED if r["alert"] == "SpecopsTextfileStale")
     assert age == {"color": "red", "value": 600} and stale["expr"].endswith("> 600")
 
 
 def test_the_same_inventory_gives_the_same_dashboard_and_provisioning(tmp_path):
-    one, _ = monitoring.files(fleet(tmp_path), out=tmp_path / "prom")
-    two, _ = monitoring.files(fleet(tmp_path), out=tmp_path / "prom")
+    one, _ = prometheus.files(fleet(tmp_path), out=tmp_path / "prom")
+    two, _ = prometheus.files(fleet(tmp_path), out=tmp_path / "prom")
     assert one[dashboard.DASHBOARD] == two[dashboard.DASHBOARD] and one[dashboard.PROVISIONING] == two[
         dashboard.PROVISIONING]
     assert one[dashboard.DASHBOARD] == json.dumps(json.loads(one[dashboard.DASHBOARD]), indent=2, sort_keys=True) + "\n"
@@ -116,7 +116,7 @@ def test_the_same_inventory_gives_the_same_dashboard_and_provisioning(tmp_path):
 
 def test_the_provisioning_file_is_a_dashboards_provider_reading_the_written_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monitoring.write(inventory.load(ROOT / "inventory.example", VOCABULARY), "prom")  # a relative DIR
+    prometheus.write(inventory.load(ROOT / "inventory.example", VOCABULARY), "prom")  # a relative DIR
     doc = yaml.safe_load((tmp_path / "prom" / "grafana" / "provisioning.yml").read_text())
     assert doc["apiVersion"] == 1 and len(doc["providers"]) == 1
     provider = doc["providers"][0]
@@ -145,7 +145,7 @@ def test_every_panel_query_and_variable_parses_with_every_host_selected(written)
 
 
 def test_every_series_a_panel_reads_is_documented_or_recorded(tmp_path):
-    allowed = documented() | {name for name, _ in rules.RECORDING} | PROMETHEUS_OWN
+    allowed = documented() | {name for name, _ in alerts.RECORDING} | PROMETHEUS_OWN
     assert {"sglang:num_queue_reqs", "specops_drift", "specops_textfile_timestamp_seconds"} <= allowed
     read = {q: series_names(q) for q in dashboard.queries(fleet(tmp_path))}
     assert all(read.values()), read

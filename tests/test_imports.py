@@ -14,7 +14,7 @@ NOT_AT_START = (
     "urllib.request", "http.client", "html",  # a wheel's files read; the report's page
     "specops.inventory.ansible",  # an INI inventory
     "specops.flows.tuning", "specops.flows.specbench", "specops.flows.gate", "specops.flows.patching",
-    "specops.fleetwide.report", "specops.fleetwide.monitoring", "specops.output.releases",
+    "specops.fleetwide.report", "specops.fleetwide.prometheus", "specops.output.releases",
 )
 
 

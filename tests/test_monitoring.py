@@ -14,7 +14,7 @@ import yaml
 
 from specops import inventory
 from specops.errors import UsageError
-from specops.fleetwide import monitoring, payoff, rules, targets
+from specops.fleetwide import alerts, payoff, prometheus, targets
 from specops.inventory import reach
 from roles import VOCABULARY
 
@@ -62,7 +62,7 @@ def fleet(tmp_path):
 @pytest.fixture
 def written(tmp_path):
     out = tmp_path / "prom"
-    monitoring.write(fleet(tmp_path), out, "30s", ["am.example:9093"])
+    prometheus.write(fleet(tmp_path), out, "30s", ["am.example:9093"])
     return out
 
 
@@ -71,7 +71,7 @@ def _targets(out, job):
 
 
 def test_the_example_inventory_gives_a_configuration_promtool_accepts(tmp_path):
-    written, warnings = monitoring.write(inventory.load(ROOT / "inventory.example", VOCABULARY), tmp_path, "15s")
+    written, warnings = prometheus.write(inventory.load(ROOT / "inventory.example", VOCABULARY), tmp_path, "15s")
     assert sorted(str(p.relative_to(tmp_path)) for p in written) == [
         "grafana/provisioning.yml", "grafana/specops.json", "prometheus.yml", "rules/specops.rules.yml",
         "targets/node.json", "targets/sglang-router.json", "targets/sglang.json"]
@@ -112,9 +112,9 @@ def test_no_target_label_takes_a_label_of_sglang_s_own_series(written, tmp_path)
     """A target label named as a label of the scraped series turns the series' own into
     exported_<name> (DESIGN §16): SGLang's series keep model_name, engine_type and the ranks."""
     example = tmp_path / "example"
-    monitoring.write(inventory.load(ROOT / "inventory.example", VOCABULARY), example, "15s")
+    prometheus.write(inventory.load(ROOT / "inventory.example", VOCABULARY), example, "15s")
     for out in (written, example):
-        for job in monitoring.JOBS:
+        for job in prometheus.JOBS:
             clash = [(t, sorted(set(lab) & targets.SGLANG_LABELS)) for t, lab in _targets(out, job)
                      if set(lab) & targets.SGLANG_LABELS]
             assert not clash, (job, clash)
@@ -123,12 +123,12 @@ def test_no_target_label_takes_a_label_of_sglang_s_own_series(written, tmp_path)
 
 def test_one_payoff_rule_each_per_watch_setting_selecting_exactly_its_services(tmp_path):
     for name in ("SpecDecodeNotPayingOff", "SpecDecodeDegraded"):
-        found = [(r["for"], r["expr"].splitlines()[0]) for r in rules.rules(fleet(tmp_path))["groups"][0]["rules"]
+        found = [(r["for"], r["expr"].splitlines()[0]) for r in alerts.rules(fleet(tmp_path))["groups"][0]["rules"]
                  if r.get("alert") == name]
         assert found == [("10m", 'specops:accept_length:window{host="n0", service="big"}'),
                          ("5m", 'specops:accept_length:window{host="w3", service="sglang"}'),
                          ("10m", 'specops:accept_length:window{host=~"w1|w2", service="sglang"}')], name
-    assert rules.selectors([("a.b", "s"), ("c", "s"), ("c", "t")]) == [
+    assert alerts.selectors([("a.b", "s"), ("c", "s"), ("c", "t")]) == [
         'host="c", service="t"', 'host=~"a\\\\.b|c", service="s"']
 
 
@@ -149,17 +149,17 @@ def test_the_payoff_verdicts_are_one_arithmetic_on_numbers_and_as_promql():
 
 def test_the_same_inventory_gives_the_same_bytes_and_bad_input_is_refused(tmp_path):
     inv = fleet(tmp_path)
-    assert monitoring.files(inv)[0] == monitoring.files(inv)[0]
+    assert prometheus.files(inv)[0] == prometheus.files(inv)[0]
     with pytest.raises(UsageError, match="--scrape-interval: a duration is Prometheus's"):
-        monitoring.files(inv, "15 seconds")
+        prometheus.files(inv, "15 seconds")
     with pytest.raises(UsageError, match="--alertmanager: give HOST:PORT"):
-        monitoring.files(inv, "15s", ["am"])
+        prometheus.files(inv, "15s", ["am"])
     inv.hosts["w3"]["services"][0]["watch"] = {"accept_fraction": 1.5}
     with pytest.raises(UsageError, match=r"w3: service 'sglang': watch.accept_fraction: give a fraction"):
-        monitoring.files(inv)
+        prometheus.files(inv)
     inv.hosts["w3"]["services"][0]["watch"] = {"speedup_margin": -0.1}
     with pytest.raises(UsageError, match=r"w3: service 'sglang': watch.speedup_margin: give how far above 1"):
-        monitoring.files(inv)
+        prometheus.files(inv)
     for watch, said in (({"for": "ten minutes"}, "for: a duration is Prometheus's"),
                         ({"speedup_margin": "much"}, "speedup_margin: must be a number")):
         doc = {"all": {"hosts": {"a": {"services": [{**SG, "watch": watch}]}}}}

@@ -1,4 +1,4 @@
-"""Releases on the host without the fleet (specops/agent/releases.py, restore.py) and how they are
+"""Releases on the host without the fleet (specops/agent/releases.py, rollback.py) and how they are
 listed (specops/output/releases.py, the report's table): a release `inv rollback` left behind is
 shown rolled back, not "deployed" (issue 38)."""
 import json
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from specops import protocol
-from specops.agent import releases, restore
+from specops.agent import releases, rollback
 from specops.agent.converge import stacks
 from specops.output import perfpage
 from specops.output.releases import lines
@@ -21,10 +21,10 @@ def host(tmp_path, monkeypatch):
     rel = tmp_path / "releases"
     rel.mkdir(mode=0o700)
     (tmp_path / "venvs").mkdir()
-    for module in (releases, restore):
+    for module in (releases, rollback):
         monkeypatch.setattr(module, "RELEASES", str(rel))
     monkeypatch.setattr(stacks, "STACKS_DIR", str(tmp_path / "venvs"))
-    monkeypatch.setattr(restore, "_restart", lambda *a, **k: None)  # no systemd here
+    monkeypatch.setattr(rollback, "_restart", lambda *a, **k: None)  # no systemd here
     for stamp in STAMPS:
         (rel / stamp).mkdir()
         (rel / stamp / "manifest.json").write_text(json.dumps({
@@ -40,7 +40,7 @@ def listed():
 
 def test_what_a_rollback_leaves_is_listed_rolled_back_until_it_is_current_again(host):
     first, second, third = STAMPS
-    restore.rollback(protocol.Rollback(to=first))
+    rollback.rollback(protocol.Rollback(to=first))
     now = listed()
     assert now[first]["current"] and now[first]["rolled_back"] is None
     assert now[second]["rolled_back"]["to"] == first and now[third]["rolled_back"]["to"] == first
@@ -52,7 +52,7 @@ def test_what_a_rollback_leaves_is_listed_rolled_back_until_it_is_current_again(
     assert f'<tr data-stamp="{third}"><td>{third}</td><td>rolled-back</td>' in page
     assert f'<tr data-stamp="{first}"><td>{first} (current)</td><td>deployed</td>' in page
     # back to the newest: it runs again, and is no longer marked; the one between stays rolled back
-    restore.rollback(protocol.Rollback(to=third))
+    rollback.rollback(protocol.Rollback(to=third))
     now = listed()
     assert now[third]["rolled_back"] is None and now[second]["rolled_back"]["to"] == first
     assert "rolled back to" not in lines("t1", [now[third]])[0]
@@ -89,8 +89,8 @@ def test_a_release_names_its_stack_by_the_versions_it_moved_not_its_hash():
 def test_a_rollback_that_happened_is_not_failed_by_its_listing_mark(host, monkeypatch):
     def broken(*a):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(restore, "mark_rolled_back", broken)
-    res = restore.rollback(protocol.Rollback(to=STAMPS[0]))
+    monkeypatch.setattr(rollback, "mark_rolled_back", broken)
+    res = rollback.rollback(protocol.Rollback(to=STAMPS[0]))
     assert res.to == STAMPS[0] and listed()[STAMPS[0]]["current"]
     assert res.notes == ["the releases left behind are not marked rolled back: No space left on device"]
 

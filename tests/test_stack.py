@@ -358,7 +358,7 @@ def test_uv_s_no_version_names_the_project_also_with_extras_and_an_agent_error_s
 def test_a_rollback_to_a_release_whose_interpreter_is_gone_is_refused(tmp_path):
     """The unit quotes every ExecStart word, so the interpreter's path starts with a quote: it is
     read as systemd reads it, and a missing one refuses the rollback before anything is put back."""
-    from specops.agent import restore
+    from specops.agent import rollback
     from specops.agent.host import ActionError
     from specops.ops.unitfmt import exec_line
     here = tmp_path / "venv" / "bin" / "python"
@@ -370,9 +370,9 @@ def test_a_rollback_to_a_release_whose_interpreter_is_gone_is_refused(tmp_path):
         assert unit.read_text().split("ExecStart=")[1].startswith('"') or " " not in python
         if refused:
             with pytest.raises(ActionError, match=f"release r1 runs {python}, which is no longer on the host"):
-                restore._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
+                rollback._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
         else:
-            restore._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
+            rollback._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
 
 
 @pytest.fixture
@@ -448,13 +448,13 @@ def test_a_half_stack_under_the_name_is_built_again_in_a_clean_environment(build
 def test_going_back_takes_what_a_file_was_before_its_first_change_after_the_target():
     """Release r1 did not manage /etc/x; r2 changed it (keeping what it was), r3 changed it again
     (keeping r2's).  Back to r1 is what it was before r2, whatever order the releases come in."""
-    from specops.agent import restore
+    from specops.agent import rollback
     r1 = {"stamp": "20260101T000000.000000Z", "files": ["/etc/unit"]}
     r2 = {"stamp": "20260102T000000.000000Z", "files": ["/etc/unit", "/etc/x"],
           "previous": {"/etc/x": {"sha256": "aa"}, "/etc/new": None}}  # as the manifest keeps it
     r3 = {"stamp": "20260103T000000.000000Z", "files": ["/etc/unit", "/etc/x"], "previous": {"/etc/x": {"sha256": "bb"}}}
     for deployed in ([r1, r2, r3], [r3, r2, r1]):
-        want = restore._state_at(r1, deployed)
+        want = rollback._state_at(r1, deployed)
         assert want["/etc/x"].endswith(f"{r2['stamp']}/previous/etc/x")
         assert want["/etc/new"] is None  # it was not there: it goes
         assert want["/etc/unit"].endswith(f"{r1['stamp']}/files/etc/unit")

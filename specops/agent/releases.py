@@ -3,7 +3,7 @@
 `files/` is a snapshot of every managed file as a release deployed it, `previous/` what
 that deploy replaced; the manifest also names the release's stack and weights.  Recording one,
 listing them, their spec-bench figures, pruning (releases, then the stacks none names), and
-starting the current one's services.  Putting one back is restore.py.
+starting the current one's services.  Putting one back is rollback.py.
 """
 import json
 import os

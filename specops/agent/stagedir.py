@@ -84,7 +84,7 @@ class StageDir:
 def sweep(directory, allowed=()):
     """Remove what a staging cut off by a kill left beside its targets in `directory`: only
     directories of specops's name and making (root's, 0700), and the files in them.  Run by the
-    next run that takes the lock (restore.cut_off), so no other staging can be under way."""
+    next run that takes the lock (rollback.cut_off), so no other staging can be under way."""
     try:
         pfd, _ = open_dir(directory, allowed, for_writing=False)
     except (OSError, UnsafePath):

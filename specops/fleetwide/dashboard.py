@@ -3,7 +3,7 @@ and the file that provisions it (grafana/provisioning.yml, a dashboards provider
 `inv monitoring` writes beside the Prometheus configuration.
 
 Its panels read what Prometheus scrapes with the targets' labels (targets.py), per host and
-service: SGLang's own series, specops's textfile series, the recording rules of rules.py and each
+service: SGLang's own series, specops's textfile series, the recording rules of alerts.py and each
 job's `up`.  Every selector is filtered by the dashboard's variables `host` and `service` (a
 series of the host alone, such as the textfile's age, by `host`), whose "All" is `.*`; the
 Prometheus to read is the variable `datasource`.  The panels' queries are data (`queries`), and
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .rules import TEXTFILE_STALE_S, selectors, watched
+from .alerts import TEXTFILE_STALE_S, selectors, watched
 from .targets import JOBS
 
 DIR = "grafana"

@@ -1,7 +1,7 @@
 """Whether speculative decoding still pays on a service: its `watch:` (WATCH, the one place its
 defaults are written; watch_of reads and checks it) and the one judgement of production against
 what the service's release measured (payoff), which `inv status` makes on numbers
-(flows/status.py) and the alerts write as PromQL (rules.py, through Series), once there is
+(flows/status.py) and the alerts write as PromQL (alerts.py, through Series), once there is
 traffic enough to judge (enough_traffic):
 
 - not paying: the release measured a speedup S over no speculation at accept length A
@@ -44,7 +44,7 @@ def watch_of(host, svc: dict) -> Watch:
 
 def enough_traffic(w: Watch, verify_calls: float, seconds: float) -> bool:
     """Whether production served enough to be judged: at least `watch.min_verify_rate` verify
-    calls a second over `seconds`.  The alerts read it over their rate's 5 minutes (rules.py);
+    calls a second over `seconds`.  The alerts read it over their rate's 5 minutes (alerts.py);
     `inv status`, which has one reading of the counter, over the server's life."""
     return seconds > 0 and verify_calls > 0 and verify_calls / seconds >= w.min_verify_rate
 

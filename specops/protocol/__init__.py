@@ -18,7 +18,7 @@ from .peer import *  # noqa: F401,F403
 from .bench import *  # noqa: F401,F403
 from .routing import *  # noqa: F401,F403
 from .window import *  # noqa: F401,F403
-from .monitoring import *  # noqa: F401,F403
+from .textfile import *  # noqa: F401,F403
 from .traffic import *  # noqa: F401,F403
 from .wire import (AgentError, Message, ProtocolError, action_kinds, changes_host, decode_action,  # noqa: F401
                    decode_request, decode_result, encode, fields_of, replace, request_kinds, to_dict)

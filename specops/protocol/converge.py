@@ -91,7 +91,7 @@ class Apply:
     """Execute a batch: stage and validate every write, run every check, then the preparations,
     then the switch, each in order (agent/converge/stage.py).  `stamp`: the release whose
     previous/ holds the switch's backups, `services` the host's units and `running` those that
-    ran: what undoing a switch cut off needs (restore.cut_off).  `allow_shared_dirs`: directories others can write to where
+    ran: what undoing a switch cut off needs (rollback.cut_off).  `allow_shared_dirs`: directories others can write to where
     writing is allowed anyway."""
     actions: List[Action]
     stamp: Optional[str] = None

@@ -128,10 +128,10 @@ def recent_unit_fact(name, within=2.0):
 
 def _cut_off(undo_it):
     """A switch an earlier run was cut off in (stage.Journal): said, and with `undo_it` undone
-    first (restore.cut_off, imported only then: it is rare)."""
+    first (rollback.cut_off, imported only then: it is rare)."""
     if not os.path.exists(APPLY_JOURNAL):
         return None
-    from specops.agent.restore import cut_off
+    from specops.agent.rollback import cut_off
     return cut_off(undo_it)
 
 

@@ -246,7 +246,7 @@ def journal_step(a):
 class Journal:
     """A switch's progress while it changes things, on disk until it ends well: a switch cut off
     (a lost connection, a kill) or failed leaves it, so that the controller's undo, or else the
-    next run that takes the lock, undoes what it began (restore.cut_off), and a status says it
+    next run that takes the lock, undoes what it began (rollback.cut_off), and a status says it
     meanwhile.  Root's alone, in specops's own directory; written whole (a new file, renamed)."""
 
     def __init__(self, req, steps):

@@ -3,7 +3,7 @@
     DIR/prometheus.yml            global intervals, the rule file, the jobs sglang, sglang-router
                                   and node, each reading its targets from file_sd (relative paths)
     DIR/targets/<job>.json        who to scrape (targets.py)
-    DIR/rules/specops.rules.yml   recording rules and alerts (rules.py)
+    DIR/rules/specops.rules.yml   recording rules and alerts (alerts.py)
     DIR/grafana/specops.json      the fleet's Grafana dashboard, and grafana/provisioning.yml, a
                                   dashboards provider that reads it from DIR/grafana (dashboard.py)
 
@@ -24,7 +24,7 @@ import yaml
 from ..errors import UsageError
 from ..inventory.schema import DURATION
 from . import dashboard
-from .rules import rules
+from .alerts import rules
 from .targets import JOBS, targets
 
 CONFIG = "prometheus.yml"
