@@ -1,12 +1,12 @@
 """specops: deploy SGLang with speculative decoding to GPU boxes.  `inv --list` for the tasks."""
-import shlex
 import sys
 from functools import partial
 from pathlib import Path
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit
 
 from roles import BOOTSTRAP, DEPLOY, VOCABULARY
+from sandbox.collection import collection as sandbox_tasks
 from specops import cli
 from specops import inventory as inventory_mod
 from specops.cli import FLEET, SELECT, fleet_task
@@ -57,7 +57,7 @@ def deploy(c, sel, bench=False, no_drain=False):
     it changes, and put back once it verifies (with --serial N: a rolling deploy)."""
     body = lambda run: pipeline.deploy(run, gate.gated if bench else None)  # noqa: E731
     play(lambda run: rolling.deploy(run, body, drain=not no_drain), DEPLOY, sel, task="deploy",
-             refuse=gate.refuse_ungated if bench else None)
+         refuse=gate.refuse_ungated if bench else None)
 
 
 @fleet_task(*FLEET, "verify_weights")
@@ -143,8 +143,8 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
     except SpecopsError as e:
         cli.exit_with(e)
     play(lambda run: specbench.bench(run, service, load, baseline, sample), [], sel, task="spec-bench",
-             services=[service] if service else None,
-             refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
+         services=[service] if service else None,
+         refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
 
 
 @fleet_task(*SELECT, "json", "break_lock", optional=("traffic",),
@@ -183,7 +183,7 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     except SpecopsError as e:
         cli.exit_with(e)
     reports = play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
-                       services=[service] if service else None)
+                   services=[service] if service else None)
     if apply:
         try:
             deploy_with = lambda body: play(lambda run: rolling.deploy(run, body, drain=True),  # noqa: E731
@@ -236,7 +236,7 @@ def stop(c, sel, service=None, disable=False):
     out of it first (and idle) and stays out until a deploy puts it back.  The unit stays
     enabled, so a reboot starts it again, unless --disable (a deploy enables and starts it)."""
     play(lambda run: pipeline.stop_task(run, [service] if service else None, disable), [], sel, task="stop",
-             services=[service] if service else None)
+         services=[service] if service else None)
 
 
 @fleet_task("host", "inventory", "accept_new_host_key", "ask_become_pass", "break_lock", "json",
@@ -246,15 +246,10 @@ def gpu_window(c, sel, service=None, become=False):
     """Stop SGLang, prove the GPUs free, run the job after `--` on the host, then always restart
     and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py
     (several words after -- stay those words; one quoted argument is run as a shell command line)."""
-    if "--" not in sys.argv or not sys.argv[sys.argv.index("--") + 1:]:
-        print("error: give the job after --, e.g. inv gpu-window --host ct129 -- python job.py", file=sys.stderr)
-        raise Exit(code=2)
-    words = sys.argv[sys.argv.index("--") + 1:]
-    # One argument is a shell command line (quoted as a whole); several are words that stay words.
-    job = words[0] if len(words) == 1 else shlex.join(words)
+    job = cli.job_after_dashes("inv gpu-window --host ct129 -- python job.py")
     # A service across nodes opens its window on every node (the job runs on each).
     reports = play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
-                       task="gpu-window", services=[service] if service else None, exit_on_failure=False)
+                   task="gpu-window", services=[service] if service else None, exit_on_failure=False)
     statuses = [r.result if r.result is not None else r.extra.get("job_status", 1) for r in reports]
     # The job's status (the first non-zero); a window whose service did not come back healthy never succeeds.
     worst = next((s for s in statuses if s), 0)
@@ -280,7 +275,7 @@ def status(c, sel, strict=False):
         if results:
             print(Redactor(select(sel))(status_mod.table(results)))
     reports = play(status_mod.collect, DEPLOY, sel, run_checks=False, quiet=True, stream=sys.stderr,
-                       exit_on_failure=False, show=show)
+                   exit_on_failure=False, show=show)
     results = {r.name: r.result for r in reports if r.result}
     if any(r.error for r in reports) or (strict and status_mod.needs_doing(results)):
         raise Exit(code=1)
@@ -289,46 +284,12 @@ def status(c, sel, strict=False):
 @fleet_task(*SELECT)
 def facts(c, sel):
     """Print the facts one probe gathers from each host, as JSON."""
-    reports = play(facts_mod.facts_probe, [], sel, quiet=True, stream=sys.stderr,
-                       exit_on_failure=False)
+    reports = play(facts_mod.facts_probe, [], sel, quiet=True, stream=sys.stderr, exit_on_failure=False)
     cli.print_json({r.name: r.result for r in reports if r.result is not None})
     if any(r.error for r in reports):
         raise Exit(code=1)
 
 
-@task(name="up", help={"hosts": "How many hosts to boot (default 1: 'sandbox'; more: sandbox1..N)",
-                        "flavour": "How they are logged into: root (default), ubuntu-sudo (a cloud image: "
-                                   "`ubuntu` with sudo, no root logins) or ubuntu-sudo-pass (sudo asks a password)"})
-def sandbox_up(c, hosts=1, flavour="root"):
-    """Boot local sandbox hosts (systemd + sshd in nspawn containers) and write their own
-    inventory (sandbox/inventory), apart from yours."""
-    from sandbox import tasks as sandbox_tasks  # only sandbox tasks pay for the sandbox's imports
-    sandbox_tasks.up(hosts, flavour)
-
-
-@task(name="traffic", help={"accept_rate": "The draft's acceptance on every sandbox host from now on, 0 to 1 (the "
-                                          "traffic moved away from what it was trained on), or off: the "
-                                          "simulator's own again; default: leave it",
-                             "seconds": "How long to send requests (default 60; 0: none)",
-                             "clients": "Requests in flight per server (default 2)"})
-def sandbox_traffic(c, accept_rate="", seconds=60, clients=2):
-    """Send requests to the sandbox's servers for a while, with their draft's acceptance moved or
-    put back: what makes a demo's draft stop paying, for Prometheus and `inv status` to see."""
-    from sandbox import traffic
-    try:
-        print(traffic.traffic(accept_rate, float(seconds), int(clients)))
-    except (ValueError, OSError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise Exit(code=1)
-
-
-@task(name="down")
-def sandbox_down(c):
-    """Stop every sandbox host and remove its network namespace, veth, mounts and inventory."""
-    from sandbox import tasks as sandbox_tasks
-    sandbox_tasks.down()
-
-
 ns = Collection(deploy, bootstrap, rollback, releases, patch, stop, gpu_window, spec_bench, spec_tune, report, verify,
                 status, facts, monitoring)
-ns.add_collection(Collection("sandbox", sandbox_up, sandbox_traffic, sandbox_down))
+ns.add_collection(sandbox_tasks)

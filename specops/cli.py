@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -222,6 +223,15 @@ def exit_with(e: SpecopsError) -> NoReturn:
     """A run that ends before any host's recap: one line, and the error's exit code."""
     print(f"error: {e}", file=sys.stderr)
     raise Exit(code=e.exit_code)
+
+
+def job_after_dashes(example: str) -> str:
+    """The command line after `--`: one argument is a shell command line (quoted as a whole);
+    several are words that stay words.  None given is a one-line usage error."""
+    words = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else []
+    if not words:
+        exit_with(UsageError(f"give the job after --, e.g. {example}"))
+    return words[0] if len(words) == 1 else shlex.join(words)
 
 
 def print_json(data) -> None:

@@ -314,7 +314,7 @@ def test_the_baseline_runs_without_speculation_or_is_refused():
     from types import SimpleNamespace
     from sandbox.provision import sandbox_service
     from specops.errors import SpecopsError
-    from specops.flows.specbench import plain_argv
+    from specops.flows.transient import plain_argv
     run = SimpleNamespace(host={})
     argv = plain_argv(run, sandbox_service(extra_args=["--mem-fraction-static", "0.8"]))
     assert "--model-path" in argv and "--mem-fraction-static" in argv

@@ -10,7 +10,7 @@ import pytest
 
 from specops import protocol
 from specops.errors import SpecopsError
-from specops.flows import specbench
+from specops.flows import specbench, transient
 from specops.flows.tuning_record import record
 from specops.flows.tuning_search import Search
 from specops.inventory import Host
@@ -48,7 +48,7 @@ def landscape(table, default=120.0, busy_after=None, fails=()):
 
     def measure(run, svc, load, unit=None):
         if busy_after is not None and len(served) > busy_after:
-            raise specbench.GpusBusy("GPU 0 still holds 1000 MiB")
+            raise transient.GpusBusy("GPU 0 still holds 1000 MiB")
         argv = current["argv"]
         steps = flag(argv, "--speculative-num-steps")
         if steps is None:
@@ -82,7 +82,7 @@ def test_the_budget_bounds_every_restart_and_keeps_one_for_a_finalists_full_load
 
 def test_a_gpu_that_stays_busy_ends_the_search_it_is_not_a_candidate_out(monkeypatch):
     s, serve, _ = search(monkeypatch, {}, 10, busy_after=2)
-    with pytest.raises(specbench.GpusBusy):
+    with pytest.raises(transient.GpusBusy):
         s.search(serve, Settings(3, 1, 4))
     assert all(m["out"] is None for m in s.measured)
 

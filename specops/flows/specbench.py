@@ -8,18 +8,16 @@ request, said as it ends with its figures and, for a bench's own load, about how
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import platform
 import time
 from dataclasses import dataclass, field, replace
 
-from . import pipeline, rolling, traffic
+from . import traffic, transient
 from .. import kinds, protocol
 from ..prompts import read as read_prompts
 from ..remote import shipping
 from ..errors import SpecopsError, UsageError
-from ..layout import BASELINE_PREFIX
 from ..output.report import accept_text
 from ..kinds.sglang import READY_LINE
 
@@ -74,10 +72,6 @@ def refuse_router_baseline(hosts, name: str | None) -> None:
         if routers and len(svcs) == 1:
             raise UsageError(f"{h.name}: {routers[0]} is a router: --baseline measures an SGLang server without "
                              f"speculation (give --service, or measure its workers' hosts)")
-
-
-def _check(run, svc) -> protocol.ServiceCheck:
-    return kinds.kind_of(svc).check(run.host, svc)
 
 
 def about(seconds: float) -> str:
@@ -146,7 +140,7 @@ def measure(run, svc: dict, load: Load, unit: str | None = None,
                 f"requests a level" + (f" after {load.warmup} warm-up" if load.warmup else "")
                 + f", up to {load.max_new_tokens} tokens each")
     for i, c in enumerate(load.concurrency):
-        res = run.call(protocol.SpecBench(service=_check(run, svc), prompts=prompts, unit=unit, concurrency=[c],
+        res = run.call(protocol.SpecBench(service=kinds.kind_of(svc).check(run.host, svc), prompts=prompts, unit=unit, concurrency=[c],
                                           requests=load.requests, warmup=load.warmup,
                                           max_new_tokens=load.max_new_tokens, seed=load.seed, **load.on_host()),
                        on_stderr=lambda line: run.say(line.strip()))
@@ -177,64 +171,13 @@ def baseline(run, svc: dict, load: Load, deployed: list | None = None,
              start: float | None = None) -> list[protocol.BenchLevel]:
     """Inside a GPU window, serve the target without speculation as a transient unit and measure it
     (said with the time left: the service's restart after it, as long as `start`)."""
-    argv = plain_argv(run, svc)  # refused before the window opens
+    argv = transient.plain_argv(run, svc)  # refused before the window opens
 
     def body(serve):
         run.say("starting the baseline (no speculation)")
         with serve(argv) as unit:
             return measure(run, svc, load, unit=unit, ahead=Ahead("the baseline", restarts=1, start=start))
-    return window(run, svc, body, deployed)
-
-
-def window(run, svc: dict, body, deployed: list | None = None):
-    """A GPU window: stop the service (GPUs proven free), run `body(serve)`, and always start the
-    service again and verify it (against `deployed`, a deploy not recorded yet, else the current
-    release).  `serve(argv, label=, what=)` is a context that runs argv as the transient unit
-    specops-baseline-<service> until it is ready and yields its name, then stops it, GPUs proven
-    free again.  A worker is out of its routers meanwhile, and back once it verifies."""
-    return rolling.out_of_routers(run, lambda: pipeline.in_window(
-        run, [svc["name"]], lambda: body(lambda argv, **kw: serving(run, svc, argv, **kw)), deployed), [svc["name"]])
-
-
-class GpusBusy(SpecopsError):
-    """A transient unit stopped, and its GPUs are not free: the window cannot go on."""
-
-
-@contextlib.contextmanager
-def serving(run, svc: dict, argv: list, label: str = "baseline", what: str = "the target without speculation"):
-    name, kind = svc["name"], kinds.kind_of(svc)
-    env = dict(svc.get("env") or {})
-    if svc.get("cuda_visible_devices"):
-        env["CUDA_VISIBLE_DEVICES"] = str(svc["cuda_visible_devices"])
-    ref, transient = kind.unit(svc), BASELINE_PREFIX + name
-    check = _check(run, svc)
-    try:
-        run.call(protocol.BaselineStart(
-            service=name, argv=argv, port=check.port, host=check.host, properties=kind.properties(svc),
-            ready=check.endpoints.ready, env=env, gpus=ref.gpus, timeout=check.timeout, label=label, what=what),
-            on_stderr=lambda line: run.say(line.strip()))
-        yield transient
-    finally:  # however it went (it may not have started, or been cut off): stopped
-        res = run.call(protocol.Stop(services=[protocol.UnitRef(name=transient, gpus=ref.gpus,
-                                                                titles=ref.titles, grace=ref.grace)],
-                                     others=list(kinds.unit_refs(run.host))),
-                       on_stderr=lambda line: run.say(line.strip()))
-        for s in res.services:
-            freed = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in sorted(s.freed_mib.items())) or "none held"
-            run.say(f"{label} stopped; freed {freed}; {len(s.left)} compute app(s) left on the GPUs")
-            if s.failures or s.left:
-                raise GpusBusy(f"the {label} left the GPUs busy: {'; '.join(s.failures) or s.left}")
-
-
-def plain_argv(run, svc: dict) -> list[str]:
-    """The baseline's command: the service's own, without its speculative arguments.  Refused when
-    speculation would still be asked for (a --speculative-* flag in extra_args)."""
-    argv = kinds.kind_of(svc).argv({**svc, "speculative": None}, kinds.venv_of(run.host))
-    left = [a for a in argv if a.startswith("--speculative")]
-    if left:
-        raise SpecopsError(f"{svc['name']}: the baseline would still speculate ({left[0]} in extra_args); "
-                           "put speculation under `speculative:`")
-    return argv
+    return transient.window(run, svc, body, deployed)
 
 
 def speedups(spec: list, base: list) -> dict[int, float]:
@@ -269,7 +212,7 @@ def result(run, svc: dict, load: Load, spec: list, base: list | None) -> dict:
             "args": kinds.kind_of(svc).args(svc), "load": load.identity(),
             "versions": {"sglang": pkgs.get("sglang"), "torch": pkgs.get("torch"), "agent": shipping.artifact()[1][:12],
                          "controller": platform.node()},
-            "baseline_argv": plain_argv(run, svc) if base else None,
+            "baseline_argv": transient.plain_argv(run, svc) if base else None,
             "spec": [protocol.encode(lv) for lv in spec], "baseline": [protocol.encode(lv) for lv in base or []],
             "speedup": {str(c): g for c, g in gain.items()}, "verdict": verdict(gain),
             "accept_length": {str(lv.concurrency): lv.figures.get("accept_length") for lv in spec}}

@@ -9,7 +9,7 @@ the verdict tuning_record.py):
      serves (flows/traffic.py), is the load of every measurement below, and dropped at the end;
   3. what the service runs must be what the inventory says (else its figures would be misnamed);
   4. the expected time, from the service's own last start and a short load on it as it runs;
-  5. one GPU window (specbench.window): the baseline once, then per draft candidates as transient
+  5. one GPU window (transient.window): the baseline once, then per draft candidates as transient
      units, what runs now among them, a short load each along the climb (warm-up requests first,
      not counted), the full load to the finalists; the baseline again at the end (noise);
      at most `budget` restarts per draft;
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from . import specbench, traffic as traffic_mod
+from . import specbench, traffic as traffic_mod, transient
 from .tuning_record import record
 from .tuning_search import Search
 from .. import cli, kinds, protocol
@@ -186,7 +186,7 @@ def tune(run, name: str | None, ask: Ask) -> dict:
         estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid_words(len(drafts)))
         now = running_settings(svc)
         search = Search(run, svc, space, objective, load, short, budget, drafts)
-        specbench.window(run, svc, lambda serve: search.search(serve, now))
+        transient.window(run, svc, lambda serve: search.search(serve, now))
         out = record(search, now)
     for line in out["said"]:
         run.say(line)

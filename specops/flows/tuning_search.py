@@ -7,7 +7,7 @@ why, and the search goes on; GPUs left busy after one stops end the tune, as the
 What tune.json keeps and says is tuning_record.py's."""
 from __future__ import annotations
 
-from . import specbench
+from . import specbench, transient
 from .. import kinds
 from ..errors import SpecopsError
 from ..sglang import climb, tuning
@@ -47,7 +47,7 @@ class Search:
         try:
             with serve(argv, label="candidate", what=s.label() + self.draft_label(draft)) as unit:
                 levels = specbench.measure(self.run, self.svc, load, unit=unit)
-        except specbench.GpusBusy:
+        except transient.GpusBusy:
             raise
         except SpecopsError as e:
             self.measured.append({"draft": draft, "settings": s, "rung": rung, "levels": [], "score": None,
@@ -75,7 +75,7 @@ class Search:
     def search(self, serve, now):
         self.run.say("starting the baseline (no speculation)")
         self.restarts += 1
-        with serve(specbench.plain_argv(self.run, self.svc)) as unit:
+        with serve(transient.plain_argv(self.run, self.svc)) as unit:
             self.base = specbench.measure(self.run, self.svc, self.load, unit=unit)
         own = self.svc["speculative"].get("draft_model_path")
         for draft in self.drafts:
@@ -90,9 +90,9 @@ class Search:
         self.run.say("starting the baseline again (no speculation): how noisy were the figures?")
         self.restarts += 1
         try:
-            with serve(specbench.plain_argv(self.run, self.svc)) as unit:
+            with serve(transient.plain_argv(self.run, self.svc)) as unit:
                 self.base_again = specbench.measure(self.run, self.svc, self.load, unit=unit)
-        except specbench.GpusBusy:
+        except transient.GpusBusy:
             raise
         except SpecopsError as e:  # the candidates' figures stand; only their noise is unknown
             self.run.say(f"the baseline again: out: {str(e)[:200]}")

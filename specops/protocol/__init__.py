@@ -2,14 +2,15 @@
 
 The agent carries this package in its zip.  `wire` holds the rules (a JSON object per
 message, named by its ``kind``; unknown kinds and missing or unexpected fields refused in
-one line) and `parts` the shared parts and the actions of a batch.  The requests, each with
+one line), `parts` the shared parts and `actions` the actions of a batch.  The requests, each with
 the Result it is answered with, by job: `converge` (probe, apply, check, verify), `lock`,
 `lifecycle` (stop, start), `releases` (record, list, undo, rollback, perf), `peer` (a copy
 between hosts), `bench` (spec-bench and its baseline), `routing` (a rolling deploy behind a
-router), `window` (the end of a GPU window's job), `monitoring` (node_exporter's textfile) and
+router), `window` (the end of a GPU window's job), `textfile` (node_exporter's textfile) and
 `traffic` (a sample of what a service serves, from its request dump).
 """
 from .parts import *  # noqa: F401,F403
+from .actions import *  # noqa: F401,F403
 from .converge import *  # noqa: F401,F403
 from .lock import *  # noqa: F401,F403
 from .lifecycle import *  # noqa: F401,F403

@@ -5,7 +5,8 @@ from __future__ import annotations
 if False:  # annotations are never evaluated (importing typing costs the agent ~5 ms a call)
     from typing import Any, Dict, List, Optional  # noqa: F401
 
-from .parts import Action, Holder, Process, ServiceCheck, ServiceReport, UnitRef  # noqa: F401
+from .actions import Action  # noqa: F401
+from .parts import Holder, Process, ServiceCheck, ServiceReport, UnitRef  # noqa: F401
 from .wire import DICT, LIST, message, request
 
 

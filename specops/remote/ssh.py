@@ -1,17 +1,9 @@
-"""Fabric connections that check host keys, and a counted, streaming exec.
-
-Fabric's Connection installs paramiko's AutoAddPolicy, which trusts any key.
-We load the system and user known_hosts files and install our own policy:
-unknown keys are refused unless accept-new was asked for, in which case the
-key is recorded; changed keys are always refused (paramiko raises
-BadHostKeyException for those before any policy is consulted).
-"""
+"""Fabric connections to the hosts: each hop's host key checked (hostkeys.py), root through
+become, and a counted exec, push and streaming exec; the agent's requests ride on it
+(agentcalls.py)."""
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
-import json
 import os
 import select
 import shlex
@@ -19,20 +11,17 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import paramiko
 from fabric import Config, Connection
 
 from . import become as become_mod, shipping
-from .. import protocol
 from ..errors import HostKeyError, NotStarted, SpecopsError
 from ..layout import WINDOW_STOP_SEC
+from .agentcalls import AgentCalls
+from .hostkeys import USER_KNOWN_HOSTS, check_host_keys, fingerprint
 from .session import OUTPUT_LIMIT, AgentSession
-
-SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
-USER_KNOWN_HOSTS = os.path.expanduser("~/.ssh/known_hosts")
 
 
 def opens(method):
@@ -46,40 +35,6 @@ def opens(method):
     return wrapper
 
 
-def _check_host_keys(client: paramiko.SSHClient, name: str, user_file: str, accept: bool) -> None:
-    if os.path.exists(SYSTEM_KNOWN_HOSTS):
-        client.load_system_host_keys(SYSTEM_KNOWN_HOSTS)
-    if os.path.exists(user_file):
-        client.load_host_keys(user_file)
-    # load_host_keys would make paramiko rewrite the file on save; we only append.
-    client._host_keys_filename = None
-    client.set_missing_host_key_policy(_Policy(name, accept, user_file))
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-class _Policy(paramiko.MissingHostKeyPolicy):
-    """Unknown keys: refused, or (accept-new) recorded.  paramiko names the host as known_hosts
-    does already ("[host]:port" off port 22), so that name is recorded as it is."""
-
-    def __init__(self, name: str, accept_new: bool, record_to: str):
-        self.name, self.accept_new, self.record_to = name, accept_new, record_to
-
-    def missing_host_key(self, client, hostname, key):
-        fp = fingerprint(key)
-        if not self.accept_new:
-            raise HostKeyError(
-                f"{self.name}: unknown host key {key.get_name()} {fp} for {hostname}; check it, "
-                f"then accept it with --accept-new-host-key or host_key_policy: accept-new")
-        Path(self.record_to).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.record_to, "a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        client.get_host_keys().add(hostname, key.get_name(), key)
-
-
 @dataclass
 class Result:
     rc: int
@@ -87,8 +42,9 @@ class Result:
     stderr: str
 
 
-class Remote:
-    """One host: a Fabric Connection plus the counted exec specops builds on."""
+class Remote(AgentCalls):
+    """One host: a Fabric Connection plus the counted exec specops builds on (and, mixed in,
+    the agent's requests over it: agentcalls.py)."""
 
     def __init__(self, name: str, vars: dict, accept_new: bool = False):
         self.name = name
@@ -114,7 +70,7 @@ class Remote:
         # (which Fabric would otherwise connect with paramiko's AutoAddPolicy).
         hop = self.conn
         while isinstance(hop, Connection):
-            _check_host_keys(hop.client, name if hop is self.conn else f"{name} (via {hop.host})",
+            check_host_keys(hop.client, name if hop is self.conn else f"{name} (via {hop.host})",
                              user_file, accept)
             hop = hop.gateway
 
@@ -277,60 +233,3 @@ class Remote:
         status = chan.recv_exit_status()
         become_mod.close_channel(chan)
         return status
-
-    def agent(self, request, unlock: str | None = None, lock: str | None = None,
-              on_stderr: Callable[[str], None] | None = None, then: list = ()):
-        """One protocol request to this host's agent (started with the first): one round trip.
-        `lock`: the run's lock token (the request runs only while it holds the lock); `unlock`:
-        give the lock back when the request ends.  `then`: requests sent in the same round trip
-        after it, without the lock; their results (or the SpecopsError each met) are left in
-        self.followed."""
-        self.followed = []
-        if self.not_started:
-            raise self.not_started
-        if not self.conn.is_connected:
-            self.open()
-        if self.session is None:
-            try:
-                self.session = AgentSession(self.name, self.conn.client.get_transport(), self.become, self.conn.user)
-            except SpecopsError as e:  # a refused sudo must not be asked again (by the lock's give-back)
-                self.not_started = NotStarted(str(e))
-                raise self.not_started from None
-        self.round_trips += 1
-        # `then` goes without the lock (protocol.changes_host is false for it), after the lock is
-        # given back: a slow one cannot keep the host locked, nor be refused after an Unlock
-        wires = [json.dumps(protocol.encode(r, unlock=unlock if i == 0 else None, lock=lock if i == 0 else None)).encode()
-                 for i, r in enumerate([request, *then])]
-        try:
-            answer, *followed = self.session.call(wires[0], on_stderr, wires[1:])
-        except SpecopsError:
-            self.session = None
-            raise
-        except BaseException:  # mid-request (Ctrl-C, or a progress line that could not be written: a
-            # closed stdout, `inv deploy | head`): its answer would be taken for the next one's
-            self.session.close()   # (this also ends the agent and what it was running)
-            self.session = None
-            raise
-        self.followed = []
-        for r, raw in zip(then, followed):
-            try:
-                self.followed.append(self._decode(r, raw))
-            except SpecopsError as e:
-                self.followed.append(e)
-        return self._decode(request, answer)
-
-    def _decode(self, request, answer: bytes):
-        try:
-            return protocol.decode_result(request, json.loads(answer))
-        except protocol.AgentError as e:
-            raise SpecopsError(f"{self.name}: {e}") from None
-        except (protocol.ProtocolError, ValueError) as e:
-            raise SpecopsError(f"{self.name}: the agent's answer is not understood: {e}") from None
-
-    def agent_once(self, request):
-        """A request to a one-shot agent on its own channel (while the session may be busy)."""
-        res = self.exec(shipping.COMMAND, shipping.payload(json.dumps(protocol.encode(request)).encode()))
-        size, _, body = res.stdout.partition("\n")
-        if res.rc != 0 or not size.strip().isdigit():
-            raise SpecopsError(f"{self.name}: remote agent failed (exit {res.rc})")
-        return protocol.decode_result(request, json.loads(body[:int(size)]))

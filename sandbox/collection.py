@@ -1,0 +1,42 @@
+"""The sandbox's own tasks, `inv sandbox.up`, `inv sandbox.traffic`, `inv sandbox.down`: local stand-in
+GPU boxes for demos and tests.  Each imports its module when it runs: `import tasks` (every
+`inv` run) pays for none of the sandbox."""
+import sys
+
+from invoke import Collection, Exit, task
+
+
+@task(name="up", help={"hosts": "How many hosts to boot (default 1: 'sandbox'; more: sandbox1..N)",
+                        "flavour": "How they are logged into: root (default), ubuntu-sudo (a cloud image: "
+                                   "`ubuntu` with sudo, no root logins) or ubuntu-sudo-pass (sudo asks a password)"})
+def sandbox_up(c, hosts=1, flavour="root"):
+    """Boot local sandbox hosts (systemd + sshd in nspawn containers) and write their own
+    inventory (sandbox/inventory), apart from yours."""
+    from sandbox import tasks as sandbox_tasks  # only sandbox tasks pay for the sandbox's imports
+    sandbox_tasks.up(hosts, flavour)
+
+
+@task(name="traffic", help={"accept_rate": "The draft's acceptance on every sandbox host from now on, 0 to 1 (the "
+                                          "traffic moved away from what it was trained on), or off: the "
+                                          "simulator's own again; default: leave it",
+                             "seconds": "How long to send requests (default 60; 0: none)",
+                             "clients": "Requests in flight per server (default 2)"})
+def sandbox_traffic(c, accept_rate="", seconds=60, clients=2):
+    """Send requests to the sandbox's servers for a while, with their draft's acceptance moved or
+    put back: what makes a demo's draft stop paying, for Prometheus and `inv status` to see."""
+    from sandbox import traffic
+    try:
+        print(traffic.traffic(accept_rate, float(seconds), int(clients)))
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise Exit(code=1)
+
+
+@task(name="down")
+def sandbox_down(c):
+    """Stop every sandbox host and remove its network namespace, veth, mounts and inventory."""
+    from sandbox import tasks as sandbox_tasks
+    sandbox_tasks.down()
+
+
+collection = Collection("sandbox", sandbox_up, sandbox_traffic, sandbox_down)
