@@ -36,11 +36,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import fleet, provision  # noqa: E402
+from sandbox import base, boot, fleet, provision
 from sandbox.provision import sandbox_service  # noqa: E402
 
 SITE = fleet.Site("sob", "192.168.234", Path("/var/lib/specops-bench"))
-TOOLS_VENV = fleet.CACHE / "bench-venv"
+TOOLS_VENV = base.CACHE / "bench-venv"
 TOOLS = ("specops", "ansible", "pyinfra")
 STARTUP_S = 1.0  # the simulated server's startup: not the tools' overhead
 PATCHES = ("llama.py", "qwen2.py")
@@ -101,7 +101,7 @@ class Setup:
         self._write_inventories()
 
     def _write_inventories(self) -> None:
-        key = str(fleet.controller_key())
+        key = str(base.controller_key())
         hosts = {h.name: {**provision.host_vars(h), "patch_dir": str(self.patches), "services": [self.service]}
                  for h in self.fleet.hosts}
         (self.work / "specops").mkdir(exist_ok=True)
@@ -197,7 +197,7 @@ def hosts_cpu(f: "fleet.Fleet") -> float:
                     if line.split()[2] == "cgroup2"), None)
     total = 0.0
     for h in f.hosts if unified else ():
-        init = fleet._container_pid(h)
+        init = boot.container_pid(h)
         if not init:
             continue
         rel = next(line.split(":", 2)[2] for line in Path(f"/proc/{init}/cgroup").read_text().splitlines()

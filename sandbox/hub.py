@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox import fleet, provision
+from sandbox import base, fleet, provision
 
 OLAH = "olah==0.5.4"
 OLAH_PORT, GATE_PORT = 8632, 8633
@@ -95,12 +95,12 @@ def build_repos(root: Path) -> dict[str, str]:
     return shas
 
 
-@fleet.built_once
+@base.built_once
 def olah_venv() -> Path:
     """olah in a venv of its own, cached."""
-    venv = fleet.CACHE / f"olah-venv-{OLAH.split('==')[1]}"
+    venv = base.CACHE / f"olah-venv-{OLAH.split('==')[1]}"
     if not (venv / ".complete").exists():
-        fleet.log(f"installing {OLAH} (cached afterwards)")
+        base.log(f"installing {OLAH} (cached afterwards)")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         subprocess.run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", OLAH], check=True)
         (venv / ".complete").write_text("")

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox import fleet, real_sglang, simulator, torch_standin
+from sandbox import base, fleet, real_sglang, simulator, torch_standin
 from specops.layout import HF_PIN, UV_PIN
 
 STANDIN_TORCH = ("2.9.1", ["cu126", "cu128", "cpu"])
@@ -41,18 +41,18 @@ def _project(wheel: Path) -> str:
     return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
 
 
-@fleet.built_once
+@base.built_once
 def real_wheels(wanted: list[str] = REAL, name: str = "real") -> Path:
     """Real wheels with their dependencies, cached: by default the CPU torch 2.13.0 and
     flash-linear-attention 0.6.0; HUB is what the hosts' weights tool venv installs."""
     key = hashlib.sha256(" ".join(wanted).encode()).hexdigest()[:10]
-    path = fleet.CACHE / f"wheels-{name}-{key}"
+    path = base.CACHE / f"wheels-{name}-{key}"
     if (path / ".complete").exists():
         return path
     tmp = Path(str(path) + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    fleet.log(f"downloading {' and '.join(wanted)} with dependencies (cached afterwards)")
+    base.log(f"downloading {' and '.join(wanted)} with dependencies (cached afterwards)")
     # torch 2.13.0+cpu comes from the file on disk (PIP_FIND_LINKS); the rest from PyPI.
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                     "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",

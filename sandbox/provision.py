@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from sandbox import fleet, logins, pkgindex
+from sandbox import base, fleet, logins, pkgindex
 
 from sandbox.simulator import (  # noqa: F401  (their home: simulator.py; here for what builds hosts)
     GPUS, HERE, MODELS, SIM_FAILING, SIM_SRC, SIM_VERSION, SIM_VERSIONS, VENV, _tree_hash, sim_wheel)
@@ -53,10 +53,10 @@ def _write_common(upper: Path, models: bool = True) -> None:
         _write_models(upper / "models")
 
 
-@fleet.built_once
+@base.built_once
 def controller_models() -> Path:
     """The tiny models as a user keeps them on the controller, to push to a bare host."""
-    root = fleet.CACHE / "controller-models"
+    root = base.CACHE / "controller-models"
     _write_models(root)
     return root
 
@@ -79,13 +79,13 @@ LAYER_SCRIPTS = {
 }
 
 
-@fleet.built_once
+@base.built_once
 def layer(kind: str = "gpubox") -> Path:
     """The cached overlay layer: 'gpubox' (SGLang preinstalled), 'pypy' (in a PyPy venv) or
     'bare' (stand-in GPU and models, no venv: for bootstrap)."""
-    base = fleet.rootfs()
+    root = base.rootfs()
     key = _tree_hash(SIM_SRC, HERE / "nvidia_smi.py", HERE / "provision.py", HERE / "wheels.py")
-    path = fleet.CACHE / f"layer-{kind}-{key}"
+    path = base.CACHE / f"layer-{kind}-{key}"
     if (path / ".complete").exists():
         return path
     tmp = Path(str(path) + ".tmp")
@@ -93,13 +93,13 @@ def layer(kind: str = "gpubox") -> Path:
     for d in (tmp, work, merged):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    fleet.log(f"building sandbox layer {path.name}")
+    base.log(f"building sandbox layer {path.name}")
     t0 = time.monotonic()
     _write_common(tmp, models=kind != "bare")
     if kind in LAYER_SCRIPTS:
         wheel = sim_wheel(tmp / "opt/specops-sim")
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                        f"lowerdir={base},upperdir={tmp},workdir={work}", str(merged)], check=True)
+                        f"lowerdir={root},upperdir={tmp},workdir={work}", str(merged)], check=True)
         try:
             script, network = LAYER_SCRIPTS[kind]
             _in_container(merged, script.format(venv=VENV, wheel=f"/opt/specops-sim/{wheel.name}"), network)
@@ -116,11 +116,11 @@ def layer(kind: str = "gpubox") -> Path:
     # An older build of this kind goes, unless a fleet still has it mounted: another checkout's
     # test run (a worktree with another simulator) boots its hosts from it.
     mounted = Path("/proc/mounts").read_text()
-    for old in fleet.CACHE.glob(f"layer-{kind}-*"):
+    for old in base.CACHE.glob(f"layer-{kind}-*"):
         if old != path and not old.name.endswith((".tmp", ".work", ".merged")) and f"{old}:" not in mounted \
                 and f"lowerdir={old}," not in mounted:
             shutil.rmtree(old, ignore_errors=True)
-    fleet.log(f"layer ready in {time.monotonic() - t0:.0f}s")
+    base.log(f"layer ready in {time.monotonic() - t0:.0f}s")
     return path
 
 
@@ -167,7 +167,7 @@ def known_hosts_path(site: fleet.Site) -> Path:
 
 
 def host_vars(h: fleet.Host) -> dict:
-    return {"address": h.address, **logins.host_vars(h.flavour), "ssh_key": str(fleet.controller_key()),
+    return {"address": h.address, **logins.host_vars(h.flavour), "ssh_key": str(base.controller_key()),
             "known_hosts": str(known_hosts_path(h.site)), "connect_timeout": 5}
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sandbox import fleet, wheels
+from sandbox import base, fleet, wheels
 
 HERE = Path(__file__).resolve().parent
 SIM_SRC = HERE / "sglang_sim"
@@ -66,11 +66,11 @@ SIM_REQUIRES = ["setproctitle==1.3.6", "tqdm==4.70.1"]  # tqdm: the version the 
 SIM_DEP_TARGETS = [("3.11", "cp", "cp311"), ("3.9", "pp", "pypy39_pp73")]
 
 
-@fleet.built_once
+@base.built_once
 def sim_deps() -> Path:
     """The simulator's dependencies as wheels, downloaded once from PyPI and cached."""
     key = hashlib.sha256(json.dumps([SIM_REQUIRES, SIM_DEP_TARGETS]).encode()).hexdigest()[:10]
-    path = fleet.CACHE / f"wheels-sim-deps-{key}"
+    path = base.CACHE / f"wheels-sim-deps-{key}"
     if (path / ".complete").exists():
         return path
     tmp = Path(str(path) + ".tmp")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from invoke import Exit
 
-from sandbox import aptrepo, fleet, logins, pkgindex, provision
+from sandbox import aptrepo, base, boot, fleet, logins, pkgindex, provision
 
 
 LEGACY = Path(__file__).resolve().parent.parent / "inventory" / "sandbox.yml"
@@ -35,7 +35,7 @@ def up(hosts: int = 1, flavour: str = "root") -> None:
         node_exporter = aptrepo.controller_deb("prometheus-node-exporter")
         for h in f.hosts:  # a mirror of the sandbox's own: what `monitoring: true` installs from
             aptrepo.serve(h, [], remove=False, debs=(node_exporter,))
-    except (fleet.BootError, ValueError, RuntimeError, subprocess.CalledProcessError) as e:
+    except (boot.BootError, ValueError, RuntimeError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise Exit(code=1)
     path = provision.write_inventory(f)
@@ -58,10 +58,10 @@ def _index_up(site: fleet.Site) -> str:
     url = pkgindex.url_of(site)
     if pkgindex.recorded(site) is not None:
         fleet.service_address_up(site)
-        fleet.log(f"package index already running at {url}")
+        base.log(f"package index already running at {url}")
         return url
     pkgindex.stop_recorded(site)  # a stale pid file goes (nothing is killed)
-    fleet.log("building the package index (stand-in torch, each SGLang simulator release)")
+    base.log("building the package index (stand-in torch, each SGLang simulator release)")
     pkgindex.Index(site).start(detached=True)
     return url
 

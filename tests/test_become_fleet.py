@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import ROOT, host_snapshot, load_json
-from sandbox import logins
+from sandbox import base, logins
 from sandbox.provision import sandbox_service
 
 pytestmark = pytest.mark.fleet
@@ -114,7 +114,7 @@ def test_an_ansible_inventory_works_as_it_is(sandbox, tmp_path):
     that specops does not use (one warning each)."""
     h = sandbox.reset("t4", flavour="ubuntu-sudo")
     from sandbox import fleet, provision
-    key = fleet.controller_key()
+    key = base.controller_key()
     known = provision.known_hosts_path(sandbox.fleet.site)
     ini = tmp_path / "ansible" / "hosts.ini"
     ini.parent.mkdir()

@@ -306,10 +306,10 @@ def test_unreachable_host_fails_alone(sandbox, tmp_path):
 
 def test_address_from_ssh_config_alias(sandbox, tmp_path):
     h = sandbox.host("t1")
-    from sandbox import fleet
+    from sandbox import base, fleet
     cfg = tmp_path / "ssh_config"
     cfg.write_text(f"Host gpu-alias\n  HostName {h.address}\n  User root\n"
-                   f"  IdentityFile {fleet.controller_key()}\n")
+                   f"  IdentityFile {base.controller_key()}\n")
     inv = sandbox.inventory({"gpu-alias": {"ssh_config": str(cfg),
                                            "known_hosts": str(sandbox.fleet.site.state / "known_hosts")}})
     res = sandbox.inv("facts", "--host", "gpu-alias", inventory=inv)

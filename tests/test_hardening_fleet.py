@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, fleet_mod, flock_waiters, load_json, unit_prop
+from sandbox import boot
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR, LOCK_GUARD
 from roles import VOCABULARY
@@ -57,7 +58,7 @@ def test_two_breakers_leave_one_holder(sandbox):
     h = sandbox.reset("t2")
     inv = sandbox.inventory({"t2": {"services": [sandbox_service(env={"SGLANG_SIM_STARTUP_DELAY": "0"})]}})
     plant_lock(h, renewed_ago=0)
-    guard = f"/proc/{fleet_mod._container_pid(h)}/root{LOCK_GUARD}"  # the host's /run is its own tmpfs
+    guard = f"/proc/{boot.container_pid(h)}/root{LOCK_GUARD}"  # the host's /run is its own tmpfs
     fd = os.open(guard, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -11,7 +11,7 @@ import pytest
 
 import tutorial
 from conftest import ROOT
-from sandbox import fleet, pkgindex, provision
+from sandbox import base, boot, fleet, pkgindex, provision
 from specops import inventory as inventory_mod
 from specops.sglang import patchfile, stack
 from roles import VOCABULARY
@@ -25,31 +25,31 @@ def test_fifty_hosts_boot_when_the_inotify_limit_is_low(tmp_path, capfd):
     within 60s").  The fleet raises the limit itself (that it says so: the unit test below; here a
     second test worker booting hosts may raise it first, and this fleet then need not)."""
     site = fleet.Site("sol", "192.168.236", tmp_path / "site")
-    saved = fleet.INOTIFY.read_text()
-    fleet.INOTIFY.write_text("128")
+    saved = boot.INOTIFY.read_text()
+    boot.INOTIFY.write_text("128")
     many = fleet.Fleet([f"m{i}" for i in range(1, 51)], layers=[provision.layer("gpubox")], site=site)
     try:
         many.up()
         assert all(h.pid() for h in many.hosts)
-        assert int(fleet.INOTIFY.read_text()) >= 128 + 16 * 50
+        assert int(boot.INOTIFY.read_text()) >= 128 + 16 * 50
         err = capfd.readouterr().err
         assert "50 host(s) up" in err
         assert many["m50"].run("systemctl", "is-system-running", check=False).stdout.strip() in ("running", "degraded")
     finally:
         many.down()
-        fleet.INOTIFY.write_text(saved)
+        boot.INOTIFY.write_text(saved)
 
 
 def test_a_low_inotify_limit_is_raised_and_said(tmp_path, monkeypatch, capsys):
     limit = tmp_path / "max_user_instances"
     limit.write_text("128\n")
     monkeypatch.setattr(fleet, "INOTIFY", limit)
-    fleet.raise_inotify_limit(50)
+    boot.raise_inotify_limit(50)
     assert int(limit.read_text()) == 1024  # at least 1024, and 16 more per host
     assert "raised fs.inotify.max_user_instances from 128 to 1024" in capsys.readouterr().err
-    fleet.raise_inotify_limit(50)  # high enough: left alone, nothing said
+    boot.raise_inotify_limit(50)  # high enough: left alone, nothing said
     assert int(limit.read_text()) == 1024 and "raised" not in capsys.readouterr().err
-    fleet.raise_inotify_limit(100)
+    boot.raise_inotify_limit(100)
     assert int(limit.read_text()) == 128 + 16 * 100
 
 
@@ -62,7 +62,7 @@ def test_a_host_that_does_not_boot_is_one_line_with_its_console(tmp_path):
     site = fleet.Site("sok", "192.168.237", tmp_path / "site")
     f = fleet.Fleet(["k1"], layers=[broken], site=site)
     try:
-        with pytest.raises(fleet.BootError) as e:
+        with pytest.raises(boot.BootError) as e:
             f.up()
     finally:
         f.down()
@@ -211,5 +211,5 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     assert down.returncode == 0 and "package index stopped" in down.stdout, down.stdout + down.stderr
     assert _index_processes(address) == []
     assert pid is None or _ended(pid)
-    assert address not in fleet.sh("ip", "-o", "addr", "show", "dev", "lo").stdout
+    assert address not in base.sh("ip", "-o", "addr", "show", "dev", "lo").stdout
     assert not (site.state / pkgindex.PID_FILE).exists() and not (inv_dir / "hosts.yml").exists()

@@ -203,12 +203,12 @@ def test_accept_new_pins_the_key_on_another_port(sandbox, tmp_path):
 def test_every_proxyjump_hop_checks_its_host_key(sandbox, tmp_path):
     """Security 4 (reproduced before the fix: the bastion hop kept Fabric's AutoAddPolicy).  The
     bastion is t2; the target is t2's own sshd reached through it, on its loopback."""
-    from sandbox import fleet
+    from sandbox import base, fleet
     h = sandbox.reset("t2")
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(f"Host bastion\n  HostName {h.address}\n  User root\n  IdentityFile {fleet.controller_key()}\n"
+    cfg.write_text(f"Host bastion\n  HostName {h.address}\n  User root\n  IdentityFile {base.controller_key()}\n"
                    f"Host behind\n  HostName 127.0.0.1\n  User root\n  ProxyJump bastion\n"
-                   f"  IdentityFile {fleet.controller_key()}\n")
+                   f"  IdentityFile {base.controller_key()}\n")
     # The target's key is known; the bastion's is not.
     known = known_hosts_for(tmp_path, f"127.0.0.1 ssh-ed25519 {h.host_key_pub}\n")
     inv = sandbox.inventory({"behind": {"ssh_config": str(cfg), "known_hosts": str(known)}})

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sandbox import fleet
+from sandbox import base, fleet
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "requirements.txt"
@@ -19,17 +19,17 @@ STUBS = HERE.parent.parent / "tests" / "oracle_stubs"
 PINS = ["torch==2.13.0", "sglang==0.5.23"]
 
 
-@fleet.built_once
+@base.built_once
 def venv() -> Path:
     """The cached venv's python, built on first use."""
     key = hashlib.sha256(REQUIREMENTS.read_bytes() + " ".join(PINS).encode()).hexdigest()[:10]
-    root = fleet.CACHE / f"real-sglang-{key}"
+    root = base.CACHE / f"real-sglang-{key}"
     python = root / "bin" / "python"
     if (root / ".complete").exists():
         return python
     tmp = Path(str(root) + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    fleet.log(f"installing the real sglang 0.5.23 resolver into {root} (a few minutes, cached)")
+    base.log(f"installing the real sglang 0.5.23 resolver into {root} (a few minutes, cached)")
     t0 = time.monotonic()
     subprocess.run(["python3", "-m", "venv", str(tmp)], check=True)
     pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
@@ -40,7 +40,7 @@ def venv() -> Path:
     # A venv's scripts name their own path, so it is built in place under a temporary
     # name only for the directory; the interpreter itself resolves relative to pyvenv.cfg.
     tmp.rename(root)
-    fleet.log(f"real sglang ready in {time.monotonic() - t0:.0f}s")
+    base.log(f"real sglang ready in {time.monotonic() - t0:.0f}s")
     return python
 
 
@@ -59,16 +59,16 @@ def resolve(argvs: list[list[str]]) -> list[dict]:
 WHEELS = ("0.5.21", "0.5.23")  # real releases whose files the patch tests read (never installed)
 
 
-@fleet.built_once
+@base.built_once
 def wheels() -> Path:
     """The real sglang wheels of WHEELS (27-39 MB each, no dependencies), downloaded once and
     cached: read by the tests of anything that reads SGLang's own files (patches, rebases)."""
-    root = fleet.CACHE / ("wheels-sglang-real-" + "-".join(WHEELS))
+    root = base.CACHE / ("wheels-sglang-real-" + "-".join(WHEELS))
     if (root / ".complete").exists():
         return root
     tmp = Path(str(root) + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    fleet.log(f"downloading the real sglang {', '.join(WHEELS)} wheels (read only; cached afterwards)")
+    base.log(f"downloading the real sglang {', '.join(WHEELS)} wheels (read only; cached afterwards)")
     for v in WHEELS:  # one at a time: pip refuses two versions of one project in one call
         subprocess.run(["python3", "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
                         "--only-binary", ":all:", "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64",
