@@ -38,11 +38,13 @@ select = partial(cli.select, vocabulary=VOCABULARY)
 # A prompt file as specops/prompts.py reads it (which only spec-bench and spec-tune import).
 PROMPTS_HELP = ('A prompt file: a JSON list of strings, or JSONL with {"prompt": ...} or {"messages": [...]} a '
                 "line (default: files/prompts.json)")
-TRAFFIC_HELP = {"traffic": "Measure on N requests (default 200) the service serves now, taken through SGLang's own "
-                           "request dump (kept on the host, root's, deleted when the task ends; docs/spec-payoff.md "
-                           "says what it holds)",
-                "traffic_wait": "With --traffic: the most seconds to wait for the N requests (default 600)",
-                "fetch_sample": "With --traffic: also write the sample (the prompts users sent) to this local file, 0600"}
+TRAFFIC_HELP = {
+    "traffic": "Measure on N requests (default 200) the service serves now, taken through SGLang's own "
+    "request dump (kept on the host, root's, deleted when the task ends; docs/spec-payoff.md "
+    "says what it holds)",
+    "traffic_wait": "With --traffic: the most seconds to wait for the N requests (default 600)",
+    "fetch_sample": "With --traffic: also write the sample (the prompts users sent) to this local file, 0600",
+}
 
 
 @fleet_task(*FLEET, "check", "diff", "verify_weights",

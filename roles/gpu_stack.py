@@ -166,18 +166,34 @@ class Stack(Op):
                                       "torch_cuda": expect.get("torch.version.cuda"), "planned": True})
         # what a person upgrades by ("sglang 0.5.23 → 0.5.24"), before the specs a new hash stands for
         moved = stack.versions(expect, self.running(facts), changed_only=True)
-        return self._change(target, (f"{moved}; " if moved else "") + "build with uv: " + " ".join(specs), [protocol.BuildStack(
-            path=self.path, python=self.definition["python"], specs=specs, sources=uv_sources(self.host, first),
-            uv_pip_args=pip_sources(self.host), defines=self.definition, need=need,
-            check=IMPORT_CHECK, expect=expect, desc=f"build stack {self.path} ({' '.join(specs)})")])
+        return self._change(
+            target,
+            (f"{moved}; " if moved else "") + "build with uv: " + " ".join(specs),
+            [
+                protocol.BuildStack(
+                    path=self.path,
+                    python=self.definition["python"],
+                    specs=specs,
+                    sources=uv_sources(self.host, first),
+                    uv_pip_args=pip_sources(self.host),
+                    defines=self.definition,
+                    need=need,
+                    check=IMPORT_CHECK,
+                    expect=expect,
+                    desc=f"build stack {self.path} ({' '.join(specs)})",
+                )
+            ],
+        )
 
 
 def ops(host):
     wheelhouse = [Wheelhouse(host["wheelhouse"])] if host.get("wheelhouse") else []
     if stack.defines(host):
         if wheelhouse and not any(w.name.startswith(f"uv-{UV_PIN}-") for w in wheelhouse[0].wheels):
-            raise UsageError(f"{host.name}: the wheelhouse {wheelhouse[0].local} has no uv {UV_PIN} wheel, which builds "
-                             f"the stack: add it (pip download uv=={UV_PIN}), or set venv: to manage the venv yourself")
+            raise UsageError(
+                f"{host.name}: the wheelhouse {wheelhouse[0].local} has no uv {UV_PIN} wheel, which builds "
+                f"the stack: add it (pip download uv=={UV_PIN}), or set venv: to manage the venv yourself"
+            )
         return wheelhouse + [Stack(host)]
     venv = venv_of(host)
     out = [Venv(venv, host.get("python"))] + wheelhouse

@@ -74,7 +74,9 @@ class Patched(File):
     def plan(self, facts, ctx):
         up = facts.upstream(self.path)
         if facts.venv(self.path.split(":")[1]).get("planned"):  # check mode, before a new stack is built
-            return self._change(self.label, f"{'apply the diff to' if self.is_diff else 'replace'} the new stack's file")
+            return self._change(
+                self.label, f"{'apply the diff to' if self.is_diff else 'replace'} the new stack's file"
+            )
         # Only when a patch is checked: whatthepatch and pyflakes are not every task's to import.
         from specops.sglang import patchfile, patchlint
         version = up.get("version") or "?"
@@ -116,10 +118,25 @@ def ops(host):
     for rel, restarts in patches.items():
         key, label = patch_key(venv, rel), f"sglang/{patched_file(rel)}"
         # -I -S: compiling needs no site-packages, whose .pth files cost a big venv's start much CPU
-        validate = [venv_python(venv), "-I", "-S", "-c", COMPILE, "{}..."] if patched_file(rel).endswith(".py") else None
-        out.append(Patched(host, key, rel, patch_source(host, rel, host.name).read_bytes(), bool(host.get("patch_any_base")),
-                           mode="0644", owner=None, group=None, validate=validate, notify=restarts, label=label,
-                           validator=f"compiling with {venv_python(venv)}"))
+        validate = (
+            [venv_python(venv), "-I", "-S", "-c", COMPILE, "{}..."] if patched_file(rel).endswith(".py") else None
+        )
+        out.append(
+            Patched(
+                host,
+                key,
+                rel,
+                patch_source(host, rel, host.name).read_bytes(),
+                bool(host.get("patch_any_base")),
+                mode="0644",
+                owner=None,
+                group=None,
+                validate=validate,
+                notify=restarts,
+                label=label,
+                validator=f"compiling with {venv_python(venv)}",
+            )
+        )
         if patched_file(rel).endswith(".py"):
             out.append(PurgeBytecode(key, label=label, notify=restarts))
     return out

@@ -47,7 +47,12 @@ def ops(host):
         # the next tick runs the new code
         File(TEXTFILE_AGENT, zipped, mode="0644", own="specops's agent, for the textfile"),
         unit_file(UNIT, service_text(m.textfile_dir), notify_restart=False),
-        File(TIMER, render_kept("textfile.timer.j2", refresh=m.refresh), mode="0644", validate=["systemd-analyze", "verify", UNIT_ONLY, "{}"],
-             notify=[handlers.daemon_reload(f"{UNIT}.timer")]),
+        File(
+            TIMER,
+            render_kept("textfile.timer.j2", refresh=m.refresh),
+            mode="0644",
+            validate=["systemd-analyze", "verify", UNIT_ONLY, "{}"],
+            notify=[handlers.daemon_reload(f"{UNIT}.timer")],
+        ),
         Timer(f"{UNIT}.timer"),
     ]

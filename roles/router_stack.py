@@ -34,11 +34,23 @@ class RouterPackage(Op):
             return self._change(target, "ok")
         python = venv_python(self.venv)
         spec = f"sglang-router=={self.version}"
-        return self._change(target, f"{have or 'missing'} → {self.version}", [
-            protocol.PipInstall(python=python, specs=[spec], sources=pip_sources(self.host), desc=f"pip install {spec}"),
-            protocol.Expect(python=python, code=IMPORT_CHECK, expect={"sglang-router": self.version},
-                            what=f"after installing, the venv {self.venv} imports", desc="import sglang_router"),
-        ], notify=[handlers.restart(self.svc["name"])])
+        return self._change(
+            target,
+            f"{have or 'missing'} → {self.version}",
+            [
+                protocol.PipInstall(
+                    python=python, specs=[spec], sources=pip_sources(self.host), desc=f"pip install {spec}"
+                ),
+                protocol.Expect(
+                    python=python,
+                    code=IMPORT_CHECK,
+                    expect={"sglang-router": self.version},
+                    what=f"after installing, the venv {self.venv} imports",
+                    desc="import sglang_router",
+                ),
+            ],
+            notify=[handlers.restart(self.svc["name"])],
+        )
 
 
 def ops(host):

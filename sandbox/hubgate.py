@@ -36,7 +36,9 @@ def main(address: str, port: int, olah: str, hub: Path) -> None:
         def _forward(self, body: bool) -> None:
             m = RESOLVE.match(self.path)
             if m and m.group(1) in GATED and self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                message = f"Access to model {m.group(1)} is restricted. You must have access to it and be authenticated."
+                message = (
+                    f"Access to model {m.group(1)} is restricted. You must have access to it and be authenticated."
+                )
                 self.send_response(401)
                 self.send_header("X-Error-Code", "GatedRepo")
                 self.send_header("X-Error-Message", message)

@@ -80,9 +80,14 @@ def build(root: Path) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     (root / "files").mkdir(parents=True)
     by_index: dict[str, dict[str, list[Path]]] = {}
-    wheels = [*standin_wheels(root.parent / "wheels-standin").glob("*.whl"), *real_wheels().glob("*.whl"), *real_wheels(HUB, "hub").glob("*.whl"),
-              *real_wheels(ROUTER, "router").glob("*.whl"), *real_wheels(UV, "uv").glob("*.whl"),
-              real_sglang.wheel(REAL_SGLANG)]
+    wheels = [
+        *standin_wheels(root.parent / "wheels-standin").glob("*.whl"),
+        *real_wheels().glob("*.whl"),
+        *real_wheels(HUB, "hub").glob("*.whl"),
+        *real_wheels(ROUTER, "router").glob("*.whl"),
+        *real_wheels(UV, "uv").glob("*.whl"),
+        real_sglang.wheel(REAL_SGLANG),
+    ]
     for wheel in sorted(set(wheels), key=lambda w: (w.name, str(w))):
         if (root / "files" / wheel.name).exists():
             continue  # the same wheel from two sets

@@ -135,7 +135,9 @@ class Converging:
 
     def previous(self) -> dict[str, str]:
         """What this run replaced: path → "backup" | "absent" (for undo and the release)."""
-        return {a.path: ("backup" if a.backup else "absent") for a in self.applied if not isinstance(a, protocol.Enable)}
+        return {
+            a.path: ("backup" if a.backup else "absent") for a in self.applied if not isinstance(a, protocol.Enable)
+        }
 
     def enabled(self) -> list:
         """The Enable actions this run did (an undo puts each unit's state back)."""

@@ -48,7 +48,9 @@ class Options:
 class Ranks:
     """What this run's verifies found of the ranks of services that span hosts, shared by the hosts'
     threads: a rank > 0 found down is posted by its host's verify, and rank 0's verify, which waits
-    for every rank, fails at once naming it (flows/verify.py; its HostRun holds `ranks` and `rounds`) instead of waiting its whole timeout."""
+    for every rank, fails at once naming it (flows/verify.py; its HostRun holds `ranks` and `rounds`) instead of
+    waiting its whole timeout.
+    """
 
     def __init__(self):
         self._down: dict[tuple[str, str], tuple[str, int]] = {}

@@ -31,8 +31,9 @@ def spawn(argv, pass_fds=(), **popen):
     """Popen, in a session of its own; with the flock while the request holds the host lock."""
     fd = hold() if state["locked"] else None
     try:
-        proc = subprocess.Popen(argv, start_new_session=True, pass_fds=tuple(pass_fds) + ((fd,) if fd is not None else ()),
-                                **popen)
+        proc = subprocess.Popen(
+            argv, start_new_session=True, pass_fds=tuple(pass_fds) + ((fd,) if fd is not None else ()), **popen
+        )
     finally:
         if fd is not None:
             os.close(fd)

@@ -3,7 +3,8 @@
 mkdir is atomic, so whoever creates LOCK_DIR holds the lock; holder.json inside says who
 (shown to anyone refused), carries the token that proves it is ours, and a lease: every
 request of the run renews it, and a lock whose lease ran out (its controller died) is taken
-over by the next run.  Every change to the lock happens under an flock on LOCK_GUARD.  Taking over (expired, or --break-lock) is a compare-and-swap
+over by the next run.  Every change to the lock happens under an flock on LOCK_GUARD.  Taking over (expired, or
+--break-lock) is a compare-and-swap
 on the holder's token: the lock directory is renamed aside, and kept only if it is still
 the one whose holder was judged, so two breakers never both hold it.  A run whose lock was
 taken over is refused at its next request.
@@ -13,6 +14,7 @@ long as it lives (agent/host.py).  The lock is given back only once none is left
 interrupted run's agent is still stopping them when the controller asks), and is neither taken
 nor taken over while one of an earlier run still runs: two runs never write the same files.
 """
+
 import fcntl
 import json
 import os

@@ -153,15 +153,32 @@ def releases(req):
     """Answer a protocol.Releases (with each release's perf.json, when spec-bench measured it)."""
     now = current()
     kept, cache = stacks.stacks(uses())
-    return protocol.ReleasesResult(current=now, releases=[
-        {"stamp": m["stamp"], "status": m.get("status"), "services": m.get("services", []),
-         "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()}, "current": m["stamp"] == now,
-         "rolled_back": _rolled_back(m, now),
-         "summary": m.get("summary", ""), "verify": m.get("verify", []),
-         "verified": m.get("verified", []), "perf": _figures(read_perf(m["stamp"])),
-         "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline",)),
-         "spec": m.get("spec", {}), "packages": m.get("packages", {}), "venv": m.get("venv"),
-         "weights": m.get("weights", {}), "provenance": m.get("provenance")} for m in manifests()], stacks=kept, uv_cache=cache)
+    return protocol.ReleasesResult(
+        current=now,
+        releases=[
+            {
+                "stamp": m["stamp"],
+                "status": m.get("status"),
+                "services": m.get("services", []),
+                "files": {p: f.get("sha256") for p, f in m.get("files", {}).items()},
+                "current": m["stamp"] == now,
+                "rolled_back": _rolled_back(m, now),
+                "summary": m.get("summary", ""),
+                "verify": m.get("verify", []),
+                "verified": m.get("verified", []),
+                "perf": _figures(read_perf(m["stamp"])),
+                "tune": _figures(read_perf(m["stamp"], "tune"), ("baseline",)),
+                "spec": m.get("spec", {}),
+                "packages": m.get("packages", {}),
+                "venv": m.get("venv"),
+                "weights": m.get("weights", {}),
+                "provenance": m.get("provenance"),
+            }
+            for m in manifests()
+        ],
+        stacks=kept,
+        uv_cache=cache,
+    )
 
 
 def _rolled_back(m, now):

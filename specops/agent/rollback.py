@@ -177,8 +177,12 @@ def cut_off(undo_it):
         said = {"task": task, "done": journal.get("done") or [], "cut_at": None,
                 "not_done": journal.get("not_done") or [], "undone": None}
         if undo_it:
-            said["undone"] = {"restored": [], "restarted": [], "note": "an older specops's journal, which says "
-                                                                      "nothing to undo from: not undone; look at what it names"}
+            said["undone"] = {
+                "restored": [],
+                "restarted": [],
+                "note": "an older specops's journal, which says "
+                "nothing to undo from: not undone; look at what it names",
+            }
             os.unlink(APPLY_JOURNAL)
         return said
     steps, begun = journal.get("steps") or [], journal.get("begun", -1)

@@ -30,8 +30,12 @@ from specops.layout import TEXTFILE_NAME
 
 # name → (type, help): every series the file may hold, in the order written.
 SERIES = [
-    ("specops_release_info", "gauge", "The release a service runs: stamp, stack, SGLang version, weights digest, "
-                                      "who deployed it and the commits of specops and the inventory."),
+    (
+        "specops_release_info",
+        "gauge",
+        "The release a service runs: stamp, stack, SGLang version, weights digest, "
+        "who deployed it and the commits of specops and the inventory.",
+    ),
     ("specops_spec_num_steps", "gauge", "speculative_num_steps deployed."),
     ("specops_spec_eagle_topk", "gauge", "speculative_eagle_topk deployed."),
     ("specops_spec_num_draft_tokens", "gauge", "speculative_num_draft_tokens deployed."),
@@ -42,9 +46,17 @@ SERIES = [
     ("specops_verified", "gauge", "1 when the last verify of the service passed."),
     ("specops_unit_active", "gauge", "1 when the service's systemd unit is active."),
     ("specops_unit_restarts_total", "counter", "systemd's restarts of the unit since it was last started on purpose."),
-    ("specops_drift", "gauge", "1 when the host differs from the release: kind files (a managed file changed) "
-                               "or stale (the server runs older code or weights than its files)."),
-    ("specops_run_in_progress", "gauge", "1 while a specops run holds the host lock (its changes are not yet a release)."),
+    (
+        "specops_drift",
+        "gauge",
+        "1 when the host differs from the release: kind files (a managed file changed) "
+        "or stale (the server runs older code or weights than its files).",
+    ),
+    (
+        "specops_run_in_progress",
+        "gauge",
+        "1 while a specops run holds the host lock (its changes are not yet a release).",
+    ),
     ("specops_textfile_timestamp_seconds", "gauge", "When specops last wrote this file."),
 ]
 SPEC = {"specops_spec_num_steps": "speculative_num_steps", "specops_spec_eagle_topk": "speculative_eagle_topk",
@@ -134,7 +146,9 @@ def collect(manifest):
             if spec.get(field) is not None:
                 out.append((series, sample(series, svc, spec[field])))
         if "cuda_graph" in watch:
-            out.append(("specops_cuda_graph_deployed", sample("specops_cuda_graph_deployed", svc, bool(watch["cuda_graph"]))))
+            out.append(
+                ("specops_cuda_graph_deployed", sample("specops_cuda_graph_deployed", svc, bool(watch["cuda_graph"])))
+            )
         got = measured(stamp, name, spec)
         if got:
             accept, speedup, source = got

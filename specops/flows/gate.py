@@ -33,8 +33,13 @@ def checks(gate: dict, perf: dict, previous: dict | None) -> list[tuple[bool, st
             out.append((False, f"min_speedup needs a baseline {where}, and there is none"))
         else:
             ok = gain >= gate["min_speedup"]
-            out.append((ok, f"speedup {gain:.2f}x {where} ({tok_s:.1f} tok/s with speculation, {base['output_tok_s']:.1f}"
-                            f" without) {'meets' if ok else 'is below'} min_speedup {gate['min_speedup']}"))
+            out.append(
+                (
+                    ok,
+                    f"speedup {gain:.2f}x {where} ({tok_s:.1f} tok/s with speculation, {base['output_tok_s']:.1f}"
+                    f" without) {'meets' if ok else 'is below'} min_speedup {gate['min_speedup']}",
+                )
+            )
     if gate.get("min_accept_length") is not None:
         accept = levels[c].get("accept_length")
         ok = accept is not None and accept >= gate["min_accept_length"]

@@ -42,7 +42,9 @@ class Membership:
     def _call(self, router_host, request):
         remote = self.remotes.get(router_host.name)
         if remote is None:
-            remote = self.remotes[router_host.name] = Remote(router_host.name, router_host.vars, self.run.opts.accept_new)
+            remote = self.remotes[router_host.name] = Remote(
+                router_host.name, router_host.vars, self.run.opts.accept_new
+            )
         return remote.agent(request, on_stderr=lambda line: self.run.say(line.strip()))
 
     def take_out(self) -> None:

@@ -140,10 +140,20 @@ def measure(run, svc: dict, load: Load, unit: str | None = None,
                 f"requests a level" + (f" after {load.warmup} warm-up" if load.warmup else "")
                 + f", up to {load.max_new_tokens} tokens each")
     for i, c in enumerate(load.concurrency):
-        res = run.call(protocol.SpecBench(service=kinds.kind_of(svc).check(run.host, svc), prompts=prompts, unit=unit, concurrency=[c],
-                                          requests=load.requests, warmup=load.warmup,
-                                          max_new_tokens=load.max_new_tokens, seed=load.seed, **load.on_host()),
-                       on_stderr=lambda line: run.say(line.strip()))
+        res = run.call(
+            protocol.SpecBench(
+                service=kinds.kind_of(svc).check(run.host, svc),
+                prompts=prompts,
+                unit=unit,
+                concurrency=[c],
+                requests=load.requests,
+                warmup=load.warmup,
+                max_new_tokens=load.max_new_tokens,
+                seed=load.seed,
+                **load.on_host(),
+            ),
+            on_stderr=lambda line: run.say(line.strip()),
+        )
         levels += res.levels
         lv, where = res.levels[0], ""
         if ahead:
@@ -191,7 +201,9 @@ def verdict(gain: dict[int, float]) -> str:
     """One line a person reads: "speculative decoding: 1.84x at concurrency 1, 0.71x at 32: slower from 32 on"."""
     if not gain:
         return "speculative decoding: no baseline to compare with (run with --baseline)"
-    parts = ", ".join(f"{g:.2f}x at {'concurrency ' if i == 0 else ''}{c}" for i, (c, g) in enumerate(sorted(gain.items())))
+    parts = ", ".join(
+        f"{g:.2f}x at {'concurrency ' if i == 0 else ''}{c}" for i, (c, g) in enumerate(sorted(gain.items()))
+    )
     slower = [c for c, g in sorted(gain.items()) if g < 1.0]
     if not slower:
         tail = "faster at every level"

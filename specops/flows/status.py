@@ -79,9 +79,16 @@ def collect(run: HostRun) -> dict:
                                  "problem": "; ".join(p.failures) or "no answer"}]
                 continue
             have = (p.members if p else None) or {}
-            r["workers"] = [{"worker": f"{w.host}/{w.service}", "url": w.url, "in_router": w.url in have,
-                             "healthy": (have.get(w.url) or {}).get("is_healthy"), "load": (have.get(w.url) or {}).get("load")}
-                            for w in router_kind.workers_of(run.host, svc)]
+            r["workers"] = [
+                {
+                    "worker": f"{w.host}/{w.service}",
+                    "url": w.url,
+                    "in_router": w.url in have,
+                    "healthy": (have.get(w.url) or {}).get("is_healthy"),
+                    "load": (have.get(w.url) or {}).get("load"),
+                }
+                for w in router_kind.workers_of(run.host, svc)
+            ]
     gpu, warnings = _gpu(facts, active)
     kept = run.call(protocol.Releases())
     for r in rows:
@@ -92,10 +99,16 @@ def collect(run: HostRun) -> dict:
         r["runs"] = runs(facts.unit(r["service"]).get("text"), kept, r["service"], p, kinds.venv_of(run.host))
         if p and p.running:
             r["production"] = production(run.host, svc, p.running, kept, r["runs"], r.get("uptime_s"))
-    summary = {"services": rows, "gpu": gpu, "gpu_warnings": warnings, "restart_pending": [str(h) for h in ctx.notified],
-               "venv": kinds.venv_of(run.host), "current": kept.current,
-               "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks],
-               "uv_cache": kept.uv_cache}
+    summary = {
+        "services": rows,
+        "gpu": gpu,
+        "gpu_warnings": warnings,
+        "restart_pending": [str(h) for h in ctx.notified],
+        "venv": kinds.venv_of(run.host),
+        "current": kept.current,
+        "stacks": [{k: s[k] for k in ("path", "bytes", "new", "releases")} for s in kept.stacks],
+        "uv_cache": kept.uv_cache,
+    }
     run.report.extra["status"] = summary
     return summary
 

@@ -122,9 +122,11 @@ def sampled(run, svc: dict, ask: Traffic | None):
     try:
         sample = run.call(protocol.TrafficCapture(service=check, unit=unit, count=ask.count, timeout=ask.wait,
                                                   fetch=bool(ask.fetch)), on_stderr=lambda line: run.say(line.strip()))
-        run.say(f"traffic sample: {span(sample)}, ended by {'the count' if sample.ended == 'count' else 'the time limit'}"
-                + (f"; {sample.skipped} request(s) without text or token ids left out" if sample.skipped else "")
-                + (f"; {sample.stale} the server held from before left out" if sample.stale else ""))
+        run.say(
+            f"traffic sample: {span(sample)}, ended by {'the count' if sample.ended == 'count' else 'the time limit'}"
+            + (f"; {sample.skipped} request(s) without text or token ids left out" if sample.skipped else "")
+            + (f"; {sample.stale} the server held from before left out" if sample.stale else "")
+        )
         if ask.fetch:
             write_local(ask.fetch, sample.prompts or [])
             run.say(f"traffic sample written to {ask.fetch} (0600: it holds what users sent)")
@@ -137,7 +139,9 @@ def sampled(run, svc: dict, ask: Traffic | None):
                 run.say("the request dump was still on: turned off" if dropped.turned_off else
                         "WARNING: the request dump specops started is still on: its port is no longer the unit's, "
                         "so no key went there to turn it off")
-            run.report.notes.append("traffic sample deleted on the host" if dropped.removed else "no traffic sample left")
+            run.report.notes.append(
+                "traffic sample deleted on the host" if dropped.removed else "no traffic sample left"
+            )
         except SpecopsError as e:  # what went wrong first stays the error; this is said beside it
             run.say(f"WARNING: the traffic sample could not be dropped ({e}); the next --traffic run removes it "
                     f"({time.monotonic() - t0:.0f} s)")

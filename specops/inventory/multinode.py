@@ -3,11 +3,14 @@
 Each node runs the same service (refused otherwise: so a change to it reaches, and restarts,
 every node's unit in the same deploy) plus the three flags SGLang derives a multi-node launch from:
 `--nnodes`, `--node-rank` (the host's place in `nodes`) and `--dist-init-addr` (rank 0's
-`node_address`, else its `address`, and `dist_init_port`: reach.py).  Rank 0 serves the API; the other ranks serve only a health check
+`node_address`, else its `address`, and `dist_init_port`: reach.py).  Rank 0 serves the API; the other ranks serve
+only a health check
 (SGLang 0.5.23's launch_dummy_health_check_server), so verify asks rank 0 and checks that the
-others' units run and answer /health on their port.  Placed once when the inventory is loaded, so every role, the spec rules and
+others' units run and answer /health on their port.  Placed once when the inventory is loaded, so every role, the
+spec rules and
 the host's preflight see the whole argument list.
 """
+
 from __future__ import annotations
 
 from ..errors import UsageError

@@ -142,9 +142,13 @@ STACK_VARS = {
     "sglang": {"version": str},
     # other pins of the stack: a PEP 508 name (extras allowed) and an exact version, nothing an
     # installer could read as an option or a file
-    "packages": [Pattern(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$",
-                         "a package is name==version (PEP 508 name, exact version)")],
-    "stack_need_gib": NUMBER,         # free disk a new stack needs before it is built (specops/sglang/stack.py)
+    "packages": [
+        Pattern(
+            r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$",
+            "a package is name==version (PEP 508 name, exact version)",
+        )
+    ],
+    "stack_need_gib": NUMBER,  # free disk a new stack needs before it is built (specops/sglang/stack.py)
 }
 
 # A host's patches (specops/sglang/patches.py).
@@ -165,5 +169,3 @@ def check_kinds(host: str, services: list, file: str) -> None:
             if key not in svc:
                 raise UsageError(f"{file}: {host}: services[{i}].{key}: required key is missing "
                                  f"(kind {svc.get('kind', 'sglang')})")
-
-

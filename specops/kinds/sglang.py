@@ -34,9 +34,14 @@ PROGRESS = [
     [r"Load weight begin", "loading weights"],
     [r"Load weight end", "weights loaded"],
     [r"Memory pool end", "KV cache allocated"],
-    [r"Capturing batches \(bs=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)", "capturing CUDA graphs: batch size {} ({}/{})"],
-    [r"Capturing prefill shape \(num_tokens=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)",
-     "capturing prefill CUDA graphs: {} tokens ({}/{})"],
+    [
+        r"Capturing batches \(bs=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)",
+        "capturing CUDA graphs: batch size {} ({}/{})",
+    ],
+    [
+        r"Capturing prefill shape \(num_tokens=(\d+)[^)]*\):\s*\d+%\|[^|]*\| (\d+)/(\d+)",
+        "capturing prefill CUDA graphs: {} tokens ({}/{})",
+    ],
     [r"Capture cuda graph begin", "capturing CUDA graphs"],  # SGLang before 0.5
     [r"Capture cuda graph end", "CUDA graphs captured"],
     [r"Capture (.+?) (?:(?:CUDA|cuda) graph )?begin\.", "capturing {} CUDA graphs"],
@@ -65,9 +70,16 @@ def draft_config_path(svc: dict) -> str:
 class SGLang(ServiceKind):
     name = "sglang"
     titles = ("sglang::",)
-    endpoints = protocol.Endpoints(ready="/health", info="/server_info", info_fallback="/get_server_info",
-                                   models="/v1/models", generate="/generate", metrics="/metrics",
-                                   configure_logging="/configure_logging", public=["/health", "/health_generate", "/ready", "/metrics"])
+    endpoints = protocol.Endpoints(
+        ready="/health",
+        info="/server_info",
+        info_fallback="/get_server_info",
+        models="/v1/models",
+        generate="/generate",
+        metrics="/metrics",
+        configure_logging="/configure_logging",
+        public=["/health", "/health_generate", "/ready", "/metrics"],
+    )
 
     def properties(self, svc):
         return {**super().properties(svc), "ExecStartPre": hardening.GPU_NODES_FIRST}
@@ -165,4 +177,3 @@ def weight_peers(host) -> set[str]:
     sglang = [s for s in host.get("services") or [] if kind_name(s) == "sglang"]
     return {source["host"] for svc in sglang for _, _, source in weight_sources(svc)
             if source and source.get("source") == "peer" and source.get("host")}
-

@@ -19,8 +19,10 @@ INSTALLED, CANDIDATE, NO_CANDIDATE = 0, 1, 2  # the probe's answer per package (
 def _probe(name: str) -> str:
     """One shell: installed (0); else whether the host's own package lists have a candidate (1) or
     not (2).  apt-cache reads only the lists on disk: it fetches nothing."""
-    return (f"dpkg-query -W -f='${{Status}}' {name} 2>/dev/null | grep -q 'install ok installed' && exit {INSTALLED}; "
-            f"apt-cache policy {name} 2>/dev/null | grep -q '^ *Candidate: [^(]' && exit {CANDIDATE}; exit {NO_CANDIDATE}")
+    return (
+        f"dpkg-query -W -f='${{Status}}' {name} 2>/dev/null | grep -q 'install ok installed' && exit {INSTALLED}; "
+        f"apt-cache policy {name} 2>/dev/null | grep -q '^ *Candidate: [^(]' && exit {CANDIDATE}; exit {NO_CANDIDATE}"
+    )
 
 
 class AptPackages(Op):
@@ -75,7 +77,9 @@ def controller_deb(directory: str, package: str) -> tuple[Path, str]:
     digest = hashlib.sha256(deb.read_bytes()).hexdigest()
     sums = where / "SHA256SUMS"
     if sums.exists():
-        listed = {line.split()[-1].lstrip("*"): line.split()[0] for line in sums.read_text().splitlines() if line.strip()}
+        listed = {
+            line.split()[-1].lstrip("*"): line.split()[0] for line in sums.read_text().splitlines() if line.strip()
+        }
         if listed.get(deb.name) != digest:
             raise UsageError(f"debs: {deb} is not the file {sums} lists (sha256 {digest[:12]}…)")
     return deb, digest
@@ -98,7 +102,14 @@ class DebPackage(Op):
         if facts.check(f"dpkg:{self.package}") == INSTALLED:
             return self._change(f"package {self.package}", "ok")
         remote = f"{DEBS_DIR}/{self.deb.name}"
-        change = self._change(f"package {self.package}", f"install {self.deb.name} from the controller", [
-            protocol.DpkgInstall(path=remote, sha256=self.sha256, package=self.package, desc=f"dpkg -i {self.deb.name}")])
+        change = self._change(
+            f"package {self.package}",
+            f"install {self.deb.name} from the controller",
+            [
+                protocol.DpkgInstall(
+                    path=remote, sha256=self.sha256, package=self.package, desc=f"dpkg -i {self.deb.name}"
+                )
+            ],
+        )
         change.uploads = [(str(self.deb), remote)]
         return change

@@ -128,7 +128,9 @@ def precompiled(source: bytes, venv: dict, module: str, label: str) -> list[str]
     from importlib.util import MAGIC_NUMBER
     if venv.get("magic") != MAGIC_NUMBER.hex() or not venv.get("tag"):
         return None
-    pyc = memo.cached("pyc", memo.key(_RECIPE, MAGIC_NUMBER.hex(), source), lambda: _compiled(source, label, venv["tag"]))
+    pyc = memo.cached(
+        "pyc", memo.key(_RECIPE, MAGIC_NUMBER.hex(), source), lambda: _compiled(source, label, venv["tag"])
+    )
     return [f"{module}.{venv['tag']}.pyc", base64.b64encode(pyc).decode()]
 
 
@@ -145,5 +147,7 @@ def _compiled(source: bytes, label: str, tag: str) -> bytes:
             code = compile(source, label, "exec", dont_inherit=True, optimize=0)  # as the host's -I validator
     except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte
         where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
-        raise PlanError(f"compiling for {tag} refused {label}: {type(e).__name__}: {getattr(e, 'msg', e)}{where}") from None
+        raise PlanError(
+            f"compiling for {tag} refused {label}: {type(e).__name__}: {getattr(e, 'msg', e)}{where}"
+        ) from None
     return MAGIC_NUMBER + CHECKED_HASH + source_hash(source) + marshal.dumps(code)

@@ -122,7 +122,11 @@ def own_diff(content: bytes, label: str, own: str, exists: bool) -> str:
         size = f"{len(content.decode().splitlines())} lines"
     except UnicodeDecodeError:
         size = f"{len(content)} bytes"
-    return f"+ {label} ({own}, {size})\n" if not exists else f"~ {label} ({own}: not this specops's, replaced by its {size})\n"
+    return (
+        f"+ {label} ({own}, {size})\n"
+        if not exists
+        else f"~ {label} ({own}: not this specops's, replaced by its {size})\n"
+    )
 
 
 def room(f: dict, size: int, ctx) -> None:
@@ -158,8 +162,12 @@ def render_kept(template: str, **vars: Any) -> str:
     """render() for a template whose output is not secret (a unit file: world-readable on the
     host anyway), kept by the memo under the hash of the templates and the variables: a deploy
     whose unit has not changed never imports Jinja2 (~35 ms)."""
-    name = memo.key(memo.code_id(__file__, "jinja2"), *sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
-                    template, json.dumps(vars, sort_keys=True, default=repr))
+    name = memo.key(
+        memo.code_id(__file__, "jinja2"),
+        *sorted(f"{p.name}\0{p.read_text()}" for p in TEMPLATES.iterdir() if p.is_file()),
+        template,
+        json.dumps(vars, sort_keys=True, default=repr),
+    )
     return memo.cached("rendered", name, lambda: _render(template, vars).encode()).decode()
 
 
@@ -252,4 +260,3 @@ class JsonKeys(Op):
         _, write, diff = File(self.path, new, mode=self.mode or "0644").write(facts, ctx)
         facts.assume_file(self.path, content_b64=base64.b64encode(new).decode())
         return self._change(self.path, f"set {', '.join(self.keys)}", [write], diff)
-

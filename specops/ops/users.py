@@ -32,7 +32,8 @@ for d in %s; do
   case "$a" in ???????rw?) continue ;; esac
   g=$(stat -Lc %%G "$d")
   case "$a" in ????rw????) [ "$g" != root ] && groups="${groups:+$groups,}$g" && continue ;; esac
-  echo "$d is $(stat -Lc '%%U:%%G %%a' "$d"): user $u could not open it; give the GPU nodes a group that may read and write them (NVreg_DeviceFileGID, NVreg_DeviceFileMode)" >&2
+  echo "$d is $(stat -Lc '%%U:%%G %%a' "$d"): user $u could not open it;" \
+    "give the GPU nodes a group that may read and write them (NVreg_DeviceFileGID, NVreg_DeviceFileMode)" >&2
   exit 3
 done
 """ % GPU_NODES
@@ -40,7 +41,8 @@ done
 # Whether the account is specops's: exits 0 when it is, 1 when missing, 3 (saying why) otherwise.
 _OURS = """entry=$(getent passwd "$u") || exit 1
 if [ "$(echo "$entry" | cut -d: -f5)" != %s ] || [ "$(echo "$entry" | cut -d: -f3)" = 0 ]; then
-  echo "user $u exists and is not one specops made (its comment is not '%s'): give the service a user name of its own" >&2
+  echo "user $u exists and is not one specops made (its comment is not '%s'):" \
+    "give the service a user name of its own" >&2
   exit 3
 fi
 """ % (shlex.quote(MARK), MARK)

@@ -52,7 +52,8 @@ def stamp_label(stamp: str, seconds: bool = False) -> str:
 
 
 def stamp_labels(stamps: list[str]) -> list[str]:
-    """Labels for releases side by side (the bars, the page's words about them): to the minute, or to the second when two would read the same."""
+    """Labels for releases side by side (the bars, the page's words about them): to the minute, or
+    to the second when two would read the same."""
     labels = [stamp_label(s) for s in stamps]
     return labels if len(set(labels)) == len(labels) else [stamp_label(s, seconds=True) for s in stamps]
 

@@ -3,13 +3,15 @@
 Nothing outside the file is referenced (no script, font, stylesheet or image from anywhere: it
 opens on an air-gapped laptop).  Charts are inline SVG (`charts`), and every plotted number is
 also in a table.  A release whose deploy was undone keeps what its gate measured; it is shown,
-marked rolled back.  Figures of releases measured with different loads are said to be so.  Each figure carries a data-* attribute with the exact value
+marked rolled back.  Figures of releases measured with different loads are said to be so.  Each figure carries a
+data-* attribute with the exact value
 from perf.json, so a test (or a script) can read the page back.
 
 Everything shown comes from the host (its manifests and perf.json), so it is read back before it is
 drawn: a figure must be a JSON number, else it is shown as absent and the section says which ones
 were refused; every text is escaped.
 """
+
 from __future__ import annotations
 
 import json

@@ -63,7 +63,9 @@ def perf_line(perf: dict) -> str:
     """One service's result in a release's perf.json in one line, for `inv releases`."""
     levels = ", ".join(f"{lv['figures']['output_tok_s']:.0f} tok/s @{lv['concurrency']}" for lv in perf.get("spec", []))
     accept = [v for _, v in sorted((perf.get("accept_length") or {}).items(), key=lambda kv: int(kv[0])) if v]
-    speed = ", ".join(f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0])))
+    speed = ", ".join(
+        f"{g:.2f}x @{c}" for c, g in sorted((perf.get("speedup") or {}).items(), key=lambda kv: int(kv[0]))
+    )
     return "; ".join(p for p in (levels, f"accept length {accept[0]:.2f}" if accept else "",
                                  f"speedup {speed}" if speed else "") if p)
 

@@ -17,8 +17,9 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]") 
 
 
 class Redactor:
-    """Replaces every secret value of the selected hosts' services (and the become password) wherever text leaves specops, as
-    it is and in every escaped form it can take on the way (JSON, a unit's or an env file's quoting)."""
+    """Replaces every secret value of the selected hosts' services (and the become password)
+    wherever text leaves specops, as it is and in every escaped form it can take on the way (JSON,
+    a unit's or an env file's quoting)."""
 
     def __init__(self, hosts: list):
         values = [*kinds.secrets(hosts), become.password() or ""]

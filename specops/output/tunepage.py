@@ -50,7 +50,8 @@ def section(releases: list[dict], name: str) -> list[str]:
                    + "".join(f"<td>{_num(speed.get(str(lv)))}</td>" for lv in levels) + "</tr>")
     out.append("</table>")
     if winner and not any(c.get("settings") == winner for c in cands):
-        out.append(f"<p data-winner>winner: what the service runs now ({_e(', '.join(f'{k} {v}' for k, v in winner.items()))})</p>")
+        runs = ", ".join(f"{k} {v}" for k, v in winner.items())
+        out.append(f"<p data-winner>winner: what the service runs now ({_e(runs)})</p>")
     pruned = [p for p in rec.get("pruned") or [] if isinstance(p, dict)]
     if pruned:
         out.append(f"<details><summary>{len(pruned)} combinations pruned before any restart</summary><ul data-pruned>")

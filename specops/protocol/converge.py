@@ -15,7 +15,8 @@ class ProbeResult:
     """The facts.  files: key → {path, exists, type, sha256, size, mtime, mode, owner, group,
     content_b64 (when asked and different), pycache [{name, mtime}], unresolved};
     units: name → systemctl show properties (+ text, the unit file); venvs: path → {exists,
-    python, version, tag, magic (importlib's MAGIC_NUMBER, hex), packages, dirs, torch_cuda, broken}; gpu: {present, gpus [{index,
+    python, version, tag, magic (importlib's MAGIC_NUMBER, hex), packages, dirs, torch_cuda, broken}; gpu: {present,
+    gpus [{index,
     uuid, name, driver_version, memory.total, memory.used (None when unknown)}], apps
     [Process] (asked with gpu_apps), driver, unknown [fields nvidia-smi could not report], error};
     lock: {acquired, token, holder, running [an earlier run's commands]} when taken, {held, holder}
@@ -92,7 +93,8 @@ class Apply:
     """Execute a batch: stage and validate every write, run every check, then the preparations,
     then the switch, each in order (agent/converge/stage.py).  `stamp`: the release whose
     previous/ holds the switch's backups, `services` the host's units and `running` those that
-    ran: what undoing a switch cut off needs (rollback.cut_off).  `allow_shared_dirs`: directories others can write to where
+    ran: what undoing a switch cut off needs (rollback.cut_off).  `allow_shared_dirs`: directories others can write
+    to where
     writing is allowed anyway."""
     actions: List[Action]
     stamp: Optional[str] = None

@@ -30,7 +30,7 @@ class Textfile:
 
 
 def release_figure(bench, tune, spec):
-    # type: (Optional[Dict[str, Any]], Optional[Dict[str, Any]], Dict[str, Any]) -> Optional[Tuple[float, Optional[float], str]]
+    # type: (Optional[dict], Optional[dict], dict) -> Optional[Tuple[float, Optional[float], str]]
     """(accept length, speedup, source) a release measured for the settings it runs, or None:
     its spec-bench (`bench`, a perf.json record) at its lowest concurrency, else the spec-tune
     (`tune`) candidate with the `spec` it runs (server_info fields).  The textfile and status

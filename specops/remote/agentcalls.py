@@ -40,8 +40,10 @@ class AgentCalls:
         self.round_trips += 1
         # `then` goes without the lock (protocol.changes_host is false for it), after the lock is
         # given back: a slow one cannot keep the host locked, nor be refused after an Unlock
-        wires = [json.dumps(protocol.encode(r, unlock=unlock if i == 0 else None, lock=lock if i == 0 else None)).encode()
-                 for i, r in enumerate([request, *then])]
+        wires = [
+            json.dumps(protocol.encode(r, unlock=unlock if i == 0 else None, lock=lock if i == 0 else None)).encode()
+            for i, r in enumerate([request, *then])
+        ]
         try:
             answer, *followed = self.session.call(wires[0], on_stderr, wires[1:])
         except SpecopsError:

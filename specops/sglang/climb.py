@@ -63,7 +63,9 @@ def neighbours(x: Settings, candidates: list[Settings], reach: int = 1) -> list[
 
 def _toward(x: Settings, last: Settings | None, c: Settings) -> tuple:
     """Order to try neighbours in: along the last move first (a pattern move), then the nearest."""
-    move = [0 if last is None else (getattr(x, k) > getattr(last, k)) - (getattr(x, k) < getattr(last, k)) for k in KNOBS]
+    move = [
+        0 if last is None else (getattr(x, k) > getattr(last, k)) - (getattr(x, k) < getattr(last, k)) for k in KNOBS
+    ]
     way = [(getattr(c, k) > getattr(x, k)) - (getattr(c, k) < getattr(x, k)) for k in KNOBS]
     agree = sum(1 for m, w in zip(move, way) if m and m == w) - sum(1 for m, w in zip(move, way) if m and w == -m)
     return (-agree, sum(1 for w in way if w), c)

@@ -67,7 +67,9 @@ def problems(upstream: str, patched: str, filename: str) -> list[str]:
         return []
     # this module, pyflakes as installed, and this Python (its parser says what parses)
     name = memo.key(memo.code_id(__file__, "pyflakes", sys.version), filename, upstream, patched)
-    return json.loads(memo.cached("patchlint", name, lambda: json.dumps(_problems(upstream, patched, filename)).encode()))
+    return json.loads(
+        memo.cached("patchlint", name, lambda: json.dumps(_problems(upstream, patched, filename)).encode())
+    )
 
 
 def _problems(upstream: str, patched: str, filename: str) -> list[str]:

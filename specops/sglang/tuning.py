@@ -186,7 +186,11 @@ class Objective:
         if self.mean:
             gain = self.speedup(figures, base)
             return gain, "" if gain is not None else "no baseline to compare with"
-        return (figures[self.at]["output_tok_s"], "") if self.at in figures else (None, f"concurrency {self.at} not measured")
+        return (
+            (figures[self.at]["output_tok_s"], "")
+            if self.at in figures
+            else (None, f"concurrency {self.at} not measured")
+        )
 
     def describe(self) -> str:
         what = "the mean speedup over the load's levels" if self.mean else f"output tok/s at concurrency {self.at}"

@@ -158,9 +158,14 @@ def make_handler(args, model_module, model_config, capture):
             prompt_tokens = sim_tokens.count(prompt)
 
             def meta(done):
-                m = {"id": "sim-%d" % int(t0 * 1000), "finish_reason": {"type": "length", "length": n} if done else None,
-                     "prompt_tokens": prompt_tokens, "completion_tokens": made, "cached_tokens": 0,
-                     "e2e_latency": time.time() - t0}
+                m = {
+                    "id": "sim-%d" % int(t0 * 1000),
+                    "finish_reason": {"type": "length", "length": n} if done else None,
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": made,
+                    "cached_tokens": 0,
+                    "e2e_latency": time.time() - t0,
+                }
                 if args.speculative_algorithm and verify_ct:  # SGLang: only when spec_verify_ct > 0
                     proposed = verify_ct * (State.perf.num_draft_tokens - 1)
                     m.update(spec_verify_ct=verify_ct, spec_accept_length=made / verify_ct,

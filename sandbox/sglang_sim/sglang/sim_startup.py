@@ -59,7 +59,9 @@ def _scheduler(seconds, shards, speculative, registry, gpus):
         _hold(registry, gpus, used)
     log.info("Load weight end. elapsed=%.2f s, type=LlamaForCausalLM, quant=None, avail mem=%.2f GB, "
              "mem usage=%.2f GB.", time.time() - t0, avail(used), used / 1024.0)
-    logging.getLogger("sglang.srt.mem_cache.kv_cache_configurator").info("Memory pool end. avail mem=%.2f GB", avail(used))
+    logging.getLogger("sglang.srt.mem_cache.kv_cache_configurator").info(
+        "Memory pool end. avail mem=%.2f GB", avail(used)
+    )
     graphs = logging.getLogger("sglang.srt.model_executor.model_runner_components.cuda_graph_setup")
     name = "target verify" if speculative else "target decode"
     per_token = 4 if speculative else 1

@@ -112,8 +112,10 @@ class Reader:
             ids += sum("input_ids" in p for p in made)
             prompts += made
         if not prompts:
-            raise ActionError("traffic: no request with text or token ids was dumped%s"
-                              % (" in the time given: more time (--traffic-wait), or traffic" if ended == "time" else ""))
+            raise ActionError(
+                "traffic: no request with text or token ids was dumped%s"
+                % (" in the time given: more time (--traffic-wait), or traffic" if ended == "time" else "")
+            )
         data = json.dumps(prompts).encode()
         fd = os.open(self.path + "/" + SAMPLE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:

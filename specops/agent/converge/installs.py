@@ -7,8 +7,10 @@ An index URL may carry a password, and a command line is readable by every user 
 (/proc/PID/cmdline): index options reach pip and uv only in their environment, never on their
 command line (one limit: pip's build isolation, for a package that comes only as source, starts
 a child pip with the indexes on its command line), and what root's own environment says of
-indexes never reaches them (nor, for uv, of caches and Pythons).  Requirements follow `--`, so none is read as an option.  What they write is written with
+indexes never reaches them (nor, for uv, of caches and Pythons).  Requirements follow `--`, so none is read as an
+option.  What they write is written with
 umask 022: root's alone to change."""
+
 import hashlib
 import os
 import re

@@ -164,7 +164,9 @@ class Batch:
         once for them all)."""
         fresh = []
         for i, a in enumerate(self.actions):
-            if isinstance(a, protocol.Write) and i not in self.staged and (every or os.path.isdir(os.path.dirname(a.path))):
+            if not isinstance(a, protocol.Write) or i in self.staged:
+                continue
+            if every or os.path.isdir(os.path.dirname(a.path)):
                 self.staged[i] = Staged(a, self.allowed).write(validate=False)
                 fresh.append(self.staged[i])
         groups = {}
@@ -252,8 +254,8 @@ class Journal:
     def __init__(self, req, steps):
         from specops.agent.lock import _read
         self.doc = {"task": (_read() or {}).get("task", "?"), "stamp": req.stamp,
-                    "services": [protocol.encode(r) for r in req.services], "running": req.running, "concerned": req.concerned,
-                    "allow_shared_dirs": req.allow_shared_dirs,
+                    "services": [protocol.encode(r) for r in req.services], "running": req.running,
+                    "concerned": req.concerned, "allow_shared_dirs": req.allow_shared_dirs,
                     "steps": [journal_step(a) for a in steps], "begun": -1, "failed": False}
 
     def begin(self, n):

@@ -24,7 +24,13 @@ from urllib.error import HTTPError
 from urllib.parse import unquote, urljoin
 
 from specops.agent.converge import wheelzip
-from specops.agent.converge.httpget import Client, SourceError, Watch, scrub, why  # noqa: F401 (SourceError: for callers)
+from specops.agent.converge.httpget import (
+    Client,
+    SourceError,
+    Watch,
+    scrub,
+    why,
+)  # noqa: F401 (SourceError: for callers)
 
 FAILURES = (OSError, ValueError, HTTPException) + wheelzip.BROKEN  # a fetch that failed, however
 

@@ -106,7 +106,9 @@ def _generate(svc, report, key):
     body["sampling_params"] = dict(body.get("sampling_params") or {}, max_new_tokens=svc.max_new_tokens,
                                    temperature=0)
     t0 = time.time()
-    status, raw = asking.call(svc, "POST", svc.endpoints.generate, body, timeout=min(svc.timeout, GENERATE_TIMEOUT), key=key)
+    status, raw = asking.call(
+        svc, "POST", svc.endpoints.generate, body, timeout=min(svc.timeout, GENERATE_TIMEOUT), key=key
+    )
     wall = time.time() - t0
     if status != 200:
         report.failures.append("%s answered %s: %s" % (svc.endpoints.generate, status, clean(raw[:200].decode(
@@ -191,7 +193,9 @@ def peek(req):
             continue
         problem = listeners.Listener(svc.name, svc.port).problem()
         try:
-            status, info = ("not ours: %s" % problem, {}) if problem else _info(svc, asking.api_key(svc.name), timeout=5)
+            status, info = (
+                ("not ours: %s" % problem, {}) if problem else _info(svc, asking.api_key(svc.name), timeout=5)
+            )
         except (OSError, ValueError):
             status, info = "no answer", {}
         if status != 200:

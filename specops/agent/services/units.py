@@ -10,8 +10,18 @@ import time
 from specops import protocol
 from specops.agent.services import gpus
 from specops.agent.host import ActionError, run_quiet, run_streamed, say
-from specops.agent.services.procs import Unit, alive, attribute, catches, describe, leftovers, remember_invocation, send, show, title
-
+from specops.agent.services.procs import (
+    Unit,
+    alive,
+    attribute,
+    catches,
+    describe,
+    leftovers,
+    remember_invocation,
+    send,
+    show,
+    title,
+)
 
 def _gpu():
     from specops.agent.services.gpus import gpu_fact

@@ -40,7 +40,9 @@ def key(req):
     key_id = os.urandom(8).hex()
     where = os.path.join(PEER_DIR, key_id)
     os.mkdir(where, 0o700)
-    _keys[key_id] = on_interrupt(lambda: shutil.rmtree(where, ignore_errors=True))  # gone with the session at the latest
+    _keys[key_id] = on_interrupt(
+        lambda: shutil.rmtree(where, ignore_errors=True)
+    )  # gone with the session at the latest
     address = _resolve(req.address, req.port)
     rc, _, err = run_owned(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", ALIAS, "-f", where + "/id"])
     if rc != 0:

@@ -60,7 +60,8 @@ def unsettled(dest, allowed=()):
 
 def open_dest(dest, allowed, make=True):
     """The descriptor of the weights directory, made if missing (with any missing parent, root's
-    0755; with make=False, Missing): reached from / through root's links only, owned by root and writable by no one else,
+    0755; with make=False, Missing): reached from / through root's links only, owned by root and writable by no one
+    else,
     so nothing can be planted in it while root writes there (a name swapped above it later moves
     nothing root writes: that goes through the descriptor).  The caller closes it."""
     problem = unsettled(dest, allowed)

@@ -15,7 +15,8 @@ One JSON request on stdin, one JSON answer on stdout:
 
 The line granted:
 
-    restrict,from="10.0.0.5",expiry-time="...",command="/usr/bin/rrsync -ro /models/x" ssh-ed25519 AAAA... specops-peer:ID:EPOCH:DEST
+    restrict,from="10.0.0.5",expiry-time="...",command="/usr/bin/rrsync -ro /models/x" ssh-ed25519 AAAA...
+    specops-peer:ID:EPOCH:DEST
 
 `restrict` (no forwarding, no pty), only from the destination's address, accepted until the
 expiry (the peer's local time, as sshd reads it), and only rsync reading that directory
@@ -29,6 +30,7 @@ newline is added).  The expiry is in the system's time zone, as sshd reads it.
 
 Python 3.8+, standard library only; errors are one line on stderr and exit status 2.
 """
+
 import fcntl
 import ipaddress
 import json
