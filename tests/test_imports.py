@@ -108,3 +108,60 @@ def test_the_engine_imports_no_role_and_nothing_of_the_sandbox():
     wrong = sorted((m, t) for m, targets in import_graph().items() if m.startswith("specops")
                    for t in targets if t.split(".")[0] in ("roles", "sandbox", "tasks"))
     assert wrong == []
+
+
+CODE = ("specops", "roles", "sandbox")  # and tasks.py: what runs; the tests and bench/ are read, not run on hosts
+MAX_LINES, MAX_WIDTH = 300, 120
+
+
+def _python_files(*tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if ".venv" not in p.parts)
+
+
+def test_every_module_does_a_job_small_enough_to_hold_in_the_head():
+    """No module of the code over 300 lines (test modules are tables of cases, and may run longer)."""
+    long = {str(p.relative_to(ROOT)): n for p in [*_python_files(*CODE), ROOT / "tasks.py"]
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_no_line_is_wider_than_120_characters():
+    wide = [f"{p.relative_to(ROOT)}:{i}" for p in [*_python_files(*CODE, "tests", "bench"), ROOT / "tasks.py"]
+            for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > MAX_WIDTH]
+    assert wide == []
+
+
+TOP = ("roles/", "sandbox/", "tasks.py")  # the layers outside specops/; the others are named inside it
+
+
+def _layer(module: str) -> str:
+    """The layer a module is drawn in: a package of specops/ (`flows/`), specops's own top-level
+    modules together (`*.py`), or a top folder of the repository (TOP)."""
+    parts = module.split(".")
+    if parts[0] == "tasks":
+        return "tasks.py"
+    if parts[0] != "specops":
+        return parts[0] + "/"
+    return f"{parts[1]}/" if len(parts) > 1 and (ROOT / "specops" / parts[1]).is_dir() else "*.py"
+
+
+def layer_arrows() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        for target in targets:
+            if _layer(module) != _layer(target):
+                out.setdefault(_layer(module), set()).add(_layer(target))
+    return out
+
+
+def test_the_architecture_page_draws_who_imports_whom_as_the_code_does():
+    """docs/ARCHITECTURE.md's block under "Who imports whom" is the code's import graph between
+    layers, arrow for arrow; and the packages of specops/ import one another without a circle."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    block = text.split("## Who imports whom", 1)[1].split("```", 2)[1]
+    drawn = {left.strip(): {t.strip() for t in right.split(",")}
+             for left, _, right in (line.partition("->") for line in block.splitlines() if "->" in line)}
+    assert drawn == layer_arrows()
+    packages = {k: {t for t in v if t.endswith("/") and t not in TOP}
+                for k, v in layer_arrows().items() if k.endswith("/") and k not in TOP}
+    assert circles(packages) == []

@@ -70,16 +70,10 @@ def draft_config_path(svc: dict) -> str:
 class SGLang(ServiceKind):
     name = "sglang"
     titles = ("sglang::",)
-    endpoints = protocol.Endpoints(
-        ready="/health",
-        info="/server_info",
-        info_fallback="/get_server_info",
-        models="/v1/models",
-        generate="/generate",
-        metrics="/metrics",
-        configure_logging="/configure_logging",
-        public=["/health", "/health_generate", "/ready", "/metrics"],
-    )
+    endpoints = protocol.Endpoints(ready="/health", info="/server_info", info_fallback="/get_server_info",
+                                   models="/v1/models", generate="/generate", metrics="/metrics",
+                                   configure_logging="/configure_logging",
+                                   public=["/health", "/health_generate", "/ready", "/metrics"])
 
     def properties(self, svc):
         return {**super().properties(svc), "ExecStartPre": hardening.GPU_NODES_FIRST}
