@@ -177,12 +177,17 @@ def members(req):
     return res
 
 
+def _running(req):
+    """(the router, its guarded key) of a RouterRemove or RouterAdd; None when its unit is not running."""
+    return (req.router, Guarded(req.router)) if Unit(req.router.name).active else None
+
+
 def remove(req):
     """Answer a protocol.RouterRemove (a worker not listed is already out)."""
-    svc = req.router
-    if not Unit(svc.name).active:
+    up = _running(req)
+    if up is None:
         return protocol.MembersResult(absent=True)
-    guard = Guarded(svc)
+    svc, guard = up
     entry = listed(svc, guard.key()).get(req.url)
     if entry is not None:
         if not re.match(r"^[A-Za-z0-9_.-]+$", str(entry.get("id"))):
@@ -197,10 +202,10 @@ def remove(req):
 
 def add(req):
     """Answer a protocol.RouterAdd (a worker already listed is not added twice)."""
-    svc = req.router
-    if not Unit(svc.name).active:
+    up = _running(req)
+    if up is None:
         return protocol.MembersResult(absent=True)
-    guard = Guarded(svc)
+    svc, guard = up
     if req.url not in listed(svc, guard.key()):
         status, raw = asking.call(svc, "POST", "/workers", {"url": req.url}, key=guard.key())
         if status not in (200, 201, 202):
