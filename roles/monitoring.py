@@ -4,7 +4,7 @@ in the host's `debs:` directory), and a timer that rewrites specops's
 textfile there every `refresh` from the agent's own read-only look at the host, so that drift made
 by hand and restarts show without a run (docs/monitoring.md)."""
 from specops.inventory import checker
-from specops.inventory.node_exporter import settings
+from specops.inventory.node_exporter import PLAIN_PATH, settings
 from specops.kinds.ports import check_ports
 from specops.layout import TEXTFILE_AGENT, TEXTFILE_DIR, UNIT_DIR, UNIT_ONLY
 from specops.ops import Directory, File, handlers, unit_file
@@ -15,7 +15,7 @@ from specops.remote import shipping
 
 NAME = "monitoring"
 REFRESH = checker.Pattern(r"^[1-9][0-9]*(s|min|h)$", "a refresh is a systemd time span such as 30s, 1min or 1h")
-VARS = {"monitoring": checker.OneOf((bool, {"textfile_dir": str, "refresh": REFRESH}),
+VARS = {"monitoring": checker.OneOf((bool, {"textfile_dir": PLAIN_PATH, "refresh": REFRESH}),
                                     "monitoring is true, false, or a mapping of textfile_dir and refresh"),
         "debs": str}  # a directory on the controller: node_exporter's .deb, where the host has no mirror
 AFTER = ("sglang_service", "router")  # the textfile describes what they deployed

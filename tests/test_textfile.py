@@ -161,7 +161,7 @@ def test_the_refresh_unit_is_bounded_and_read_only_but_for_the_textfile_director
         assert line in text.splitlines()
     from specops.inventory.node_exporter import settings
     from specops.inventory import Host
-    with pytest.raises(UsageError, match="a plain absolute path"):  # read once, for the role and the textfile step
+    with pytest.raises(UsageError, match="h: monitoring.textfile_dir: a textfile_dir is a plain"):  # read once
         settings(Host("h", {"monitoring": {"textfile_dir": "/var/lib/x ReadWritePaths=/"}}))
     assert settings(Host("h", {"monitoring": True})).textfile_dir == "/var/lib/prometheus/node-exporter"
 
@@ -177,6 +177,9 @@ def test_monitoring_is_true_false_or_a_mapping_of_its_settings():
         checker.check("yes", monitoring.VARS["monitoring"], "h.yml", "monitoring")
     with pytest.raises(UsageError, match="time span"):
         checker.check({"refresh": "1 minute"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
+    # the directory goes into a unit's ExecStart and ReadWritePaths: refused as the inventory is read
+    with pytest.raises(UsageError, match=r"h.yml: monitoring.textfile_dir: a textfile_dir is a plain absolute path"):
+        checker.check({"textfile_dir": "/x ReadWritePaths=/"}, monitoring.VARS["monitoring"], "h.yml", "monitoring")
 
 
 def test_a_server_started_before_its_files_changed_is_stale_drift_and_a_run_in_progress_says_so(tmp_path, monkeypatch):

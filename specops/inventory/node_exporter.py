@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..layout import TEXTFILE_DIR
+from .checker import Pattern
+
+
+# The directory goes into a unit's ExecStart and ReadWritePaths: a plain absolute path only.
+PLAIN_PATH = Pattern(r"^/[A-Za-z0-9._/-]+$", "a textfile_dir is a plain absolute path (letters, digits and . _ - /)")
 
 
 @dataclass(frozen=True)
@@ -17,15 +22,15 @@ class Settings:
 
 
 def settings(host) -> Settings | None:
-    """The settings of a monitored host (`monitoring: true`, or a mapping of them), or None.  The
-    directory goes into a unit's ExecStart and ReadWritePaths: a plain absolute path only."""
+    """The settings of a monitored host (`monitoring: true`, or a mapping of them), or None; a
+    directory that is not PLAIN_PATH is refused (the inventory's check says so first)."""
     m = host.get("monitoring")
     if not m:
         return None
     m = m if isinstance(m, dict) else {}
     where = m.get("textfile_dir") or TEXTFILE_DIR
-    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", where):
-        raise UsageError(f"monitoring.textfile_dir must be a plain absolute path, not {where!r}")
+    if not re.match(PLAIN_PATH.regex, where):
+        raise UsageError(f"{host.name}: monitoring.textfile_dir: {PLAIN_PATH.rule}, not {where!r}")
     return Settings(textfile_dir=where, refresh=m.get("refresh") or "1min")
 
 
