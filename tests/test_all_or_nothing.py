@@ -17,6 +17,7 @@ from specops.ops import Context, Facts
 from specops.ops.apt import AptPackages
 from specops.ops.files import File
 from specops.ops.systemd import Service, Timer
+from support.runs import switchless_run
 
 
 def test_every_action_kind_runs_in_one_of_the_phases():
@@ -255,15 +256,6 @@ def test_an_undo_puts_back_what_an_enable_changed(monkeypatch, enable, now, was,
     monkeypatch.setattr(units, "run_quiet", lambda argv, **kw: ran.append(argv) or (0, ""))
     units.unenable(protocol.Enable(unit="u", enable=enable, now=now, was=was))
     assert ran == ([undo] if undo else [])
-
-
-def switchless_run(kept, sent):
-    """A run whose batch switched nothing, that kept `kept`; its requests go to `sent`."""
-    from types import SimpleNamespace
-    from specops.inventory import Host
-    return SimpleNamespace(host=Host("t1", {}), applied=[], acted=True, kept=kept, applying=False,
-                           opts=SimpleNamespace(provenance=None), report=SimpleNamespace(notes=[]),
-                           call=lambda req, **kw: sent.append(req))
 
 
 def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():

@@ -6,11 +6,13 @@ import time
 
 import pytest
 
-from conftest import load_json, record_bytes, unit_prop
 from sandbox import aptrepo, hub as hub_mod, provision
 from sandbox.provision import DEMO_PATCH, sandbox_service
 from specops import protocol
 from specops.layout import APPLY_JOURNAL as JOURNAL, FAULTS, LAUNCHER
+from support.files import load_json
+from support.hosts import unit_prop
+from support.reliability import record_bytes
 
 pytestmark = pytest.mark.fleet
 UNIT = "/etc/systemd/system/sglang.service"
@@ -200,7 +202,7 @@ def test_faults_in_a_start_and_a_removal(sandbox):
     """A unit started that was stopped, and a file removed (an op no role has yet: a role of the
     test's own, run by the real deploy pipeline in-process)."""
     SCENARIOS.add("test_faults_in_a_start_and_a_removal")
-    from conftest import role
+    from support.site import role
     from specops.flows import pipeline
     from specops.ops import Absent
     import roles

@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from conftest import ROOT, host_snapshot, load_json
 from sandbox import logins
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.files import load_json
+from support.hosts import host_snapshot
 
 pytestmark = pytest.mark.fleet
 

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from conftest import load_json
 from sandbox import pkgindex, provision
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 VENV = provision.VENV

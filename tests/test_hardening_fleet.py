@@ -11,10 +11,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, fleet_mod, flock_waiters, load_json, unit_prop
+from sandbox import fleet as fleet_mod
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR, LOCK_GUARD
 from roles import VOCABULARY
+from support import ROOT
+from support.files import flock_waiters, load_json
+from support.hosts import unit_prop
 
 pytestmark = pytest.mark.fleet
 HOLDER = "/run/specops.lock/holder.json"

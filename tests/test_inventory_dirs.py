@@ -10,8 +10,8 @@ import pytest
 from specops import cli, inventory
 from specops.errors import UsageError
 from specops.inventory.ansible import _one_edit
-from test_inventory import write
 from roles import VOCABULARY
+from support.inventories import write
 
 ROOT = Path(__file__).resolve().parent.parent
 

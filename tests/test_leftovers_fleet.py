@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop
 from sandbox.provision import sandbox_service
+from support.files import load_json
+from support.hosts import unit_prop
 
 pytestmark = pytest.mark.fleet
 ORPHANS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_ORPHAN": "escape"}

@@ -1,26 +1,13 @@
 """Every alert of `inv monitoring`'s rule file unit-tested by the real `promtool test rules`
-against series shaped as the scrape gives them (the router fleet of test_monitoring.fleet()): each
-fires where it should, with its labels and annotations, and stays quiet where it should not."""
+against series shaped as the scrape gives them (the router fleet of support/monitoring.py,
+fleet()): each fires where it should, with its labels and annotations, and stays quiet where it
+should not."""
 import re
 
 import pytest
 import yaml
 
-from test_monitoring import promtool, written  # noqa: F401 (a fixture)
-
-GROUPS = {"n0": "big", "r": "edge"}  # fleet()'s hosts' groups: the others are workers
-# the labels SGLang 0.5.23 puts on each of its own series
-OWN = {"model_name": "llama", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
-
-
-def scraped(name, host, job="sglang", **labels):
-    """A series as the scrape labels it: the target's labels (targets.py) and the metric's own."""
-    target = {"sglang": {"instance": f"{host}:30001", "role": "sglang", "service": "sglang", "served": "llama"},
-              "node": {"instance": f"{host}:9100", "role": "node"}}[job]
-    group = GROUPS.get(host, "workers")
-    own = OWN if name.startswith("sglang:") else {}
-    all_labels = {**target, **own, "job": job, "host": host, "group": group, **labels}
-    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(all_labels.items())) + "}"
+from support.monitoring import GROUPS, promtool, scraped
 
 
 def node(name, host, **labels):

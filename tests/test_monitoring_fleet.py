@@ -16,14 +16,14 @@ import time
 import pytest
 import yaml
 
-from conftest import load_json
-from daytwo import Alertmanager, Load, Prometheus, Webhook, get
-from dashboard_check import panels_return_series
 from sandbox import aptrepo
 from sandbox.provision import sandbox_service
 from specops import inventory as inventory_mod
 from specops.fleetwide import dashboard
 from roles import VOCABULARY
+from support.dashboard_check import panels_return_series
+from support.daytwo import Alertmanager, Load, Prometheus, Webhook, get
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 HOSTS = ("t1", "t2")

@@ -7,8 +7,8 @@ from specops.sglang import patches
 from specops.ops.handlers import restart
 from specops.inventory import Host
 from specops.ops import PlanError
+from support.reliability import record_inputs
 
-from conftest import record_inputs
 
 LLAMA = "srt/models/llama.py"
 IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"

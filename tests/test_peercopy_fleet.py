@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, load_json
 from sandbox import hub as hub_mod, peerlink
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 PEER_PATH, DEST = "/models/peer-llama", "/models/copied-llama"

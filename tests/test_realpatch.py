@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-import seedpatch
 from sandbox import real_sglang
 from specops.sglang import patchfile, patchlint
 from roles import VOCABULARY
+from support import seedpatch
 
 REL = seedpatch.REL
 

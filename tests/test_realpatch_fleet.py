@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-import seedpatch
-from conftest import sha256_on
 from sandbox import fleet, provision, real_sglang
 from specops.sglang import patchfile, stack
+from support import seedpatch
+from support.hosts import sha256_on
 
 pytestmark = pytest.mark.fleet
 REL = seedpatch.REL

@@ -1,5 +1,5 @@
-"""docs/RELIABILITY.md's renderer (tests/reliability.py), on made-up outcomes: no fleet."""
-from reliability import FOUND, Outcome, count_inputs, render
+"""docs/RELIABILITY.md's renderer (tests/support/reliability.py), on made-up outcomes: no fleet."""
+from support.reliability import FOUND, Outcome, count_inputs, render
 
 PASS, FAIL = "passed", "failed"
 

@@ -3,8 +3,8 @@ import pytest
 
 from specops.errors import UsageError
 from specops.sglang.rules import check_service, resolve, tree_nodes
+from support.reliability import record_inputs
 
-from conftest import record_inputs
 
 DRAFT = "/models/draft"
 
@@ -165,7 +165,7 @@ def test_check_service_opt_in_records_effective_values():
 @pytest.mark.reliability("spec-flags", "bad-input")
 def test_cli_refuses_seed_case_without_connecting(tmp_path, record_property):
     record_inputs(record_property, SEED_CASE)  # the same input as above, through the CLI: counted once
-    from test_inventory import run_without_connecting
+    from support.inventories import run_without_connecting
     res, attempts = run_without_connecting(tmp_path, """
         all:
           hosts:

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import tutorial
-from conftest import ROOT
 from sandbox import fleet, pkgindex, provision
 from specops import inventory as inventory_mod
 from specops.sglang import patchfile, stack
 from roles import VOCABULARY
+from support import ROOT, tutorial
 
 pytestmark = pytest.mark.fleet
 
@@ -99,15 +98,6 @@ def _index_processes(address: str) -> list[int]:
     return found
 
 
-def resolve_docstring(merged: str) -> str:
-    """What a person makes of the demo patch's conflict: 0.5.24's docstring, with the patch's line."""
-    m = re.search(r'<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n', merged, re.S)
-    ours, theirs = m.groups()
-    note = ours.strip().splitlines()[-1]  # 'Patched: EAGLE-3 layer id -1 captures the embedding output."""'
-    resolved = theirs.rstrip().removesuffix('"""') + "\n\n" + note + "\n"
-    return merged[:m.start()] + resolved + merged[m.end():]
-
-
 def running(h) -> tuple[str, str]:
     key = provision.site_key(h.site)  # the sandbox's server listens beyond loopback, with a key
     info = json.loads(h.run("curl", "-sf", "-H", f"Authorization: Bearer {key}", "http://127.0.0.1:30000/model_info").stdout)
@@ -116,7 +106,7 @@ def running(h) -> tuple[str, str]:
 
 def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     """docs/tutorial.md, every command as a new user types it, checked for what its comments promise
-    (tests/tutorial.py), on a sandbox site of its own; beside it, what the words cannot show:
+    (tests/support/tutorial.py), on a sandbox site of its own; beside it, what the words cannot show:
     `inv sandbox.up` starts the site's package index (a process that outlives it) and says its
     versions; the inventory it writes puts the host on a stack (no `venv:`, SGLang pinned) built
     from that index; the README's first command leaves the index alone and deploys; a refused
@@ -126,7 +116,7 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     site = fleet.Site("soi", "192.168.243", tmp_path / "site")
     editor = tmp_path / "editor"  # a person resolving the demo patch's conflict: one docstring of both
     editor.write_text(f"#!{sys.executable}\nimport sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT / 'tests')!r})\n"
-                      "from test_sandbox_fleet import resolve_docstring\n"
+                      "from support.tutorial import resolve_docstring\n"
                       "p = Path(sys.argv[1])\np.write_text(resolve_docstring(p.read_text()))\n")
     editor.chmod(0o755)
     env = {"SPECOPS_SANDBOX_SITE": f"{site.prefix},{site.subnet},{site.state}", "EDITOR": str(editor)}

@@ -6,26 +6,16 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop, watching_ps
 from sandbox.provision import sandbox_service
+from support.hosts import alice, unit_prop, watching_ps
+from support.site import run_inv
 
 pytestmark = pytest.mark.fleet
 PASSWD = "/etc/passwd"
 
 
-def run_inv(sandbox, inv, *args, **kw):
-    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
-    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
-    return res, (load_json(report)["hosts"] if report.exists() else None)
-
-
 def passwd_state(h):
     return h.run("stat", "-c", "%U:%G %a %s", PASSWD).stdout.strip(), h.run("sha256sum", PASSWD).stdout.split()[0]
-
-
-def alice(h, *argv):
-    """Run a command on the host as the unprivileged user alice."""
-    return h.run("runuser", "-u", "alice", "--", *argv)
 
 
 def alice_owns_a_draft(h):

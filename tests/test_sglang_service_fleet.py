@@ -4,9 +4,11 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, record_inputs, sha256_on, unit_prop
 from roles import sglang_service
 from sandbox.provision import sandbox_service
+from support.files import load_json
+from support.hosts import host_snapshot, sha256_on, unit_prop
+from support.reliability import record_inputs
 
 pytestmark = pytest.mark.fleet
 SEED = {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3",

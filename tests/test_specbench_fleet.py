@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from conftest import MANAGED, ROOT, load_json, sha256_on
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR
+from support import ROOT
+from support.files import load_json
+from support.hosts import MANAGED, sha256_on
 
 pytestmark = pytest.mark.fleet
 GOOD = {"SGLANG_SIM_TOK_S": "400", "SGLANG_SIM_ACCEPT_LENGTH": "3.2", "SGLANG_SIM_DRAFT_COST": "0.15"}

@@ -16,11 +16,11 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT
-from daytwo import Load
-from test_tune_fleet import LOAD, settings, tune
 from sandbox.oracle import sim_perf
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.daytwo import Load
+from support.spec_tune import LOAD, settings, tune
 
 pytestmark = pytest.mark.fleet
 

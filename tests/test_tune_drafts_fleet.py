@@ -13,7 +13,7 @@ import yaml
 
 from sandbox.oracle import sim_perf
 from specops.sglang.drafts import LAYER_IDS
-from test_tune_fleet import SPEC, look_at_the_report, tune, write_inventory
+from support.spec_tune import SPEC, look_at_the_report, tune, write_inventory
 
 pytestmark = pytest.mark.fleet
 

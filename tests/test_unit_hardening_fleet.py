@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from conftest import load_json
 from sandbox.provision import sandbox_service
 from specops.kinds.hardening import PROPERTIES
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 FAST = {"SGLANG_SIM_STARTUP_DELAY": "0"}

@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from conftest import ROOT, load_json, unit_prop
 from sandbox import provision
 from specops.sglang import patchfile, stack
+from support import ROOT
+from support.files import load_json
+from support.hosts import unit_prop
 
 pytestmark = pytest.mark.fleet
 SIM = provision.SIM_SRC

@@ -1,10 +1,11 @@
 """docs/RELIABILITY.md, built from the outcomes of the tests that carry a `reliability`, a
-`security` or a `found` marker, and from what the tests recorded (the bytes a fault test checked
-and lost, the inputs a bad-input test tried; recorded before their asserts).  Every sentence comes
-from that data; nothing in it is fixed text about results: a case found while writing the tests is
-a line only beside the tests that cover it, with their outcome, and "unit test" is said of the
-tests that used no sandbox host.  The document has no timestamp, so the same outcomes always give
-the same bytes: CI regenerates it and fails when it differs from the committed file.
+`security` or a `found` marker, and from what the tests recorded (record_bytes: the bytes a fault
+test checked and lost; record_inputs: the inputs a bad-input test tried; recorded before their
+asserts).  Every sentence comes from that data; nothing in it is fixed text about results: a case
+found while writing the tests is a line only beside the tests that cover it, with their outcome,
+and "unit test" is said of the tests that used no sandbox host.  The document has no timestamp, so
+the same outcomes always give the same bytes: CI regenerates it and fails when it differs from the
+committed file.
 """
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "RELIABILITY.md"
+from sandbox import fleet as fleet_mod
+from support.hosts import sha256_on
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "RELIABILITY.md"
 
 EXPECTED = {
     "second-run": ("the second run of every task (deploy, bootstrap, gpu_stack, patches, draft config)", "0 changed"),
@@ -108,7 +112,7 @@ def count_inputs(outcomes: dict) -> tuple[int, int, list[str]]:
     """The bad inputs the `bad-input` tests tried: (handled as their row expects, tried, the tests
     that recorded none).
 
-    An input is what a test passes to `record_inputs` (tests/conftest.py) as it tries it: the one
+    An input is what a test passes to `record_inputs` (below) as it tries it: the one
     malformed inventory an item of a parametrized test writes, or each of the values a test tries in
     turn.  It is counted once per row, however many tests of the row tried it (the seed case of
     `spec-flags` goes through the rule check and through the CLI: one input), and never per test
@@ -182,3 +186,20 @@ def render(outcomes: dict, security: dict, found: dict | None = None) -> str:
            "| case | attack tried | tests | result |", "|---|---|---|---|", *sec_rows, "",
            *render_found(found or {})]
     return "\n".join(doc)
+
+
+def record_inputs(record_property, *inputs) -> None:
+    """A bad-input test's inputs, recorded as it tries them (before its asserts): docs/RELIABILITY.md
+    counts these, each once per row (count_inputs, above), not test items.  One call
+    with several inputs, or one call per input."""
+    record_property("bad_inputs", [str(i) for i in inputs])
+
+
+def record_bytes(record_property, h: fleet_mod.Host, expected: dict[str, str]) -> dict[str, str]:
+    """A fault test's byte-for-byte check, recorded before its asserts: `expected` maps paths to
+    the sha256 they must still have.  Returns what the host has now."""
+    now = sha256_on(h, *expected)
+    sizes = {p: int(h.run("stat", "-c", "%s", p).stdout) for p in expected}
+    record_property("bytes_verified", sum(sizes.values()))
+    record_property("bytes_lost", sum(sizes[p] for p in expected if now[p] != expected[p]))
+    return now
