@@ -32,7 +32,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for mark in item.iter_markers("found"):
             if mark.args[0] not in FOUND:
-                raise pytest.UsageError(f"{item.nodeid}: found({mark.args[0]!r}): no such story in tests/support/reliability.py")
+                raise pytest.UsageError(f"{item.nodeid}: found({mark.args[0]!r}): "
+                                        "no such story in tests/support/reliability.py")
     items.sort(key=_weight)
     fleet_items = [item for item in items if "fleet" in item.keywords]
     if os.geteuid() == 0 or not fleet_items:

@@ -199,9 +199,11 @@ def test_the_tutorial_says_what_each_command_promises_and_the_runner_checks_it()
     """tests/support/tutorial.py: exit codes and words from the comments, variables kept for later lines."""
     import subprocess
     from support import tutorial
-    text = 'x\n```bash\nI="-a"  # a\necho $I  # says "-a", says "b"\nfalse  # exits 1\n# only words\n```\n```text\nno\n```\n'
+    text = ('x\n```bash\nI="-a"  # a\necho $I  # says "-a", says "b"\nfalse  # exits 1\n# only words\n```\n'
+            '```text\nno\n```\n')
     got = tutorial.steps(text)
-    assert [(s.command, s.exits, s.says) for s in got] == [('I="-a"', 0, []), ("echo $I", 0, ["-a", "b"]), ("false", 1, [])]
+    assert [(s.command, s.exits, s.says) for s in got] == [('I="-a"', 0, []), ("echo $I", 0, ["-a", "b"]),
+                                                           ("false", 1, [])]
     res = tutorial.run(got[1], got[:1], ROOT / "nowhere", {})
     assert res.stdout == "-a\n" and tutorial.broken_promises(got[1], res) == ["no 'b' in its output"]
     assert tutorial.broken_promises(got[2], subprocess.CompletedProcess([], 0, "", "")) == ["exit 0, not 1"]

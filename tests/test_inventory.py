@@ -80,10 +80,12 @@ BAD = {
     "ansible key typo": ("hosts.yml", "all:\n  hosts:\n    a: {ansible_usr: ubuntu}\n",
                          r"hosts.yml: all.hosts.a.ansible_usr: unknown key \(did you mean 'ansible_user'\?\)"),
     "ansible key typo in group_vars": ("group_vars/all.yml", "ansible_hsot: 10.0.0.1\n",
-                                       r"group_vars/all.yml: ansible_hsot: unknown key \(did you mean 'ansible_host'\?\)"),
+                                       r"group_vars/all.yml: ansible_hsot: unknown key "
+                                       r"\(did you mean 'ansible_host'\?\)"),
     "an INI file beside hosts.yml": ("hosts.ini", "a\n", r"both hosts.yml and hosts.ini could be the inventory: "
                                                          r"keep one there, or give -i \S+/hosts.ini$"),
-    "spec algorithm": ("hosts.yml", "all:\n  hosts:\n    a:\n      services:\n        - {name: s, model_path: /m, speculative: {algorithm: MEDUSA}}\n",
+    "spec algorithm": ("hosts.yml", "all:\n  hosts:\n    a:\n      services:\n"
+                                    "        - {name: s, model_path: /m, speculative: {algorithm: MEDUSA}}\n",
                        r"speculative.algorithm: must be one of EAGLE"),
 }
 

@@ -123,7 +123,8 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     svc = provision.bare_service(patches=[LLAMA], draft_config=ids,
                                  draft_weights={"source": "controller", "path": str(draft)})
     inv = sandbox.inventory({"t3": {
-        "services": [svc], "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
+        "services": [svc],
+        "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
         "sglang": {"version": "0.5.23"}, "package_index": f"{pkg_index.url}/simple"}})
     res, rep = run_inv(sandbox, inv, "bootstrap", "--host", "t3", timeout=600)
     assert res.returncode == 0, res.stdout[-3000:]
@@ -140,7 +141,8 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
 
 
 def apps(h):
-    return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout.split("\n")
+    return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory",
+                 "--format=csv,noheader,nounits").stdout.split("\n")
 
 
 @pytest.mark.logins

@@ -123,7 +123,8 @@ def cases(r):
              + [{"series": scraped("specops_cuda_graph_deployed", "n0", job="node", service="big"), "values": "1x30"}],
              "15m", [expected(r, "CudaGraphOff", "w1")], []),
             # no decode at all (no traffic): nothing to judge
-            ([passes("w1", "prefill_none", 60), {"series": node("specops_cuda_graph_deployed", "w1"), "values": "1x30"}],
+            ([passes("w1", "prefill_none", 60),
+              {"series": node("specops_cuda_graph_deployed", "w1"), "values": "1x30"}],
              "15m", [], []),
         ],
         "SpecopsDrift": [
@@ -143,7 +144,8 @@ def cases(r):
         "NodeExporterDown": [
             # fleet() monitors w1 and r: w1's exporter is down (its textfile's series gone with it), r's up;
             # w2's SGLang answers, and the inventory runs no exporter there
-            ([up("w1", "node", "0x10"), up("r", "node", "1x10"), up("w1", "sglang", "1x10"), up("w2", "sglang", "1x10")],
+            ([up("w1", "node", "0x10"), up("r", "node", "1x10"), up("w1", "sglang", "1x10"),
+              up("w2", "sglang", "1x10")],
              "5m", [expected(r, "NodeExporterDown", "w1", service=None)], []),
             # r's is missing altogether (no target, or a configuration older than the inventory): absent
             ([up("w1", "node", "1x10"), up("w2", "sglang", "1x10")], "5m",
@@ -234,7 +236,8 @@ def test_node_exporter_down_s_run_installs_it_where_it_is_missing(written):
     from specops.inventory import Host
     from specops.ops.apt import AptPackages
     rule_file = written / "rules" / "specops.rules.yml"
-    assert expected(rule_file, "NodeExporterDown", "w1", service=None)["exp_annotations"]["run"] == "inv deploy --host w1"
+    assert (expected(rule_file, "NodeExporterDown", "w1", service=None)["exp_annotations"]["run"]
+            == "inv deploy --host w1")
     installs = [op.names for op in role.ops(Host("w1", {"monitoring": True})) if isinstance(op, AptPackages)]
     assert installs == [["prometheus-node-exporter"]]
     assert role.ops(Host("w2", {"monitoring": False})) == []

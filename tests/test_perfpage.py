@@ -66,8 +66,8 @@ def test_latencies_are_rounded_milliseconds_and_figures_rounded():
     """Issue 24 (a new user's rough edge): the ITL showed as 0.006669000000000001 (seconds)."""
     perf = {"service": "sglang", "at": "x", "verdict": "",
             "spec": [{"concurrency": 1, "figures": {"output_tok_s": 149.95, "accept_length": 3.2049,
-                                                    "ttft_p50": 0.0421, "ttft_p99": 0.1, "itl_p50": 0.006669000000000001,
-                                                    "itl_p99": 0.0125}}],
+                                                    "ttft_p50": 0.0421, "ttft_p99": 0.1,
+                                                    "itl_p50": 0.006669000000000001, "itl_p99": 0.0125}}],
             "baseline": [{"concurrency": 1, "figures": {"output_tok_s": 90.04}}],
             "speedup": {"1": 1.6654}, "accept_length": {"1": 3.2049}}
     releases = [{"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": "",

@@ -142,5 +142,5 @@ def test_the_report_says_who_deployed_each_release_escaped_and_unknown_before_it
               {"stamp": STAMPS[2], "status": "deployed", "summary": "s", "provenance": "odd"}]
     text, _ = checked_page(listed)
     assert text.count("<td data-deployed>unknown</td>") == 2
-    assert ("<td data-deployed>by &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;@laptop, "
-            "specops 3f2a9c1d4e5f+dirty, inventory 9e8d7c6b1a2b</td>") in text
+    assert ("<td data-deployed>by &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;"
+            "&quot;@laptop, specops 3f2a9c1d4e5f+dirty, inventory 9e8d7c6b1a2b</td>") in text

@@ -140,7 +140,8 @@ def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path, record_pr
                           env_secret={"HF_TOKEN": "tok\"en $(touch /tmp/pwned-secret) \\ `x`"},
                           extra_args=["--tokenizer-path", "/x; touch /tmp/pwned-arg"])
     record_inputs(record_property, f"model path {odd}", f"served name {name}", f"env NOTE={svc['env']['NOTE']}",
-                  "a secret HF_TOKEN with a quote, $(...), a backslash and backticks", f"flag value {svc['extra_args'][1]}")
+                  "a secret HF_TOKEN with a quote, $(...), a backslash and backticks",
+                  f"flag value {svc['extra_args'][1]}")
     res, rep = run_inv(sandbox, sandbox.inventory({"t3": {"services": [svc]}}), "deploy", "--host", "t3")
     assert res.returncode == 0, res.stdout
     info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)

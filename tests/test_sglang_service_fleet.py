@@ -27,7 +27,8 @@ def test_seed_case_with_opt_in_deploys_and_verify_reads_effective_value(sandbox)
     svc = sandbox_service(speculative=SEED, allow_sglang_adjustments=True)
     res, report = deploy(sandbox, "t1", [svc])
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2 (accepted SGLang adjustment)" in res.stdout
+    assert ("num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2 (accepted SGLang adjustment)"
+            in res.stdout)
     (verified,) = report["hosts"]["t1"]["verify"]
     assert verified["effective"]["speculative_num_draft_tokens"] == 2  # read from /server_info
     assert verified["failures"] == []

@@ -114,8 +114,9 @@ def test_ctrl_c_during_the_baseline_restores_the_service_on_every_host(sandbox):
     res = sandbox.inv("deploy", "--group", "fleet", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--group", "fleet", "--baseline",
-                             "--concurrency", "1,4", "--requests", "80", "--max-new-tokens", "32"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**__import__("os").environ, "SPECOPS_INVENTORY": str(inv)})
+                             "--concurrency", "1,4", "--requests", "80", "--max-new-tokens", "32"],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**__import__("os").environ, "SPECOPS_INVENTORY": str(inv)})
     seen = []
     for line in proc.stdout:
         seen.append(line)

@@ -73,7 +73,8 @@ def test_spec_tune_finds_the_known_optimum_applies_it_under_the_gate_and_twice_c
 
 def test_the_seeds_draft_pays_with_no_settings_and_is_named_as_the_limit(sandbox):
     h = sandbox.reset("t2")
-    inv = write_inventory(sandbox, "t2", SEEDS, {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]})
+    inv = write_inventory(sandbox, "t2", SEEDS,
+                          {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]})
     res = sandbox.inv("deploy", "--host", "t2", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
     before = (inv / "host_vars" / "t2.yml").read_text()

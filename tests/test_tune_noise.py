@@ -73,7 +73,8 @@ def test_a_slow_full_reading_is_measured_again_within_the_budget():
 def test_the_search_keeps_within_its_budget_with_the_two_baselines():
     cands = _space()
     for budget in (4, 5, 8, 20):
-        c, finals = climb.search(cands, lambda s: 100.0 + s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
+        c, finals = climb.search(cands, lambda s: 100.0 + s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4),
+                                 budget)
         assert 2 + len(c.scores) + len(c.again) + len(finals) <= budget and finals, budget
 
 
@@ -83,7 +84,8 @@ def test_the_climb_leaves_a_sixth_of_the_budget_2_to_4_to_the_full_load():
     cands = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8],
                                                         "num_draft_tokens": [2, 4, 8, 16]})).candidates
     for budget, reserved in ((26, 4), (18, 3), (12, 2)):
-        c, finals = climb.search(cands, lambda s: 100.0 + 0.01 * s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
+        c, finals = climb.search(cands, lambda s: 100.0 + 0.01 * s.num_draft_tokens, lambda s: 100.0,
+                                 Settings(3, 1, 4), budget)
         assert len(c.scores) + len(c.again) == budget - 2 - reserved and len(finals) == reserved, budget
 
 
@@ -91,7 +93,8 @@ def test_the_default_budget_is_40pct_of_the_grid_at_least_12_and_never_more_than
     space = tuning.prune(SVC, tuning.asked_space(SVC, None))
     assert climb.default_budget(space) == int(0.4 * (space.grid + 1)) == 32
     small = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [3], "eagle_topk": [1], "num_draft_tokens": [4]}))
-    assert climb.default_budget(small) == 5 and climb.default_budget(tuning.prune(SVC, tuning.asked_space(SVC, SPACE))) == 12
+    assert (climb.default_budget(small) == 5
+            and climb.default_budget(tuning.prune(SVC, tuning.asked_space(SVC, SPACE))) == 12)
     c, finals = climb.search(small.candidates, lambda s: 100.0, lambda s: 100.0, small.candidates[0], 5)
     assert list(c.scores) == small.candidates and list(finals) == small.candidates and not c.budget_spent
 
@@ -141,7 +144,8 @@ def test_the_winner_across_drafts_is_written_with_its_draft_and_each_draft_repor
     page = "\n".join(tunepage.section([{"stamp": "r1", "tune": {"sglang": rec}}], "sglang"))
     assert f"where the full grid would need {2 * space.grid + 1};" in page
     by = {d["draft"]: d for d in rec["drafts"]}
-    assert by[DRAFT]["by_draft_tokens"]["4"]["accept_length"] == 3.0 and by[other]["by_draft_tokens"]["16"]["speedup"] == 2.9
+    assert (by[DRAFT]["by_draft_tokens"]["4"]["accept_length"] == 3.0
+            and by[other]["by_draft_tokens"]["16"]["speedup"] == 2.9)
     # the service fetches its draft from a source: writing another path would fetch the old one there
     why = tuning_apply.refusal("t1", rec, {**SVC, "draft_weights": {"source": "hf", "repo": "x/y"}}, force=True)
     assert "draft_weights" in why and tuning_apply.refusal("t1", rec, SVC, force=False) is None
@@ -167,7 +171,8 @@ def test_a_draft_is_checked_as_deploy_checks_the_services_own():
     from specops.sglang import drafts
 
     def facts(draft_config, exists=True):
-        doc = lambda d: {"exists": True, "type": "file", "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}  # noqa: E731
+        doc = lambda d: {"exists": True, "type": "file",  # noqa: E731
+                         "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}
         return Facts({"files": {"/m/config.json": doc({"num_hidden_layers": 32}),
                                 "/d2/config.json": doc(draft_config) if exists else {"exists": False}}})
     svc = {"name": "s", "model_path": "/m"}
@@ -188,8 +193,9 @@ def test_a_draft_is_checked_as_deploy_checks_the_services_own():
 
 def test_apply_reads_the_inventory_for_a_winner_that_is_another_draft(tmp_path):
     (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    t1:\n      address: 10.0.0.1\n")
-    path = host_vars_file(tmp_path, "t1", HOST_VARS.replace("    speculative:\n", "    draft_weights: {source: hf, repo: a/b}\n"
-                                                   "    speculative:\n", 1))
+    path = host_vars_file(tmp_path, "t1", HOST_VARS.replace("    speculative:\n",
+                                                            "    draft_weights: {source: hf, repo: a/b}\n"
+                                                            "    speculative:\n", 1))
     before = path.read_text()
     rec = {"service": "sglang", "changes": True, "winner": {"num_steps": 5}, "objective": {"at": 1}, "load": {},
            "apply": {"num_steps": 5, "draft_model_path": "/models/wide"}}
@@ -200,8 +206,10 @@ def test_apply_reads_the_inventory_for_a_winner_that_is_another_draft(tmp_path):
 
 
 @pytest.mark.parametrize("drafts", [5, [1, "x"], [{"draft": "/a", "by_draft_tokens": [1]}, {"draft": "/b"}],
-                                    [{"draft": "/a", "by_draft_tokens": {"²": {"speedup": 2}, "4": {"speedup": float("inf")}}},
-                                     {"draft": "/b", "speedup": True, "best": "x", "by_draft_tokens": {"4": {"speedup": 1.5}}}]])
+                                    [{"draft": "/a",
+                                      "by_draft_tokens": {"²": {"speedup": 2}, "4": {"speedup": float("inf")}}},
+                                     {"draft": "/b", "speedup": True, "best": "x",
+                                      "by_draft_tokens": {"4": {"speedup": 1.5}}}]])
 def test_the_drafts_section_of_a_record_of_another_shape_shows_dashes_never_a_crash(drafts):
     from specops.output import tunepage
     html = "\n".join(tunepage._drafts({"drafts": drafts}))

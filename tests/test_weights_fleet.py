@@ -104,7 +104,8 @@ def test_a_filesystem_too_small_is_refused_before_any_byte_moves(sandbox, hub):
     served = hub.served()
     res, rep = run(sandbox, "t4", hub_service(hub))
     assert res.returncode == 1
-    assert "not enough disk for sandbox/tiny-llama@main in /models/hub-llama: need 8.0 MiB" in rep["error"], rep["error"]
+    assert ("not enough disk for sandbox/tiny-llama@main in /models/hub-llama: need 8.0 MiB"
+            in rep["error"]), rep["error"]
     assert "MiB free" in rep["error"]
     assert hub.served() == served
     assert not h.path("/etc/systemd/system/sglang.service").exists()
@@ -196,8 +197,8 @@ def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbo
     assert h.run("stat", "-c", "%U %a", TARGET).stdout.strip() == "nobody 700"
 
 
-@pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and puts a "
-                      "link to /root/.ssh in its place (the mirror serves a file named authorized_keys); then a "
+@pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and "
+                      "puts a link to /root/.ssh in its place (the mirror serves a file named authorized_keys); then a "
                       "directory of her own with same-size, same-mtime files")
 def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sandbox, hub):
     """Issue 23, item 1 (reproduced before the fix: root's authorized_keys became the mirror's).

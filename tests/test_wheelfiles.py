@@ -238,7 +238,8 @@ def test_a_page_linking_another_scheme_is_not_followed(tmp_path):
     (tmp_path / "secret").write_text("root only")
     name = "sglang-9.9.9-py3-none-any.whl"
     for link in (f"file://{tmp_path}/secret#{name}", f"data:,x#{name}"):
-        (root / "simple" / "sglang" / "index.html").write_text(f'<a href="{link.replace("#" + name, "")}/{name}">{name}</a>')
+        (root / "simple" / "sglang" / "index.html").write_text(
+            f'<a href="{link.replace("#" + name, "")}/{name}">{name}</a>')
         server, counter, url = serve(root)
         try:
             with pytest.raises(SourceError, match=r"only http\(s\) is followed"):

@@ -207,7 +207,8 @@ def test_credentials_are_not_sent_to_a_wheel_linked_on_another_host(tmp_path):
     for server in (index, other):
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        got = wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [f"http://u:s3cret@127.0.0.1:{index.server_address[1]}/simple"])
+        got = wheelfiles.read("sglang", "9.9.9", [DEEPSEEK],
+                              [f"http://u:s3cret@127.0.0.1:{index.server_address[1]}/simple"])
     finally:
         index.shutdown()
         other.shutdown()

@@ -20,19 +20,25 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "RELIABILITY.md"
 
 EXPECTED = {
     "second-run": ("the second run of every task (deploy, bootstrap, gpu_stack, patches, draft config)", "0 changed"),
-    "ssh-cut": ("SSH connection cut mid-apply (the sshd session killed on the host)", "no half-written file, and a re-run converges"),
-    "start-failure": ("the service fails to start after a deploy", "automatic rollback; service healthy on the previous release"),
+    "ssh-cut": ("SSH connection cut mid-apply (the sshd session killed on the host)",
+                "no half-written file, and a re-run converges"),
+    "start-failure": ("the service fails to start after a deploy",
+                      "automatic rollback; service healthy on the previous release"),
     "health-timeout": ("health times out", "rollback, with the journal tail in the report"),
     "syntax-error": ("a patched file with a syntax error", "refused before the host changes"),
     "spec-flags": ("invalid spec-decode flags", "refused before connecting, naming SGLang's rule"),
-    "bad-inventory": ("malformed YAML / unknown key / wrong type / unknown host", "one-line error, exit 2, no connection"),
+    "bad-inventory": ("malformed YAML / unknown key / wrong type / unknown host",
+                      "one-line error, exit 2, no connection"),
     "concurrent": ("concurrent deploys to one host", "the second is refused, naming the lock holder"),
     "unreachable": ("one unreachable host among 5", "the others finish; the exit code is not 0; the recap names it"),
     "sigint": ("SIGINT mid-deploy", "the lock is released, and no file is half-written"),
     "host-key": ("unknown or changed host key", "refused, unless accept-new was explicitly given"),
-    "secrets": ("secrets (HF_TOKEN, api key)", "only in the 0600 EnvironmentFile; never in the unit, a diff, a log, the recap or JSON"),
-    "metachar": ("shell metacharacters in a flag value, model path or service name", "quoted or refused; the test proves nothing ran"),
-    "disk-full": ("disk full during a file sync (a small tmpfs over the target directory)", "the old file is intact; a clear error"),
+    "secrets": ("secrets (HF_TOKEN, api key)",
+                "only in the 0600 EnvironmentFile; never in the unit, a diff, a log, the recap or JSON"),
+    "metachar": ("shell metacharacters in a flag value, model path or service name",
+                 "quoted or refused; the test proves nothing ran"),
+    "disk-full": ("disk full during a file sync (a small tmpfs over the target directory)",
+                  "the old file is intact; a clear error"),
     "gpu-window": ("the GPU-window job fails, or is interrupted", "the service is restarted and verified"),
     "orphan": ("an orphan process holds GPU memory after stop", "found and killed; the memory is proven free"),
     "traversal": ("a path traversal in a patch destination", "refused at plan time"),
@@ -62,9 +68,9 @@ FOUND = {
                    "not understood\"). A request that ends in any error now closes the agent's session, as Ctrl-C "
                    "does: the host is left as after a cut connection, and the re-run says so and converges.",
     "unit-loaded-stale": "A run cut between a unit file's rename and its daemon-reload (a closed output pipe did it, "
-                         "now and then) left systemd with the unit before: the file already as wanted, every later deploy "
-                         "restarted the old definition and failed its verify. A restart now reloads first a unit whose "
-                         "file changed since systemd loaded it.",
+                         "now and then) left systemd with the unit before: the file already as wanted, every later "
+                         "deploy restarted the old definition and failed its verify. A restart now reloads first a "
+                         "unit whose file changed since systemd loaded it.",
     "shared-subnet": "With two test workers, the second worker's site shared a /24 with the benchmark's: the bench "
                      "smoke test's sweep removed its service address, and its hosts lost their package index. Every "
                      "site now has a /24 and a prefix of its own, and a test reads them all.",

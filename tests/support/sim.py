@@ -34,7 +34,8 @@ def server(tmp_path, *flags, draft=None, **env):
     stub.mkdir(exist_ok=True)
     (stub / "setproctitle.py").write_text("def setproctitle(title):\n    pass\n")  # not in .venv
     for name, cfg in (("target", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}),
-                      ("draft", {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, **(draft or {})})):
+                      ("draft", {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
+                                 **(draft or {})})):
         (tmp_path / name).mkdir(exist_ok=True)
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
     port = free_port()

@@ -85,8 +85,8 @@ def look_at_the_report(sandbox, inv, name, rec, drafts=0):
     assert len(body) == len(rec["candidates"]) and r.pruned == len(rec["pruned"])
     for row, cand in zip(body, rec["candidates"]):
         assert row[0].startswith(cand["label"]) and row[2] == f"{cand['speedup']['1']:.2f}x"
-    marked = [f"{c['label']} (winner)" for c in rec["candidates"] if c["settings"] == rec["winner"] and c["rung"] == "full"
-              and c.get("draft") == rec.get("winner_draft")]
+    marked = [f"{c['label']} (winner)" for c in rec["candidates"]
+              if c["settings"] == rec["winner"] and c["rung"] == "full" and c.get("draft") == rec.get("winner_draft")]
     assert marked and [body[i - 1][0] for i in r.winners] == marked
     if drafts:
         rows = r.drafts[1:]

@@ -45,8 +45,8 @@ def search_record(measured, base_tok_s=100.0, now=Settings(3, 1, 4), min_speedup
     from specops.flows.tuning_record import record
     from specops.flows.tuning_search import Search
     space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
-    s = Search(QuietRun(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(), specbench.Load(),
-               20, [DRAFT])
+    s = Search(QuietRun(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(),
+               specbench.Load(), 20, [DRAFT])
     s.base, s.base_again = [bench_level(1, base_tok_s)], [bench_level(1, again or base_tok_s)]
     s.climbs[DRAFT], s.finals[DRAFT] = climb.Climb(), {}
     for st, rung, tok_s, accept in measured:

@@ -46,7 +46,8 @@ def steps(text: str | None = None) -> list[Step]:
     return out
 
 
-def run(step: Step, before: list[Step], inventory: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+def run(step: Step, before: list[Step], inventory: Path, env: dict,
+        timeout: float = 900) -> subprocess.CompletedProcess:
     """One step through bash from the clone's directory, after the variables set before it."""
     script = "\n".join([s.command for s in before if s.sets] + [step.command])
     script = script.replace("sandbox/inventory", str(inventory))
