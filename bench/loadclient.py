@@ -61,7 +61,8 @@ def measure(requests: int, max_new_tokens: int, levels: str) -> dict:
                 "levels": [{"concurrency": lv["concurrency"], "client_cpu_s": lv["figures"]["client_cpu_s"],
                             "requests": lv["figures"]["requests"], "failed": lv["figures"]["failed"],
                             "output_tok_s": lv["figures"]["output_tok_s"],
-                            "cpu_s_per_1000": round(1000 * lv["figures"]["client_cpu_s"] / lv["figures"]["requests"], 3)}
+                            "cpu_s_per_1000": round(
+                                1000 * lv["figures"]["client_cpu_s"] / lv["figures"]["requests"], 3)}
                            for lv in perf["spec"]]}
     finally:
         f.down()

@@ -63,7 +63,8 @@ def patch_files(work: Path) -> Path:
         path = root / "srt/models" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = "".join(f"    ({i}, {i * 7919 % 104729}, 'w{i:06d}'),\n" for i in range(6000))
-        path.write_text(f'"""Benchmark patch of {name}."""\n# specops-base: sglang 0.5.23\nMODEL_CODE = "bench"\nCAPTURES_EMBEDDING = False\n'
+        path.write_text(f'"""Benchmark patch of {name}."""\n# specops-base: sglang 0.5.23\n'
+                        'MODEL_CODE = "bench"\nCAPTURES_EMBEDDING = False\n'
                         f"ENTRY_CLASSES = 'LlamaForCausalLM'\nTABLE = [\n{rows}]\n")
     return root
 
@@ -242,7 +243,8 @@ def measure(counts: list[int], runs: list[int]) -> dict:
                             if tool == "specops" else ""
                         print(f"[bench] {n:>2} hosts run {i + 1}/{n_runs} {tool:<8} first {first:6.2f}s  "
                               f"no-op {noop:6.2f}s{channels}  cpu/host no-op: controller "
-                              f"{ex2['controller_cpu']:.3f}s hosts {ex2['hosts_cpu']:.3f}s", file=sys.stderr, flush=True)
+                              f"{ex2['controller_cpu']:.3f}s hosts {ex2['hosts_cpu']:.3f}s",
+                              file=sys.stderr, flush=True)
             finally:
                 setup.fleet.down()
             results[n] = {t: {k: (statistics.median(v) if v else None) for k, v in r.items()} | {"samples": r}

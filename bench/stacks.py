@@ -116,7 +116,8 @@ def rollbacks(f: fleet.Fleet, h: fleet.Host, url: str) -> dict:
     upstream = (provision.SIM_SRC / "sglang" / rel).read_text()
     (work / "patches" / rel).parent.mkdir(parents=True)
     (work / "patches" / (rel + ".patch")).write_text(patchfile.make(
-        rel, upstream, upstream.replace('"upstream"', '"patched"'), "0.5.23", patchfile.upstream_sha256(upstream.encode())))
+        rel, upstream, upstream.replace('"upstream"', '"patched"'), "0.5.23",
+        patchfile.upstream_sha256(upstream.encode())))
 
     def write(version):
         host = {**provision.host_vars(h), "services": [provision.bare_service(patches=[rel + ".patch"])],
@@ -156,7 +157,8 @@ def markdown(r: dict) -> str:
         "earlier release's files back, its server started and verified; no install. `inv rollback` of a "
         "release that serves stops its server with SGLang's own drain first (its SIGTERM watchdog looks "
         "every 5 s), then the same.", "",
-        f"specops's tasks measured {time.strftime('%Y-%m-%d')}, uv's and pip's {r.get('tools_measured', 'the same day')}; "
+        f"specops's tasks measured {time.strftime('%Y-%m-%d')}, "
+        f"uv's and pip's {r.get('tools_measured', 'the same day')}; "
         "reproduce with `.venv/bin/python bench/stacks.py` (as root, nothing else running).", END])
 
 

@@ -77,7 +77,8 @@ def main() -> None:
         setup.fleet.down()
     out = {k: {"wall_s": statistics.median(r["wall_s"] for r in v),
                "round_trips": statistics.mean(r["round_trips"] for r in v),
-               "textfile_cpu_s": statistics.median(c for r in v for c in r["textfile_cpu_s"]) if k == "monitored" else 0}
+               "textfile_cpu_s": (statistics.median(c for r in v for c in r["textfile_cpu_s"])
+                                  if k == "monitored" else 0)}
            for k, v in runs.items()}
     out["hosts"], out["runs"] = args.hosts, args.runs
     (HERE / "textfile.json").write_text(json.dumps(out, indent=1) + "\n")
@@ -90,9 +91,10 @@ def main() -> None:
         f"| without | {p['wall_s']:.2f} s | {p['round_trips']:g} | - |\n\n"
         f"`monitoring` adds {(m['wall_s'] - p['wall_s']) * 1000:+.0f} ms of wall time to the no-op deploy and "
         f"{m['round_trips'] - p['round_trips']:g} round trips. The textfile itself costs the agent the CPU above "
-        f"(it goes in the last call's round trip, and reuses the unit facts verify just read). The rest is most likely the "
-        f"monitoring role's no-op checks (dpkg-query for node exporter, the timer's state, the agent zip's and "
-        f"the units' hashes), which run on every host at once on this machine's two cores, and the hosts' idle node exporters and timers: not measured apart.\n")
+        f"(it goes in the last call's round trip, and reuses the unit facts verify just read). The rest is most "
+        f"likely the monitoring role's no-op checks (dpkg-query for node exporter, the timer's state, the agent "
+        f"zip's and the units' hashes), which run on every host at once on this machine's two cores, and the "
+        f"hosts' idle node exporters and timers: not measured apart.\n")
     print((HERE / "textfile.md").read_text())
 
 

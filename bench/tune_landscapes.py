@@ -59,7 +59,8 @@ def main():
             f = lambda s: sim_perf.steady_tok_s(env, c, (s.num_steps, s.eagle_topk, s.num_draft_tokens))  # noqa: E731
             best = max(f(s) for s in space.candidates)
             # SGLang's counters give each reading's accept length; a slow start does not change it
-            accept = lambda s: sim_perf.accept_length(alpha, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens)  # noqa: E731
+            accept = lambda s: sim_perf.accept_length(  # noqa: E731
+                alpha, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens)
             for i, start in enumerate((tuning.Settings(3, 1, 4), climb.middle(space.candidates))):
                 for seed in range(seeds if noise else 1):
                     rng = random.Random(zlib.crc32(repr((name, alpha, cost, c, i, seed)).encode())) if noise else None
@@ -71,7 +72,8 @@ def main():
         near = sum(1 for r in mine if r[1] <= 0.03)
         both = sum(1 for r in mine if r[1] <= 0.03 and r[2] <= TARGET * r[3])
         print(f"{name} space ({mine[0][3] - 1} combinations, {mine[0][4] - 1} distinct settings): within 3% of the "
-              f"optimum in {near} of {len(mine)} ({near / len(mine):.1%}), and at most {TARGET:.0%} of the grid's restarts too in {both}; "
+              f"optimum in {near} of {len(mine)} ({near / len(mine):.1%}), and at most {TARGET:.0%} of the grid's "
+              f"restarts too in {both}; "
               f"restarts {sum(r[2] for r in mine) / len(mine):.1f} on average, "
               f"{max(r[2] for r in mine)} at most, against the grid's {mine[0][3]} "
               f"({sum(r[2] / r[3] for r in mine) / len(mine):.0%})")

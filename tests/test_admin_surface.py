@@ -4,7 +4,6 @@ run); an admin key is a secret like the api key; two listeners on one port are r
 both.  The simulator's auth is held to real SGLang 0.5.23's (the slow test)."""
 import json
 import subprocess
-import zipfile
 
 import pytest
 import yaml
@@ -45,7 +44,8 @@ def test_an_admin_key_alone_is_refused_as_server_info_gives_it_away(tmp_path):
         check(tmp_path, bind="0.0.0.0", admin_api_key="admin-key-1")
 
 
-@pytest.mark.parametrize("svc", [{}, {"bind": "127.0.0.1"}, {"bind": "127.0.0.2"}, {"bind": "0.0.0.0", "api_key": "k-12"},
+@pytest.mark.parametrize("svc", [{}, {"bind": "127.0.0.1"}, {"bind": "127.0.0.2"},
+                                 {"bind": "0.0.0.0", "api_key": "k-12"},
                                  {"bind": "0.0.0.0", "api_key": "k-12", "admin_api_key": "adm-12"}])
 def test_loopback_or_an_api_key_is_accepted_with_no_warning(tmp_path, svc):
     h = check(tmp_path, **svc)
@@ -95,7 +95,8 @@ def test_a_service_on_node_exporters_port_of_a_monitored_host_is_refused_naming_
 def test_a_service_on_a_routers_metrics_port_is_refused_naming_both(tmp_path):
     h = host(tmp_path, [{"name": "r", "kind": "router", "api_key": "rk-1", "workers": {"group": "all"}},
                         {**SVC, "port": 29000, "bind": "0.0.0.0", "api_key": "rk-1"}])
-    for refusing in (lambda: sglang_service.check(h, h["services"][1:]), lambda: router_role.check(h, h["services"][:1])):
+    for refusing in (lambda: sglang_service.check(h, h["services"][1:]),
+                     lambda: router_role.check(h, h["services"][:1])):
         with pytest.raises(UsageError, match=r"h1: port 29000 is taken twice: by router 'r''s metrics and by sglang "
                                              r"'sglang'"):
             refusing()
@@ -149,7 +150,8 @@ root = pathlib.Path(sglang.__file__).parent / "srt"
 spec = importlib.util.spec_from_file_location("auth", root / "utils" / "auth.py")
 auth = importlib.util.module_from_spec(spec); sys.modules["auth"] = auth; spec.loader.exec_module(auth)
 src = (root / "entrypoints" / "http_server.py").read_text()
-admin = sorted(set(re.findall(r'@app\\.(?:api_route|get|post)\\("([^"]+)"[^\\n]*\\n@auth_level\\(AuthLevel\\.ADMIN_OPTIONAL\\)', src)))
+admin = sorted(set(re.findall(r'@app\\.(?:api_route|get|post)\\("([^"]+)"[^\\n]*\\n'
+                              r'@auth_level\\(AuthLevel\\.ADMIN_OPTIONAL\\)', src)))
 out = []
 for k, a, hdr, p in json.load(sys.stdin):
     level = auth.AuthLevel.ADMIN_OPTIONAL if p in admin else auth.AuthLevel.NORMAL

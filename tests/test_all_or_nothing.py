@@ -17,6 +17,7 @@ from specops.ops import Context, Facts
 from specops.ops.apt import AptPackages
 from specops.ops.files import File
 from specops.ops.systemd import Service, Timer
+from support.runs import switchless_run
 
 
 def test_every_action_kind_runs_in_one_of_the_phases():
@@ -56,7 +57,8 @@ def request(*actions):
 
 def test_a_batch_checks_then_prepares_then_switches(batch):
     done, journals = batch
-    res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"), protocol.AptInstall(packages=["x"], desc="apt"),
+    res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"),
+                              protocol.AptInstall(packages=["x"], desc="apt"),
                               protocol.DaemonReload(desc="reload"), protocol.Preflight(
                                   python="p", script="", argv=[], expect={}, service="s", desc="preflight"),
                               protocol.Mkdir(path="/d", desc="mkdir")))
@@ -76,7 +78,8 @@ def test_a_failed_switch_says_so_and_keeps_its_journal_for_the_undo(batch):
     done, _ = batch
     res = stage.apply(request(protocol.Enable(unit="s", desc="enable s"), protocol.Run(cmd="x", desc="run"),
                               protocol.Restart(unit=protocol.UnitRef(name="s"), desc="bad restart")))
-    assert not res.ok and res.phase == protocol.SWITCH and res.failed == 2 and done == ["run", "enable s", "bad restart"]
+    assert (not res.ok and res.phase == protocol.SWITCH and res.failed == 2
+            and done == ["run", "enable s", "bad restart"])
     journal = json.load(open(stage.APPLY_JOURNAL))  # if the controller's undo never comes, the next run's
     assert journal["failed"] and journal["begun"] == 1 and os.stat(stage.APPLY_JOURNAL).st_mode & 0o077 == 0
 
@@ -236,7 +239,8 @@ def unit_facts(name, **fact):
 def test_enabling_records_the_state_it_replaces():
     c = Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="disabled"), Context("h", False))
     assert [(a.KIND, a.enable, a.now, a.was) for a in c.actions] == [("enable", True, False, "disabled")]
-    assert not Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="enabled"), Context("h", False)).changed
+    assert not Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="enabled"),
+                                 Context("h", False)).changed
     c = Timer("t.timer").plan(unit_facts("t.timer", ActiveState="inactive", UnitFileState=""), Context("h", False))
     assert [(a.KIND, a.enable, a.now, a.was) for a in c.actions] == [("enable", True, True, None)]
     assert not Timer("t.timer").plan(unit_facts("t.timer", ActiveState="active", UnitFileState="enabled"),
@@ -255,15 +259,6 @@ def test_an_undo_puts_back_what_an_enable_changed(monkeypatch, enable, now, was,
     monkeypatch.setattr(units, "run_quiet", lambda argv, **kw: ran.append(argv) or (0, ""))
     units.unenable(protocol.Enable(unit="u", enable=enable, now=now, was=was))
     assert ran == ([undo] if undo else [])
-
-
-def switchless_run(kept, sent):
-    """A run whose batch switched nothing, that kept `kept`; its requests go to `sent`."""
-    from types import SimpleNamespace
-    from specops.inventory import Host
-    return SimpleNamespace(host=Host("t1", {}), applied=[], acted=True, kept=kept, applying=False,
-                           opts=SimpleNamespace(provenance=None), report=SimpleNamespace(notes=[]),
-                           call=lambda req, **kw: sent.append(req))
 
 
 def test_a_failure_before_the_switch_records_the_attempt_and_touches_nothing():
@@ -369,8 +364,8 @@ def test_the_agent_refuses_a_package_name_a_shell_would_read(monkeypatch):
     with pytest.raises(stage.ActionError, match="not a Debian package name"):
         installs.apt_install(protocol.AptInstall(packages=["ok", "$(reboot)"]))
     installs.apt_install(protocol.AptInstall(packages=["prometheus-node-exporter"]))
-    assert ran == ["apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-                   "-o Dpkg::Use-Pty=0 -- prometheus-node-exporter"]
+    assert ran == ["apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                   "--no-install-recommends -o Dpkg::Use-Pty=0 -- prometheus-node-exporter"]
 
 
 def test_a_failed_batch_leaves_nothing_staged(batch, monkeypatch):
@@ -425,7 +420,6 @@ def test_a_recovery_refuses_a_journal_naming_a_path_that_is_not_plain(tmp_path, 
 
 
 def test_a_recovery_that_fails_stops_the_run_before_anything_else(monkeypatch):
-    import types
     from specops.inventory import Host
     from specops.output.report import Redactor, Reporter
     from specops.run import HostRun, Options

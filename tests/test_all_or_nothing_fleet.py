@@ -6,11 +6,13 @@ import time
 
 import pytest
 
-from conftest import load_json, record_bytes, unit_prop
 from sandbox import aptrepo, hub as hub_mod, provision
 from sandbox.provision import DEMO_PATCH, sandbox_service
 from specops import protocol
 from specops.layout import APPLY_JOURNAL as JOURNAL, FAULTS, LAUNCHER
+from support.files import load_json
+from support.hosts import unit_prop
+from support.reliability import record_bytes
 
 pytestmark = pytest.mark.fleet
 UNIT = "/etc/systemd/system/sglang.service"
@@ -174,7 +176,8 @@ def test_faults_in_files_units_packages_and_patches(sandbox):
     h = sandbox.reset("t2")
     aptrepo.serve(h, [], remove=False, debs=(aptrepo.controller_deb("prometheus-node-exporter"),))
     h.run("apt-get", "update", "-qq")
-    one, release1, before = first_release(sandbox, h, "one", {"t2": {"services": [sandbox_service(speculative=spec(3, 4))]}})
+    one, release1, before = first_release(sandbox, h, "one",
+                                          {"t2": {"services": [sandbox_service(speculative=spec(3, 4))]}})
     svc = sandbox_service(speculative=spec(2, 3), patches=[DEMO_PATCH], user="sglang-svc")
     two = inventory(sandbox, "two", {"t2": {"services": [svc], "monitoring": {"textfile_dir": "/var/lib/specops-tf"}}})
     # preparations first, in the order they run (each done stays done: a later attempt has none)
@@ -200,7 +203,7 @@ def test_faults_in_a_start_and_a_removal(sandbox):
     """A unit started that was stopped, and a file removed (an op no role has yet: a role of the
     test's own, run by the real deploy pipeline in-process)."""
     SCENARIOS.add("test_faults_in_a_start_and_a_removal")
-    from conftest import role
+    from support.site import role
     from specops.flows import pipeline
     from specops.ops import Absent
     import roles
@@ -242,8 +245,8 @@ def test_faults_in_a_venvs_packages(sandbox, pkg_index):
                                     "index_url": f"{pkg_index.url}/whl/{{variant}}"},
                           "fla": {"version": "0.6.0"}, "sglang": {"version": "0.5.23"},
                           "package_index": f"{pkg_index.url}/simple"}
-    one, release1, before = first_release(sandbox, h, "one", {"t3": {"services": [sandbox_service()], **stack("cu128")}},
-                                          timeout=900)
+    one, release1, before = first_release(sandbox, h, "one",
+                                          {"t3": {"services": [sandbox_service()], **stack("cu128")}}, timeout=900)
     two = inventory(sandbox, "two", {"t3": {"services": [sandbox_service()], **stack("cu126")}})
     try_faults(sandbox, h, ["pip-install"], one, two, release1, before, TRIED)
     fault(h, "expect")
@@ -302,8 +305,10 @@ def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox
     """The agent killed between two renames of a switch: `inv status` names the half-done switch,
     and the next `inv deploy` undoes it before anything else, says so, then deploys."""
     h = sandbox.reset("t3")
-    one, release1, before = first_release(sandbox, h, "one", {"t3": {"services": [sandbox_service(speculative=spec(3, 4))]}})
-    two = inventory(sandbox, "two", {"t3": {"services": [sandbox_service(speculative=spec(2, 3), patches=[DEMO_PATCH])]}})
+    one, release1, before = first_release(sandbox, h, "one",
+                                          {"t3": {"services": [sandbox_service(speculative=spec(3, 4))]}})
+    two = inventory(sandbox, "two",
+                    {"t3": {"services": [sandbox_service(speculative=spec(2, 3), patches=[DEMO_PATCH])]}})
     fault(h, "write", how="kill", nth=2)
     res, rep = run_inv(sandbox, two, "deploy", "--host", "t3")
     assert fired(h) and res.returncode == 1, res.stdout[-3000:]
@@ -318,7 +323,8 @@ def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox
     res, rep = run_inv(sandbox, two, "deploy", "--host", "t3")
     assert res.returncode == 0, res.stdout[-3000:]
     lines = res.stdout.splitlines()
-    undone = next(i for i, line in enumerate(lines) if "undone before this run: 1 file(s) put back, restarted sglang" in line)
+    undone = next(i for i, line in enumerate(lines)
+                  if "undone before this run: 1 file(s) put back, restarted sglang" in line)
     assert not h.run("sh", "-c", "ls -d /etc/systemd/system/.specops-stage-* /opt/sglang/venv/lib/python3.11/"
                                  "site-packages/sglang/srt/models/.specops-stage-* 2>/dev/null", check=False).stdout
     assert undone < next(i for i, line in enumerate(lines) if "[1/" in line)  # before anything of this deploy
@@ -335,4 +341,5 @@ def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox
     assert h.run("test", "-e", JOURNAL, check=False).returncode == 0
     res = sandbox.inv("stop", "--host", "t3", inventory=two)
     assert res.returncode == 0 and "undone before this run: 1 file(s) put back" in res.stdout + res.stderr, res.stdout
-    assert serving(h)["unit"] == unit2 and current(h) == release2 and unit_prop(h, "sglang", "ActiveState") == "inactive"
+    assert (serving(h)["unit"] == unit2 and current(h) == release2
+            and unit_prop(h, "sglang", "ActiveState") == "inactive")

@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from conftest import ROOT, host_snapshot, load_json
 from sandbox import base, logins
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.files import load_json
+from support.hosts import host_snapshot
 
 pytestmark = pytest.mark.fleet
 
@@ -113,7 +115,7 @@ def test_an_ansible_inventory_works_as_it_is(sandbox, tmp_path):
     """INI and YAML, with ansible_host / ansible_user / ansible_become, and keys of Ansible's own
     that specops does not use (one warning each)."""
     h = sandbox.reset("t4", flavour="ubuntu-sudo")
-    from sandbox import fleet, provision
+    from sandbox import provision
     key = base.controller_key()
     known = provision.known_hosts_path(sandbox.fleet.site)
     ini = tmp_path / "ansible" / "hosts.ini"

@@ -33,7 +33,8 @@ def test_bench_with_no_gate_is_refused_before_connecting(tmp_path, monkeypatch, 
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: --bench holds each service to its gate, and no selected service has one "
-        "(ct129: sglang, ct130: sglang): give the service one, e.g. gate: {min_speedup: 1.1}, or deploy without --bench"]
+        "(ct129: sglang, ct130: sglang): give the service one, e.g. gate: {min_speedup: 1.1}, "
+        "or deploy without --bench"]
 
 
 def test_bench_where_some_have_a_gate_names_those_not_held(tmp_path, monkeypatch, capsys):

@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 import pytest
+from support import ROOT
 
-from conftest import ROOT
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 

@@ -3,10 +3,10 @@ it while the models role plans), then the copy, then serving; a second run chang
 Which hosts get rsync, and which do not, is tests/test_bootstrap_packages.py."""
 import pytest
 
-from conftest import host_snapshot
 from sandbox import aptrepo, hub as hub_mod, logins, peerlink, provision
 from sandbox.provision import sandbox_service
-from test_lifecycle_fleet import run_inv
+from support.hosts import host_snapshot
+from support.site import run_inv
 
 pytestmark = pytest.mark.fleet
 PEER_PATH, DEST = "/models/peer-llama", "/models/copied-llama"

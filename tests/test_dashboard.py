@@ -11,12 +11,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 import yaml
 
-from dashboard_check import panels_return_series
 from specops import inventory
 from specops.fleetwide import alerts, dashboard, prometheus
-from test_monitoring import ROOT, fleet, promtool
-from test_monitoring_alerts import scraped
 from roles import VOCABULARY
+from support import ROOT
+from support.dashboard_check import panels_return_series
+from support.monitoring import fleet, promtool, scraped
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SERVICES = [("w1", "sglang"), ("w2", "sglang"), ("w3", "sglang"), ("n0", "big")]  # fleet()'s scraped services

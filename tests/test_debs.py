@@ -133,7 +133,7 @@ def test_a_failed_install_leaves_the_package_as_dpkg_knew_it(debs, tmp_path, mon
     monkeypatch.setattr(installs, "run_owned", owned)
     monkeypatch.setattr(installs, "run_streamed", stream)
     with pytest.raises(ActionError, match="taken off again, as dpkg knew it before"):
-        installs.dpkg_install(protocol.DpkgInstall(path=str(staged), sha256=hashlib.sha256(deb.read_bytes()).hexdigest(),
-                                                   package=PKG))
+        installs.dpkg_install(protocol.DpkgInstall(path=str(staged),
+                                                   sha256=hashlib.sha256(deb.read_bytes()).hexdigest(), package=PKG))
     assert streamed[0][:4] == ["dpkg", "--force-confdef", "--force-confold", "-i"]
     assert ran[-1] == ["dpkg", undo, PKG] and not staged.exists()

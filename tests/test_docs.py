@@ -172,7 +172,7 @@ def test_every_path_of_the_tree_exists(doc):
 def test_every_docs_page_links_back_to_the_readme():
     for page in DOCS[1:]:
         if page.name == "RELIABILITY.md":
-            continue  # written by the test session (tests/reliability.py)
+            continue  # written by the test session (tests/support/reliability.py)
         assert any(t.split("#")[0] == "../README.md" for t in links(page)), f"{page.name} has no link to the README"
 
 
@@ -196,12 +196,14 @@ def test_slugs_follow_githubs_rules(tmp_path):
 
 
 def test_the_tutorial_says_what_each_command_promises_and_the_runner_checks_it():
-    """tests/tutorial.py: exit codes and words from the comments, variables kept for later lines."""
+    """tests/support/tutorial.py: exit codes and words from the comments, variables kept for later lines."""
     import subprocess
-    import tutorial
-    text = 'x\n```bash\nI="-a"  # a\necho $I  # says "-a", says "b"\nfalse  # exits 1\n# only words\n```\n```text\nno\n```\n'
+    from support import tutorial
+    text = ('x\n```bash\nI="-a"  # a\necho $I  # says "-a", says "b"\nfalse  # exits 1\n# only words\n```\n'
+            '```text\nno\n```\n')
     got = tutorial.steps(text)
-    assert [(s.command, s.exits, s.says) for s in got] == [('I="-a"', 0, []), ("echo $I", 0, ["-a", "b"]), ("false", 1, [])]
+    assert [(s.command, s.exits, s.says) for s in got] == [('I="-a"', 0, []), ("echo $I", 0, ["-a", "b"]),
+                                                           ("false", 1, [])]
     res = tutorial.run(got[1], got[:1], ROOT / "nowhere", {})
     assert res.stdout == "-a\n" and tutorial.broken_promises(got[1], res) == ["no 'b' in its output"]
     assert tutorial.broken_promises(got[2], subprocess.CompletedProcess([], 0, "", "")) == ["exit 0, not 1"]

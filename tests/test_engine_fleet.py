@@ -5,9 +5,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, host_snapshot, load_json, record_bytes, record_inputs, role, sha256_on, unit_prop
 from specops.ops import Absent, Command, Directory, File, JsonKeys, Service, template, unit_file
 from roles import VOCABULARY
+from support import ROOT
+from support.files import load_json
+from support.hosts import host_snapshot, sha256_on, unit_prop
+from support.reliability import record_bytes, record_inputs
+from support.site import role
 
 pytestmark = pytest.mark.fleet
 
@@ -323,7 +327,7 @@ def test_readme_demo_command(sandbox, tmp_path):
     `inv sandbox.up` and a test run once swept each other's hosts: they shared a site.  The user's
     sandbox (the default site) and this run's share no name prefix, subnet or state directory, and a
     sandbox brought up and down beside this run leaves its hosts running."""
-    from conftest import TEST_SITE
+    from support.site import TEST_SITE
     from sandbox import fleet
     users = fleet.Site()  # `inv sandbox.up` without SPECOPS_SANDBOX_SITE
     assert not users.prefix.startswith(TEST_SITE.prefix) and not TEST_SITE.prefix.startswith(users.prefix)

@@ -196,7 +196,8 @@ def test_the_probe_lists_weight_files_on_disk_through_roots_links_only(tmp_path,
     (d / "config.json").write_text("{}")
     os.symlink(d / "model.safetensors", d / "linked.safetensors")
     got = probe.weight_listing(str(d))
-    assert got["model.safetensors"] == 65536 and got["huge.bin"] < 2**20 and set(got) == {"model.safetensors", "huge.bin"}
+    assert (got["model.safetensors"] == 65536 and got["huge.bin"] < 2**20
+            and set(got) == {"model.safetensors", "huge.bin"})
     link = tmp_path / "theirs"
     os.symlink(d, link)
     os.lchown(link, 1000, 1000)

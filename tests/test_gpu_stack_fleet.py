@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from conftest import load_json
 from sandbox import pkgindex, provision
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 VENV = provision.VENV
@@ -60,7 +60,8 @@ def test_driver_575_auto_picks_cu128_and_replaces_cpu_torch(sandbox, pkg_index):
 
     res, report = deploy(sandbox, "t1", stack(pkg_index, cuda="auto"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "packages in /opt/sglang/venv (torch cu128): changed (torch 2.9.1+cpu (cuda None) → 2.9.1+cu128)" in res.stdout
+    assert ("packages in /opt/sglang/venv (torch cu128): changed (torch 2.9.1+cpu (cuda None) → 2.9.1+cu128)"
+            in res.stdout)
     got = in_venv(h, "print(json.dumps([torch.__version__, torch.version.cuda, torch.cuda.is_available(), "
                      "sglang.__version__]))")
     assert got == ["2.9.1+cu128", "12.8", True, "0.5.23"]

@@ -11,11 +11,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, fleet_mod, flock_waiters, load_json, unit_prop
 from sandbox import boot
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR, LOCK_GUARD
 from roles import VOCABULARY
+from support import ROOT
+from support.files import flock_waiters, load_json
+from support.hosts import unit_prop
 
 pytestmark = pytest.mark.fleet
 HOLDER = "/run/specops.lock/holder.json"
@@ -83,7 +85,8 @@ def test_two_breakers_leave_one_holder(sandbox):
     # then taken from it: named while the winner holds it, or said gone once the winner (a quick stop) gave it back
     assert (f"(pid {winner}, task stop); this run stops here" in out[loser]
             or "the host lock this run held is gone (taken over and released)" in out[loser]), out[loser]
-    assert f"(pid {loser}, task stop): --break-lock" in out[winner] and "someone@elsewhere" not in out[winner], out[winner]
+    assert (f"(pid {loser}, task stop): --break-lock" in out[winner]
+            and "someone@elsewhere" not in out[winner]), out[winner]
     assert "locked by" not in out[winner] + out[loser]  # with the guard, a breaker judges the lock as it is
     assert h.run("test", "-d", LOCK_DIR, check=False).returncode != 0  # the winner gave it back
 

@@ -1,22 +1,12 @@
 """Inventory loading, precedence, selection and validation: no fleet needed."""
 import re
-import socket
-import threading
-import textwrap
 
 import pytest
 
 from specops import inventory
 from specops.errors import UsageError
 from roles import VOCABULARY
-
-
-def write(tmp_path, files):
-    for rel, text in files.items():
-        p = tmp_path / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text))
-    return tmp_path
+from support.inventories import run_without_connecting, write
 
 
 def test_precedence_all_parent_child_host(tmp_path):
@@ -90,10 +80,12 @@ BAD = {
     "ansible key typo": ("hosts.yml", "all:\n  hosts:\n    a: {ansible_usr: ubuntu}\n",
                          r"hosts.yml: all.hosts.a.ansible_usr: unknown key \(did you mean 'ansible_user'\?\)"),
     "ansible key typo in group_vars": ("group_vars/all.yml", "ansible_hsot: 10.0.0.1\n",
-                                       r"group_vars/all.yml: ansible_hsot: unknown key \(did you mean 'ansible_host'\?\)"),
+                                       r"group_vars/all.yml: ansible_hsot: unknown key "
+                                       r"\(did you mean 'ansible_host'\?\)"),
     "an INI file beside hosts.yml": ("hosts.ini", "a\n", r"both hosts.yml and hosts.ini could be the inventory: "
                                                          r"keep one there, or give -i \S+/hosts.ini$"),
-    "spec algorithm": ("hosts.yml", "all:\n  hosts:\n    a:\n      services:\n        - {name: s, model_path: /m, speculative: {algorithm: MEDUSA}}\n",
+    "spec algorithm": ("hosts.yml", "all:\n  hosts:\n    a:\n      services:\n"
+                                    "        - {name: s, model_path: /m, speculative: {algorithm: MEDUSA}}\n",
                        r"speculative.algorithm: must be one of EAGLE"),
 }
 
@@ -119,48 +111,6 @@ def test_bad_inventory_is_one_line_naming_file_and_key(tmp_path, case):
     assert re.search(pattern, msg), msg
 
 
-class Listener:
-    """A loopback TCP listener that counts connection attempts: the 'no SSH happened' oracle."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self.stop = False
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
-
-    def loop(self):
-        while not self.stop:
-            try:
-                conn, _ = self.sock.accept()
-                self.accepted += 1
-                conn.close()
-            except OSError:
-                pass
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close()
-
-
-def run_without_connecting(tmp_path, host_yaml: str, *args: str):
-    """Run the CLI against an inventory whose host is a loopback listener that counts
-    connection attempts: returns (result, attempts)."""
-    from conftest import Sandbox
-    listener = Listener()
-    try:
-        inv_dir = write(tmp_path / "inv", {"hosts.yml": host_yaml.format(port=listener.port)})
-        res = Sandbox(None, tmp_path).inv(*args, inventory=inv_dir, timeout=60)
-    finally:
-        listener.close()
-    return res, listener.accepted
-
-
 @pytest.mark.parametrize("args,pattern", [
     (["deploy", "--host", "nosuch"], "unknown host 'nosuch'"),
     (["deploy", "--group", "nosuch"], "unknown group 'nosuch'"),
@@ -174,7 +124,7 @@ def run_without_connecting(tmp_path, host_yaml: str, *args: str):
 ])
 @pytest.mark.reliability("bad-inventory", "bad-input")
 def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern, record_property):
-    from conftest import record_inputs
+    from support.reliability import record_inputs
     record_inputs(record_property, "inv " + " ".join(args))
     res, attempts = run_without_connecting(tmp_path, """
         all:
@@ -192,7 +142,8 @@ def test_cli_usage_errors_exit_2_without_connecting(tmp_path, args, pattern, rec
 @pytest.mark.reliability("bad-inventory", "bad-input")
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_cli_bad_inventory_exit_2(tmp_path, case, record_property):
-    from conftest import Sandbox, record_inputs
+    from support.reliability import record_inputs
+    from support.site import Sandbox
     record_inputs(record_property, f"an inventory with {case}")
     pattern = write_bad(tmp_path / "inv", case)
     res = Sandbox(None, tmp_path).inv("deploy", inventory=tmp_path / "inv", timeout=60)

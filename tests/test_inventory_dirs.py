@@ -10,8 +10,8 @@ import pytest
 from specops import cli, inventory
 from specops.errors import UsageError
 from specops.inventory.ansible import _one_edit
-from test_inventory import write
 from roles import VOCABULARY
+from support.inventories import write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,8 @@ def test_two_ini_files_in_a_directory_are_refused_naming_both(tmp_path):
     write(tmp_path, {"hosts": "box1\n", "hosts.ini": "box2\n"})
     with pytest.raises(UsageError) as e:
         inventory.load(tmp_path, VOCABULARY)
-    assert str(e.value) == f"{tmp_path}: hosts, hosts.ini could each be the inventory: give one with -i {tmp_path}/hosts"
+    assert str(e.value) == (f"{tmp_path}: hosts, hosts.ini could each be the inventory: "
+                            f"give one with -i {tmp_path}/hosts")
 
 
 def test_a_directory_without_hosts_says_what_it_looks_for(tmp_path):
@@ -57,7 +58,8 @@ def test_one_edit_is_one_letter_added_dropped_changed_or_two_swapped(typed, know
 
 def test_a_typo_of_an_ansible_key_is_refused_and_others_named_with_the_nearest(tmp_path, capsys):
     write(tmp_path, {"typo.ini": "box ansible_host=10.9.0.1 ansible_uesr=ubuntu\n",
-                     "old.ini": "box ansible_host=10.9.0.1 ansible_ssh_user=ubuntu ansible_python_interpreter=/usr/bin/python3\n"})
+                     "old.ini": "box ansible_host=10.9.0.1 ansible_ssh_user=ubuntu "
+                                "ansible_python_interpreter=/usr/bin/python3\n"})
     with pytest.raises(UsageError) as e:
         inventory.load(tmp_path / "typo.ini", VOCABULARY)
     assert str(e.value) == (f"{tmp_path}/typo.ini: all.children.ungrouped.hosts.box.ansible_uesr: unknown key "

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop
 from sandbox.provision import sandbox_service
+from support.files import load_json
+from support.hosts import unit_prop
 
 pytestmark = pytest.mark.fleet
 ORPHANS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_ORPHAN": "escape"}
@@ -158,7 +159,8 @@ def test_gpus_whose_memory_nvidia_smi_cannot_report(sandbox):
 
     facts = json.loads(sandbox.inv("facts", "--host", "t4", inventory=inv).stdout)["t4"]["gpu"]
     assert [g["memory.used"] for g in facts["gpus"]] == [1000, None, None]
-    assert "GPU 1 memory.used ([N/A])" in facts["unknown"] and "GPU 2 memory.total ([Not Supported])" in facts["unknown"]
+    assert ("GPU 1 memory.used ([N/A])" in facts["unknown"]
+            and "GPU 2 memory.total ([Not Supported])" in facts["unknown"])
     status = sandbox.inv("status", "--host", "t4", inventory=inv)
     assert status.returncode == 0, status.stdout + status.stderr
     assert "0:1000/81559MiB 1:?/?MiB 2:?/?MiB" in status.stdout

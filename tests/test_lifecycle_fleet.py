@@ -4,13 +4,15 @@ import json
 import re
 import socket
 import subprocess
-import time
 
 import pytest
 
-from conftest import MANAGED, ROOT, host_snapshot, load_json, record_bytes, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.hosts import MANAGED, host_snapshot, sha256_on, unit_prop
+from support.reliability import record_bytes
+from support.site import run_inv
 
 pytestmark = pytest.mark.fleet
 LLAMA = "srt/models/llama.py"
@@ -20,12 +22,6 @@ DRAFT = "/models/tiny-llama-eagle3/config.json"
 def spec(steps, draft=None):
     return {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3", "num_steps": steps,
             "eagle_topk": 1, "num_draft_tokens": draft or steps + 1}
-
-
-def run_inv(sandbox, inv, *args, **kw):
-    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
-    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
-    return res, (load_json(report)["hosts"] if report.exists() else None)
 
 
 def manifest(h, stamp=None):
@@ -127,7 +123,8 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
     svc = provision.bare_service(patches=[LLAMA], draft_config=ids,
                                  draft_weights={"source": "controller", "path": str(draft)})
     inv = sandbox.inventory({"t3": {
-        "services": [svc], "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
+        "services": [svc],
+        "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{pkg_index.url}/whl/{{variant}}"},
         "sglang": {"version": "0.5.23"}, "package_index": f"{pkg_index.url}/simple"}})
     res, rep = run_inv(sandbox, inv, "bootstrap", "--host", "t3", timeout=600)
     assert res.returncode == 0, res.stdout[-3000:]
@@ -144,7 +141,8 @@ def test_bootstrap_takes_a_bare_host_to_verified_serving(sandbox, pkg_index):
 
 
 def apps(h):
-    return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits").stdout.split("\n")
+    return h.run("nvidia-smi", "--query-compute-apps=pid,used_memory",
+                 "--format=csv,noheader,nounits").stdout.split("\n")
 
 
 @pytest.mark.logins

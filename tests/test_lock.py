@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from conftest import flock_waiters
 from specops import protocol
 from specops.agent import lock
+from support.files import flock_waiters
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,8 @@
 """`inv monitoring` without a fleet: the Prometheus configuration written from the example
-inventory and from a router fleet's (fleet() here), checked by the real promtool (`check config`,
+inventory and from a router fleet's (support/monitoring.py: fleet()), checked by the real promtool (`check config`,
 `check rules`): its targets and their labels, the rules per `watch:` setting, refusals.  The
 alerts' own promtool tests are test_monitoring_alerts.py's."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,53 +16,9 @@ from specops.errors import UsageError
 from specops.fleetwide import alerts, payoff, prometheus, targets
 from specops.inventory import reach
 from roles import VOCABULARY
+from support.monitoring import SG, fleet, promtool
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = {"algorithm": "EAGLE3", "draft_model_path": "/m/draft", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}
-SG = {"name": "sglang", "model_path": "/m/llama", "served_model_name": "llama", "bind": "0.0.0.0", "port": 30001,
-      "speculative": SPEC}
-WATCHED = {"accept_fraction": 0.9, "for": "5m", "min_verify_rate": 0.1, "speedup_margin": 0.2}
-
-
-def promtool(*args, cwd=None):
-    if not shutil.which("promtool"):
-        pytest.fail("promtool is missing: run scripts/setup.sh (Debian's prometheus package)")
-    run = subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
-    return run.stdout
-
-
-def fleet(tmp_path):
-    """Workers w1..w3 (w3 on IPv6, with its own watch), routers r (default metrics port) and r2
-    (its own), a service across n0 and n1, and a service of w1 with its metrics off."""
-    big = {"name": "big", "model_path": "/m/big", "tp": 2, "nodes": ["n0", "n1"], "bind": "0.0.0.0",
-           "speculative": SPEC}
-    router = {"name": "router", "kind": "router", "workers": {"group": "workers"}, "api_key": "rk-1"}
-    doc = {"all": {"children": {
-        "workers": {"hosts": {
-            "w1": {"address": "10.0.0.1", "services": [SG, {"name": "plain", "model_path": "/m/p", "port": 30002,
-                                                           "metrics": False}]},
-            "w2": {"address": "10.0.0.2", "router_address": "10.9.0.2", "services": [SG]},
-            "w3": {"address": "fd00::3", "services": [{**SG, "watch": WATCHED}]}}},
-        "edge": {"hosts": {"r": {"address": "10.0.0.9", "services": [router]},
-                           "r2": {"address": "10.0.0.10", "services": [{**router, "extra_args": [
-                               "--prometheus-port", "29100"]}]}}},
-        "big": {"vars": {"services": [big]}, "hosts": {"n0": {"address": "10.0.1.0"}, "n1": {"address": "10.0.1.1"}}},
-    }}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(doc))
-    inv = inventory.load(tmp_path, VOCABULARY)
-    # the monitoring role's var: true, or its settings; false or absent: no node_exporter
-    inv.hosts["w1"].vars["monitoring"] = True
-    inv.hosts["r"].vars["monitoring"] = {"textfile_dir": "/var/lib/prometheus/node-exporter", "refresh": "1min"}
-    inv.hosts["w2"].vars["monitoring"] = False
-    return inv
-
-
-@pytest.fixture
-def written(tmp_path):
-    out = tmp_path / "prom"
-    prometheus.write(fleet(tmp_path), out, "30s", ["am.example:9093"])
-    return out
 
 
 def _targets(out, job):

@@ -1,26 +1,13 @@
 """Every alert of `inv monitoring`'s rule file unit-tested by the real `promtool test rules`
-against series shaped as the scrape gives them (the router fleet of test_monitoring.fleet()): each
-fires where it should, with its labels and annotations, and stays quiet where it should not."""
+against series shaped as the scrape gives them (the router fleet of support/monitoring.py,
+fleet()): each fires where it should, with its labels and annotations, and stays quiet where it
+should not."""
 import re
 
 import pytest
 import yaml
 
-from test_monitoring import promtool, written  # noqa: F401 (a fixture)
-
-GROUPS = {"n0": "big", "r": "edge"}  # fleet()'s hosts' groups: the others are workers
-# the labels SGLang 0.5.23 puts on each of its own series
-OWN = {"model_name": "llama", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
-
-
-def scraped(name, host, job="sglang", **labels):
-    """A series as the scrape labels it: the target's labels (targets.py) and the metric's own."""
-    target = {"sglang": {"instance": f"{host}:30001", "role": "sglang", "service": "sglang", "served": "llama"},
-              "node": {"instance": f"{host}:9100", "role": "node"}}[job]
-    group = GROUPS.get(host, "workers")
-    own = OWN if name.startswith("sglang:") else {}
-    all_labels = {**target, **own, "job": job, "host": host, "group": group, **labels}
-    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(all_labels.items())) + "}"
+from support.monitoring import GROUPS, promtool, scraped
 
 
 def node(name, host, **labels):
@@ -136,7 +123,8 @@ def cases(r):
              + [{"series": scraped("specops_cuda_graph_deployed", "n0", job="node", service="big"), "values": "1x30"}],
              "15m", [expected(r, "CudaGraphOff", "w1")], []),
             # no decode at all (no traffic): nothing to judge
-            ([passes("w1", "prefill_none", 60), {"series": node("specops_cuda_graph_deployed", "w1"), "values": "1x30"}],
+            ([passes("w1", "prefill_none", 60),
+              {"series": node("specops_cuda_graph_deployed", "w1"), "values": "1x30"}],
              "15m", [], []),
         ],
         "SpecopsDrift": [
@@ -156,7 +144,8 @@ def cases(r):
         "NodeExporterDown": [
             # fleet() monitors w1 and r: w1's exporter is down (its textfile's series gone with it), r's up;
             # w2's SGLang answers, and the inventory runs no exporter there
-            ([up("w1", "node", "0x10"), up("r", "node", "1x10"), up("w1", "sglang", "1x10"), up("w2", "sglang", "1x10")],
+            ([up("w1", "node", "0x10"), up("r", "node", "1x10"), up("w1", "sglang", "1x10"),
+              up("w2", "sglang", "1x10")],
              "5m", [expected(r, "NodeExporterDown", "w1", service=None)], []),
             # r's is missing altogether (no target, or a configuration older than the inventory): absent
             ([up("w1", "node", "1x10"), up("w2", "sglang", "1x10")], "5m",
@@ -247,7 +236,8 @@ def test_node_exporter_down_s_run_installs_it_where_it_is_missing(written):
     from specops.inventory import Host
     from specops.ops.apt import AptPackages
     rule_file = written / "rules" / "specops.rules.yml"
-    assert expected(rule_file, "NodeExporterDown", "w1", service=None)["exp_annotations"]["run"] == "inv deploy --host w1"
+    assert (expected(rule_file, "NodeExporterDown", "w1", service=None)["exp_annotations"]["run"]
+            == "inv deploy --host w1")
     installs = [op.names for op in role.ops(Host("w1", {"monitoring": True})) if isinstance(op, AptPackages)]
     assert installs == [["prometheus-node-exporter"]]
     assert role.ops(Host("w2", {"monitoring": False})) == []

@@ -16,14 +16,14 @@ import time
 import pytest
 import yaml
 
-from conftest import load_json
-from daytwo import Alertmanager, Load, Prometheus, Webhook, get
-from dashboard_check import panels_return_series
 from sandbox import aptrepo
 from sandbox.provision import sandbox_service
 from specops import inventory as inventory_mod
 from specops.fleetwide import dashboard
 from roles import VOCABULARY
+from support.dashboard_check import panels_return_series
+from support.daytwo import Alertmanager, Load, Prometheus, Webhook, get
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 HOSTS = ("t1", "t2")
@@ -110,7 +110,8 @@ def test_prometheus_and_alertmanager_see_a_draft_degrade_then_stop_paying_an_exp
     assert sorted(line.split()[0] for line in said) == list(HOSTS), res.stdout[-3000:]
     for name, h in hosts.items():
         text = h.path(TEXTFILE).read_text()
-        assert 'specops_release_info{service="sglang"' in text and 'specops_drift{service="sglang",kind="files"} 0' in text
+        assert ('specops_release_info{service="sglang"' in text
+                and 'specops_drift{service="sglang",kind="files"} 0' in text)
         assert 'sglang_version="' in text and "specops_unit_active" in text and KEY not in text, text
         exported = get(f"http://{h.address}:9100/metrics")  # node exporter's textfile collector
         assert 'specops_release_info{' in exported and 'specops_unit_restarts_total{service="sglang"} 0' in exported
@@ -183,7 +184,8 @@ def test_prometheus_and_alertmanager_see_a_draft_degrade_then_stop_paying_an_exp
             assert [a["annotations"]["run"] for a in got[0]["alerts"]] == ["inv spec-tune --host t1 --traffic"], got
             # Restored: it resolves.
             hosts["t1"].run("rm", KNOB_FILE)
-            assert prom.wait(lambda: not prom.alerts("SpecDecodeNotPayingOff"), 60, 1), prom.alerts("SpecDecodeNotPayingOff")
+            assert prom.wait(lambda: not prom.alerts("SpecDecodeNotPayingOff"), 60, 1), (
+                prom.alerts("SpecDecodeNotPayingOff"))
 
             # node_exporter stopped on t2: the alert for that host, within its for: and two scrapes.
             hosts["t2"].run("systemctl", "stop", "prometheus-node-exporter")

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from conftest import load_json
 from sandbox import peerlink
 from sandbox.provision import sandbox_service
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 
@@ -73,7 +73,8 @@ def test_a_two_node_service_comes_up_verifies_through_rank_0_and_stops_on_both(s
     lines = [next(l for l in res.stdout.splitlines() if l.startswith(h + " ") and "sglang: stopped in" in l)
              for h in ("t1", "t2")]
     # The rank that lost its peer while being stopped ended "failed"; stop says so and leaves it stopped.
-    assert re.search(r"^t2 .*its run ended with exit-code while being stopped.*; failed state cleared$", res.stdout, re.M), res.stdout[-3000:]
+    assert re.search(r"^t2 .*its run ended with exit-code while being stopped.*; failed state cleared$",
+                     res.stdout, re.M), res.stdout[-3000:]
     # Each node's GPUs proven free (a GPU memory left would have failed the stop).
     assert all("freed GPU 0:" in line for line in lines), lines
     assert [h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() for h in (t1, t2)] == \
@@ -131,7 +132,8 @@ def test_a_stopped_rank_fails_rank_0s_verify_at_once_naming_it(sandbox):
         t2.run("systemctl", "stop", "sglang")
         deadline = time.monotonic() + 60  # rank 0 crashes with its peer gone and is started again
         while time.monotonic() < deadline:
-            now = [t1.run("systemctl", "show", "sglang", "-p", p, "--value").stdout.strip() for p in ("InvocationID", "SubState")]
+            now = [t1.run("systemctl", "show", "sglang", "-p", p, "--value").stdout.strip()
+                   for p in ("InvocationID", "SubState")]
             if now[0] != first and now[1] == "running":
                 break
             time.sleep(0.5)

@@ -7,8 +7,8 @@ from specops.sglang import patches
 from specops.ops.handlers import restart
 from specops.inventory import Host
 from specops.ops import PlanError
+from support.reliability import record_inputs
 
-from conftest import record_inputs
 
 LLAMA = "srt/models/llama.py"
 IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
@@ -73,9 +73,11 @@ def test_the_lint_says_whose_ids_miss_the_target():
     from specops.ops import Facts, JsonKeys
 
     def facts(ids):
-        doc = lambda d: {"exists": True, "type": "file", "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}  # noqa: E731
-        return Facts({"files": {"/models/t/config.json": doc({"num_hidden_layers": 32}),
-                                "/models/d/config.json": doc({"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}})}})
+        doc = lambda d: {"exists": True, "type": "file",  # noqa: E731
+                         "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}
+        return Facts({"files": {
+            "/models/t/config.json": doc({"num_hidden_layers": 32}),
+            "/models/d/config.json": doc({"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}})}})
     svc = host().vars["services"][0]
     with pytest.raises(PlanError, match=r"^sglang: the draft /models/d \(its config.json: /models/d/config.json\) "
                                         r"was made for another target: .* ids \[58\] are never captured"):

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, record_inputs, sha256_on, unit_prop
 from specops.sglang.patches import PATCH_DIR
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
+from support.files import load_json
+from support.hosts import host_snapshot, sha256_on, unit_prop
+from support.reliability import record_inputs
 
 pytestmark = pytest.mark.fleet
 LLAMA = "srt/models/llama.py"

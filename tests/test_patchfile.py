@@ -97,7 +97,8 @@ def test_a_diff_of_another_file_or_of_several_files_or_of_nothing_is_refused():
     up = module()
     diff = patchfile.make(REL, up, edit(up), "0.5.23", SHA_OLD)
     other = diff.replace(f"sglang/{REL}", "sglang/srt/models/llama.py")
-    with pytest.raises(PatchError, match=r"\.patch changes a/sglang/srt/models/llama.py, not sglang/srt/models/deepseek_v2.py$"):
+    with pytest.raises(PatchError, match=r"\.patch changes a/sglang/srt/models/llama.py, "
+                                         r"not sglang/srt/models/deepseek_v2.py$"):
         patchfile.apply(other, up, REL, "0.5.23")
     body = diff.split("\n", 1)[1]
     with pytest.raises(PatchError, match=r"changes 2 files"):

@@ -92,5 +92,6 @@ def test_an_upstream_file_is_read_once(monkeypatch):
     real = patchlint._messages
     monkeypatch.setattr(patchlint, "_messages", lambda text, filename: seen.append(text) or real(text, filename))
     for host in range(3):
-        assert patchlint.problems(upstream, upstream + f"host{host}\n", NAME) == [f"line 18: undefined name 'host{host}'"]
+        assert patchlint.problems(upstream, upstream + f"host{host}\n", NAME) == [
+            f"line 18: undefined name 'host{host}'"]
     assert seen.count(upstream) == 1 and len(seen) == 4

@@ -220,7 +220,8 @@ def test_the_copy_trusts_only_the_host_key_the_controller_checked(tmp_path, monk
                             path="/models/m", dest=str(dest), files={"model.safetensors": [10, 1]}, source={})
     dfd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with pytest.raises(ActionError, match="the peer's host key at 192.0.2.7 is not the one the controller accepted"):
+        with pytest.raises(ActionError,
+                           match="the peer's host key at 192.0.2.7 is not the one the controller accepted"):
             peercopy._copy_into(req, str(where), dfd)
     finally:
         os.close(dfd)

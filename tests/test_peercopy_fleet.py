@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, load_json
 from sandbox import hub as hub_mod, peerlink
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 PEER_PATH, DEST = "/models/peer-llama", "/models/copied-llama"
@@ -190,8 +191,8 @@ def test_a_killed_copy_leaves_no_key_and_the_next_run_resumes(sandbox, pair):
     assert peer.run("cat", KEYS).stdout == keys_before and not left_behind(dest, peer)
 
 
-@pytest.mark.security("peer-host-key", "another sshd answers at the peer's address on the link, with its own host key, for a "
-                        "copy of weights from that peer")
+@pytest.mark.security("peer-host-key", "another sshd answers at the peer's address on the link, with its own host "
+                        "key, for a copy of weights from that peer")
 def test_a_peer_presenting_another_host_key_is_refused(sandbox, pair):
     """Something else answers at the peer's address on the link, with a host key of its own (here
     a second sshd on the peer, port 2222: the same users and authorized_keys, another host key).

@@ -2,35 +2,7 @@
 manifest neither crashes `inv report` nor puts markup of its own into the page."""
 from html.parser import HTMLParser
 
-from specops.output import perfpage
-
-# What the page itself draws; anything else in the output came from a host.
-PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "section", "table",
-             "tr", "th", "td", "ul", "li", "svg", "line", "text", "polyline", "circle", "rect"}
-MARKUP = '<script>alert(1)</script><img src=x onerror=alert(2)>"'
-
-
-class _Read(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tags, self.attrs, self.cells = set(), [], {}
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.add(tag)
-        self.attrs += [k for k, _ in attrs]
-        a = dict(attrs)
-        if "data-tok-s" in a:
-            self.cells[a["data-concurrency"]] = a["data-tok-s"]
-
-
-def _page(releases, gate=None):
-    text = perfpage.page([perfpage.service_section("t1", "sglang", releases, gate)])
-    read = _Read()
-    read.feed(text)
-    assert read.tags <= PAGE_TAGS, read.tags - PAGE_TAGS
-    assert not [a for a in read.attrs if a.startswith("on") or a in ("src", "href")]
-    assert "<script" not in text.lower() and "<img" not in text.lower()
-    return text, read
+from support.perfpage import MARKUP, checked_page
 
 
 def test_figures_that_are_strings_are_shown_absent_and_named_never_injected():
@@ -43,7 +15,7 @@ def test_figures_that_are_strings_are_shown_absent_and_named_never_injected():
             "speedup": {"1": MARKUP, "8": 0.969}, "accept_length": {"1": "1e3", "8": 2.9}}
     releases = [{"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": MARKUP,
                  "perf": {"sglang": perf}}]
-    text, read = _page(releases, {"min_speedup": 1.0, "at_concurrency": 8})
+    text, read = checked_page(releases, {"min_speedup": 1.0, "at_concurrency": 8})
     assert read.cells == {"1": "", "8": "300.5"}  # the string is absent, not 1000 and not markup
     assert "1000" not in text and "data-speedup=\"0.969\"" in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text  # the verdict and summary, as text
@@ -65,9 +37,8 @@ def test_a_record_of_the_wrong_shape_is_left_out_not_a_crash():
         {"stamp": "s3", "perf": {"sglang": {"spec": [{"concurrency": True, "figures": {"output_tok_s": 1e400}},
                                                      {"concurrency": 10 ** 400, "figures": {}}]}}},
     ]
-    text, read = _page(odd, {"min_speedup": 1.0})
+    text, read = checked_page(odd, {"min_speedup": 1.0})
     assert read.cells == {} and "data-refused" in text and "a spec level&#x27;s concurrency" in text
-
 
 
 def test_host_text_in_two_measured_releases_loads_and_stamps_is_escaped_and_a_tiny_figure_draws():
@@ -79,11 +50,10 @@ def test_host_text_in_two_measured_releases_loads_and_stamps_is_escaped_and_a_ti
         return {"stamp": stamp, "status": "deployed", "perf": {"sglang": perf}}
     releases = [measured("20261203T160000Z" + MARKUP, {"requests": MARKUP, MARKUP: 1}, 5e-324),
                 {**measured(MARKUP + "20261204T160000Z", {"requests": 64}, 1e-300), "current": True}]
-    text, read = _page(releases, {"min_speedup": 1.0})
+    text, read = checked_page(releases, {"min_speedup": 1.0})
     assert "data-loads-differ" in text and text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3
     from specops.output.charts import ticks
     assert ticks(5e-324) == [0.0, 1.0] and ticks(2.5) == [0, 1, 2, 3]
-
 
 
 def test_the_agents_listing_passes_an_odd_record_on_instead_of_failing():
@@ -96,13 +66,13 @@ def test_latencies_are_rounded_milliseconds_and_figures_rounded():
     """Issue 24 (a new user's rough edge): the ITL showed as 0.006669000000000001 (seconds)."""
     perf = {"service": "sglang", "at": "x", "verdict": "",
             "spec": [{"concurrency": 1, "figures": {"output_tok_s": 149.95, "accept_length": 3.2049,
-                                                    "ttft_p50": 0.0421, "ttft_p99": 0.1, "itl_p50": 0.006669000000000001,
-                                                    "itl_p99": 0.0125}}],
+                                                    "ttft_p50": 0.0421, "ttft_p99": 0.1,
+                                                    "itl_p50": 0.006669000000000001, "itl_p99": 0.0125}}],
             "baseline": [{"concurrency": 1, "figures": {"output_tok_s": 90.04}}],
             "speedup": {"1": 1.6654}, "accept_length": {"1": 3.2049}}
     releases = [{"stamp": "20261203T160000Z", "status": "deployed", "current": True, "summary": "",
                  "perf": {"sglang": perf}}]
-    text, _ = _page(releases)
+    text, _ = checked_page(releases)
     assert "<td>42.1 / 100.0</td><td>6.7 / 12.5</td>" in text and "(ms)</th>" in text
     assert ">90.0</td>" in text and ">3.20</td>" in text and "0.006669" not in text
 
@@ -147,7 +117,7 @@ def test_the_charts_have_axis_ticks_with_values_and_units():
     800 → 0..800 by 200; accept length up to 3.1 → 0..4 by 1; speedup up to 1.333 → 0..1.5 by 0.5."""
     perf = _record([(1, 120.0, 90.0, 3.1), (8, 300.5, 310.0, 2.9), (32, 610.0, 800.0, 2.7)], LOAD)
     releases = [{"stamp": "20261203T150000Z", "status": "deployed", "current": True, "perf": {"sglang": perf}}]
-    text, _ = _page(releases, {"min_speedup": 1.0})
+    text, _ = checked_page(releases, {"min_speedup": 1.0})
     axes = _Axes()
     axes.feed(text)
     tok_s, accept, speedup = axes.charts
@@ -170,7 +140,7 @@ def test_a_rolled_back_release_shows_its_figures_marked_and_other_loads_are_said
             [(1, 54.8, 90.0, 1.2)], other, "speculative decoding: 0.61x at concurrency 1")}},
         {"stamp": "20261205T100000Z", "status": "deployed", "current": True,
          "perf": {"sglang": _record([(1, 131.0, 90.0, 3.3)], other)}}]
-    text, _ = _page(releases, {"min_accept_length": 2.0})
+    text, _ = checked_page(releases, {"min_accept_length": 2.0})
     assert "<td data-rolled-back>speculative decoding: 0.61x at concurrency 1 (measured, then rolled back)</td>" in text
     axes = _Axes()
     axes.feed(text)
@@ -181,7 +151,7 @@ def test_a_rolled_back_release_shows_its_figures_marked_and_other_loads_are_said
            "loads (max_new_tokens 128 in 12-03 15:00, 48 in 12-04 09:00 and 12-05 10:00; requests 64 in 12-03 " \
            "15:00, 12 in 12-04 09:00 and 12-05 10:00).</p>" in text
     same = [dict(r, perf={"sglang": dict(r["perf"]["sglang"], load=LOAD)}) for r in releases]
-    assert "data-loads-differ" not in _page(same)[0]
+    assert "data-loads-differ" not in checked_page(same)[0]
 
 
 def test_release_labels_read_as_dates_to_the_second_when_two_share_a_minute():
@@ -194,4 +164,4 @@ def test_release_labels_read_as_dates_to_the_second_when_two_share_a_minute():
     assert [c["x"] for c in axes.charts] == [["12-05 16:54", "12-05 17:54"], ["12-05 16:54:18", "12-05 16:54:46"]]
     releases = [{"stamp": stamp, "status": "deployed", "perf": {"sglang": _record([(1, 120.0, 90.0, 3.1)], load)}}
                 for stamp, load in (("20261205T165418.893910Z", LOAD), ("20261205T165446.079560Z", dict(LOAD, seed=1)))]
-    assert "(seed 0 in 12-05 16:54:18, 1 in 12-05 16:54:46)" in _page(releases)[0]  # the words read as the bars
+    assert "(seed 0 in 12-05 16:54:18, 1 in 12-05 16:54:46)" in checked_page(releases)[0]  # the words read as the bars

@@ -132,15 +132,17 @@ def test_each_shared_fact_is_defined_once():
 
 
 def test_the_engine_imports_no_role():
-    code = ("import sys; import specops.flows.pipeline, specops.flows.verify, specops.flows.status, specops.run, specops.cli, "
-            "specops.flows.facts; print(sorted(m for m in sys.modules if m == 'roles' or m.startswith('roles.')))")
+    code = ("import sys; import specops.flows.pipeline, specops.flows.verify, specops.flows.status, specops.run, "
+            "specops.cli, specops.flows.facts; "
+            "print(sorted(m for m in sys.modules if m == 'roles' or m.startswith('roles.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_the_agent_zip_is_deterministic_small_modules_and_python_38():
     data, sha = shipping.artifact()
-    members = [*((f"specops/{m}", (shipping.HERE / m).read_bytes()) for m in shipping.MEMBERS), ("__main__.py", shipping.MAIN)]
+    members = [*((f"specops/{m}", (shipping.HERE / m).read_bytes()) for m in shipping.MEMBERS),
+               ("__main__.py", shipping.MAIN)]
     assert shipping._zip(members) == shipping._zip(members) == data  # built again, not read from the memo
     with zipfile.ZipFile(BytesIO(data)) as z:
         names = z.namelist()
@@ -159,7 +161,8 @@ def test_the_agent_runs_from_its_zip_with_the_standard_library_alone(tmp_path):
     pyz = tmp_path / "agent.pyz"
     pyz.write_bytes(data)
     mods = [n[:-3].replace("/", ".") for n in zipfile.ZipFile(pyz).namelist() if n.startswith("specops/agent/")]
-    code = (f"import sys; sys.path.insert(0, {str(pyz)!r}); import " + ", ".join(m.removesuffix(".__init__") for m in mods)
+    code = (f"import sys; sys.path.insert(0, {str(pyz)!r}); import "
+            + ", ".join(m.removesuffix(".__init__") for m in mods)
             + "\nimport importlib\nfrom specops.agent.main import HANDLERS\n"
             "for module, function in HANDLERS.values():\n"  # every request kind's handler is there
             "    getattr(importlib.import_module('specops.agent.' + module), function)\n")

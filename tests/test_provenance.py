@@ -108,7 +108,7 @@ def test_every_release_record_a_run_sends_carries_it_and_it_survives_the_wire():
     run = HostRun(host, [], Options(provenance=PROV), Reporter(Redactor([host]), show_diff=False, stream=io.StringIO()))
     run.call = lambda req, **kw: sent.append(req) or protocol.RecordResult(stamp="s", files=0)
     pipeline.record(run, "/var/lib/specops/releases/20261207T000000Z")
-    from test_all_or_nothing import switchless_run
+    from support.runs import switchless_run
     attempt = switchless_run(["apt-get install x"], sent)
     attempt.opts = run.opts
     with pytest.raises(SpecopsError):

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-import seedpatch
 from sandbox import real_sglang
 from specops.sglang import patchfile, patchlint
 from roles import VOCABULARY
+from support import seedpatch
 
 REL = seedpatch.REL
 
@@ -48,7 +48,8 @@ def test_the_capture_patch_rebases_from_0_5_21_onto_0_5_23_as_the_same_edit_by_h
 def test_a_real_conflict_is_named_by_its_hunk_with_diff3_markers(real):
     diff = cut(real, seedpatch.conflicting(real["0.5.21"]))
     with pytest.raises(patchfile.PatchError, match=r"hunk 1 of 3 \(@@ -2724,7 \+2724,7 @@\) does not apply to "
-                                                   r"sglang 0.5.23's srt/models/deepseek_v2.py \(cut from sglang 0.5.21\)"):
+                                                   r"sglang 0.5.23's srt/models/deepseek_v2.py "
+                                                   r"\(cut from sglang 0.5.21\)"):
         patchfile.apply(diff, real["0.5.23"], REL, "0.5.23")
     merged, conflicts = patchfile.rebase(diff, real["0.5.21"], real["0.5.23"], REL, "0.5.23", sha(real["0.5.23"]))
     assert [str(c) for c in conflicts] == ["hunk 1 of 3 (@@ -2724,7 +2724,7 @@) against sglang 0.5.23's line 2810"]
@@ -99,7 +100,8 @@ def test_patch_check_plans_against_the_new_versions_wheel_before_its_stack_is_bu
     with pytest.raises(patchfile.PatchError, match=r"line \d+: undefined name 'residual'"):
         plan(seedpatch.capture(real["0.5.21"], residual=True))
     with pytest.raises(patchfile.HunkError, match=r"hunk 1 of 3 .* does not apply .*; carry it onto sglang "
-                                                  r"0.5.23 with: inv patch --host box srt/models/deepseek_v2.py --rebase"):
+                                                  r"0.5.23 with: inv patch --host box srt/models/deepseek_v2.py "
+                                                  r"--rebase"):
         plan(seedpatch.conflicting(real["0.5.21"]))
     assert plan(seedpatch.capture(real["0.5.21"])).summary == "ok"
     from specops.sglang import stack
@@ -111,6 +113,7 @@ def inventory_host(tmp_path, **hv):
     from specops import inventory
     import yaml
     (tmp_path / "inv").mkdir()
-    (tmp_path / "inv" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"box": {"address": "192.0.2.10", **hv}}}}))
+    (tmp_path / "inv" / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"hosts": {"box": {"address": "192.0.2.10", **hv}}}}))
     (host,) = inventory.load(tmp_path / "inv", VOCABULARY).select("box", None)
     return host

@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-import seedpatch
-from conftest import sha256_on
 from sandbox import fleet, provision, real_sglang
 from specops.sglang import patchfile, stack
+from support import seedpatch
+from support.hosts import sha256_on
 
 pytestmark = pytest.mark.fleet
 REL = seedpatch.REL
@@ -97,7 +97,8 @@ def test_a_real_conflict_is_resolved_and_deployed_onto_a_stack_never_built(sandb
     res, out = run(sandbox, hv, REL, "--edited", str(merge), task="patch")
     assert res.returncode == 0, out[-3000:]
     assert f"a diff against sglang {NEW}'s {REL}" in out
-    assert patchfile.base_of(diff.read_text()) == patchfile.Base(NEW, patchfile.upstream_sha256(REAL["0.5.23"].encode()))
+    assert patchfile.base_of(diff.read_text()) == patchfile.Base(
+        NEW, patchfile.upstream_sha256(REAL["0.5.23"].encode()))
     assert not h.path(new_stack).exists()
 
     # 5. deploy: the new stack built, the patch applied to its real file, verified; then nothing to change

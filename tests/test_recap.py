@@ -40,11 +40,13 @@ def converge_against(answer, tmp_path):
 
 
 def test_a_batch_refused_by_its_preflight_counts_no_change(tmp_path):
-    refused = protocol.ApplyResult(ok=False, failed=0, phase=protocol.CHECK, error="host preflight: the installed SGLang refuses "
-                                   "these arguments: argparse error: unrecognized arguments: --enable-torch-compil")
+    refused = protocol.ApplyResult(ok=False, failed=0, phase=protocol.CHECK,
+                                   error="host preflight: the installed SGLang refuses these arguments: "
+                                         "argparse error: unrecognized arguments: --enable-torch-compil")
     printed, doc = converge_against(lambda request: refused, tmp_path)
     assert "ok=1   changed=0   failed=1" in printed
-    assert "unrecognized arguments: --enable-torch-compil (action 1 of 2, while checking; 0 changes made before it)" in printed
+    assert ("unrecognized arguments: --enable-torch-compil (action 1 of 2, while checking; 0 changes made before it)"
+            in printed)
     unit = next(c for c in doc["changes"] if c["target"].endswith("sglang.service"))
     assert (unit["changed"], unit["applied"]) == (False, False)
 

@@ -135,12 +135,12 @@ def test_who_deployed_a_release_is_kept_listed_and_shown_and_an_older_release_sh
 
 
 def test_the_report_says_who_deployed_each_release_escaped_and_unknown_before_it_was_recorded():
-    from test_perfpage import MARKUP, _page
+    from support.perfpage import MARKUP, checked_page
     listed = [{"stamp": STAMPS[0], "status": "deployed", "summary": "s"},
               {"stamp": STAMPS[1], "status": "deployed", "current": True, "summary": "s",
                "provenance": dict(WHO, user=MARKUP)},
               {"stamp": STAMPS[2], "status": "deployed", "summary": "s", "provenance": "odd"}]
-    text, _ = _page(listed)
+    text, _ = checked_page(listed)
     assert text.count("<td data-deployed>unknown</td>") == 2
-    assert ("<td data-deployed>by &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;@laptop, "
-            "specops 3f2a9c1d4e5f+dirty, inventory 9e8d7c6b1a2b</td>") in text
+    assert ("<td data-deployed>by &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;"
+            "&quot;@laptop, specops 3f2a9c1d4e5f+dirty, inventory 9e8d7c6b1a2b</td>") in text

@@ -1,5 +1,5 @@
-"""docs/RELIABILITY.md's renderer (tests/reliability.py), on made-up outcomes: no fleet."""
-from reliability import FOUND, Outcome, count_inputs, render
+"""docs/RELIABILITY.md's renderer (tests/support/reliability.py), on made-up outcomes: no fleet."""
+from support.reliability import FOUND, Outcome, count_inputs, render
 
 PASS, FAIL = "passed", "failed"
 
@@ -48,9 +48,11 @@ def test_an_input_of_a_failed_test_is_tried_not_handled_and_a_test_without_input
 
 def test_a_failed_test_shows_as_failed():
     outcomes = {"health-timeout": {"kind": "fault", "tests": {
-        "tests/test_reliability_fleet.py::a": Outcome(PASS, {}), "tests/test_reliability_fleet.py::b": Outcome(FAIL, {}),
+        "tests/test_reliability_fleet.py::a": Outcome(PASS, {}),
+        "tests/test_reliability_fleet.py::b": Outcome(FAIL, {}),
         "tests/test_reliability_fleet.py::c": Outcome("skipped", {})}}}
-    security = {"lock-lease": {"attack": "an old lease", "tests": {"tests/test_hardening_fleet.py::t": Outcome(FAIL, {})}}}
+    security = {"lock-lease": {"attack": "an old lease",
+                               "tests": {"tests/test_hardening_fleet.py::t": Outcome(FAIL, {})}}}
     found = {"site-per-run": {"tests/test_fleet.py::t": Outcome(FAIL, {})}}
     doc = render(outcomes, security, found)
     assert row(doc, "health times out").endswith("| 1/3 passed; 1 failed, 1 skipped |")
@@ -87,8 +89,9 @@ def test_unit_test_is_said_from_the_tests_not_from_fixed_text():
                                                  "(unit tests) |")
     assert row(doc, "path traversal").startswith("| a path traversal in a patch destination (unit test) |")
     # mixed: the unit test is named as one, the row is not
-    assert row(doc, "spec-decode") == ("| invalid spec-decode flags | refused before connecting, naming SGLang's rule | "
-                                       "`test_rules.py::unit` (unit test)<br>`test_rules_fleet.py::fleet` | 2/2 passed |")
+    assert row(doc, "spec-decode") == ("| invalid spec-decode flags | refused before connecting, naming SGLang's "
+                                       "rule | `test_rules.py::unit` (unit test)<br>`test_rules_fleet.py::fleet` | "
+                                       "2/2 passed |")
     assert "unit test" not in row(doc, "host key")
     assert "unit test" not in row(doc, "disk full")  # not run: no tests to say it of
 

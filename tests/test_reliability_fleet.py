@@ -5,9 +5,11 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, record_bytes, record_inputs, sha256_on, unit_prop
 from sandbox import provision
 from sandbox.provision import VENV, sandbox_service
+from support.files import load_json
+from support.hosts import host_snapshot, sha256_on, unit_prop
+from support.reliability import record_bytes, record_inputs
 
 pytestmark = pytest.mark.fleet
 MODELS = f"{VENV}/lib/python3.11/site-packages/sglang/srt/models"
@@ -94,7 +96,7 @@ def test_sigint_during_a_multi_file_write(sandbox, record_property):
     import os
     import signal
     import threading
-    from conftest import role
+    from support.site import role
     from specops.ops import File
     h = sandbox.reset("t3")
     h.run("sh", "-c", "mkdir -p /srv/demo && echo old > /srv/demo/a && echo old > /srv/demo/b")
@@ -138,7 +140,8 @@ def test_shell_metacharacters_are_quoted_or_refused(sandbox, tmp_path, record_pr
                           env_secret={"HF_TOKEN": "tok\"en $(touch /tmp/pwned-secret) \\ `x`"},
                           extra_args=["--tokenizer-path", "/x; touch /tmp/pwned-arg"])
     record_inputs(record_property, f"model path {odd}", f"served name {name}", f"env NOTE={svc['env']['NOTE']}",
-                  "a secret HF_TOKEN with a quote, $(...), a backslash and backticks", f"flag value {svc['extra_args'][1]}")
+                  "a secret HF_TOKEN with a quote, $(...), a backslash and backticks",
+                  f"flag value {svc['extra_args'][1]}")
     res, rep = run_inv(sandbox, sandbox.inventory({"t3": {"services": [svc]}}), "deploy", "--host", "t3")
     assert res.returncode == 0, res.stdout
     info = json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)
@@ -192,7 +195,8 @@ def test_a_closed_output_pipe_mid_apply_leaves_whole_files_and_the_rerun_converg
     import os
     import subprocess
     import sys
-    from conftest import MANAGED, ROOT
+    from support import ROOT
+    from support.hosts import MANAGED
     h = sandbox.reset("t1")
     res, _ = run_inv(sandbox, sandbox.inventory({"t1": {"services": [sandbox_service()]}}), "deploy", "--host", "t1")
     assert res.returncode == 0, res.stdout

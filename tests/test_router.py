@@ -69,7 +69,7 @@ def test_an_open_router_or_a_key_it_does_not_send_is_refused(tmp_path):
 def test_a_baseline_of_a_router_is_refused_before_connecting(tmp_path):
     """Issue 23 item 2: spec-bench --baseline on a router's host stopped the router (an outage for
     every client) and measured its 503."""
-    from test_inventory import run_without_connecting
+    from support.inventories import run_without_connecting
     res, attempts = run_without_connecting(tmp_path, """
         all:
           children:
@@ -103,9 +103,9 @@ def test_why_a_worker_is_not_in_the_router_is_read_from_the_routers_log():
     real sglang-router 0.3.2's (the sandbox index's wheel, run on this machine, colours and all):
     registering a worker that refuses connections (and one answering 404), a listed worker whose
     health checks then failed, and one removed through DELETE /workers/<id>."""
-    from pathlib import Path
     from specops.agent.services.routing import said_in
-    log = Path(__file__).with_name("router_0.3.2.log").read_text()
+    from support import ROOT
+    log = (ROOT / "tests" / "support" / "router_0.3.2.log").read_text()
     refused, answered_404, dropped = "http://127.0.0.1:38999", "http://10.254.254.1:30000", "http://127.0.0.1:38997"
     assert said_in(log, [refused, answered_404, dropped, "http://127.0.0.1:3899"]) == {
         refused: f"Health check failed: error sending request for url ({refused}/health)",

@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import load_json
 from sandbox import peerlink
 from sandbox.routed import Load, inventory as routed_inventory
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 WORKERS, ROUTER, PORT = ["t1", "t2", "t3"], "t4", 30010

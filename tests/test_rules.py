@@ -3,8 +3,8 @@ import pytest
 
 from specops.errors import UsageError
 from specops.sglang.rules import check_service, resolve, tree_nodes
+from support.reliability import record_inputs
 
-from conftest import record_inputs
 
 DRAFT = "/models/draft"
 
@@ -111,7 +111,8 @@ def test_dflash_rules():
     assert sorted(f.rule for f in bad.adjustments) == ["dflash-steps", "dflash-topk"]
     assert [f.fixes for f in bad.adjustments] == [["set num_steps: 1", "leave it out"],
                                                   ["set eagle_topk: 1", "leave it out"]]
-    assert [f.rule for f in resolve(spec("DFLASH", dflash_block_size=8, num_draft_tokens=16)).errors] == ["dflash-block"]
+    assert [f.rule for f in resolve(spec("DFLASH", dflash_block_size=8, num_draft_tokens=16)).errors] == [
+        "dflash-block"]
     ok = resolve(spec("DFLASH", num_steps=1, eagle_topk=1, dflash_block_size=16))
     assert not ok.findings and effective(ok) == (1, 1, 16)
 
@@ -131,7 +132,8 @@ SEED_CASE = "EAGLE3 with num_steps 1, eagle_topk 1, num_draft_tokens 16"  # the 
 
 
 def service(**kw):
-    return {"name": "sglang", "model_path": "/m", "speculative": spec(num_steps=1, eagle_topk=1, num_draft_tokens=16), **kw}
+    return {"name": "sglang", "model_path": "/m",
+            "speculative": spec(num_steps=1, eagle_topk=1, num_draft_tokens=16), **kw}
 
 
 @pytest.mark.reliability("spec-flags", "bad-input")
@@ -165,7 +167,7 @@ def test_check_service_opt_in_records_effective_values():
 @pytest.mark.reliability("spec-flags", "bad-input")
 def test_cli_refuses_seed_case_without_connecting(tmp_path, record_property):
     record_inputs(record_property, SEED_CASE)  # the same input as above, through the CLI: counted once
-    from test_inventory import run_without_connecting
+    from support.inventories import run_without_connecting
     res, attempts = run_without_connecting(tmp_path, """
         all:
           hosts:
@@ -175,7 +177,8 @@ def test_cli_refuses_seed_case_without_connecting(tmp_path, record_property):
               services:
                 - name: sglang
                   model_path: /models/Kimi-K2.5
-                  speculative: {{algorithm: EAGLE3, draft_model_path: /d, num_steps: 1, eagle_topk: 1, num_draft_tokens: 16}}
+                  speculative: {{algorithm: EAGLE3, draft_model_path: /d, num_steps: 1, eagle_topk: 1,
+                                 num_draft_tokens: 16}}
         """, "deploy", "--host", "ct129")
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "[topk1-draft]" in res.stderr

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import tutorial
-from conftest import ROOT
 from sandbox import base, boot, fleet, pkgindex, provision
 from specops import inventory as inventory_mod
 from specops.sglang import patchfile, stack
 from roles import VOCABULARY
+from support import ROOT, tutorial
 
 pytestmark = pytest.mark.fleet
 
@@ -99,24 +98,16 @@ def _index_processes(address: str) -> list[int]:
     return found
 
 
-def resolve_docstring(merged: str) -> str:
-    """What a person makes of the demo patch's conflict: 0.5.24's docstring, with the patch's line."""
-    m = re.search(r'<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n', merged, re.S)
-    ours, theirs = m.groups()
-    note = ours.strip().splitlines()[-1]  # 'Patched: EAGLE-3 layer id -1 captures the embedding output."""'
-    resolved = theirs.rstrip().removesuffix('"""') + "\n\n" + note + "\n"
-    return merged[:m.start()] + resolved + merged[m.end():]
-
-
 def running(h) -> tuple[str, str]:
     key = provision.site_key(h.site)  # the sandbox's server listens beyond loopback, with a key
-    info = json.loads(h.run("curl", "-sf", "-H", f"Authorization: Bearer {key}", "http://127.0.0.1:30000/model_info").stdout)
+    info = json.loads(h.run("curl", "-sf", "-H", f"Authorization: Bearer {key}",
+                            "http://127.0.0.1:30000/model_info").stdout)
     return info["model_code"], info.get("model_code_version")
 
 
 def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     """docs/tutorial.md, every command as a new user types it, checked for what its comments promise
-    (tests/tutorial.py), on a sandbox site of its own; beside it, what the words cannot show:
+    (tests/support/tutorial.py), on a sandbox site of its own; beside it, what the words cannot show:
     `inv sandbox.up` starts the site's package index (a process that outlives it) and says its
     versions; the inventory it writes puts the host on a stack (no `venv:`, SGLang pinned) built
     from that index; the README's first command leaves the index alone and deploys; a refused
@@ -125,8 +116,9 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     address off lo."""
     site = fleet.Site("soi", "192.168.243", tmp_path / "site")
     editor = tmp_path / "editor"  # a person resolving the demo patch's conflict: one docstring of both
-    editor.write_text(f"#!{sys.executable}\nimport sys\nfrom pathlib import Path\nsys.path.insert(0, {str(ROOT / 'tests')!r})\n"
-                      "from test_sandbox_fleet import resolve_docstring\n"
+    editor.write_text(f"#!{sys.executable}\nimport sys\nfrom pathlib import Path\n"
+                      f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+                      "from support.tutorial import resolve_docstring\n"
                       "p = Path(sys.argv[1])\np.write_text(resolve_docstring(p.read_text()))\n")
     editor.chmod(0o755)
     env = {"SPECOPS_SANDBOX_SITE": f"{site.prefix},{site.subnet},{site.state}", "EDITOR": str(editor)}
@@ -144,7 +136,8 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
             before = h.path(unit).read_text() if pid and h.path(unit).exists() else None
             res = tutorial.run(step, done, inv_dir, env)
             out = res.stdout + res.stderr
-            assert not tutorial.broken_promises(step, res), (step.command, tutorial.broken_promises(step, res), out[-4000:])
+            assert not tutorial.broken_promises(step, res), (step.command, tutorial.broken_promises(step, res),
+                                                             out[-4000:])
             done.append(step)
             words = step.command.split()
             if words[-1] == "sandbox.up":
@@ -163,7 +156,8 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
                 assert host["torch"] == {"version": "2.9.1", "cuda": "auto", "index_url": f"{url}/whl/{{variant}}"}
                 assert host["package_index"] == f"{url}/simple" and stack.defines(host) is not None
                 text = (inv_dir / "hosts.yml").read_text()
-                assert f"# {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} fails at start" in text
+                assert (f"# {', '.join(provision.SIM_VERSIONS)} (the simulator; {provision.SIM_FAILING} fails at start"
+                        in text)
             elif words[0] == "sed" and "version:" in step.command:
                 version = re.search(r"\$/version: ([^/]+)/", step.command).group(1)  # what it becomes
             elif words[1:2] == ["deploy"] and "--check" in words:
@@ -172,7 +166,8 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
             elif words[1:2] == ["deploy"] and res.returncode == 0:
                 deploys += 1
                 assert running(h) == ("patched: embedding capture", version) and "hunk" not in out
-                assert f"{stack.venv_of({**host.vars, 'sglang': {'version': version}})}/bin/python" in h.path(unit).read_text()
+                assert (f"{stack.venv_of({**host.vars, 'sglang': {'version': version}})}/bin/python"
+                        in h.path(unit).read_text())
                 if deploys == 1:  # the README's first command, a second `sandbox.up` (the index left running) with it
                     first = _inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
                     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]

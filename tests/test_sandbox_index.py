@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from sandbox import fleet, pkgindex, tasks
+from support import ROOT
 
 SITE_ARGS = ("soj", "192.168.245")  # never booted nor swept here: only its state directory is used
 

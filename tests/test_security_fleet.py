@@ -6,26 +6,16 @@ import time
 
 import pytest
 
-from conftest import load_json, unit_prop, watching_ps
 from sandbox.provision import sandbox_service
+from support.hosts import alice, unit_prop, watching_ps
+from support.site import run_inv
 
 pytestmark = pytest.mark.fleet
 PASSWD = "/etc/passwd"
 
 
-def run_inv(sandbox, inv, *args, **kw):
-    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
-    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
-    return res, (load_json(report)["hosts"] if report.exists() else None)
-
-
 def passwd_state(h):
     return h.run("stat", "-c", "%U:%G %a %s", PASSWD).stdout.strip(), h.run("sha256sum", PASSWD).stdout.split()[0]
-
-
-def alice(h, *argv):
-    """Run a command on the host as the unprivileged user alice."""
-    return h.run("runuser", "-u", "alice", "--", *argv)
 
 
 def alice_owns_a_draft(h):
@@ -44,7 +34,8 @@ def draft_service(**over):
         draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [2, 16, 30]}, **over)
 
 
-@pytest.mark.security("staging-symlink", "alice, owner of the draft model directory, plants `.specops-stage/config.json -> /etc/passwd`, then swaps config.json itself for a link")
+@pytest.mark.security("staging-symlink", "alice, owner of the draft model directory, plants "
+                      "`.specops-stage/config.json -> /etc/passwd`, then swaps config.json itself for a link")
 def test_a_user_owned_draft_directory_cannot_redirect_a_write(sandbox):
     """Security 1 (reproduced before the fix: /etc/passwd became alice's 0644).  Seen red: with the
     old staging (exist_ok directory, O_CREAT|O_TRUNC, fchown to the probed owner) the planted link
@@ -91,11 +82,13 @@ def test_a_link_owned_by_a_user_is_never_followed(sandbox):
                           draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [2, 16, 29]})
     res, rep = run_inv(sandbox, sandbox.inventory({"t2": {"services": [svc]}}), "deploy", "--host", "t2")
     assert res.returncode == 1, res.stdout
-    assert "/home/alice/draft is a symbolic link owned by alice; specops follows only root's links" in rep["t2"]["error"]
+    assert ("/home/alice/draft is a symbolic link owned by alice; specops follows only root's links"
+            in rep["t2"]["error"])
     assert not h.run("test", "-e", "/etc/config.json", check=False).returncode == 0
 
 
-@pytest.mark.security("api-key-argv", "`ps -eww` on the host through the whole deploy; `systemctl status`; the journal; /proc/PID/cmdline")
+@pytest.mark.security("api-key-argv", "`ps -eww` on the host through the whole deploy; `systemctl status`; the "
+                      "journal; /proc/PID/cmdline")
 def test_the_api_key_is_never_on_a_command_line_or_in_the_journal(sandbox):
     """Security 2.  Seen red: with the key passed as `--api-key ${KEY}` (the old unit), `ps` showed it."""
     h = sandbox.reset("t3")
@@ -127,7 +120,8 @@ def test_a_key_with_shell_characters_still_verifies(sandbox):
     assert "sglang verified" in rep["t4"]["notes"]  # /v1/models and /server_info took the key
 
 
-@pytest.mark.security("port-squatter", "alice binds 127.0.0.1:30000 while the server loads, answers /health with 200 and logs the Authorization header")
+@pytest.mark.security("port-squatter", "alice binds 127.0.0.1:30000 while the server loads, answers /health with "
+                      "200 and logs the Authorization header")
 def test_a_squatter_on_the_port_never_gets_the_key(sandbox):
     """Security 6: while the weights load, a local user binds the port and answers /health with
     200.  Verify checks who listens before any request carries the key."""

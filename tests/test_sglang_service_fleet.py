@@ -4,9 +4,11 @@ import time
 
 import pytest
 
-from conftest import host_snapshot, load_json, record_inputs, sha256_on, unit_prop
 from roles import sglang_service
 from sandbox.provision import sandbox_service
+from support.files import load_json
+from support.hosts import host_snapshot, sha256_on, unit_prop
+from support.reliability import record_inputs
 
 pytestmark = pytest.mark.fleet
 SEED = {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3",
@@ -25,7 +27,8 @@ def test_seed_case_with_opt_in_deploys_and_verify_reads_effective_value(sandbox)
     svc = sandbox_service(speculative=SEED, allow_sglang_adjustments=True)
     res, report = deploy(sandbox, "t1", [svc])
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2 (accepted SGLang adjustment)" in res.stdout
+    assert ("num_draft_tokens (speculative_num_draft_tokens): intended 16, effective 2 (accepted SGLang adjustment)"
+            in res.stdout)
     (verified,) = report["hosts"]["t1"]["verify"]
     assert verified["effective"]["speculative_num_draft_tokens"] == 2  # read from /server_info
     assert verified["failures"] == []

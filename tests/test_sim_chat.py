@@ -1,7 +1,7 @@
 """The simulator's OpenAI chat endpoint (sandbox/sglang_sim/sglang/sim_chat.py) as SGLang 0.5.23
 answers it, spec-bench's load client sending chat prompts to it (specops/agent/bench/specbench.py),
 a draft that carries its own acceptance, and a planted slow start seen from outside.  Each server
-runs locally on a loopback port (test_sim_metrics.server); no fleet."""
+runs locally on a loopback port (support/sim.py: server); no fleet."""
 import json
 import urllib.error
 import urllib.request
@@ -12,7 +12,7 @@ from sandbox.oracle import sim_perf
 from specops import protocol
 from specops.agent.bench import specbench
 from specops.agent.host import ActionError
-from test_sim_metrics import KEY, SPEC, generate, scrape, server, tok, value
+from support.sim import KEY, SPEC, generate, scrape, server, tok, value
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "three more words"}]
 SPEC_DETAILS = {"spec_accept_rate", "spec_accept_length", "spec_cap_length", "spec_block_accept_length",

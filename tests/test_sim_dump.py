@@ -5,23 +5,8 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 
-from test_sim_metrics import KEY, SIM, SPEC, generate, server
-
-
-def configure(base, body):
-    req = urllib.request.Request(base + "/configure_logging", data=json.dumps(body).encode(),
-                                 headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return r.status, r.read()
-
-
-def dumped(folder, count, timeout=10):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and len(list(folder.glob("*.pkl"))) < count:
-        time.sleep(0.1)
-    return sorted(folder.glob("*.pkl"))
+from support.sim import KEY, SIM, SPEC, configure, dumped, generate, server
 
 
 def test_the_dump_is_off_until_configured_then_a_pickle_per_threshold_then_off_again(tmp_path):

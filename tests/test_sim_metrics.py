@@ -1,25 +1,11 @@
 """The simulator's /metrics (sandbox/sglang_sim/sglang/sim_metrics.py): SGLang 0.5.23's Prometheus
 metrics with --enable-metrics, figured from the requests' own counts, and the accept file that
 lowers the acceptance while the server runs.  The server runs locally on a loopback port; no fleet."""
-import contextlib
 import gzip
-import json
-import os
-import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
-SIM = Path(__file__).resolve().parent.parent / "sandbox" / "sglang_sim"
-KEY = "sk-metrics-test"
-MODEL = "sim-model"
+from support.sim import KEY, MODEL, SPEC, generate, get, parse, scrape, server, tok, value
+
 INTERVAL = 10  # --decode-log-interval: a window every 10 verify steps
-SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4"]
 SCHED = {"model_name": MODEL, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
 GAUGES = ["sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
           "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:spec_num_steps",
@@ -29,105 +15,6 @@ TTFT = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 40
 E2E = TTFT + [600, 1200, 1800, 2400]
 ITL = [0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.06, 0.08, 0.1, 0.2, 0.4,
        0.6, 0.8, 1, 2, 4, 6, 8]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def server(tmp_path, *flags, draft=None, **env):
-    """The simulator on a loopback port, its base URL; `draft`: keys added to the draft's config.json."""
-    stub = tmp_path / "stub"
-    stub.mkdir(exist_ok=True)
-    (stub / "setproctitle.py").write_text("def setproctitle(title):\n    pass\n")  # not in .venv
-    for name, cfg in (("target", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32}),
-                      ("draft", {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, **(draft or {})})):
-        (tmp_path / name).mkdir(exist_ok=True)
-        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tmp_path / "target"), "--port", str(port),
-         "--served-model-name", MODEL, "--api-key", KEY, "--speculative-draft-model-path", str(tmp_path / "draft"),
-         *flags], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": f"{stub}:{SIM}",
-             "SGLANG_SIM_GPU_REGISTRY": str(tmp_path / "gpu"), "SGLANG_SIM_STARTUP_DELAY": "0",
-             "SGLANG_SIM_TOK_S": "2000", "SGLANG_SIM_ACCEPT_FILE": str(tmp_path / "accept_rate"),
-             "SGLANG_SIM_SLOW_FILE": str(tmp_path / "slow.json"), **env})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30  # bounds a broken start; a loaded box is slow
-        while get(base + "/health")[0] != 200:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
-            time.sleep(0.05)
-        yield base
-    finally:
-        proc.kill()
-        proc.communicate(timeout=10)
-
-
-def get(url, **headers):
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
-    except OSError:
-        return None, None, b""
-
-
-def generate(base, n, stream, words=3):
-    """One /generate; its final meta_info, and (streaming) every event's completion_tokens."""
-    body = {"text": " ".join(["w"] * words), "stream": stream, "sampling_params": {"max_new_tokens": n}}
-    req = urllib.request.Request(base + "/generate", data=json.dumps(body).encode(),
-                                 headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        if not stream:
-            return json.load(r)["meta_info"], None
-        events = [json.loads(line[6:]) for line in r if line.startswith(b"data: {")]
-    return events[-1]["meta_info"], [e["meta_info"]["completion_tokens"] for e in events]
-
-
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse(text):
-    """The text exposition format: ({name: HELP}, {name: TYPE}, [(name, labels, value)])."""
-    helps, types, samples = {}, {}, []
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            name, doc = line[7:].split(" ", 1)
-            helps[name] = doc
-        elif line.startswith("# TYPE "):
-            name, typ = line[7:].split(" ")
-            types[name] = typ
-        else:
-            m = SAMPLE.match(line)
-            assert m, line
-            pairs = LABEL.findall(m[2] or "")
-            assert ",".join('%s="%s"' % p for p in pairs) == (m[2] or ""), line
-            assert [k for k, _ in pairs] == sorted(k for k, _ in pairs), line  # prometheus_client sorts them
-            samples.append((m[1], dict(pairs), float(m[3])))
-    return helps, types, samples
-
-
-def scrape(base):
-    status, headers, body = get(base + "/metrics")
-    assert status == 200 and headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-    return parse(body.decode())
-
-
-def value(samples, name, **labels):
-    found = [v for n, lab, v in samples if n == name and lab == labels]
-    assert len(found) == 1, (name, labels, [s for s in samples if s[0] == name])
-    return found[0]
-
-
-def tok(**extra):
-    return {"model_name": MODEL, "engine_type": "unified", **extra}
 
 
 def last_window(steps, known_from=0):

@@ -11,9 +11,11 @@ import time
 
 import pytest
 
-from conftest import MANAGED, ROOT, load_json, sha256_on
 from sandbox.provision import sandbox_service
 from specops.layout import LOCK_DIR
+from support import ROOT
+from support.files import load_json
+from support.hosts import MANAGED, sha256_on
 
 pytestmark = pytest.mark.fleet
 GOOD = {"SGLANG_SIM_TOK_S": "400", "SGLANG_SIM_ACCEPT_LENGTH": "3.2", "SGLANG_SIM_DRAFT_COST": "0.15"}
@@ -112,8 +114,9 @@ def test_ctrl_c_during_the_baseline_restores_the_service_on_every_host(sandbox):
     res = sandbox.inv("deploy", "--group", "fleet", inventory=inv)
     assert res.returncode == 0, res.stdout[-3000:]
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--group", "fleet", "--baseline",
-                             "--concurrency", "1,4", "--requests", "80", "--max-new-tokens", "32"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**__import__("os").environ, "SPECOPS_INVENTORY": str(inv)})
+                             "--concurrency", "1,4", "--requests", "80", "--max-new-tokens", "32"],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**__import__("os").environ, "SPECOPS_INVENTORY": str(inv)})
     seen = []
     for line in proc.stdout:
         seen.append(line)

@@ -452,7 +452,8 @@ def test_going_back_takes_what_a_file_was_before_its_first_change_after_the_targ
     r1 = {"stamp": "20260101T000000.000000Z", "files": ["/etc/unit"]}
     r2 = {"stamp": "20260102T000000.000000Z", "files": ["/etc/unit", "/etc/x"],
           "previous": {"/etc/x": {"sha256": "aa"}, "/etc/new": None}}  # as the manifest keeps it
-    r3 = {"stamp": "20260103T000000.000000Z", "files": ["/etc/unit", "/etc/x"], "previous": {"/etc/x": {"sha256": "bb"}}}
+    r3 = {"stamp": "20260103T000000.000000Z", "files": ["/etc/unit", "/etc/x"],
+          "previous": {"/etc/x": {"sha256": "bb"}}}
     for deployed in ([r1, r2, r3], [r3, r2, r1]):
         want = rollback._state_at(r1, deployed)
         assert want["/etc/x"].endswith(f"{r2['stamp']}/previous/etc/x")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from conftest import load_json
 from sandbox.provision import sandbox_service
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 

@@ -65,7 +65,8 @@ def relayed(writes, chunks="each"):
     lines = launch.Lines()
     data = writes if chunks == "each" else [b"".join(writes)]
     out = [line for chunk in data for line in lines.feed(chunk)] + lines.flush()
-    return [(line.startswith(launch.REDRAW), line[len(launch.REDRAW) if line.startswith(launch.REDRAW) else 0:].decode().rstrip("\n"))
+    return [(line.startswith(launch.REDRAW),
+             line[len(launch.REDRAW) if line.startswith(launch.REDRAW) else 0:].decode().rstrip("\n"))
             for line in out]
 
 
@@ -102,7 +103,8 @@ def test_the_graph_capture_bar_and_sglangs_own_phase_lines_are_named():
     assert "capturing CUDA graphs: batch size 8 (1/4)" in [phase(t) for _, t in rows]
     # The other loaders' bars (weight_utils.py), as tqdm draws them
     for desc, fmt in [("Loading pt checkpoint shards", BAR_FORMAT), ("Multi-thread loading shards", BAR_FORMAT),
-                      ("Loading safetensors using Fastsafetensor loader", "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"),
+                      ("Loading safetensors using Fastsafetensor loader",
+                       "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"),
                       ("Loading safetensors using Runai Model Streamer", None)]:
         out = Writes()
         for _ in tqdm(range(3), desc=desc, bar_format=fmt, file=out, mininterval=0):

@@ -41,9 +41,9 @@ def test_with_a_measured_speedup_a_draft_is_said_not_to_pay_below_1_and_degraded
     assert judged(1.5) == {"not_paying": "estimated speedup 0.87× (accept length 1.5 in production; 1.80× at accept "
                                          "length 3.1 when deployed at 1 (spec-bench)), under 1: below 1 speculative "
                                          "decoding costs more than it gives; run inv spec-tune --host t1 --traffic"}
-    assert judged(1.8) == {"degraded": "accept length 1.8 in production, under 0.7 × accept length 3.1 when deployed at "
-                                       "1 (spec-bench): the draft fits this traffic less well, and may still pay; run "
-                                       "inv spec-tune --host t1 --traffic"}
+    assert judged(1.8) == {"degraded": "accept length 1.8 in production, under 0.7 × accept length 3.1 when deployed "
+                                       "at 1 (spec-bench): the draft fits this traffic less well, and may still pay; "
+                                       "run inv spec-tune --host t1 --traffic"}
     assert judged(2.3) == {}
     figures = status.production(host, svc, {"accept_length": 2.3, "verify_calls": 5000}, kept(), ran, 600)
     assert (figures["deployed_accept_length"], figures["deployed_speedup"], figures["deployed_source"]) == (
@@ -59,8 +59,8 @@ def test_with_a_measured_speedup_a_draft_is_said_not_to_pay_below_1_and_degraded
     assert list(judged(1.5, release=alone)) == ["degraded"]
     # too little traffic to judge, and a release that measured nothing: no verdict
     assert judged(1.2, calls=50) == {}
-    assert status.production(host, svc, {"accept_length": 1.2, "verify_calls": 5000}, kept(), {"release": "2"}, 600).keys() \
-        .isdisjoint(status.VERDICTS)
+    assert status.production(host, svc, {"accept_length": 1.2, "verify_calls": 5000}, kept(), {"release": "2"},
+                             600).keys().isdisjoint(status.VERDICTS)
 
 
 def test_strict_fails_on_what_needs_doing_and_only_on_that():

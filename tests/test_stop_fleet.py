@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from conftest import load_json
 from sandbox.provision import sandbox_service
 from sandbox.routed import Load
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 PORT = 30000

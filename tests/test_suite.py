@@ -30,7 +30,7 @@ def test_every_sandbox_site_has_a_subnet_and_a_prefix_of_its_own():
     index)."""
     import re
     sites = []
-    for path in [*ROOT.glob("tests/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("sandbox/*.py")]:
+    for path in [*ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("sandbox/*.py")]:
         sites += re.findall(r'Site\("(\w+)", "(192\.168\.\d+)"', path.read_text())
     sites.append(("sop", "192.168.231"))  # sandbox/fleet.py's default: `inv sandbox.up`
     prefixes, subnets = [p for p, _ in sites], [s for _, s in sites]

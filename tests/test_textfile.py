@@ -62,7 +62,8 @@ def parse(text):
         head, value = line.rsplit(" ", 1)
         name, _, labels = head.partition("{")
         assert name in typed, line
-        pairs = frozenset(tuple(p.split("=", 1)) for p in labels.rstrip("}").split('",') if p) if labels else frozenset()
+        pairs = (frozenset(tuple(p.split("=", 1)) for p in labels.rstrip("}").split('",') if p) if labels
+                 else frozenset())
         out[(name, frozenset((k, v.strip('"')) for k, v in pairs))] = float(value)
     return out
 
@@ -242,10 +243,12 @@ def test_the_installed_sglang_is_asked_for_every_field_specops_intends():
 def test_a_unit_fact_this_agent_just_read_is_used_and_an_old_one_is_asked_again(monkeypatch):
     from specops.agent.converge import probe
     asked = []
-    monkeypatch.setattr(textfile, "run_quiet", lambda argv: asked.append(argv) or (0, "ActiveState=failed\nNRestarts=3\n"))
+    monkeypatch.setattr(textfile, "run_quiet",
+                        lambda argv: asked.append(argv) or (0, "ActiveState=failed\nNRestarts=3\n"))
     monkeypatch.setitem(probe.SEEN, "sglang", (textfile.time.monotonic(), {"ActiveState": "active", "NRestarts": "0"}))
     assert textfile.unit_state("sglang")["ActiveState"] == "active" and asked == []
-    monkeypatch.setitem(probe.SEEN, "sglang", (textfile.time.monotonic() - textfile.FRESH_S - 1, {"ActiveState": "active"}))
+    monkeypatch.setitem(probe.SEEN, "sglang",
+                        (textfile.time.monotonic() - textfile.FRESH_S - 1, {"ActiveState": "active"}))
     assert textfile.unit_state("sglang")["NRestarts"] == "3" and len(asked) == 1
 
 

@@ -19,8 +19,7 @@ from specops.agent.host import ActionError
 from specops.errors import SpecopsError, UsageError
 from specops.fleetwide.payoff import remedy
 from specops.flows import traffic as flow
-from test_sim_dump import configure, dumped
-from test_sim_metrics import KEY, SPEC, server
+from support.sim import KEY, SPEC, configure, dumped, server
 
 
 class Marker:

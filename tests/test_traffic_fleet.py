@@ -16,11 +16,11 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT
-from daytwo import Load
-from test_tune_fleet import LOAD, settings, tune
 from sandbox.oracle import sim_perf
 from sandbox.provision import sandbox_service
+from support import ROOT
+from support.daytwo import Load
+from support.spec_tune import LOAD, settings, tune
 
 pytestmark = pytest.mark.fleet
 
@@ -94,7 +94,8 @@ def test_a_tune_on_production_traffic_beats_one_on_the_bundled_prompts_and_leave
 
     res, rep = tune(sandbox, "t1", inv)  # the bundled prompts: what the draft guesses well
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    bundled = settings(json.loads(h.path("/var/lib/specops/releases/current/tune.json").read_text())["sglang"]["winner"])
+    bundled = settings(
+        json.loads(h.path("/var/lib/specops/releases/current/tune.json").read_text())["sglang"]["winner"])
 
     with Production(h) as production:
         res, rep = tune(sandbox, "t1", inv, "--traffic", "200", "--traffic-wait", "120", "--apply", "--force",
@@ -233,7 +234,8 @@ def test_a_request_dump_specops_did_not_start_is_named_and_left_alone(sandbox):
           "-d", json.dumps({"dump_requests_folder": ""}), "http://127.0.0.1:30000/configure_logging")
     fetched = sandbox.tmp / "fetched.json"
     # what an agent killed outright left: the next --traffic run removes it
-    h.run("sh", "-c", f"mkdir -p -m 0700 {SAMPLES}/sglang.deadbeef && echo '[]' > {SAMPLES}/sglang.deadbeef/sample.json")
+    h.run("sh", "-c", f"mkdir -p -m 0700 {SAMPLES}/sglang.deadbeef "
+                      f"&& echo '[]' > {SAMPLES}/sglang.deadbeef/sample.json")
     with Production(h):
         res = sandbox.inv("spec-bench", "--host", "t5", "--traffic", "30", "--traffic-wait", "60", "--concurrency",
                           "1", "--requests", "8", "--fetch-sample", str(fetched), inventory=inv)

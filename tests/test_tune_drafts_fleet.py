@@ -13,7 +13,7 @@ import yaml
 
 from sandbox.oracle import sim_perf
 from specops.sglang.drafts import LAYER_IDS
-from test_tune_fleet import SPEC, look_at_the_report, tune, write_inventory
+from support.spec_tune import SPEC, look_at_the_report, tune, write_inventory
 
 pytestmark = pytest.mark.fleet
 
@@ -102,7 +102,8 @@ def test_two_drafts_the_one_better_only_with_many_draft_tokens_wins_and_is_appli
     write_inventory(sandbox, "t5", DRAFT_KNOBS, {**DRAFTS_SPACE, "drafts": [OTHER, bad]})
     res, _ = tune(sandbox, "t5", inv)
     assert res.returncode != 0 and "ids [58] are never captured" in res.stdout + res.stderr, res.stdout[-3000:]
-    assert f"the draft {bad} (its config.json: {bad}/config.json) was made for another target" in res.stdout + res.stderr
+    assert (f"the draft {bad} (its config.json: {bad}/config.json) was made for another target"
+            in res.stdout + res.stderr)
     assert "starting the baseline" not in res.stdout
     assert h.run("systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", "sglang").stdout == since
     write_inventory(sandbox, "t5", DRAFT_KNOBS, {**DRAFTS_SPACE, "drafts": [OTHER]})

@@ -10,8 +10,8 @@ from specops.errors import SpecopsError, UsageError
 from specops.flows import tuning as flow, tuning_apply
 from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
-from test_tuning import DRAFT, HOST_VARS, SVC, _level, _search, _vars
 from roles import VOCABULARY
+from support.tuning import DRAFT, HOST_VARS, SVC, QuietRun, bench_level, host_vars_file, search_record
 
 SPACE = {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]}
 
@@ -73,7 +73,8 @@ def test_a_slow_full_reading_is_measured_again_within_the_budget():
 def test_the_search_keeps_within_its_budget_with_the_two_baselines():
     cands = _space()
     for budget in (4, 5, 8, 20):
-        c, finals = climb.search(cands, lambda s: 100.0 + s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
+        c, finals = climb.search(cands, lambda s: 100.0 + s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4),
+                                 budget)
         assert 2 + len(c.scores) + len(c.again) + len(finals) <= budget and finals, budget
 
 
@@ -83,7 +84,8 @@ def test_the_climb_leaves_a_sixth_of_the_budget_2_to_4_to_the_full_load():
     cands = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8],
                                                         "num_draft_tokens": [2, 4, 8, 16]})).candidates
     for budget, reserved in ((26, 4), (18, 3), (12, 2)):
-        c, finals = climb.search(cands, lambda s: 100.0 + 0.01 * s.num_draft_tokens, lambda s: 100.0, Settings(3, 1, 4), budget)
+        c, finals = climb.search(cands, lambda s: 100.0 + 0.01 * s.num_draft_tokens, lambda s: 100.0,
+                                 Settings(3, 1, 4), budget)
         assert len(c.scores) + len(c.again) == budget - 2 - reserved and len(finals) == reserved, budget
 
 
@@ -91,7 +93,8 @@ def test_the_default_budget_is_40pct_of_the_grid_at_least_12_and_never_more_than
     space = tuning.prune(SVC, tuning.asked_space(SVC, None))
     assert climb.default_budget(space) == int(0.4 * (space.grid + 1)) == 32
     small = tuning.prune(SVC, tuning.asked_space(SVC, {"num_steps": [3], "eagle_topk": [1], "num_draft_tokens": [4]}))
-    assert climb.default_budget(small) == 5 and climb.default_budget(tuning.prune(SVC, tuning.asked_space(SVC, SPACE))) == 12
+    assert (climb.default_budget(small) == 5
+            and climb.default_budget(tuning.prune(SVC, tuning.asked_space(SVC, SPACE))) == 12)
     c, finals = climb.search(small.candidates, lambda s: 100.0, lambda s: 100.0, small.candidates[0], 5)
     assert list(c.scores) == small.candidates and list(finals) == small.candidates and not c.budget_spent
 
@@ -99,12 +102,12 @@ def test_the_default_budget_is_40pct_of_the_grid_at_least_12_and_never_more_than
 def test_a_baseline_that_moved_makes_the_figures_noisy_and_apply_refuses_them_unless_forced(tmp_path):
     a, b = Settings(3, 1, 4), Settings(5, 4, 16)
     runs = [(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)]
-    quiet = _search(runs, again=102.9)
+    quiet = search_record(runs, again=102.9)
     assert not quiet["noise"]["noisy"] and not any("noisy" in line for line in quiet["said"])
-    rec = _search(runs, again=96.0)
+    rec = search_record(runs, again=96.0)
     assert rec["noise"] == {"baseline_moved": pytest.approx(-0.04), "noisy": True}
     assert any("the baseline moved -4.0%" in line and "--force" in line for line in rec["said"])
-    path = _vars(tmp_path, "t1")
+    path = host_vars_file(tmp_path, "t1")
     sel = SimpleNamespace(inventory=str(tmp_path), host="t1", group=None, all=False)
     deploys = []
     with pytest.raises(UsageError, match="t1: the tune's figures are noisy .* give --force"):
@@ -118,15 +121,14 @@ def test_the_winner_across_drafts_is_written_with_its_draft_and_each_draft_repor
     from specops.flows import specbench
     from specops.flows.tuning_record import record
     from specops.flows.tuning_search import Search
-    from test_tuning import _Run
     other = "/models/wide"
     space = tuning.prune(SVC, tuning.asked_space(SVC, SPACE))
-    s = Search(_Run(), SVC, space, tuning.Objective(at=1), specbench.Load(), specbench.Load(), 20, [DRAFT, other])
-    s.base = s.base_again = [_level(1, 100.0)]
+    s = Search(QuietRun(), SVC, space, tuning.Objective(at=1), specbench.Load(), specbench.Load(), 20, [DRAFT, other])
+    s.base = s.base_again = [bench_level(1, 100.0)]
     for draft, st, tok_s, accept in ((DRAFT, Settings(3, 1, 4), 200, 3.0), (DRAFT, Settings(5, 4, 16), 210, 3.4),
                                      (other, Settings(3, 1, 4), 150, 2.2), (other, Settings(5, 4, 16), 290, 5.6)):
         for rung in ("short", "full"):
-            s.measured.append({"draft": draft, "settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)],
+            s.measured.append({"draft": draft, "settings": st, "rung": rung, "levels": [bench_level(1, tok_s, accept)],
                                "score": tok_s, "out": None})
         s.climbs.setdefault(draft, climb.Climb()).scores[st] = tok_s
         s.finals.setdefault(draft, {})[st] = tok_s
@@ -142,7 +144,8 @@ def test_the_winner_across_drafts_is_written_with_its_draft_and_each_draft_repor
     page = "\n".join(tunepage.section([{"stamp": "r1", "tune": {"sglang": rec}}], "sglang"))
     assert f"where the full grid would need {2 * space.grid + 1};" in page
     by = {d["draft"]: d for d in rec["drafts"]}
-    assert by[DRAFT]["by_draft_tokens"]["4"]["accept_length"] == 3.0 and by[other]["by_draft_tokens"]["16"]["speedup"] == 2.9
+    assert (by[DRAFT]["by_draft_tokens"]["4"]["accept_length"] == 3.0
+            and by[other]["by_draft_tokens"]["16"]["speedup"] == 2.9)
     # the service fetches its draft from a source: writing another path would fetch the old one there
     why = tuning_apply.refusal("t1", rec, {**SVC, "draft_weights": {"source": "hf", "repo": "x/y"}}, force=True)
     assert "draft_weights" in why and tuning_apply.refusal("t1", rec, SVC, force=False) is None
@@ -168,7 +171,8 @@ def test_a_draft_is_checked_as_deploy_checks_the_services_own():
     from specops.sglang import drafts
 
     def facts(draft_config, exists=True):
-        doc = lambda d: {"exists": True, "type": "file", "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}  # noqa: E731
+        doc = lambda d: {"exists": True, "type": "file",  # noqa: E731
+                         "content_b64": base64.b64encode(json.dumps(d).encode()).decode()}
         return Facts({"files": {"/m/config.json": doc({"num_hidden_layers": 32}),
                                 "/d2/config.json": doc(draft_config) if exists else {"exists": False}}})
     svc = {"name": "s", "model_path": "/m"}
@@ -189,8 +193,9 @@ def test_a_draft_is_checked_as_deploy_checks_the_services_own():
 
 def test_apply_reads_the_inventory_for_a_winner_that_is_another_draft(tmp_path):
     (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    t1:\n      address: 10.0.0.1\n")
-    path = _vars(tmp_path, "t1", HOST_VARS.replace("    speculative:\n", "    draft_weights: {source: hf, repo: a/b}\n"
-                                                   "    speculative:\n", 1))
+    path = host_vars_file(tmp_path, "t1", HOST_VARS.replace("    speculative:\n",
+                                                            "    draft_weights: {source: hf, repo: a/b}\n"
+                                                            "    speculative:\n", 1))
     before = path.read_text()
     rec = {"service": "sglang", "changes": True, "winner": {"num_steps": 5}, "objective": {"at": 1}, "load": {},
            "apply": {"num_steps": 5, "draft_model_path": "/models/wide"}}
@@ -201,8 +206,10 @@ def test_apply_reads_the_inventory_for_a_winner_that_is_another_draft(tmp_path):
 
 
 @pytest.mark.parametrize("drafts", [5, [1, "x"], [{"draft": "/a", "by_draft_tokens": [1]}, {"draft": "/b"}],
-                                    [{"draft": "/a", "by_draft_tokens": {"²": {"speedup": 2}, "4": {"speedup": float("inf")}}},
-                                     {"draft": "/b", "speedup": True, "best": "x", "by_draft_tokens": {"4": {"speedup": 1.5}}}]])
+                                    [{"draft": "/a",
+                                      "by_draft_tokens": {"²": {"speedup": 2}, "4": {"speedup": float("inf")}}},
+                                     {"draft": "/b", "speedup": True, "best": "x",
+                                      "by_draft_tokens": {"4": {"speedup": 1.5}}}]])
 def test_the_drafts_section_of_a_record_of_another_shape_shows_dashes_never_a_crash(drafts):
     from specops.output import tunepage
     html = "\n".join(tunepage._drafts({"drafts": drafts}))
@@ -254,8 +261,8 @@ def test_a_reading_slow_every_time_is_measured_again_once_only():
 def test_apply_writes_into_the_inventory_the_tune_selected_from_spec_ops_inventory_too(tmp_path, monkeypatch):
     """No -i: $SPECOPS_INVENTORY, as the host selection read it (cli.inventory_path), never another."""
     a, b = Settings(3, 1, 4), Settings(5, 4, 16)
-    rec = _search([(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)])
-    path = _vars(tmp_path, "t1")
+    rec = search_record([(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)])
+    path = host_vars_file(tmp_path, "t1")
     monkeypatch.setenv("SPECOPS_INVENTORY", str(tmp_path))
     deploys = []
     sel = SimpleNamespace(inventory=None, host="t1", group=None, all=False)

@@ -12,12 +12,8 @@ from sandbox.oracle import sim_perf
 from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 from roles import VOCABULARY
+from support.tuning import HOST_VARS, ISSUE_SPACE, SVC, host_vars_file, search_record
 
-
-DRAFT = "/models/d"
-SVC = {"name": "sglang", "speculative": {"algorithm": "EAGLE3", "draft_model_path": "/models/d",
-                                         "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}}
-ISSUE_SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1, 2, 4, 8], "num_draft_tokens": [2, 4, 8, 16]}
 GOOD = {"SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_DRAFT_COST": "0.15"}
 SEEDS = {"SGLANG_SIM_ACCEPT_RATE": "0.1", "SGLANG_SIM_DRAFT_COST": "0.35"}
 
@@ -107,21 +103,6 @@ def test_the_simulators_accept_length_is_leviathans_for_a_chain():
         assert sim_perf.accept_length(a, 0.5, steps, 1, steps + 1) == pytest.approx(expected)
 
 
-HOST_VARS = """\
-# t1: the box under the stairs
-services:
-  - name: sglang   # the one service
-    model_path: /models/tiny-llama
-    speculative:
-      algorithm: EAGLE3
-      draft_model_path: /models/tiny-llama-eagle3
-      num_steps: 3      # tuned by hand, 2026-11
-      eagle_topk: 1
-      num_draft_tokens: 4
-    port: 30000
-"""
-
-
 def test_the_winner_is_written_with_comments_and_order_kept_and_twice_is_a_no_op(tmp_path):
     (tmp_path / "host_vars").mkdir()
     path = tmp_path / "host_vars" / "t1.yml"
@@ -139,62 +120,28 @@ def test_the_winner_is_written_with_comments_and_order_kept_and_twice_is_a_no_op
         writeback.vars_file(tmp_path, "t2")
 
 
-class _Run:
-    class host:
-        name = "t1"
-
-    def say(self, text):
-        pass
-
-
-def _level(c, tok_s, accept=None):
-    from specops import protocol
-    return protocol.BenchLevel(concurrency=c, figures={"output_tok_s": tok_s, "accept_length": accept, "failed": 0})
-
-
-def _search(measured, base_tok_s=100.0, now=Settings(3, 1, 4), min_speedup=1.0, again=None):
-    """A Search whose window already ran: `measured` is [(settings, rung, tok/s, accept)] of the
-    service's own draft; `again` the baseline's tok/s at the end (default: as at the start)."""
-    from specops.flows import specbench
-    from specops.flows.tuning_record import record
-    from specops.flows.tuning_search import Search
-    space = tuning.prune(SVC, tuning.asked_space(SVC, ISSUE_SPACE))
-    s = Search(_Run(), SVC, space, tuning.Objective(at=1, min_speedup=min_speedup), specbench.Load(), specbench.Load(),
-               20, [DRAFT])
-    s.base, s.base_again = [_level(1, base_tok_s)], [_level(1, again or base_tok_s)]
-    s.climbs[DRAFT], s.finals[DRAFT] = climb.Climb(), {}
-    for st, rung, tok_s, accept in measured:
-        s.measured.append({"draft": DRAFT, "settings": st, "rung": rung, "levels": [_level(1, tok_s, accept)],
-                           "score": tok_s, "out": None})
-        if rung == "short":
-            s.climbs[DRAFT].scores[st] = tok_s
-        else:
-            s.finals[DRAFT][st] = tok_s
-    return record(s, now)
-
-
 def test_the_verdict_names_the_winner_keeps_what_runs_within_3pct_and_refuses_what_does_not_pay():
     a, b = Settings(3, 1, 4), Settings(5, 4, 16)
-    rec = _search([(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)])
+    rec = search_record([(a, "short", 200, 3.0), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 201, 3.0)])
     assert rec["winner"] == b.spec() and rec["changes"] and rec["apply"] == b.spec()
     assert rec["verdict"] == "best: steps 5, topk 4, draft tokens 16: 2.68x at concurrency 1"
     assert rec["inventory_lines"][1:] == ["    num_steps: 5", "    eagle_topk: 4", "    num_draft_tokens: 16"]
     # within 3% of what runs now: what runs stays, nothing to write, and the verdict says so
-    rec = _search([(a, "short", 264, 5.2), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 262, 5.2)])
+    rec = search_record([(a, "short", 264, 5.2), (b, "short", 270, 5.3), (b, "full", 268, 5.3), (a, "full", 262, 5.2)])
     assert rec["winner"] == a.spec() and rec["kept"] and not rec["changes"] and not rec["inventory_lines"]
     assert rec["verdict"] == ("what runs now (steps 3, topk 1, draft tokens 4) stays: 2.62x at concurrency 1; the "
                               "best measured, steps 5, topk 4, draft tokens 16 at 2.68x, does not beat it by 3%")
     # what runs now measured best outright (issue 38: the verdict named it as if it were new)
-    rec = _search([(a, "short", 280, 5.2), (b, "short", 270, 5.3), (a, "full", 281, 5.2), (b, "full", 268, 5.3)])
+    rec = search_record([(a, "short", 280, 5.2), (b, "short", 270, 5.3), (a, "full", 281, 5.2), (b, "full", 268, 5.3)])
     assert rec["winner"] == a.spec() and not rec["kept"] and not rec["changes"] and not rec["inventory_lines"]
     assert rec["verdict"] == ("what runs now (steps 3, topk 1, draft tokens 4) is already the best measured: "
                               "2.81x at concurrency 1")
     # nothing reaches min_speedup: no winner, and the advice to serve without speculation
-    rec = _search([(a, "short", 90, 1.2), (b, "short", 95, 1.3), (b, "full", 96, 1.3)], min_speedup=1.0)
+    rec = search_record([(a, "short", 90, 1.2), (b, "short", 95, 1.3), (b, "full", 96, 1.3)], min_speedup=1.0)
     assert rec["winner"] is None and "serve sglang without speculation" in rec["verdict"]
     assert rec["verdict"].startswith("no settings serve faster than without speculation at concurrency 1: ")
     assert "the best, steps 5, topk 4, draft tokens 16, is 0.96x" in rec["verdict"]
-    rec = _search([(a, "short", 90, 1.2), (b, "short", 105, 1.3), (b, "full", 106, 1.3)], min_speedup=1.1)
+    rec = search_record([(a, "short", 90, 1.2), (b, "short", 105, 1.3), (b, "full", 106, 1.3)], min_speedup=1.1)
     assert rec["verdict"].startswith("no settings serve at least 1.1x as fast as without speculation at ")
 
 
@@ -212,7 +159,7 @@ def test_the_objective_and_the_grid_are_said_in_numbers_that_agree():
     assert distinct == len(space.candidates) and refused == sum(1 for p in space.pruned if not p.runs_as), said
     assert space.grid_words() == "65 restarts (64 combinations + the baseline)"
     assert space.grid_words(2) == "129 restarts (64 combinations × 2 drafts + the baseline)"
-    rec = _search([(Settings(3, 1, 4), "short", 200, 3.0)])
+    rec = search_record([(Settings(3, 1, 4), "short", 200, 3.0)])
     assert rec["grid_restarts"] == 65 and rec["said"][1] == ("0 restarts, where the full grid would need 65 restarts "
                                                              "(64 combinations + the baseline)"), rec["said"]
 
@@ -229,20 +176,13 @@ def test_a_plateau_does_not_stop_the_climb():
     assert run.best() == Settings(5, 4, 16) and run.path[1] == Settings(5, 1, 6)
 
 
-def _vars(tmp_path, name, text=HOST_VARS):
-    (tmp_path / "host_vars").mkdir(exist_ok=True)
-    path = tmp_path / "host_vars" / f"{name}.yml"
-    path.write_text(text)
-    return path
-
-
 def test_a_linked_or_anchored_vars_file_is_refused_and_left_as_it_is(tmp_path):
-    real = _vars(tmp_path, "real")
+    real = host_vars_file(tmp_path, "real")
     link = tmp_path / "host_vars" / "t1.yml"
     link.symlink_to(real)
     with pytest.raises(UsageError, match="t1.yml: a symbolic link"):
         writeback.write_speculative(link, "sglang", {"num_steps": 5})
-    anchored = _vars(tmp_path, "t2", "services:\n- name: sglang\n  model_path: /m\n  speculative: &spec\n"
+    anchored = host_vars_file(tmp_path, "t2", "services:\n- name: sglang\n  model_path: /m\n  speculative: &spec\n"
                                      "    algorithm: EAGLE3\n    num_steps: 3\n- name: other\n  model_path: /m\n"
                                      "  speculative: *spec\n")
     before = anchored.read_text()
@@ -261,8 +201,8 @@ def _tuned(name, service="sglang", apply=None):
 def test_apply_checks_every_file_before_it_writes_one_and_puts_them_back_when_the_deploy_fails(tmp_path, capsys):
     from types import SimpleNamespace
     from specops.flows import tuning_apply
-    a = _vars(tmp_path, "t1")
-    b = _vars(tmp_path, "t2", HOST_VARS.replace("name: sglang", "name: elsewhere"))  # no service of that name
+    a = host_vars_file(tmp_path, "t1")
+    b = host_vars_file(tmp_path, "t2", HOST_VARS.replace("name: sglang", "name: elsewhere"))  # no service of that name
     sel = SimpleNamespace(inventory=str(tmp_path), host="t1,t2", group=None, all=False)
     winner = {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 16}
     deploys = []

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from conftest import load_json
 from sandbox.provision import sandbox_service
 from specops.kinds.hardening import PROPERTIES
+from support.files import load_json
 
 pytestmark = pytest.mark.fleet
 FAST = {"SGLANG_SIM_STARTUP_DELAY": "0"}
@@ -119,7 +119,8 @@ def test_a_service_user_runs_everything_specops_does_around_it(sandbox, record_p
 
     # An account specops did not make (a person's login) is never taken for a service's user.
     h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
-    res = sandbox.inv("deploy", "--host", "t2", inventory=sandbox.inventory({"t2": {"services": [dict(svc, user="alice")]}}))
+    res = sandbox.inv("deploy", "--host", "t2",
+                      inventory=sandbox.inventory({"t2": {"services": [dict(svc, user="alice")]}}))
     assert res.returncode != 0 and "user alice exists and is not one specops made" in res.stdout, res.stdout[-2000:]
     assert "video" not in h.run("id", "-nG", "alice").stdout.split()
 

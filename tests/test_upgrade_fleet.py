@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from conftest import ROOT, load_json, unit_prop
 from sandbox import provision
 from specops.sglang import patchfile, stack
+from support import ROOT
+from support.files import load_json
+from support.hosts import unit_prop
 
 pytestmark = pytest.mark.fleet
 SIM = provision.SIM_SRC
@@ -136,8 +138,10 @@ def test_upgrade_carries_the_diff_patch_and_keeps_the_old_stack(sandbox, upgrade
         assert on_disk == patchfile.apply(diff, UPSTREAM[version], LLAMA, version), version
     assert venv_for(v23) != venv_for(v24)
     for venv in (venv_for(v23), venv_for(v24)):
-        assert h.path(f"{venv}/specops-stack.json").exists(), (venv, h.run("ls", "-la", "/opt/specops/venvs").stdout,
-                                                              h.run("sh", "-c", f"cat {RELEASES}/*/manifest.json | grep -E 'venv|stamp|status'").stdout, upgraded["upgrade"][-6000:])
+        assert h.path(f"{venv}/specops-stack.json").exists(), (
+            venv, h.run("ls", "-la", "/opt/specops/venvs").stdout,
+            h.run("sh", "-c", f"cat {RELEASES}/*/manifest.json | grep -E 'venv|stamp|status'").stdout,
+            upgraded["upgrade"][-6000:])
     unit = h.path("/etc/systemd/system/sglang.service").read_text()
     assert f"{venv_for(v24)}/bin/python" in unit and venv_for(v23) not in unit
     assert manifest(h, upgraded["second"])["venv"] == venv_for(v24)
@@ -359,7 +363,8 @@ def test_a_connection_cut_while_a_stack_builds_leaves_the_previous_release_servi
     results = {}
     t = threading.Thread(target=lambda: results.update(r=run(sandbox, "t4", hv)))
     t.start()
-    building = lambda: h.run("sh", "-c", "ls -a /opt/specops/venvs | grep -c '^.build-' || true").stdout.strip()  # noqa: E731
+    building = lambda: h.run(  # noqa: E731
+        "sh", "-c", "ls -a /opt/specops/venvs | grep -c '^.build-' || true").stdout.strip()
     deadline = time.monotonic() + 60
     while building() == "0" and time.monotonic() < deadline:
         time.sleep(0.2)

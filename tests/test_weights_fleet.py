@@ -9,51 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import load_json, watching_ps
 from sandbox import hub as hub_mod, provision
 from sandbox.provision import sandbox_service
 from specops.layout import HF_PIN
+from support.hosts import alice, watching_ps
+from support.weights import DRAFT, INDEX, TARGET, host_sha256, hub_service, hub_sha256, run
 
 pytestmark = pytest.mark.fleet
-TARGET, DRAFT = "/models/hub-llama", "/models/hub-llama-eagle3"
 TOTAL = sum(len(d) for d in hub_mod.REPOS["sandbox/tiny-llama"].values()) + \
     sum(len(d) for d in hub_mod.REPOS["sandbox/tiny-llama-eagle3"].values())
-
-
-INDEX = {}
-
-
-@pytest.fixture(scope="module")
-def hub(fleet, pkg_index):
-    INDEX["package_index"] = f"{pkg_index.url}/simple"  # the hosts' weights tool venv installs from it
-    h = hub_mod.Hub(fleet.site).start()
-    yield h
-    h.stop()
-
-
-def hub_service(hub, repo="sandbox/tiny-llama", **over):
-    return sandbox_service(**{
-        "model_path": TARGET, "speculative": {"algorithm": "EAGLE3", "draft_model_path": DRAFT, "num_steps": 3,
-                                              "eagle_topk": 1, "num_draft_tokens": 4},
-        "weights": {"source": "hf", "repo": repo, "revision": "main", "endpoint": hub.url},
-        "draft_weights": {"source": "hf", "repo": "sandbox/tiny-llama-eagle3", "revision": "main",
-                          "endpoint": hub.url}, **over})
-
-
-def run(sandbox, name, svc, *args, host_vars=None, **kw):
-    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
-    inv = sandbox.inventory({name: {"services": [svc], **(host_vars or INDEX)}})
-    res = sandbox.inv(*(args or ("deploy",)), "--host", name, "--json", str(report), inventory=inv, **kw)
-    return res, (load_json(report)["hosts"][name] if report.exists() else None)
-
-
-def hub_sha256(repo):
-    return {f: hashlib.sha256(d).hexdigest() for f, d in hub_mod.REPOS[repo].items()}
-
-
-def host_sha256(h, path, names):
-    out = h.run("sh", "-c", "cd %s && sha256sum %s" % (path, " ".join(names))).stdout.split("\n")
-    return {line.split()[1]: line.split()[0] for line in out if line.strip()}
 
 
 @pytest.mark.security("bare-box", "a rented box with no /models: the directories above the weights made root's 0755, "
@@ -140,7 +104,8 @@ def test_a_filesystem_too_small_is_refused_before_any_byte_moves(sandbox, hub):
     served = hub.served()
     res, rep = run(sandbox, "t4", hub_service(hub))
     assert res.returncode == 1
-    assert "not enough disk for sandbox/tiny-llama@main in /models/hub-llama: need 8.0 MiB" in rep["error"], rep["error"]
+    assert ("not enough disk for sandbox/tiny-llama@main in /models/hub-llama: need 8.0 MiB"
+            in rep["error"]), rep["error"]
     assert "MiB free" in rep["error"]
     assert hub.served() == served
     assert not h.path("/etc/systemd/system/sglang.service").exists()
@@ -232,8 +197,8 @@ def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbo
     assert h.run("stat", "-c", "%U %a", TARGET).stdout.strip() == "nobody 700"
 
 
-@pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and puts a "
-                      "link to /root/.ssh in its place (the mirror serves a file named authorized_keys); then a "
+@pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and "
+                      "puts a link to /root/.ssh in its place (the mirror serves a file named authorized_keys); then a "
                       "directory of her own with same-size, same-mtime files")
 def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sandbox, hub):
     """Issue 23, item 1 (reproduced before the fix: root's authorized_keys became the mirror's).
@@ -243,7 +208,6 @@ def test_a_weights_directory_swapped_mid_fetch_never_redirects_roots_writes(sand
     'authorized_keys differs: fetched again', and root's keys replaced."""
     h = sandbox.reset("t5")
     h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
-    from test_security_fleet import alice
     alice(h, "mkdir", "/home/alice/w")
     h.run("mkdir", "/home/alice/w/planted")  # root's, in alice's directory
     keys = h.run("sha256sum", "/root/.ssh/authorized_keys").stdout.split()[0]
@@ -292,7 +256,6 @@ def test_a_weights_directory_she_makes_in_the_race_window_is_refused_and_her_par
     the `.part` written as it was): the served shard was alice's 644."""
     h = sandbox.reset("t4")
     h.run("sh", "-c", "id alice >/dev/null 2>&1 || useradd -m alice")
-    from test_security_fleet import alice
     dest, shard = "/home/alice/m", "model-00001-of-00002.safetensors"
     h.run("sh", "-c", f"echo SPECOPS_TEST_SLOW_MKDIR={dest}:3 >> /etc/environment")
     shared = {**INDEX, "allow_shared_dirs": ["/home/alice"]}

@@ -8,12 +8,9 @@ import shutil
 
 import pytest
 
-import test_weights_fleet
-from conftest import unit_prop
 from sandbox import hub as hub_mod
-from test_weights_fleet import TARGET, hub_service, host_sha256, hub_sha256, run
-
-hub = test_weights_fleet.hub  # its fixture: the sandbox hub (olah behind the gate), for this module
+from support.hosts import unit_prop
+from support.weights import TARGET, host_sha256, hub_service, hub_sha256, run
 
 pytestmark = pytest.mark.fleet
 SHARD, OTHER = "model-00002-of-00002.safetensors", "model-00001-of-00002.safetensors"

@@ -1,10 +1,6 @@
 """The one reader of a version's files from its wheel (specops/agent/converge/wheelfiles.py), on
 loopback: the real sglang 0.5.23 wheel read by range requests and as a stream, the deadline
 inside every read, a member too large, hashes, and each failure named by its source."""
-import functools
-import hashlib
-import os
-import shutil
 import socket
 import threading
 import time
@@ -14,35 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sandbox import real_sglang
-from sandbox.httprange import Counter, RangeHandler
 from specops.agent.converge import wheelfiles
 from specops.agent.converge.wheelfiles import SourceError
-
-DEEPSEEK = "sglang/srt/models/deepseek_v2.py"
-
-
-def serve(root, honour_range=True):
-    counter = Counter()
-    handler = type("H", (RangeHandler,), {"honour_range": honour_range, "counter": counter})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, counter, f"http://127.0.0.1:{server.server_address[1]}/simple"
-
-
-def index_of(root, *wheels, sha=None):
-    """A PEP 503 index under root holding these wheels (linked), each with its #sha256."""
-    (root / "files").mkdir(parents=True, exist_ok=True)
-    links = []
-    for w in wheels:
-        dest = root / "files" / w.name
-        if not dest.exists():
-            os.link(w, dest) if w.stat().st_dev == root.stat().st_dev else shutil.copy(w, dest)
-        digest = sha or hashlib.sha256(w.read_bytes()).hexdigest()
-        links.append(f'<a href="../../files/{w.name}#sha256={digest}">{w.name}</a>')
-    page = root / "simple" / "sglang" / "index.html"
-    page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text("\n".join(links))
-    return root
+from support.wheels import DEEPSEEK, index_of, serve, small_wheel
 
 
 @pytest.fixture(scope="module")
@@ -84,22 +54,8 @@ def test_a_server_that_ignores_range_is_read_as_a_stream_with_its_hash_checked(r
         server.shutdown()
 
 
-def _wheel(path, members, record=True):
-    """A small wheel with these members and (unless told) a RECORD of their true sha256."""
-    import base64
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        lines = []
-        for name, data in members.items():
-            z.writestr(name, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            lines.append(f"{name},sha256={digest},{len(data)}")
-        if record:
-            z.writestr("sglang-9.9.9.dist-info/RECORD", "\n".join(lines) + "\n")
-    return path
-
-
 def test_a_member_not_the_records_sha256_is_refused(tmp_path):
-    wheel = _wheel(tmp_path / "sglang-9.9.9-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
+    wheel = small_wheel(tmp_path / "sglang-9.9.9-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
     # the member's bytes changed after the RECORD was written: rewrite the zip with other bytes
     with zipfile.ZipFile(wheel) as z:
         record = z.read("sglang-9.9.9.dist-info/RECORD")
@@ -192,7 +148,7 @@ def test_each_failure_names_its_source_and_why_and_only_a_404_moves_on(tmp_path)
             self.end_headers()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Auth)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    wheel = _wheel(tmp_path / "sglang-0.5.21-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
+    wheel = small_wheel(tmp_path / "sglang-0.5.21-py3-none-any.whl", {DEEPSEEK: b"x = 1\n"})
     listed, _, has = serve(index_of(tmp_path / "index", wheel))
     port = server.server_address[1]
     private, missing = f"http://127.0.0.1:{port}/private", f"http://127.0.0.1:{port}/simple"
@@ -282,7 +238,8 @@ def test_a_page_linking_another_scheme_is_not_followed(tmp_path):
     (tmp_path / "secret").write_text("root only")
     name = "sglang-9.9.9-py3-none-any.whl"
     for link in (f"file://{tmp_path}/secret#{name}", f"data:,x#{name}"):
-        (root / "simple" / "sglang" / "index.html").write_text(f'<a href="{link.replace("#" + name, "")}/{name}">{name}</a>')
+        (root / "simple" / "sglang" / "index.html").write_text(
+            f'<a href="{link.replace("#" + name, "")}/{name}">{name}</a>')
         server, counter, url = serve(root)
         try:
             with pytest.raises(SourceError, match=r"only http\(s\) is followed"):

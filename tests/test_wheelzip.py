@@ -16,7 +16,7 @@ import pytest
 
 from specops.agent.converge import wheelfiles
 from specops.agent.converge.httpget import SourceError
-from test_wheelfiles import DEEPSEEK, _wheel, index_of, serve
+from support.wheels import DEEPSEEK, index_of, serve, small_wheel
 
 NAME = "sglang-9.9.9-py3-none-any.whl"
 
@@ -90,7 +90,7 @@ def test_a_broken_entry_is_a_named_failure_not_a_crash(tmp_path):
 
 def test_a_wheel_without_a_record_or_one_silent_on_the_file_is_refused(tmp_path):
     (tmp_path / "a").mkdir()
-    bare = _wheel(tmp_path / "a" / NAME, {DEEPSEEK: b"x = 1\n"}, record=False)
+    bare = small_wheel(tmp_path / "a" / NAME, {DEEPSEEK: b"x = 1\n"}, record=False)
     both(tmp_path / "a", bare, match="the wheel has no RECORD to check its files against")
     (tmp_path / "b").mkdir()
     silent = tmp_path / "b" / NAME
@@ -146,7 +146,7 @@ def test_a_server_that_stops_honouring_range_or_refuses_a_suffix(tmp_path, monke
     import functools
     import os
     monkeypatch.setattr(wheelfiles, "TAIL", 1024)  # so the member is read by a second range request
-    wheel = _wheel(tmp_path / NAME, {DEEPSEEK: os.urandom(200_000)})
+    wheel = small_wheel(tmp_path / NAME, {DEEPSEEK: os.urandom(200_000)})
     root = index_of(tmp_path / "i", wheel)
     answers = []
 
@@ -188,7 +188,7 @@ def test_redirects_stay_within_http_and_never_go_down_from_https():
 
 def test_credentials_are_not_sent_to_a_wheel_linked_on_another_host(tmp_path):
     """The page on 127.0.0.1 links the wheel straight to 127.0.0.2: no Authorization there."""
-    wheel = _wheel(tmp_path / NAME, {DEEPSEEK: b"x = 1\n"})
+    wheel = small_wheel(tmp_path / NAME, {DEEPSEEK: b"x = 1\n"})
     seen = []
 
     class Both(BaseHTTPRequestHandler):
@@ -207,7 +207,8 @@ def test_credentials_are_not_sent_to_a_wheel_linked_on_another_host(tmp_path):
     for server in (index, other):
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        got = wheelfiles.read("sglang", "9.9.9", [DEEPSEEK], [f"http://u:s3cret@127.0.0.1:{index.server_address[1]}/simple"])
+        got = wheelfiles.read("sglang", "9.9.9", [DEEPSEEK],
+                              [f"http://u:s3cret@127.0.0.1:{index.server_address[1]}/simple"])
     finally:
         index.shutdown()
         other.shutdown()
@@ -221,7 +222,7 @@ def test_a_short_range_answer_an_oversized_page_and_an_oversized_record_are_refu
     import os
     from specops.agent.converge import wheelzip
     monkeypatch.setattr(wheelfiles, "TAIL", 1024)  # the member comes by a second range request
-    wheel = _wheel(tmp_path / NAME, {DEEPSEEK: os.urandom(200_000)})
+    wheel = small_wheel(tmp_path / NAME, {DEEPSEEK: os.urandom(200_000)})
     root = index_of(tmp_path / "i", wheel)
 
     class Short(RangeHandler):

@@ -15,7 +15,7 @@ from sandbox import base, fleet
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "requirements.txt"
-STUBS = HERE.parent.parent / "tests" / "oracle_stubs"
+STUBS = HERE.parent.parent / "tests" / "support" / "oracle_stubs"
 PINS = ["torch==2.13.0", "sglang==0.5.23"]
 
 

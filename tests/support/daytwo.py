@@ -44,7 +44,8 @@ class Load:
             path, body = self.request(self.texts[self.sent % len(self.texts)])
             try:
                 req = urllib.request.Request(f"http://{address}:30000{path}", json.dumps(body).encode(),
-                                             {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
+                                             {"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.key}"})
                 urllib.request.urlopen(req, timeout=10).read()
                 self.served[address] = self.served.get(address, 0) + 1
             except OSError:

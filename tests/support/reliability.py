@@ -1,10 +1,11 @@
 """docs/RELIABILITY.md, built from the outcomes of the tests that carry a `reliability`, a
-`security` or a `found` marker, and from what the tests recorded (the bytes a fault test checked
-and lost, the inputs a bad-input test tried; recorded before their asserts).  Every sentence comes
-from that data; nothing in it is fixed text about results: a case found while writing the tests is
-a line only beside the tests that cover it, with their outcome, and "unit test" is said of the
-tests that used no sandbox host.  The document has no timestamp, so the same outcomes always give
-the same bytes: CI regenerates it and fails when it differs from the committed file.
+`security` or a `found` marker, and from what the tests recorded (record_bytes: the bytes a fault
+test checked and lost; record_inputs: the inputs a bad-input test tried; recorded before their
+asserts).  Every sentence comes from that data; nothing in it is fixed text about results: a case
+found while writing the tests is a line only beside the tests that cover it, with their outcome,
+and "unit test" is said of the tests that used no sandbox host.  The document has no timestamp, so
+the same outcomes always give the same bytes: CI regenerates it and fails when it differs from the
+committed file.
 """
 from __future__ import annotations
 
@@ -12,23 +13,32 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "RELIABILITY.md"
+from sandbox import fleet as fleet_mod
+from support.hosts import sha256_on
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "RELIABILITY.md"
 
 EXPECTED = {
     "second-run": ("the second run of every task (deploy, bootstrap, gpu_stack, patches, draft config)", "0 changed"),
-    "ssh-cut": ("SSH connection cut mid-apply (the sshd session killed on the host)", "no half-written file, and a re-run converges"),
-    "start-failure": ("the service fails to start after a deploy", "automatic rollback; service healthy on the previous release"),
+    "ssh-cut": ("SSH connection cut mid-apply (the sshd session killed on the host)",
+                "no half-written file, and a re-run converges"),
+    "start-failure": ("the service fails to start after a deploy",
+                      "automatic rollback; service healthy on the previous release"),
     "health-timeout": ("health times out", "rollback, with the journal tail in the report"),
     "syntax-error": ("a patched file with a syntax error", "refused before the host changes"),
     "spec-flags": ("invalid spec-decode flags", "refused before connecting, naming SGLang's rule"),
-    "bad-inventory": ("malformed YAML / unknown key / wrong type / unknown host", "one-line error, exit 2, no connection"),
+    "bad-inventory": ("malformed YAML / unknown key / wrong type / unknown host",
+                      "one-line error, exit 2, no connection"),
     "concurrent": ("concurrent deploys to one host", "the second is refused, naming the lock holder"),
     "unreachable": ("one unreachable host among 5", "the others finish; the exit code is not 0; the recap names it"),
     "sigint": ("SIGINT mid-deploy", "the lock is released, and no file is half-written"),
     "host-key": ("unknown or changed host key", "refused, unless accept-new was explicitly given"),
-    "secrets": ("secrets (HF_TOKEN, api key)", "only in the 0600 EnvironmentFile; never in the unit, a diff, a log, the recap or JSON"),
-    "metachar": ("shell metacharacters in a flag value, model path or service name", "quoted or refused; the test proves nothing ran"),
-    "disk-full": ("disk full during a file sync (a small tmpfs over the target directory)", "the old file is intact; a clear error"),
+    "secrets": ("secrets (HF_TOKEN, api key)",
+                "only in the 0600 EnvironmentFile; never in the unit, a diff, a log, the recap or JSON"),
+    "metachar": ("shell metacharacters in a flag value, model path or service name",
+                 "quoted or refused; the test proves nothing ran"),
+    "disk-full": ("disk full during a file sync (a small tmpfs over the target directory)",
+                  "the old file is intact; a clear error"),
     "gpu-window": ("the GPU-window job fails, or is interrupted", "the service is restarted and verified"),
     "orphan": ("an orphan process holds GPU memory after stop", "found and killed; the memory is proven free"),
     "traversal": ("a path traversal in a patch destination", "refused at plan time"),
@@ -58,9 +68,9 @@ FOUND = {
                    "not understood\"). A request that ends in any error now closes the agent's session, as Ctrl-C "
                    "does: the host is left as after a cut connection, and the re-run says so and converges.",
     "unit-loaded-stale": "A run cut between a unit file's rename and its daemon-reload (a closed output pipe did it, "
-                         "now and then) left systemd with the unit before: the file already as wanted, every later deploy "
-                         "restarted the old definition and failed its verify. A restart now reloads first a unit whose "
-                         "file changed since systemd loaded it.",
+                         "now and then) left systemd with the unit before: the file already as wanted, every later "
+                         "deploy restarted the old definition and failed its verify. A restart now reloads first a "
+                         "unit whose file changed since systemd loaded it.",
     "shared-subnet": "With two test workers, the second worker's site shared a /24 with the benchmark's: the bench "
                      "smoke test's sweep removed its service address, and its hosts lost their package index. Every "
                      "site now has a /24 and a prefix of its own, and a test reads them all.",
@@ -108,7 +118,7 @@ def count_inputs(outcomes: dict) -> tuple[int, int, list[str]]:
     """The bad inputs the `bad-input` tests tried: (handled as their row expects, tried, the tests
     that recorded none).
 
-    An input is what a test passes to `record_inputs` (tests/conftest.py) as it tries it: the one
+    An input is what a test passes to `record_inputs` (below) as it tries it: the one
     malformed inventory an item of a parametrized test writes, or each of the values a test tries in
     turn.  It is counted once per row, however many tests of the row tried it (the seed case of
     `spec-flags` goes through the rule check and through the CLI: one input), and never per test
@@ -182,3 +192,20 @@ def render(outcomes: dict, security: dict, found: dict | None = None) -> str:
            "| case | attack tried | tests | result |", "|---|---|---|---|", *sec_rows, "",
            *render_found(found or {})]
     return "\n".join(doc)
+
+
+def record_inputs(record_property, *inputs) -> None:
+    """A bad-input test's inputs, recorded as it tries them (before its asserts): docs/RELIABILITY.md
+    counts these, each once per row (count_inputs, above), not test items.  One call
+    with several inputs, or one call per input."""
+    record_property("bad_inputs", [str(i) for i in inputs])
+
+
+def record_bytes(record_property, h: fleet_mod.Host, expected: dict[str, str]) -> dict[str, str]:
+    """A fault test's byte-for-byte check, recorded before its asserts: `expected` maps paths to
+    the sha256 they must still have.  Returns what the host has now."""
+    now = sha256_on(h, *expected)
+    sizes = {p: int(h.run("stat", "-c", "%s", p).stdout) for p in expected}
+    record_property("bytes_verified", sum(sizes.values()))
+    record_property("bytes_lost", sum(sizes[p] for p in expected if now[p] != expected[p]))
+    return now

@@ -3,7 +3,8 @@ bash, with what its comment promises checked (`exits N`: that exit code, else 0;
 those words in its output).  Lines that set a shell variable (I="...") are kept and given to every
 later line, as one shell session would.  The only thing changed in a line is where the sandbox's
 inventory lives: a test's sandbox site keeps it in its own state directory, not sandbox/inventory.
-Pure parsing here; tests/test_sandbox_fleet.py runs it on a sandbox host."""
+Pure parsing here; tests/test_sandbox_fleet.py runs it on a sandbox host, with resolve_docstring
+(below) as the person who resolves the demo patch's conflict."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 SETUP = "bash scripts/setup.sh"  # the suite's own setup ran it: a step the runner does not repeat
 SAYS = re.compile(r'says "([^"]*)"')
@@ -45,7 +46,8 @@ def steps(text: str | None = None) -> list[Step]:
     return out
 
 
-def run(step: Step, before: list[Step], inventory: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+def run(step: Step, before: list[Step], inventory: Path, env: dict,
+        timeout: float = 900) -> subprocess.CompletedProcess:
     """One step through bash from the clone's directory, after the variables set before it."""
     script = "\n".join([s.command for s in before if s.sets] + [step.command])
     script = script.replace("sandbox/inventory", str(inventory))
@@ -58,3 +60,12 @@ def broken_promises(step: Step, res: subprocess.CompletedProcess) -> list[str]:
     out = res.stdout + res.stderr
     wrong = [f"exit {res.returncode}, not {step.exits}"] if res.returncode != step.exits else []
     return wrong + [f"no {w!r} in its output" for w in step.says if w not in out]
+
+
+def resolve_docstring(merged: str) -> str:
+    """What a person makes of the demo patch's conflict: 0.5.24's docstring, with the patch's line."""
+    m = re.search(r'<<<<<<< [^\n]*\n(.*?)\|\|\|\|\|\|\| [^\n]*\n.*?=======\n(.*?)>>>>>>> [^\n]*\n', merged, re.S)
+    ours, theirs = m.groups()
+    note = ours.strip().splitlines()[-1]  # 'Patched: EAGLE-3 layer id -1 captures the embedding output."""'
+    resolved = theirs.rstrip().removesuffix('"""') + "\n\n" + note + "\n"
+    return merged[:m.start()] + resolved + merged[m.end():]

@@ -19,7 +19,8 @@ IDS_PATCHED = ("            self.model.capture_embedding = -1 in layer_ids\n"
 # A line 0.5.23 rewrote (the decoder layer's keyword became capture_gathered): an edit to it
 # cannot be carried over without a person.
 PREPARE = "            captured_last_layer_outputs=captured_last_layer_outputs,\n"
-PREPARE_PATCHED = ("            captured_last_layer_outputs=None if self.layer_id < 0 else captured_last_layer_outputs,\n")
+PREPARE_PATCHED = ("            captured_last_layer_outputs="
+                   "None if self.layer_id < 0 else captured_last_layer_outputs,\n")
 
 
 def _once(text: str, old: str, new: str) -> str:
