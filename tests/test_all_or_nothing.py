@@ -16,7 +16,6 @@ from specops.errors import ApplyFailed, SpecopsError
 from specops.ops import Context, Facts
 from specops.ops.apt import AptPackages
 from specops.ops.files import File
-from specops.ops.systemd import Service, Timer
 from support.runs import switchless_run
 
 
@@ -230,21 +229,6 @@ def test_a_write_the_facts_show_cannot_be_staged_is_refused_at_plan_time():
     File("/etc/x", "a" * 600).plan(file_facts(dir_read_only=False, dir_free=1000), ctx)
     with pytest.raises(PlanError, match="has 0.0 MiB free, and this run stages"):  # two writes on one filesystem
         File("/etc/x", "b" * 600).plan(file_facts(dir_read_only=False, dir_free=1000), ctx)
-
-
-def unit_facts(name, **fact):
-    return Facts({"files": {}, "units": {name: fact}, "venvs": {}, "checks": {}})
-
-
-def test_enabling_records_the_state_it_replaces():
-    c = Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="disabled"), Context("h", False))
-    assert [(a.KIND, a.enable, a.now, a.was) for a in c.actions] == [("enable", True, False, "disabled")]
-    assert not Service("s").plan(unit_facts("s", ActiveState="active", UnitFileState="enabled"),
-                                 Context("h", False)).changed
-    c = Timer("t.timer").plan(unit_facts("t.timer", ActiveState="inactive", UnitFileState=""), Context("h", False))
-    assert [(a.KIND, a.enable, a.now, a.was) for a in c.actions] == [("enable", True, True, None)]
-    assert not Timer("t.timer").plan(unit_facts("t.timer", ActiveState="active", UnitFileState="enabled"),
-                                     Context("h", False)).changed
 
 
 @pytest.mark.parametrize("enable, now, was, undo", [

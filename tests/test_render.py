@@ -9,7 +9,7 @@ from specops.inventory import Host
 from specops.ops import handlers
 from specops import protocol
 from specops.ops.handlers import restart
-from specops.ops import Context, Facts, File, Service, render, unified_diff
+from specops.ops import Context, Facts, File, render, unified_diff
 from specops.output.report import Redactor
 from specops.ops.unitfmt import envfile_line, exec_line, quote_word, unit_environment
 
@@ -106,13 +106,6 @@ def test_secret_file_diff_is_hidden():
     assert "TOKEN" not in c.diff and "secret content: not shown" in c.diff
 
 
-def test_service_start_is_left_to_a_pending_restart():
-    facts = Facts({"files": {}, "venvs": {}, "checks": {},
-                   "units": {"s": {"ActiveState": "inactive", "UnitFileState": "enabled"}}})
-    assert Service("s").plan(facts, Context("h", False, notified=[restart("s")])).actions == []
-    start = Service("s").plan(facts, Context("h", False)).actions[0]
-    assert isinstance(start, protocol.StartUnit) and start.unit.name == "s"  # an accounted start
-
 
 def test_redactor_hides_every_secret():
     r = Redactor([Host("h", {"services": [SVC]})])
@@ -183,16 +176,6 @@ def test_every_unit_and_baseline_carries_the_sandboxing_and_a_user_only_when_ask
     assert kind_of(as_user).properties(as_user)["User"] == "sglang-svc"
     assert set(PROPERTIES) <= set(kind_of(SVC).properties(SVC))
 
-
-def test_a_directory_step_names_its_directory():
-    """Issue 38: the host's step line said "[2/9] create directory", naming none."""
-    from specops.ops import Directory
-    made = Directory("/etc/specops", mode="0700").plan(facts_with("/etc/specops", exists=False), Context("h", False))
-    assert made.summary == "create directory" and made.actions[0].desc == "create directory /etc/specops"
-    moded = Directory("/etc/specops", mode="0700").plan(
-        facts_with("/etc/specops", exists=True, type="dir", mode="0755", owner="root", group="root"),
-        Context("h", False))
-    assert moded.actions[0].desc == "/etc/specops: directory attrs 0755 → 0700"
 
 
 def test_specops_own_launcher_is_one_line_and_the_users_unit_keeps_its_diff():
