@@ -50,8 +50,9 @@ def pytest_collection_modifyitems(config, items):
 # whole files in this order (scripts/test.sh: --dist loadfile --no-loadscope-reorder), so that
 # neither starts a long file while the other is nearly done.  Then the other fleet files, then the
 # unit tests, which fill the gaps at the end.
-LONGEST = ["test_router_fleet.py", "test_leftovers_fleet.py", "test_monitoring_fleet.py", "test_traffic_fleet.py",
-           "test_lifecycle_fleet.py", "test_specbench_fleet.py", "test_weights_fleet.py", "test_upgrade_fleet.py"]
+LONGEST = ["test_router_fleet.py", "test_router_status_fleet.py", "test_leftovers_fleet.py", "test_monitoring_fleet.py",
+           "test_traffic_fleet.py", "test_lifecycle_fleet.py", "test_specbench_fleet.py", "test_weights_fleet.py",
+           "test_upgrade_fleet.py", "test_upgrade_single_venv_fleet.py"]
 
 
 def _weight(item) -> tuple:
@@ -116,13 +117,27 @@ def sandbox(fleet, tmp_path, login):
 @pytest.fixture(scope="module")
 def hub(fleet, pkg_index):
     """The sandbox hub (olah behind the gate), one per test module (test_weights_fleet.py,
-    test_weights_running_fleet.py; support/weights.py's helpers deploy from it)."""
+    test_weights_refused_fleet.py, test_weights_running_fleet.py; support/weights.py's helpers deploy
+    from it)."""
     from sandbox import hub as hub_mod
     from support import weights
     weights.INDEX["package_index"] = f"{pkg_index.url}/simple"  # the hosts' weights tool venv installs from it
     h = hub_mod.Hub(fleet.site).start()
     yield h
     h.stop()
+
+
+@pytest.fixture
+def routed(sandbox, pkg_index):
+    """The router's host linked to each of its three workers' (support/router.py; test_router_fleet.py,
+    test_router_status_fleet.py): (hosts, links, the package index)."""
+    from sandbox import peerlink
+    from support.router import ROUTER, WORKERS
+    hosts = {n: sandbox.reset(n) for n in WORKERS + [ROUTER]}
+    links = {w: peerlink.up(hosts[ROUTER], hosts[w])[1] for w in WORKERS}
+    yield hosts, links, pkg_index
+    for w in WORKERS:
+        peerlink.down(hosts[ROUTER], hosts[w])
 
 
 @pytest.fixture
@@ -134,6 +149,20 @@ def written(tmp_path):
     out = tmp_path / "prom"
     prometheus.write(router_fleet(tmp_path), out, "30s", ["am.example:9093"])
     return out
+
+
+@pytest.fixture
+def agent_dirs(tmp_path, monkeypatch):
+    """The agent's releases and stacks directories, in the test's own directory (test_stack_prune.py,
+    test_stack_build.py)."""
+    from specops.agent import releases
+    from specops.agent.converge import stacks
+    rel, st = tmp_path / "releases", tmp_path / "venvs"
+    rel.mkdir(mode=0o700)
+    st.mkdir(mode=0o755)
+    monkeypatch.setattr(releases, "RELEASES", str(rel))
+    monkeypatch.setattr(stacks, "STACKS_DIR", str(st))
+    return releases, stacks, rel, st
 
 
 # ---- docs/RELIABILITY.md, from the outcomes of the marked tests (tests/support/reliability.py) ----

@@ -2,7 +2,6 @@
 release, the previous one verified or the new one; a failure before the switch touches nothing
 that serves; a switch cut off is undone by the next run that takes the lock."""
 import json
-import time
 
 import pytest
 
@@ -10,47 +9,17 @@ from sandbox import aptrepo, hub as hub_mod, provision
 from sandbox.provision import DEMO_PATCH, sandbox_service
 from specops import protocol
 from specops.layout import APPLY_JOURNAL as JOURNAL, FAULTS, LAUNCHER
-from support.files import load_json
 from support.hosts import unit_prop
 from support.reliability import record_bytes
+from support.releases import UNIT, current, first_release, inventory, server_info, serving
+from support.site import run_inv
 
 pytestmark = pytest.mark.fleet
-UNIT = "/etc/systemd/system/sglang.service"
 
 
 def spec(steps, draft):
     return {"algorithm": "EAGLE3", "draft_model_path": "/models/tiny-llama-eagle3", "num_steps": steps,
             "eagle_topk": 1, "num_draft_tokens": draft}
-
-
-def run_inv(sandbox, inv, *args, **kw):
-    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
-    res = sandbox.inv(*args, "--json", str(report), inventory=inv, **kw)
-    return res, (load_json(report)["hosts"] if report.exists() else None)
-
-
-def inventory(sandbox, name, hosts, group_vars=None):
-    """An inventory of its own (Sandbox.inventory rewrites one path)."""
-    import shutil
-    path = sandbox.tmp / name
-    shutil.copytree(sandbox.inventory(hosts, group_vars), path)
-    return path
-
-
-def current(h):
-    return h.run("readlink", "/var/lib/specops/releases/current").stdout.strip()
-
-
-def server_info(h):
-    return json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/server_info").stdout)
-
-
-def serving(h):
-    """What serves, as the host shows it: the unit file's bytes, the server's run and its arguments."""
-    active = unit_prop(h, "sglang", "ActiveState") == "active"
-    return {"unit": h.run("sha256sum", UNIT).stdout.split()[0], "pid": unit_prop(h, "sglang", "MainPID"),
-            "invocation": unit_prop(h, "sglang", "InvocationID"),
-            "steps": server_info(h)["speculative_num_steps"] if active else None}
 
 
 @pytest.mark.reliability("apply-fault", "fault")
@@ -87,26 +56,6 @@ def test_a_failed_package_install_touches_nothing_that_serves(sandbox, record_pr
     listing = sandbox.inv("releases", "--host", "t1", inventory=one).stdout
     attempt = [line for line in listing.splitlines() if "rolled-back" in line]
     assert attempt and "apt-get install prometheus-node-exporter" in attempt[-1], listing
-
-
-def test_check_says_a_read_only_target_before_anything_changes(sandbox):
-    """A patched model file whose directory is on a read-only filesystem: --check says so, and the
-    deploy is refused at plan time, before anything moves."""
-    h = sandbox.reset("t4")
-    models = f"{provision.VENV}/lib/python3.11/site-packages/sglang/srt/models"
-    one, release1, before = first_release(sandbox, h, "one", {"t4": {"services": [sandbox_service()]}})
-    h.run("sh", "-ec", f"cp -a {models} /root/models.bak && mount -t tmpfs -o size=4m tmpfs {models} && "
-                       f"cp -a /root/models.bak/. {models}/ && mount -o remount,ro {models}")
-    try:
-        two = inventory(sandbox, "two", {"t4": {"services": [sandbox_service(patches=["srt/models/llama.py"])]}})
-        said = f"{models}/llama.py: {models} is on a read-only filesystem: nothing can be staged there"
-        res = sandbox.inv("deploy", "--host", "t4", "--check", inventory=two)
-        assert res.returncode == 1 and said in res.stdout, res.stdout[-3000:]
-        res, rep = run_inv(sandbox, two, "deploy", "--host", "t4")
-        assert res.returncode == 1 and said in rep["t4"]["error"], res.stdout[-3000:]
-        assert serving(h) == before and current(h) == release1
-    finally:
-        h.run("umount", models, check=False)
 
 
 # ---- the fault matrix: a fault at each kind of action a deploy batch holds ----
@@ -158,13 +107,6 @@ def try_faults(sandbox, h, kinds, one, two, release1, before, tried, drift_ok=()
 
 TRIED = []  # the kinds the matrix's scenarios have failed at, in order
 SCENARIOS = set()  # the matrix's tests that ran (the check of every kind needs them all)
-
-
-def first_release(sandbox, h, name, hosts, group_vars=None, **kw):
-    one = inventory(sandbox, name, hosts, group_vars)
-    res, _ = run_inv(sandbox, one, "deploy", "--host", h.name, **kw)
-    assert res.returncode == 0, res.stdout[-3000:]
-    return one, current(h), serving(h)
 
 
 @pytest.mark.reliability("apply-fault", "fault")

@@ -11,6 +11,7 @@ import pytest
 
 from specops import protocol
 from specops.agent.bench import specbench
+from support.perf import speed
 
 STEP, TOKENS_PER_STEP = 0.002, 3
 
@@ -126,49 +127,6 @@ def test_the_prompt_order_is_fixed_by_the_seed(server, monkeypatch):
     assert seen == first and sorted(first) == sorted(prompts) and first != prompts
 
 
-def _perf(tok_s, base=None, accept=3.0, c=1):
-    lv = lambda t, a=None: {"concurrency": c, "figures": {"output_tok_s": t, **({"accept_length": a} if a else {})}}
-    return {"service": "sglang", "spec": [lv(tok_s, accept)], "baseline": [lv(base)] if base else [],
-            "speedup": {str(c): round(tok_s / base, 3)} if base else {}}
-
-
-def test_the_gate_refuses_the_0_61x_case_naming_the_figures():
-    from specops.flows.gate import evaluate
-    (why,) = evaluate({"min_speedup": 1.0}, _perf(54.8, 90.0), None)
-    assert why == "speedup 0.61x at concurrency 1 (54.8 tok/s with speculation, 90.0 without) is below min_speedup 1.0"
-    assert evaluate({"min_speedup": 1.0}, _perf(120.0, 90.0), None) == []
-    assert evaluate({"min_speedup": 1.0}, _perf(120.0), None) == ["min_speedup needs a baseline at concurrency 1, "
-                                                                  "and there is none"]
-
-
-def test_the_gate_compares_with_the_previous_release():
-    from specops.flows.gate import evaluate
-    gate = {"max_regression_pct": 10}
-    (why,) = evaluate(gate, _perf(80.0), _perf(100.0))
-    assert why == "80.0 tok/s at concurrency 1 is 20% below the previous release's 100.0 (max_regression_pct 10)"
-    assert evaluate(gate, _perf(95.0), _perf(100.0)) == []  # 5% slower: kept
-    assert evaluate(gate, _perf(90.0), _perf(100.0)) == []  # 10%: at the bound, kept
-    assert len(evaluate(gate, _perf(89.9), _perf(100.0))) == 1  # past it
-    assert evaluate(gate, _perf(130.0), _perf(100.0)) == []  # faster: kept
-    assert evaluate(gate, _perf(80.0), None) == []           # nothing to compare with
-    assert evaluate({"min_accept_length": 2.0}, _perf(100.0, accept=1.5), None) == [
-        "accept length 1.5 at concurrency 1 is below min_accept_length 2.0"]
-
-
-def test_a_passing_gate_names_the_figures_that_passed_it():
-    """Issue 24 (a new user's rough edge): `deploy --bench` said nothing of a gate that passed."""
-    from specops.flows.gate import checks
-    gate = {"min_speedup": 1.0, "min_accept_length": 2.0, "max_regression_pct": 10}
-    assert checks(gate, _perf(120.0, 90.0, accept=3.0), _perf(100.0)) == [
-        (True, "speedup 1.33x at concurrency 1 (120.0 tok/s with speculation, 90.0 without) meets min_speedup 1.0"),
-        (True, "accept length 3.0 at concurrency 1 meets min_accept_length 2.0"),
-        (True, "120.0 tok/s at concurrency 1 is 20% above the previous release's 100.0 (max_regression_pct 10)")]
-    assert checks({"max_regression_pct": 10}, _perf(95.0), None) == [
-        (True, "max_regression_pct 10 not checked: no earlier record at concurrency 1")]
-    assert checks({"max_regression_pct": 10}, {**_perf(50.0), "load": {"requests": 8}}, _perf(100.0)) == [
-        (True, "max_regression_pct 10 not checked: the previous record ran another load")]
-
-
 def test_the_verdict_is_one_plain_line():
     from specops.flows.specbench import verdict
     assert verdict({1: 1.84, 8: 1.12, 32: 0.71}) == \
@@ -180,7 +138,7 @@ def test_the_verdict_is_one_plain_line():
 def test_the_report_page_holds_the_recorded_figures_and_nothing_from_outside():
     from html.parser import HTMLParser
     from specops.output import perfpage
-    perf = {**_perf(120.0, 90.0, accept=3.1), "at": "2026-12-03T16:00:00Z", "verdict": "speculative decoding: 1.33x"}
+    perf = {**speed(120.0, 90.0, accept=3.1), "at": "2026-12-03T16:00:00Z", "verdict": "speculative decoding: 1.33x"}
     perf["spec"] += [{"concurrency": 8, "figures": {"output_tok_s": 300.5, "accept_length": 2.9}}]
     perf["baseline"] += [{"concurrency": 8, "figures": {"output_tok_s": 310.0}}]
     perf["speedup"]["8"] = 0.969
@@ -255,37 +213,6 @@ def test_a_bad_stream_is_a_failed_request_not_a_dead_client(body, error):
         srv.shutdown()
 
 
-def test_two_releases_are_compared_beside_their_speed():
-    from specops.output.releases import compare
-    old = {"spec": {"sglang": {"speculative_num_steps": 3, "tp_size": 1}}, "packages": {"sglang": "0.5.22"},
-           "files": {"/opt/p/qwen3.py": "aa", "/etc/u": "bb"}, "perf": {"sglang": _perf(100.0, accept=3.0)}}
-    new = {"spec": {"sglang": {"speculative_num_steps": 5, "tp_size": 1}}, "packages": {"sglang": "0.5.23"},
-           "files": {"/opt/p/qwen3.py": "cc", "/etc/u": "bb"},
-           "perf": {"sglang": _perf(80.0, accept=2.909090909090909)}}
-    assert compare(old, new) == ["sglang speculative_num_steps: 3 -> 5", "package sglang: 0.5.22 -> 0.5.23",
-                                 "file /opt/p/qwen3.py: changed",
-                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.00 -> 2.91"]
-
-
-def test_releases_into_a_pipe_are_whole_lines_and_on_a_terminal_cut_between_words():
-    """Issue 24 (a new user's rough edge): `inv releases` cut every summary at 70 characters, in the
-    middle of a figure ("... (245.3 to").  Not on a terminal, lines are whole; on one, a summary is
-    shortened to the terminal's width after a whole word, and says so."""
-    from specops.output.releases import lines
-    why = ("sglang: gate: speedup 0.61x at concurrency 1 (245.3 tok/s with speculation, 402.7 without) "
-           "is below min_speedup 1.0")
-    releases = [{"stamp": "20261203T150000Z", "status": "deployed", "current": True, "services": ["sglang"],
-                 "summary": "/etc/systemd/system/sglang.service"},
-                {"stamp": "20261203T160000Z", "status": "rolled-back", "current": False, "services": ["sglang"],
-                 "summary": why}]
-    whole = lines("t4", releases)
-    assert whole[1].startswith("t4             20261203T160000Z  rolled-back sglang  ") and whole[1].endswith(why)
-    cut = lines("t4", releases, 100)
-    assert cut[0] == whole[0] and len(cut[1]) <= 100 and cut[1].endswith(" …"), cut
-    kept = cut[1][len("t4             20261203T160000Z  rolled-back sglang  "):-2]
-    assert why.startswith(kept) and why[len(kept)] == " " and len(kept) > 20, kept  # a whole word ends there
-
-
 def test_a_state_verified_twice_is_said_once_in_the_recap():
     """Issue 24 (a new user's rough edge): after `deploy --bench`, whose baseline restarts and verifies
     the service again, the recap said "sglang verified; sglang verified"."""
@@ -295,19 +222,6 @@ def test_a_state_verified_twice_is_said_once_in_the_recap():
                  "sglang verified", "sglang verified"):
         r.note_once(note)
     assert r.notes == ["sglang verified", "small verified", "release 1", ROLLED_BACK, "sglang verified"]
-
-
-def test_perf_json_keeps_each_service_and_reads_the_old_single_service_file(tmp_path, monkeypatch):
-    from specops.agent import releases
-    monkeypatch.setattr(releases, "RELEASES", str(tmp_path))
-    (tmp_path / "r1").mkdir()
-    (tmp_path / "r1/manifest.json").write_text("{}")
-    (tmp_path / "r1/perf.json").write_text(json.dumps(_perf(50.0)))
-    assert set(releases.read_perf("r1")) == {"sglang"}
-    releases.record_perf(protocol.PerfRecord(perf={**_perf(70.0), "service": "small"}, stamp="r1"))
-    releases.record_perf(protocol.PerfRecord(perf=_perf(60.0), stamp="r1"))
-    got = releases.read_perf("r1")
-    assert {k: v["spec"][0]["figures"]["output_tok_s"] for k, v in got.items()} == {"sglang": 60.0, "small": 70.0}
 
 
 def test_the_baseline_runs_without_speculation_or_is_refused():
@@ -346,75 +260,6 @@ def test_a_level_stops_when_the_server_goes_away():
     assert len(results) <= 4 and "stopped taking connections" in stopped[0]
 
 
-def test_the_gate_names_a_bench_with_no_level():
-    from specops.flows.gate import evaluate
-    assert evaluate({"min_speedup": 1.0}, {"spec": []}, None) == ["the bench measured no level"]
-
-
-def test_a_release_its_gate_refused_keeps_what_the_gate_measured(tmp_path, monkeypatch):
-    """Issue 24 (a new user's rough edge): the report showed "-" for a release `deploy --bench` had
-    measured and then rolled back: the gate's figures were never written.  Now undo keeps them
-    in that release's perf.json (the agent's own record and listing, on a temporary directory),
-    and the page shows them, marked rolled back."""
-    from types import SimpleNamespace
-    from specops import inventory
-    from specops.agent import releases
-    from specops.errors import GateFailed, SpecopsError
-    from specops.flows import pipeline
-    from specops.output import perfpage
-    monkeypatch.setattr(releases, "RELEASES", str(tmp_path))
-    stamp, sent = "20261204T090000Z", []
-
-    class Run:
-        host, quick, applied, report = inventory.Host("t1", {}), (), ["a change"], SimpleNamespace(notes=[])
-        kept, running, restarting, applying, concerned = [], None, True, False, frozenset()
-        opts = SimpleNamespace(provenance=None)
-
-        def previous(self):
-            return {}
-
-        def enabled(self):
-            return []
-
-        def say(self, text):
-            pass
-
-        def call(self, req, **kw):
-            sent.append(type(req).__name__)
-            if isinstance(req, protocol.Undo):  # the first deploy: nothing earlier to verify
-                return protocol.UndoResult(restored=[], current=None)
-            return {"ReleaseRecord": releases.record, "PerfRecord": releases.record_perf}[type(req).__name__](req)
-
-    measured = {**_perf(54.8, 90.0), "at": "2026-12-04T09:05:00Z", "verdict": "speculative decoding: 0.61x"}
-    with pytest.raises(SpecopsError, match="below min_speedup 1.0; rolled back"):
-        pipeline.undo(Run(), f"/var/lib/specops/releases/{stamp}",
-                      GateFailed("sglang: gate: speedup 0.61x is below min_speedup 1.0", [measured]))
-    assert sent == ["Undo", "ReleaseRecord", "PerfRecord"]
-    (listed,) = releases.releases(protocol.Releases()).releases
-    assert listed["status"] == "rolled-back" and listed["perf"]["sglang"]["spec"] == measured["spec"]
-    text = perfpage.service_section("t1", "sglang", [listed], {"min_speedup": 1.0})
-    assert "<td data-rolled-back>speculative decoding: 0.61x (measured, then rolled back)</td>" in text
-    assert f"release {stamp}, rolled back)</h3>" in text and 'data-speedup="0.609"' in text
-
-
-def test_releases_measured_with_different_loads_are_said_to_be_so():
-    """Issue 24: `inv releases` compared accept length across releases measured with different
-    loads without saying so; and a rolled-back release is compared by its figures only."""
-    from specops.output.releases import compare, since
-    load = {"concurrency": [1], "requests": 12, "max_new_tokens": 48, "seed": 0}
-    old = {"stamp": "r1", "status": "deployed", "spec": {"sglang": {"tp_size": 1}},
-           "perf": {"sglang": {**_perf(100.0, accept=3.0), "load": load}}}
-    new = {"stamp": "r2", "status": "deployed", "spec": {"sglang": {"tp_size": 1}},
-           "perf": {"sglang": {**_perf(80.0, accept=2.1), "load": dict(load, max_new_tokens=128)}}}
-    assert compare(old, new) == ["sglang measured with different loads, not like for like: max_new_tokens 48 -> 128",
-                                 "sglang tok/s @1: 100.0 -> 80.0, accept length 3.00 -> 2.10"]
-    assert compare(old, dict(new, perf=old["perf"]))[0].startswith("sglang tok/s @1")  # the same load: nothing said
-    undone = {"stamp": "r3", "status": "rolled-back",  # its manifest: no spec, packages or files
-              "perf": {"sglang": {**_perf(54.8, accept=1.2), "load": dict(load, max_new_tokens=128)}}}
-    assert since([old, new, undone], undone) == ("r2", ["sglang tok/s @1: 80.0 -> 54.8, accept length 2.10 -> 1.20"])
-    assert since([old, undone, dict(new, stamp="r4")], dict(new, stamp="r4"))[0] == "r1"  # not the rolled-back one
-
-
 def test_a_chat_chunk_counts_its_usage_and_sglang_spec_details_only_with_speculation_on():
     """SGLang 0.5.23 (serving_chat.py) streams usage on every chunk with continuous_usage_stats and
     sglext.spec_tokens_details in a chunk of its own; a verify count of 0 means no speculation."""
@@ -423,75 +268,6 @@ def test_a_chat_chunk_counts_its_usage_and_sglang_spec_details_only_with_specula
     assert specbench.chat_event({"choices": [], "sglext": {"spec_tokens_details": details}}) == (None, details)
     assert specbench.chat_event({"sglext": {"spec_tokens_details": {"spec_verify_ct": 0}}}) == (None, {})
     assert specbench.chat_event({"choices": [{"delta": {"content": "x"}}]}) == (None, {})
-
-
-LEVELS = {1: {"output_tok_s": 50.0, "requests_s": 0.5, "ttft_p50": 0.12, "ttft_p99": 0.3, "itl_p50": 0.0102,
-              "itl_p99": 0.014, "accept_length": 2.909090909090909, "seconds": 16.0, "requests": 8, "failed": 0},
-          8: {"output_tok_s": 300.0, "requests_s": 2.67, "ttft_p50": 0.2, "ttft_p99": 1.5, "itl_p50": 0.02,
-              "itl_p99": 0.031, "accept_length": 2.5, "seconds": 3.0, "requests": 8, "failed": 1}}
-
-
-class BenchRun:
-    """A host whose agent answers each level with LEVELS' figures, and its last start with `start`."""
-
-    def __init__(self, start=30.0):
-        from sandbox.provision import sandbox_service
-        from specops import inventory
-        self.svc = sandbox_service()
-        self.host, self.start = inventory.Host("t1", {"services": [self.svc]}), start
-        self.said, self.sent = [], []
-
-    def say(self, text):
-        self.said.append(text)
-
-    def call(self, req, on_stderr=None, **kw):
-        self.sent.append(req)
-        if isinstance(req, protocol.Startup):
-            return protocol.StartupResult(seconds=self.start)
-        (c,) = req.concurrency
-        return protocol.SpecBenchResult(levels=[protocol.BenchLevel(concurrency=c, figures=LEVELS[c], raw=[])])
-
-
-def test_spec_bench_says_each_level_with_its_latencies_and_the_time_left(monkeypatch):
-    """Issue 38: spec-bench was silent for minutes with no estimate, and its lines had no inter-token
-    latency.  Now a request per level, each said as it ends with TTFT and ITL and about how long is
-    left: the later levels in waves of their concurrency, each as long as a request took (16 s for
-    8 requests one at a time: 2 s a wave), and with --baseline its start and the service's again
-    (each as long as the service's last start, 30 s) and the same load."""
-    from specops.flows import specbench as flow
-    load = flow.Load(concurrency=[1, 8], requests=8, warmup=0, max_new_tokens=16)
-    run = BenchRun()
-    spec, base = flow.measured(run, run.svc, load, with_baseline=False)
-    assert [lv.concurrency for lv in spec] == [1, 8] and base is None
-    assert [r.concurrency for r in run.sent] == [[1], [8]]  # a request per level
-    assert run.said == [
-        "measuring with speculation: concurrency 1, 8; 8 requests a level, up to 16 tokens each",
-        "  concurrency 1: 50.0 tok/s, 0.50 req/s, TTFT p50 120 ms p99 300 ms, ITL p50 10.2 ms p99 14.0 ms, "
-        "accept length 2.91 (1 of 2, 16 s; about 2 s left)",
-        "  concurrency 8: 300.0 tok/s, 2.67 req/s, TTFT p50 200 ms p99 1.50 s, ITL p50 20.0 ms p99 31.0 ms, "
-        "accept length 2.50, 1 of 8 failed (2 of 2, 3 s)"]
-    measured_base = []
-    monkeypatch.setattr(flow, "baseline", lambda run, svc, load, deployed, start: measured_base.append(start) or [])
-    run = BenchRun()
-    flow.measured(run, run.svc, load, with_baseline=True)
-    assert isinstance(run.sent[0], protocol.Startup) and measured_base == [30.0]
-    # 2 starts of 30 s, 2 s of this load left, 18 s of the baseline's; then 60 + 19 s
-    assert run.said[1].endswith("(1 of 2, 16 s; about 80 s left)")
-    assert run.said[2].endswith("(2 of 2, 3 s; about 79 s left)")
-    run = BenchRun(start=None)
-    flow.measured(run, run.svc, load, with_baseline=True)
-    assert run.said[1].endswith("(1 of 2, 16 s; about 20 s of load left, and 2 start(s) of unknown length)")
-
-
-def test_spec_tune_estimates_with_spec_benchs_one_definition():
-    """The same estimate, said before spec-tune's first restart: budget × (the last start + four
-    short loads): 4 × (30 s + 4 × 16 s)."""
-    from specops.flows import specbench as flow, tuning
-    run = BenchRun()
-    tuning.estimate(run, run.svc, flow.Load(concurrency=[1], requests=8, warmup=0), 4,
-                    "16 restarts (15 combinations + the baseline)")
-    assert run.said[-1] == "at most 4 restarts, where the full grid would need 16 restarts (15 combinations + the " \
-                           "baseline); each 30 s start (its last, measured) + 16 s of short load: up to about 6.3 min"
 
 
 def test_verify_says_the_accept_length_with_two_decimals():

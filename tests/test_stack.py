@@ -1,14 +1,14 @@
 """Stacks without a fleet: what names a stack, the build a missing one plans, the disk it asks
-for, and which stacks a release pruning keeps (the agent's own code, on a directory of the test's)."""
+for, how pip and uv are given their indexes, a version's files read from its wheel before its stack
+is built, and a rollback to a release whose interpreter is gone (the agent's builds:
+test_stack_build.py; its pruning: test_stack_prune.py)."""
 import json
 import os
-import re
 
 import pytest
 
 from roles import gpu_stack
 from specops import inventory, protocol
-from specops.agent.host import ActionError
 from specops.errors import UsageError
 from specops.layout import DEFAULT_VENV, STACKS_DIR
 from specops.ops import Context, Facts
@@ -150,92 +150,6 @@ def test_an_air_gapped_stack_needs_uv_in_the_wheelhouse(tmp_path):
     assert gpu_stack.ops(host(tmp_path, wheelhouse=str(wheels)))
 
 
-@pytest.fixture
-def agent_dirs(tmp_path, monkeypatch):
-    """The agent's releases and stacks directories, in the test's own directory."""
-    from specops.agent import releases
-    from specops.agent.converge import stacks
-    rel, st = tmp_path / "releases", tmp_path / "venvs"
-    rel.mkdir(mode=0o700)
-    st.mkdir(mode=0o755)
-    monkeypatch.setattr(releases, "RELEASES", str(rel))
-    monkeypatch.setattr(stacks, "STACKS_DIR", str(st))
-    return releases, stacks, rel, st
-
-
-def release(rel, st, stamp, venv, status="deployed"):
-    d = rel / stamp
-    d.mkdir()
-    (d / "manifest.json").write_text(json.dumps({"stamp": stamp, "status": status,
-                                                 "venv": str(st / venv) if venv else None}))
-
-
-def make_stack(st, name):
-    (st / name).mkdir()
-    (st / name / "specops-stack.json").write_text("{}")
-
-
-def test_pruning_keeps_every_stack_a_kept_release_names(agent_dirs):
-    releases, stacks, rel, st = agent_dirs
-    a, b, c = "a" * 16, "b" * 16, "c" * 16
-    for name in (a, b, c):
-        make_stack(st, name)
-    release(rel, st, "r01", c)
-    for i in range(2, 7):
-        release(rel, st, f"r0{i}", b)       # r06: the deployed release before current
-    release(rel, st, "r07", a)              # current
-    for i in range(8, 14):                  # newer attempts, undone (a rollback never goes to one)
-        release(rel, st, f"r{i:02d}", None, status="rolled-back")
-    os.symlink("r07", rel / "current")
-    releases._prune()
-    assert sorted(os.listdir(st)) == [a, b]  # c: its release went
-    # the newest 5 deployed, and apart from them the newest 5 attempts: these never push those out
-    assert sorted(n for n in os.listdir(rel) if n != "current") == [
-        "r03", "r04", "r05", "r06", "r07", "r09", "r10", "r11", "r12", "r13"]
-
-
-def test_a_release_that_cannot_be_read_stops_pruning(agent_dirs):
-    releases, stacks, rel, st = agent_dirs
-    make_stack(st, "a" * 16)
-    make_stack(st, "b" * 16)
-    release(rel, st, "r1", "a" * 16)
-    (rel / "r2").mkdir()
-    (rel / "r2" / "manifest.json").write_text("{half")  # it might name b: b stays
-    os.symlink("r1", rel / "current")
-    releases._prune()
-    assert sorted(os.listdir(st)) == ["a" * 16, "b" * 16]
-
-
-def test_a_stack_without_its_file_or_outside_the_directory_is_never_pruned(agent_dirs, monkeypatch, tmp_path):
-    releases, stacks, rel, st = agent_dirs
-    units = tmp_path / "units"
-    units.mkdir()
-    monkeypatch.setattr(stacks, "UNIT_DIR", str(units))
-    make_stack(st, "c" * 16)
-    (units / "x.service").write_text(f"[Service]\nExecStart={st / ('c' * 16)}/bin/python -m x\n")
-    make_stack(st, "a" * 16)
-    (st / ("b" * 16)).mkdir()               # not a complete stack of ours (no specops-stack.json)
-    (st / "mine").mkdir()                   # not a stack's name
-    release(rel, st, "r1", "a" * 16)
-    os.symlink("r1", rel / "current")
-    assert stacks.prune({str(st / ("z" * 16))}) == [str(st / ("a" * 16))]
-    assert sorted(os.listdir(st)) == ["b" * 16, "c" * 16, "mine"]  # c: a unit file runs it
-
-
-def test_a_new_stack_is_root_s_alone(tmp_path):
-    from specops.agent.converge import stacks as agent_stacks
-    (tmp_path / "site").mkdir()
-    lock = tmp_path / ".lock"
-    lock.write_text("")
-    os.chmod(lock, 0o666)  # as uv makes it
-    assert agent_stacks.root_only(str(tmp_path)) is None
-    assert oct(os.stat(lock).st_mode & 0o777) == "0o644"
-    theirs = tmp_path / "site" / "theirs.py"
-    theirs.write_text("")
-    os.chown(theirs, 65534, 65534)
-    assert agent_stacks.root_only(str(tmp_path)) == str(theirs)
-
-
 def test_the_files_of_a_version_not_installed_come_from_its_wheel_in_memory(tmp_path):
     """What the patch check reads before a stack is built: the wheel's file and its RECORD sha256."""
     from sandbox import provision
@@ -305,56 +219,6 @@ def test_a_wheel_from_an_index_keeps_its_credentials_on_their_host(tmp_path):
             server.shutdown()
 
 
-def test_uv_s_no_version_from_a_cached_page_is_asked_once_again_with_refresh(agent_dirs, monkeypatch):
-    """uv answers from the index page it cached until the page's max-age: a version published since
-    reads as none.  The build says so and asks once more with --refresh-package; any other
-    failure, or a second 'no version', stands."""
-    from specops.agent.host import ActionError
-    _, stacks, _, st = agent_dirs
-    monkeypatch.setattr(stacks, "UV_CACHE", str(st.parent / "uv-cache"))
-    monkeypatch.setattr(stacks, "uv_tool", lambda args: "/usr/bin/uv")
-    monkeypatch.setattr(stacks, "expect_in", lambda *a: {"sglang": "0.5.26"})
-    said, calls = [], []
-    monkeypatch.setattr(stacks, "say", said.append)
-    no_version = ("uv pip install failed (exit 1): error: No solution found when resolving dependencies | cause: "
-                  "Because there is no version of sglang==0.5.26 and you require sglang==0.5.26, we can conclude "
-                  "that your requirements are unsatisfiable.")
-
-    def uv(argv, desc, env=None):
-        calls.append(argv)
-        if argv[1] == "venv":
-            os.makedirs(os.path.join(argv[-1], "bin"))
-        elif answers:
-            raise ActionError(answers.pop(0))
-    monkeypatch.setattr(stacks, "run_streamed", uv)
-    build = protocol.BuildStack(path=str(st / ("a" * 16)), python="python3", specs=["sglang==0.5.26"], sources=[],
-                                uv_pip_args=[], defines={}, need=0, check="", expect={})
-    answers = [no_version]
-    assert stacks.build(build)["built"]
-    installs = [c for c in calls if c[1] == "pip"]
-    assert [c[2:4] for c in installs] == [["install", "--python"], ["install", "--refresh-package"]], installs
-    assert installs[1][4] == "sglang"
-    assert any("asking the index again (--refresh-package sglang)" in s for s in said), said
-    for failure in ([no_version, no_version], ["uv pip install failed (exit 1): error: 404 Not Found"]):
-        answers, calls[:] = list(failure), []
-        build.path = str(st / ("b" * 16))
-        with pytest.raises(ActionError, match=re.escape(failure[-1][:60])):
-            stacks.build(build)
-        assert len([c for c in calls if c[1] == "pip"]) == len(failure)  # one retry, and only for 'no version'
-
-
-def test_uv_s_no_version_names_the_project_also_with_extras_and_an_agent_error_stands():
-    from specops.agent.converge import stacks, wheelfiles
-    for said, name in (("there is no version of sglang==0.5.26 and", "sglang"),
-                       ("there is no version of sglang[all]==0.5.26 and", "sglang"),
-                       ("there is no version of flash-linear-attention==0.6.1 and", "flash-linear-attention")):
-        assert stacks._NO_VERSION.search(said).group(1) == name
-    assert stacks._NO_VERSION.search("error: 404 Not Found") is None
-    host = {"sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}}
-    with pytest.raises(wheelfiles.SourceError, match="^http://ix/simple: unreachable$"):
-        stack.wheel_files(host, ["sglang/x.py"], {"error": "http://ix/simple: unreachable"})
-
-
 def test_a_rollback_to_a_release_whose_interpreter_is_gone_is_refused(tmp_path):
     """The unit quotes every ExecStart word, so the interpreter's path starts with a quote: it is
     read as systemd reads it, and a missing one refuses the rollback before anything is put back."""
@@ -373,76 +237,6 @@ def test_a_rollback_to_a_release_whose_interpreter_is_gone_is_refused(tmp_path):
                 rollback._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
         else:
             rollback._runnable({"stamp": "r1"}, {"/etc/systemd/system/sglang.service": str(unit)})
-
-
-@pytest.fixture
-def building(tmp_path, monkeypatch):
-    """stacks.build with its tools replaced: `uv venv` makes a bin/python, `uv pip install` writes
-    what `files` says into the venv; the directories are the test's."""
-    from specops.agent.converge import stacks as agent_stacks
-    st, cache = tmp_path / "opt" / "venvs", tmp_path / "uv-cache"
-    monkeypatch.setattr(agent_stacks, "STACKS_DIR", str(st))
-    monkeypatch.setattr(agent_stacks, "UV_CACHE", str(cache))
-    monkeypatch.setattr(agent_stacks, "uv_tool", lambda args: "/uv")
-    monkeypatch.setattr(agent_stacks, "expect_in", lambda python, code, expect, what: {"sglang": "0.5.23"})
-    monkeypatch.setattr(agent_stacks, "_free", lambda path: 50 * 2**30)
-    calls, files = [], {}
-
-    def run(argv, desc, env=None):
-        calls.append((argv, env))
-        if argv[1] == "venv":
-            os.makedirs(os.path.join(argv[-1], "bin"))
-        else:
-            venv = os.path.dirname(os.path.dirname(argv[argv.index("--python") + 1]))
-            for rel, (mode, uid) in files.items():
-                path = os.path.join(venv, rel)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w") as f:
-                    f.write("x")
-                os.chmod(path, mode)
-                os.chown(path, uid, uid)
-    monkeypatch.setattr(agent_stacks, "run_streamed", run)
-    req = protocol.BuildStack(path=str(st / ("a" * 16)), python="3.11", specs=["sglang==0.5.23"],
-                              sources=["--default-index", "http://u:pw@ix/simple"], uv_pip_args=[],
-                              defines={"sglang": "0.5.23"}, need=12 * 2**30, check="", expect={})
-    return agent_stacks, st, req, calls, files
-
-
-def test_a_build_is_refused_before_anything_moves_when_the_disk_is_short(building, monkeypatch):
-    agent_stacks, st, req, calls, _ = building
-    monkeypatch.setattr(agent_stacks, "_free", lambda path: req.need - 1)
-    with pytest.raises(ActionError, match="needs 12.0 GiB free"):
-        agent_stacks.build(req)
-    assert calls == [] and os.listdir(st) == []
-    monkeypatch.setattr(agent_stacks, "_free", lambda path: req.need)  # exactly enough is enough
-    assert agent_stacks.build(req)["built"]
-
-
-def test_a_stack_with_a_file_not_root_s_is_never_used_and_its_build_is_gone(building):
-    agent_stacks, st, req, _, files = building
-    files["lib/site-packages/sglang/x.py"] = (0o644, 65534)
-    with pytest.raises(ActionError, match="has lib/site-packages/sglang/x.py, which a user other than root could "
-                                          "change; not used"):
-        agent_stacks.build(req)
-    assert os.listdir(st) == []  # neither the stack nor its build directory
-
-
-def test_a_half_stack_under_the_name_is_built_again_in_a_clean_environment(building, monkeypatch):
-    agent_stacks, st, req, calls, files = building
-    half = st / ("a" * 16)
-    half.mkdir(parents=True)
-    (half / "left-by-a-cut-build").write_text("")  # no specops-stack.json: not a stack
-    files["lib/site-packages/sglang/__init__.py"] = (0o664, 0)  # group-writable, as a umask could leave it
-    monkeypatch.setenv("UV_INDEX_URL", "http://roots-own/simple")
-    monkeypatch.setenv("PIP_INDEX_URL", "http://roots-own/simple")
-    monkeypatch.setenv("VIRTUAL_ENV", "/somewhere")
-    assert agent_stacks.build(req)["built"]
-    assert sorted(os.listdir(half)) == ["bin", "lib", "specops-stack.json"]
-    assert oct(os.stat(half / "lib/site-packages/sglang/__init__.py").st_mode & 0o777) == "0o644"
-    for argv, env in calls:
-        assert "roots-own" not in str(env) and "VIRTUAL_ENV" not in env
-        assert env["UV_PYTHON_DOWNLOADS"] == "never" and env["UV_DEFAULT_INDEX"] == "http://u:pw@ix/simple"
-        assert "pw" not in " ".join(argv)
 
 
 def test_going_back_takes_what_a_file_was_before_its_first_change_after_the_target():

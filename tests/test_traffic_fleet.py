@@ -14,45 +14,14 @@ import threading
 import time
 
 import pytest
-import yaml
 
 from sandbox.oracle import sim_perf
-from sandbox.provision import sandbox_service
 from support import ROOT
 from support.daytwo import Load
 from support.spec_tune import LOAD, settings, tune
+from support.traffic import ADMIN, KEY, KNOBS, PRODUCTION, SAMPLES, dump_folders, inventory, samples_left
 
 pytestmark = pytest.mark.fleet
-
-KEY = "sk-traffic-test-key"
-ADMIN = "sk-traffic-admin-key"  # with it, SGLang takes only it on /configure_logging
-FAMILY = {"kotlin": 0.3}
-KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "0", "SGLANG_SIM_TOK_S": "200", "SGLANG_SIM_DRAFT_COST": "0.15",
-         "SGLANG_SIM_ACCEPT_RATE": "0.8", "SGLANG_SIM_FAMILY_ACCEPT": json.dumps(FAMILY)}
-SPACE = {"num_steps": [1, 2, 3, 5], "eagle_topk": [1], "num_draft_tokens": [2, 3, 4, 6]}
-PRODUCTION = [f"Port this Kotlin coroutine to plain threads, case {i}: suspend fun load{i}() = fetch({i})"
-              for i in range(7)]
-SAMPLES = "/var/lib/specops/traffic"
-
-
-def inventory(sandbox, name, **over):
-    """hosts.yml, and host_vars/NAME.yml holding the service (where --apply writes the winner)."""
-    inv = sandbox.inventory({name: {}})
-    svc = sandbox_service(**{"env": KNOBS, "tune": SPACE, "bind": "0.0.0.0", "api_key": KEY, **over})
-    (inv / "host_vars").mkdir(exist_ok=True)
-    (inv / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump({"services": [svc]}, sort_keys=False))
-    return inv
-
-
-def dump_folders(h):
-    """The dump folders the server was told, in order, from its journal ("Config logging: ...")."""
-    out = h.run("journalctl", "-u", "sglang", "--no-pager", "-o", "cat", check=False).stdout
-    return [line.split("dump_requests_folder=", 1)[1].split(",", 1)[0] for line in out.splitlines()
-            if "Config logging: obj=" in line]
-
-
-def samples_left(h):
-    return h.run("sh", "-c", f"find {SAMPLES} -mindepth 1 2>/dev/null", check=False).stdout.split()
 
 
 def until_dump_off(h, stop):
@@ -129,20 +98,6 @@ def test_a_tune_on_production_traffic_beats_one_on_the_bundled_prompts_and_leave
     assert more.served.get(h.address, 0) >= 30, more.served
     assert samples_left(h) == [] and h.run("sh", "-c", "find / -xdev -name '*.pkl' -newer /etc/hostname "
                                                       "2>/dev/null", check=False).stdout.split() == []
-
-
-def test_ctrl_c_mid_capture_turns_the_dump_off_and_removes_the_sample(sandbox):
-    h = sandbox.reset("t2")
-    inv = inventory(sandbox, "t2", admin_api_key=ADMIN)  # the capture works only with the admin key
-    assert sandbox.inv("deploy", "--host", "t2", inventory=inv).returncode == 0
-    with Load([h.address], KEY, limit=60, texts=PRODUCTION, clients=1, max_new_tokens=8):
-        status, out = sandbox.interrupt("spec-tune", "--host", "t2", "--traffic", "100000", *LOAD, inventory=inv,
-                                        when=lambda lines: any("requests dumped" in line for line in lines))
-    assert status == 130 and "interrupted" in out and "requests dumped" in out, out[-3000:]
-    assert samples_left(h) == [], out[-3000:]
-    assert dump_folders(h)[-1] == "''", dump_folders(h)
-    # the server was never stopped: the capture comes before the GPU window
-    assert h.run("systemctl", "is-active", "sglang", check=False).stdout.strip() == "active"
 
 
 class Pwn:
@@ -285,26 +240,3 @@ def test_which_draft_pays_on_what_is_served_now_is_one_command(sandbox):
     assert sim_perf.steady_tok_s(kotlin, 1, settings(rec["winner"])) > \
         1.5 * sim_perf.steady_tok_s(own, 1, settings(by["/models/tiny-llama-eagle3"]["best"]))
     assert samples_left(h) == []
-
-
-def test_a_controller_killed_mid_capture_leaves_no_dump_on_and_no_sample(sandbox):
-    """kill -9 of `inv`: no finally of the controller's runs; the agent sees its connection go."""
-    h = sandbox.reset("t4")
-    inv = inventory(sandbox, "t4")
-    assert sandbox.inv("deploy", "--host", "t4", inventory=inv).returncode == 0
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", "spec-bench", "--host", "t4", "--traffic", "100000",
-                             "--concurrency", "1", "--requests", "4"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, **sandbox.login_env(),
-                                                           "SPECOPS_INVENTORY": str(inv)})
-    with Load([h.address], KEY, limit=60, texts=PRODUCTION, clients=1, max_new_tokens=8):
-        for line in proc.stdout:
-            if "the request dump of sglang is on" in line:
-                break
-        time.sleep(2)
-        assert [p for p in samples_left(h) if p.endswith("/d0")], "no capture under way"
-        proc.kill()
-        proc.wait(30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (samples_left(h) or dump_folders(h)[-1] != "''"):
-            time.sleep(0.5)
-    assert samples_left(h) == [] and dump_folders(h)[-1] == "''", (samples_left(h), dump_folders(h)[-3:])

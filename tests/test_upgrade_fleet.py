@@ -13,10 +13,10 @@ import time
 import pytest
 
 from sandbox import provision
-from specops.sglang import patchfile, stack
+from specops.sglang import patchfile
 from support import ROOT
-from support.files import load_json
 from support.hosts import unit_prop
+from support.stacks import info, run, venv_for
 
 pytestmark = pytest.mark.fleet
 SIM = provision.SIM_SRC
@@ -44,22 +44,6 @@ def host_vars(index, version, patch_dir, patches=(LLAMA + ".patch",), svc=None, 
     return {"services": [svc], "sglang": {"version": version}, "patch_dir": str(patch_dir),
             "torch": {"version": "2.9.1", "cuda": "auto", "index_url": f"{index.url}/whl/{{variant}}"},
             "package_index": f"{index.url}/simple", **extra}
-
-
-def venv_for(hv):
-    return stack.venv_of(hv)
-
-
-def run(sandbox, name, hv, *args, task="deploy", timeout=600):
-    inv = sandbox.inventory({name: hv}, group_vars={"venv": None})
-    report = sandbox.tmp / f"r{time.monotonic_ns()}.json"
-    json_arg = ["--json", str(report)] if task != "releases" else []
-    res = sandbox.inv(task, "--host", name, *args, *json_arg, inventory=inv, timeout=timeout)
-    return res, (load_json(report)["hosts"][name] if report.exists() else None)
-
-
-def info(h):
-    return json.loads(h.run("curl", "-sf", "http://127.0.0.1:30000/model_info").stdout)
 
 
 def running(h):
@@ -433,23 +417,3 @@ def test_inv_patch_writes_a_diff_and_rebases_it_locally(sandbox, pkg_index, upgr
 def _env():
     import os
     return dict(os.environ)
-
-
-def test_a_host_with_todays_single_venv_moves_to_a_stack_with_one_restart(sandbox, pkg_index):
-    """A box deployed into the one venv (the gpubox layer's /opt/sglang/venv, as before stacks)
-    moves to its stack on its next deploy: built beside, the unit pointed at it, one restart."""
-    h = sandbox.reset("t5")
-    pins = {"services": [provision.sandbox_service()], "sglang": {"version": "0.5.23"},
-            "package_index": f"{pkg_index.url}/simple"}
-    res = sandbox.inv("deploy", "--host", "t5", inventory=sandbox.inventory({"t5": pins}))  # venv: the layer's
-    assert res.returncode == 0, res.stdout[-3000:]
-    started = unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic")
-    res, rep = run(sandbox, "t5", pins)  # no venv: the stack
-    assert res.returncode == 0, res.stdout[-3000:]
-    assert res.stdout.count("handler: restart sglang") == 1, res.stdout
-    assert unit_prop(h, "sglang", "ExecMainStartTimestampMonotonic") != started
-    assert f"{venv_for(pins)}/bin/python" in h.path("/etc/systemd/system/sglang.service").read_text()
-    assert info(h)["model_code_file"].startswith(venv_for(pins) + "/")
-    assert h.path("/opt/sglang/venv/bin/python").exists()  # the old venv is the user's to remove
-    res, rep = run(sandbox, "t5", pins)
-    assert res.returncode == 0 and rep["changed"] == 0, res.stdout[-3000:]

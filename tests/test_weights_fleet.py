@@ -97,20 +97,6 @@ def test_one_changed_byte_is_found_by_its_ctime_and_only_that_file_moves(sandbox
     assert "restart" not in res.stdout and hub.served() - served == len(hub_mod.REPOS["sandbox/tiny-llama"][shard])
 
 
-def test_a_filesystem_too_small_is_refused_before_any_byte_moves(sandbox, hub):
-    h = sandbox.reset("t4")
-    h.run("mkdir", "-p", TARGET)
-    h.run("mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", TARGET)
-    served = hub.served()
-    res, rep = run(sandbox, "t4", hub_service(hub))
-    assert res.returncode == 1
-    assert ("not enough disk for sandbox/tiny-llama@main in /models/hub-llama: need 8.0 MiB"
-            in rep["error"]), rep["error"]
-    assert "MiB free" in rep["error"]
-    assert hub.served() == served
-    assert not h.path("/etc/systemd/system/sglang.service").exists()
-
-
 def test_a_gated_repo_needs_the_token_which_appears_nowhere(sandbox, hub):
     h = sandbox.reset("t5")
     res, rep = run(sandbox, "t5", hub_service(hub, repo="sandbox/gated-llama"))
@@ -176,25 +162,6 @@ def test_weights_pushed_from_the_controller_resume_and_then_move_nothing(sandbox
 
 def manifest_of(h, dest):
     return h.run("sh", "-c", f"grep -l '\"dest\": \"{dest}\"' /var/lib/specops/weights/*.json").stdout.strip()
-
-
-def test_a_name_that_leaves_the_directory_or_a_users_directory_is_refused(sandbox, hub):
-    """A hostile listing (`../../etc/...`) is refused before any byte moves; a weights directory
-    owned by a user is refused, and keeps its owner and mode."""
-    h = sandbox.reset("t5")
-    served = hub.served()
-    res, rep = run(sandbox, "t5", hub_service(hub, repo=hub_mod.ESCAPE))
-    assert res.returncode == 1
-    assert "refusing the file name '../../etc/specops-escape.json' from the source" in rep["error"], rep["error"]
-    assert hub.served() == served and not h.path("/etc/specops-escape.json").exists()
-    h.run("mkdir", "-p", TARGET)
-    h.run("chown", "nobody:nogroup", TARGET)
-    h.run("chmod", "0700", TARGET)
-    res, rep = run(sandbox, "t5", hub_service(hub))
-    assert res.returncode == 1
-    assert f"{TARGET}: {TARGET} is owned by nobody; weights go only into directories of root's" in rep["error"], \
-        rep["error"]
-    assert h.run("stat", "-c", "%U %a", TARGET).stdout.strip() == "nobody 700"
 
 
 @pytest.mark.security("weights-dir-swap", "alice renames a root-owned weights directory in her home, mid-fetch, and "

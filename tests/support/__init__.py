@@ -5,9 +5,10 @@
   reliability.py: docs/RELIABILITY.md, built from what the marked tests recorded.
 - Helpers shared by test modules, each named by what it is about: sim.py (the simulator on a
   loopback port), monitoring.py, weights.py, spec_tune.py, tuning.py, inventories.py, runs.py,
-  perfpage.py, wheels.py; daytwo.py (Prometheus, Alertmanager and load for the day-2 fleet
-  tests), dashboard_check.py, seedpatch.py (the seeds' patch to SGLang's real file), tutorial.py
-  (docs/tutorial.md as the suite runs it).
+  perfpage.py, perf.py (a release's perf record), wheels.py, traffic.py, router.py, releases.py (a
+  host's release and what serves it), stacks.py; daytwo.py (Prometheus, Alertmanager and load for
+  the day-2 fleet tests), dashboard_check.py, seedpatch.py (the seeds' patch to SGLang's real
+  file), tutorial.py (docs/tutorial.md as the suite runs it).
 - Data: oracle_stubs/ (import-only stand-ins for the real SGLang oracle, sandbox/real_sglang),
   router_0.3.2.log (a real router's log, read by test_router.py).
 

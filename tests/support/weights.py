@@ -1,10 +1,12 @@
 """Weights from the sandbox hub (tests/conftest.py's `hub` fixture): a service that fetches them,
-a deploy of it with its --json report, and the sha256 of what the hub serves and a host holds."""
+a deploy of it with its --json report, and the sha256 of what the hub serves and a host holds; and,
+without a fleet, a weights directory as a fetch leaves it (fetched)."""
 import hashlib
 import time
 
 from sandbox import hub as hub_mod
 from sandbox.provision import sandbox_service
+from specops.agent import weights
 from support.files import load_json
 
 TARGET, DRAFT = "/models/hub-llama", "/models/hub-llama-eagle3"
@@ -34,3 +36,16 @@ def hub_sha256(repo):
 def host_sha256(h, path, names):
     out = h.run("sh", "-c", "cd %s && sha256sum %s" % (path, " ".join(names))).stdout.split("\n")
     return {line.split()[1]: line.split()[0] for line in out if line.strip()}
+
+
+def fetched(tmp_path, monkeypatch, names=("a.safetensors", "config.json")):
+    """A directory of root's with a manifest of its files, as a fetch leaves it."""
+    monkeypatch.setattr(weights, "WEIGHTS_DIR", str(tmp_path / "manifests"))
+    dest = tmp_path / "model"
+    dest.mkdir(mode=0o755)
+    for n in names:
+        (dest / n).write_bytes(n.encode() * 10)
+    files = {n: {"size": (dest / n).stat().st_size, "mtime_ns": (dest / n).stat().st_mtime_ns,
+                 "sha256": hashlib.sha256(n.encode() * 10).hexdigest()} for n in names}
+    weights.write_manifest(str(dest), {"dest": str(dest), "source": {}, "commit": "c1", "files": files})
+    return dest

@@ -1,0 +1,73 @@
+"""What spec-bench says as it measures (specops/flows/specbench.py): each level as it ends, with its
+latencies and about how long is left, with and without --baseline; and spec-tune's estimate, by
+the same definition.  No fleet."""
+from specops import protocol
+
+
+LEVELS = {1: {"output_tok_s": 50.0, "requests_s": 0.5, "ttft_p50": 0.12, "ttft_p99": 0.3, "itl_p50": 0.0102,
+              "itl_p99": 0.014, "accept_length": 2.909090909090909, "seconds": 16.0, "requests": 8, "failed": 0},
+          8: {"output_tok_s": 300.0, "requests_s": 2.67, "ttft_p50": 0.2, "ttft_p99": 1.5, "itl_p50": 0.02,
+              "itl_p99": 0.031, "accept_length": 2.5, "seconds": 3.0, "requests": 8, "failed": 1}}
+
+
+class BenchRun:
+    """A host whose agent answers each level with LEVELS' figures, and its last start with `start`."""
+
+    def __init__(self, start=30.0):
+        from sandbox.provision import sandbox_service
+        from specops import inventory
+        self.svc = sandbox_service()
+        self.host, self.start = inventory.Host("t1", {"services": [self.svc]}), start
+        self.said, self.sent = [], []
+
+    def say(self, text):
+        self.said.append(text)
+
+    def call(self, req, on_stderr=None, **kw):
+        self.sent.append(req)
+        if isinstance(req, protocol.Startup):
+            return protocol.StartupResult(seconds=self.start)
+        (c,) = req.concurrency
+        return protocol.SpecBenchResult(levels=[protocol.BenchLevel(concurrency=c, figures=LEVELS[c], raw=[])])
+
+
+def test_spec_bench_says_each_level_with_its_latencies_and_the_time_left(monkeypatch):
+    """Issue 38: spec-bench was silent for minutes with no estimate, and its lines had no inter-token
+    latency.  Now a request per level, each said as it ends with TTFT and ITL and about how long is
+    left: the later levels in waves of their concurrency, each as long as a request took (16 s for
+    8 requests one at a time: 2 s a wave), and with --baseline its start and the service's again
+    (each as long as the service's last start, 30 s) and the same load."""
+    from specops.flows import specbench as flow
+    load = flow.Load(concurrency=[1, 8], requests=8, warmup=0, max_new_tokens=16)
+    run = BenchRun()
+    spec, base = flow.measured(run, run.svc, load, with_baseline=False)
+    assert [lv.concurrency for lv in spec] == [1, 8] and base is None
+    assert [r.concurrency for r in run.sent] == [[1], [8]]  # a request per level
+    assert run.said == [
+        "measuring with speculation: concurrency 1, 8; 8 requests a level, up to 16 tokens each",
+        "  concurrency 1: 50.0 tok/s, 0.50 req/s, TTFT p50 120 ms p99 300 ms, ITL p50 10.2 ms p99 14.0 ms, "
+        "accept length 2.91 (1 of 2, 16 s; about 2 s left)",
+        "  concurrency 8: 300.0 tok/s, 2.67 req/s, TTFT p50 200 ms p99 1.50 s, ITL p50 20.0 ms p99 31.0 ms, "
+        "accept length 2.50, 1 of 8 failed (2 of 2, 3 s)"]
+    measured_base = []
+    monkeypatch.setattr(flow, "baseline", lambda run, svc, load, deployed, start: measured_base.append(start) or [])
+    run = BenchRun()
+    flow.measured(run, run.svc, load, with_baseline=True)
+    assert isinstance(run.sent[0], protocol.Startup) and measured_base == [30.0]
+    # 2 starts of 30 s, 2 s of this load left, 18 s of the baseline's; then 60 + 19 s
+    assert run.said[1].endswith("(1 of 2, 16 s; about 80 s left)")
+    assert run.said[2].endswith("(2 of 2, 3 s; about 79 s left)")
+    run = BenchRun(start=None)
+    flow.measured(run, run.svc, load, with_baseline=True)
+    assert run.said[1].endswith("(1 of 2, 16 s; about 20 s of load left, and 2 start(s) of unknown length)")
+
+
+def test_spec_tune_estimates_with_spec_benchs_one_definition():
+    """The same estimate, said before spec-tune's first restart: budget × (the last start + four
+    short loads): 4 × (30 s + 4 × 16 s)."""
+    from specops.flows import specbench as flow, tuning
+    run = BenchRun()
+    tuning.estimate(run, run.svc, flow.Load(concurrency=[1], requests=8, warmup=0), 4,
+                    "16 restarts (15 combinations + the baseline)")
+    assert run.said[-1] == "at most 4 restarts, where the full grid would need 16 restarts (15 combinations + the " \
+                           "baseline); each 30 s start (its last, measured) + 16 s of short load: up to about 6.3 min"
