@@ -118,11 +118,16 @@ def _python_files(*tops: str) -> list[Path]:
     return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if ".venv" not in p.parts)
 
 
+# One chain of tests on one upgraded host (its releases and stacks carry from test to test):
+# split, each half would upgrade a host of its own again, minutes of fleet time.
+LONG_ON_PURPOSE = {"tests/test_upgrade_fleet.py"}
+
+
 def test_every_module_does_a_job_small_enough_to_hold_in_the_head():
-    """No module of the code over 300 lines (test modules are tables of cases, and may run longer)."""
-    long = {str(p.relative_to(ROOT)): n for p in [*_python_files(*CODE), ROOT / "tasks.py"]
+    """No module over 300 lines: the code's, the tests', the benchmarks' (but LONG_ON_PURPOSE)."""
+    long = {str(p.relative_to(ROOT)): n for p in [*_python_files(*CODE, "tests", "bench"), ROOT / "tasks.py"]
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert long == {}
+    assert set(long) == LONG_ON_PURPOSE, long
 
 
 def test_no_line_is_wider_than_120_characters():
