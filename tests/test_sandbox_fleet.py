@@ -42,7 +42,7 @@ def test_fifty_hosts_boot_when_the_inotify_limit_is_low(tmp_path, capfd):
 def test_a_low_inotify_limit_is_raised_and_said(tmp_path, monkeypatch, capsys):
     limit = tmp_path / "max_user_instances"
     limit.write_text("128\n")
-    monkeypatch.setattr(fleet, "INOTIFY", limit)
+    monkeypatch.setattr(boot, "INOTIFY", limit)
     boot.raise_inotify_limit(50)
     assert int(limit.read_text()) == 1024  # at least 1024, and 16 more per host
     assert "raised fs.inotify.max_user_instances from 128 to 1024" in capsys.readouterr().err
