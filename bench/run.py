@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import base, boot, fleet, provision
+from sandbox import base, boot, fleet, provision  # noqa: E402
 from sandbox.provision import sandbox_service  # noqa: E402
 import report  # noqa: E402  (bench/report.py, beside this file)
 

@@ -18,7 +18,7 @@ def inventory(workers: list, router, links: dict, index, port: int, key: str, kn
               router_extra: dict | None = None) -> dict:
     """Groups `workers` (each reached by the router at links[name]) and `routers` (one router on
     `router`, installed from the sandbox's package `index`)."""
-    # workers beyond loopback carry the router's key: the router sends it to them (services/router.py)
+    # workers beyond loopback carry the router's key: the router sends it to them (kinds/router.py)
     svc = sandbox_service(bind="0.0.0.0", api_key=key, env={"SGLANG_SIM_STARTUP_DELAY": "1", "SGLANG_SIM_TOK_S": "2000",
                                                **(knobs or {})})
     hosts = {h.name: {**provision.host_vars(h), "services": [copy.deepcopy(svc)], "router_address": links[h.name]}

@@ -275,3 +275,8 @@ def test_the_inventory_page_names_every_key_of_the_vocabulary():
     written = keys_written(ROOT / "docs" / "inventory.md", {p[-1] for p in paths})
     missing = [".".join(p) for p in paths if p[-1] not in written]
     assert not missing, "docs/inventory.md does not name these keys of the inventory:\n" + "\n".join(missing)
+
+
+def test_the_readme_fits_on_a_page():
+    """At most 200 lines: the rest is in docs/, which the README's table points at."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200

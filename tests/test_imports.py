@@ -34,9 +34,12 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+LAZY = ("lazy", "import_module")  # calls that import the module their string names
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module → the project's modules it imports, at its top or inside a function alike (a
-    function-level import holds a circle shut, it does not open it).  `from pkg import name`
+    """Module → the project's modules it imports, at its top, inside a function, or by name through
+    LAZY alike (a function-level import holds a circle shut, it does not open it).  `from pkg import name`
     points at pkg.name when that is a module, else at pkg."""
     paths = [p for d in ("specops", "roles", "sandbox") for p in (ROOT / d).rglob("*.py")
              if "sglang_sim" not in p.parts] + [ROOT / "tasks.py"]
@@ -52,7 +55,10 @@ def import_graph() -> dict[str, set[str]]:
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in LAZY \
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                targets.add(known(node.args[0].value))  # lazy("specops.flows.gate"), import_module("...")
+            elif isinstance(node, ast.Import):
                 targets |= {known(a.name) for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""

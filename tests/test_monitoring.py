@@ -142,8 +142,8 @@ def test_the_task_says_what_it_wrote_and_refuses_a_bad_interval(tmp_path):
     assert bad.returncode == 2 and "error: --scrape-interval" in bad.stderr and not (tmp_path / "q").exists()
 
 
-@pytest.mark.parametrize("bind, local", [("::1", "[::1]"), ("127.0.0.2", "127.0.0.2"), ("localhost", "localhost"),
-                                         ("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"), (None, "127.0.0.1")])
+@pytest.mark.parametrize("bind, local", [("::1", "[::1]"), ("127.0.0.2", "127.0.0.2"), ("localhost", "127.0.0.1"),
+                                         ("0.0.0.0", "127.0.0.1"), ("::", "[::1]"), (None, "127.0.0.1")])
 def test_on_its_own_host_a_service_is_reached_where_it_listens_by_verify_and_a_router_alike(tmp_path, bind, local):
     """A server bound to ::1 listens on ::1 only (and one on 127.0.0.2 there only): a router on its
     host and verify both go there, never to 127.0.0.1, which would find nothing (or someone else)."""

@@ -146,7 +146,7 @@ def test_the_launcher_sets_the_quick_stop_variable_in_its_own_process_on_the_sig
 
 
 def test_every_unit_and_baseline_carries_the_sandboxing_and_a_user_only_when_asked():
-    """One definition (services/hardening.py) reaches the managed unit and spec-bench's transient
+    """One definition (kinds/hardening.py) reaches the managed unit and spec-bench's transient
     baseline (BaselineStart.properties is kind.properties)."""
     from specops.kinds import kind_of
     from specops.kinds.hardening import PROPERTIES

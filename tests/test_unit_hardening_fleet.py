@@ -1,4 +1,4 @@
-"""The hardened unit (specops/services/hardening.py) on a sandbox host: what systemd-analyze says
+"""The hardened unit (specops/kinds/hardening.py) on a sandbox host: what systemd-analyze says
 of it and of the same unit without it, that the sandboxing is in force on the running server, and
 a service with `user:` through everything specops does around it."""
 import re

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .payoff import Series, payoff, remedy, watch_of
+from .payoff import Series, enough_traffic, payoff, remedy, watch_of
 from .targets import group_of, monitored, scraped
 
 QUEUE_DEPTH = 10  # ServingQueueGrowing: requests waiting, summed over the service's ranks
@@ -135,7 +135,8 @@ def payoff_alerts(inventory) -> list[dict]:
             not_paying, degraded = payoff(w, Series(f"specops:accept_length:window{{{sel}}}"),
                                           Series(f"max by (host, service) (specops_release_accept_length{{{sel}}})"),
                                           Series(f"max by (host, service) (specops_release_speedup{{{sel}}})"))
-            traffic = f"and on(host, service)\nspecops:verify_calls:rate5m{{{sel}}} >= {w.min_verify_rate:g}"
+            rate = Series(f"specops:verify_calls:rate5m{{{sel}}}")
+            traffic = f"and on(host, service)\n{enough_traffic(w, rate)}"
             held = f"For {w.for_}, with at least {w.min_verify_rate:g} verify calls/s"
             out.append(alert(
                 "SpecDecodeNotPayingOff", f"{not_paying.text}\n{traffic}", w.for_, "warning",

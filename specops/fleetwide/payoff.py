@@ -42,11 +42,14 @@ def watch_of(host, svc: dict) -> Watch:
     return Watch(float(w["accept_fraction"]), w["for"], float(w["min_verify_rate"]), float(w["speedup_margin"]))
 
 
-def enough_traffic(w: Watch, verify_calls: float, seconds: float) -> bool:
+def enough_traffic(w: Watch, verify_rate):
     """Whether production served enough to be judged: at least `watch.min_verify_rate` verify
-    calls a second over `seconds`.  The alerts read it over their rate's 5 minutes (alerts.py);
-    `inv status`, which has one reading of the counter, over the server's life."""
-    return seconds > 0 and verify_calls > 0 and verify_calls / seconds >= w.min_verify_rate
+    calls a second.  On a number, a boolean (`inv status`, which has one reading of the counter,
+    gives its mean over the server's life); on a Series, the PromQL condition (the alerts give
+    the rate over 5 minutes)."""
+    if isinstance(verify_rate, Series):
+        return f"{verify_rate.text} >= {w.min_verify_rate:g}"
+    return verify_rate > 0 and verify_rate >= w.min_verify_rate
 
 
 def estimate(accept, release_accept, speedup):

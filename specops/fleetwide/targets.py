@@ -5,7 +5,7 @@
   ranks serve only a health check) with its metrics on (`metrics: false` leaves it out), at its
   port; labels host, group, service, role, served (its served_model_name, else its
   model_path: SGLang's own default, srt/arg_groups/serving_hook.py);
-- `sglang-router`: every router, at the port of its own metrics listener (services/router.py);
+- `sglang-router`: every router, at the port of its own metrics listener (kinds/router.py);
 - `node`: the node_exporter of every host whose `monitoring` var is on (true, or the role's
   settings as a mapping), whose textfile carries specops's series.
 

@@ -145,7 +145,8 @@ def production(host, svc: dict, running: dict, kept: protocol.ReleasesResult, ra
     now, then, speedup = out.get("accept_length"), out["deployed_accept_length"], out["deployed_speedup"] or None
     w = watch_of(host, svc)
     # SGLang's gauge is its last decode-log window's (0 before the first)
-    out["judged"] = bool(now) and enough_traffic(w, out.get("verify_calls") or 0, uptime_s or 0)
+    calls, seconds = out.get("verify_calls") or 0, uptime_s or 0
+    out["judged"] = bool(now) and seconds > 0 and enough_traffic(w, calls / seconds)
     if not (out["judged"] and then):
         return out
     not_paying, degraded = payoff(w, now, then, speedup)

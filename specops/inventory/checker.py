@@ -72,7 +72,7 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
         if value not in schema.values:
             fail(f"must be one of {', '.join(map(str, schema.values))}, not {value!r}")
     elif isinstance(schema, Pattern):
-        if not isinstance(value, str) or not re.match(schema.regex, value):
+        if not isinstance(value, str) or not re.fullmatch(schema.regex, value):
             fail(f"{schema.rule}, not {value!r}")
     elif isinstance(schema, MapOf):
         if not isinstance(value, dict):

@@ -12,7 +12,8 @@ from .checker import Pattern
 
 
 # The directory goes into a unit's ExecStart and ReadWritePaths: a plain absolute path only.
-PLAIN_PATH = Pattern(r"^/[A-Za-z0-9._/-]+$", "a textfile_dir is a plain absolute path (letters, digits and . _ - /)")
+PLAIN_PATH = Pattern(r"^(?!.*/\.\.(/|$))/[A-Za-z0-9._/-]+$",
+                     "a textfile_dir is a plain absolute path (letters, digits and . _ - /, no ..)")
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ def settings(host) -> Settings | None:
         return None
     m = m if isinstance(m, dict) else {}
     where = m.get("textfile_dir") or TEXTFILE_DIR
-    if not re.match(PLAIN_PATH.regex, where):
+    if not re.fullmatch(PLAIN_PATH.regex, where):
         raise UsageError(f"{host.name}: monitoring.textfile_dir: {PLAIN_PATH.rule}, not {where!r}")
     return Settings(textfile_dir=where, refresh=m.get("refresh") or "1min")
 

@@ -3,11 +3,11 @@
 A host is reached by others at its `address` (else its inventory name, as the controller reaches
 it), unless it names an address for one kind of peer: `router_address` (routers, for its
 workers), `node_address` (the other nodes of a service across hosts, for rank 0).  A process on
-the service's own host reaches it where it listens: at its bind address, or over 127.0.0.1 when it
-listens on every address.  A service's port is its `port`, else layout.DEFAULT_PORT; its bind
-address its `bind`, else its kind's default (127.0.0.1; a router's 0.0.0.0).  What is written from here: a router's
-worker URLs (specops/kinds/router.py), a multi-node service's --dist-init-addr
-(multinode.py), and Prometheus's scrape targets (specops/fleetwide/targets.py).
+the service's own host reaches it where it listens (local_address).  A service's port is its
+`port`, else layout.DEFAULT_PORT; its bind address its `bind`, else its kind's default
+(127.0.0.1; a router's 0.0.0.0).  What is written from here: a router's worker URLs
+(specops/kinds/router.py), a multi-node service's --dist-init-addr (multinode.py), verify's and
+spec-bench's address (kinds/base.py), and Prometheus's scrape targets (fleetwide/targets.py).
 """
 from __future__ import annotations
 
@@ -48,9 +48,13 @@ def loopback(bind: str) -> bool:
 
 
 def local_address(bind: str) -> str:
-    """Where a process on the host reaches a server bound to `bind`: there (::1 is not 127.0.0.1,
-    nor is 127.0.0.2), or over 127.0.0.1 when it listens on every address."""
-    return LOOPBACK if bind in EVERY_ADDRESS else bind
+    """Where a process on the host reaches a server bound to `bind`: where it listens (::1 is not
+    127.0.0.1, nor is 127.0.0.2); on every IPv4 address, or `localhost` (SGLang's uvicorn takes
+    every address the name resolves to), at 127.0.0.1; on every IPv6 address at ::1 (asyncio's
+    IPv6 socket is IPv6-only: 127.0.0.1 would be anyone's to take)."""
+    if bind == "::":
+        return "::1"
+    return LOOPBACK if bind in ("0.0.0.0", "localhost") else bind
 
 
 def hostport(addr: str, number: int) -> str:

@@ -41,7 +41,7 @@ API_KEY = Pattern(r"^[\x21-\x7e]{4,}$", "an API key is 4 or more printable ASCII
 
 SERVICE = {
     "name": Req(UNIT_NAME),
-    "kind": Enum(("sglang", "router")),  # the kind of service (specops/services/)
+    "kind": Enum(("sglang", "router")),  # the kind of service (specops/kinds/)
     "model_path": str,  # required for kind sglang (REQUIRED_BY_KIND)
     "weights": WEIGHTS,
     "draft_weights": WEIGHTS,
@@ -72,7 +72,7 @@ SERVICE = {
     # the system user it runs as (made by its role, in the GPU nodes' groups); default root
     "user": Pattern(r"^(?!root$)[a-z_][a-z0-9_-]{0,30}$", "a user is a plain system user name (lower-case letters, "
                     "digits, _ and -), never root"),
-    # kind router (specops/services/router.py): SGLang's router in front of a group's workers
+    # kind router (specops/kinds/router.py): SGLang's router in front of a group's workers
     "workers": {"group": Req(str), "service": str},
     "policy": Enum(("random", "round_robin", "cache_aware", "power_of_two")),
     "retries": bool,                # false: --disable-retries

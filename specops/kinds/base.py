@@ -52,7 +52,7 @@ class ServiceKind:
 
     def properties(self, svc: dict) -> dict[str, str]:
         """Unit settings its server needs wherever it runs (the managed unit, spec-bench's baseline):
-        its limits, and the sandboxing of services/hardening.py."""
+        its limits, and the sandboxing of kinds/hardening.py."""
         return {"TimeoutStopSec": str(svc.get("timeout_stop_sec", 120)),
                 "LimitNOFILE": str(svc.get("limit_nofile", 65535)), **hardening.PROPERTIES,
                 **hardening.as_user(svc)}

@@ -120,7 +120,7 @@ class Router(ServiceKind):
 
     def args(self, svc):
         """`worker_urls` is filled in by the router role from the inventory (workers_of)."""
-        out = ["--host", svc.get("bind", "0.0.0.0"), "--port", str(self.port(svc)),
+        out = ["--host", self.bind(svc), "--port", str(self.port(svc)),
                "--policy", svc.get("policy", "cache_aware")]
         if svc.get("retries") is False:
             out.append("--disable-retries")

@@ -2,7 +2,7 @@
 whose comment marks it as specops's), in the groups that own the host's GPU device nodes.  A group
 is read from the nodes at every run, so a driver reinstalled with another NVreg_DeviceFileGID is
 followed; a group it was given is never taken away.  Its home is the unit's StateDirectory
-(services/hardening.py), never a directory useradd makes.
+(kinds/hardening.py), never a directory useradd makes.
 
 Refused, before the unit changes, naming why: an account of that name that specops did not make
 (a person's login, a daemon's account: the server would run with its groups and its files, and

@@ -42,7 +42,7 @@ class ProbeResult:
     wheel_files: Dict[str, Any] = DICT  # path in the wheel → {sha256, content_b64} or None; {} when built; {error}
     gpu: Optional[Dict[str, Any]] = None
     lock: Optional[Dict[str, Any]] = None
-    # a switch an earlier run was cut off in: {task, done, not_done (descs), undone (restore.recover's
+    # a switch an earlier run was cut off in: {task, done, not_done (descs), undone (rollback.cut_off's
     # RecoverResult as a dict, when this run took the lock and undid it; else None)}
     interrupted: Optional[Dict[str, Any]] = None
 

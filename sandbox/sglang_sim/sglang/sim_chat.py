@@ -1,10 +1,10 @@
 """POST /v1/chat/completions: SGLang 0.5.23's OpenAI chat endpoint, on the simulator's generation
-loop (launch_server.py's Handler.generate, /generate's: the same steps, API key, metrics, counts).
+loop (sim_http.py's Handler.generate, /generate's: the same steps, API key, metrics, counts).
 
 What it takes (srt/entrypoints/openai/protocol.py ChatCompletionRequest): `messages` (a non-empty
 list; each message's content a string or a list of {"type": "text", "text"} parts), `model`
 (optional: "default", echoed back), `max_completion_tokens` or else `max_tokens` (neither: the
-simulator's default, launch_server.py DEFAULT_MAX_NEW_TOKENS), `stream`, `stream_options`
+simulator's default, sim_http.py DEFAULT_MAX_NEW_TOKENS), `stream`, `stream_options`
 ({include_usage, continuous_usage_stats}), `return_spec_tokens_details`; `temperature` and the rest
 are accepted and change nothing.  The chat template is the server's: here the messages' contents
 joined by newlines (the prompt's tokens are its words, as /generate counts them).  The

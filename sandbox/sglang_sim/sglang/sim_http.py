@@ -215,7 +215,12 @@ def http_server(host, port, handler):
     IPv6 address (::1, ::) on an IPv6 socket; a name (localhost) at what it resolves to (uvicorn
     takes every address, this the first).  http.server alone takes IPv4 only."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family})
+
+    def server_bind(self):
+        if family == socket.AF_INET6:  # asyncio's create_server: an IPv6 socket is IPv6-only
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        ThreadingHTTPServer.server_bind(self)
+    server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "server_bind": server_bind})
     return server_class((host, port), handler)
 
 
