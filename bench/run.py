@@ -37,7 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox import base, boot, fleet, provision  # noqa: E402
 from sandbox.provision import sandbox_service  # noqa: E402
-import report  # noqa: E402  (bench/report.py, beside this file)
+try:  # bench/report.py, beside this file: run as bench/run.py, or imported as bench.run (by a test)
+    from . import report  # noqa: E402
+except ImportError:
+    import report  # noqa: E402
 
 SITE = fleet.Site("sob", "192.168.234", Path("/var/lib/specops-bench"))
 TOOLS_VENV = base.CACHE / "bench-venv"
