@@ -14,6 +14,7 @@ import pytest
 from specops import layout, protocol
 from specops.remote import shipping
 from specops.agent import main as agent_main
+from support.agentwire import frames
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,35 +171,9 @@ def test_the_agent_runs_from_its_zip_with_the_standard_library_alone(tmp_path):
     assert res.returncode == 0, res.stderr
     requests = b"".join(shipping.frame(r) for r in (b'{"kind": "nope"}', b'{"kind": "unlock", "token": "x"}'))
     res = subprocess.run(["python3", "-I", "-S", str(pyz)], input=requests, capture_output=True)
-    first, second = _frames(res.stdout)
+    first, second = frames(res.stdout)
     assert first["ok"] is False and "unknown request kind 'nope'" in first["error"]
     assert second == {"ok": True, "result": {"released": False, "running": []}}  # one agent, requests answered in order
-
-
-def _frames(data: bytes) -> list:
-    out = []
-    while data:
-        head, _, data = data.partition(b"\n")
-        out.append(json.loads(data[:int(head)]))
-        data = data[int(head):]
-    return out
-
-
-def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
-    """The real loader, with its cache moved under tmp_path: a first call compiles the agent into a
-    sourceless zip named by hashes; a second reuses it; a replaced file is never run."""
-    loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(tmp_path / "agent")))
-    stdin = shipping.payload(b'{"kind": "unlock", "token": "x"}')
-    for _ in range(2):
-        res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
-        assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
-    (pyz,) = (tmp_path / "agent").iterdir()
-    assert all(n.endswith(".pyc") for n in zipfile.ZipFile(pyz).namelist())
-    pyz.write_bytes(b"not what was built")
-    res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
-    assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
-    (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
-    assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)
 
 
 def test_the_agent_has_no_import_circle():
@@ -236,36 +211,3 @@ def test_two_ops_wanting_files_of_different_wheels_in_one_probe_is_an_error_not_
     assert merge_wants([a, protocol.Probe(stacks=True), a]).wheel_files == a.wheel_files
     with pytest.raises(ValueError, match="two ops want files of different wheels"):
         merge_wants([a, b])
-
-
-def test_the_loader_keeps_the_controllers_bytecode_only_for_its_own_magic(tmp_path):
-    """The same MAGIC_NUMBER: the controller's compiled zip is what the host keeps (no compile
-    there).  Another: the host compiles the source itself, and serves the same."""
-    request = b'{"kind": "unlock", "token": "x"}'
-    for magic in ("same", "other"):
-        home = tmp_path / magic / "agent"
-        loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(home)))
-        stdin = shipping.payload(request)
-        if magic == "other":  # and the controller's bytecode junk: were it kept, nothing would serve
-            head, rest = stdin.split(b"\n", 1)
-            sha, size, ours, made = head.split()
-            junk = rest[:int(size)] + b"x" * int(made) + rest[int(size) + int(made):]
-            stdin = b" ".join([sha, size, b"00" * (len(ours) // 2), made]) + b"\n" + junk
-        res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
-        assert _frames(res.stdout) == [{"ok": True, "result": {"released": False, "running": []}}], res.stderr
-        (pyz,) = home.iterdir()
-        controllers = zlib.decompress(shipping.compiled())
-        assert (pyz.read_bytes() == controllers) is (magic == "same")
-        assert zipfile.ZipFile(pyz).namelist() == zipfile.ZipFile(io.BytesIO(controllers)).namelist()
-
-
-def test_the_loader_refuses_an_upload_cut_short(tmp_path):
-    """A compiled zip shorter than its header says (a cut connection): refused, nothing kept."""
-    home = tmp_path / "agent"
-    loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(home)))
-    head, rest = shipping.payload(b'{"kind": "unlock", "token": "x"}').split(b"\n", 1)
-    sha, size, magic, made = head.split()
-    cut = b" ".join([sha, size, magic, b"%d" % (int(made) + 10)]) + b"\n" + rest[:int(size) + int(made)]
-    res = subprocess.run(["python3", "-I", "-S", "-c", loader], input=cut, capture_output=True)
-    assert res.returncode != 0 and b"corrupt" in res.stderr
-    assert not list(home.iterdir())

@@ -1,16 +1,20 @@
 """The agent as it travels: one zip, built in memory, cached on each host as bytecode.
 
 A run starts one agent per host: a short loader (python3 -I -S -c) reads, on stdin, the
-zip's sha256 and size, the controller's MAGIC_NUMBER and the size of the zip compiled by the
-controller (COMPILE_ZIP), the zip and that compiled zip; then it serves the run's requests, each
-a frame (its length on a line, then the JSON), answering each with a frame on stdout.  The
-loader keeps, in AGENT_HOME (a root-only directory it checks with lstat), a sourceless zip of
-that code, named by the source's hash, the interpreter's cache tag and its own hash, which it
-checks before every use; when none matches it keeps the controller's compiled zip if its own
-interpreter has the controller's magic, else compiles the source itself (a source whose hash it
-checked; written O_EXCL and fsync'd before the rename), and runs specops.agent.main from it.
-Compiling the agent's modules costs a host ~50 ms of CPU once per agent version; importing them
-as bytecode from the zip costs ~3 ms.
+zip's sha256 and size, the controller's MAGIC_NUMBER, the size of the zip compiled by the
+controller (COMPILE_ZIP) and that compiled zip's sha256; the zip, and the compiled zip when
+sent; then it serves the run's requests, each a frame (its length on a line, then the JSON),
+answering each with a frame on stdout.  The loader keeps, in AGENT_HOME (a root-only directory
+it checks with lstat), sourceless zips of that code, named by the source's hash, the
+interpreter's cache tag and their own hash, which it checks before every use.  It runs only
+bytecode it can tie to this run: the compiled zip whose hash this controller names (for a
+host whose interpreter has the controller's magic), or one it compiled itself ("host." before
+its hash) from a source whose hash it checked: never another controller's bytecode, however
+alike their sources.  When none is kept, it keeps the controller's compiled zip if its
+interpreter has the controller's magic, else compiles the source itself (written O_EXCL and
+fsync'd before the rename), and runs specops.agent.main from it.  Compiling the agent's
+modules costs a host ~50 ms of CPU once per agent version; importing them as bytecode from
+the zip costs ~3 ms.
 """
 from __future__ import annotations
 
@@ -57,7 +61,12 @@ except ImportError:
         from _sha256 import sha256
     except ImportError:
         from hashlib import sha256
-sha, size, magic, made_size = sys.stdin.buffer.readline().decode().split()
+try:
+    from _frozen_importlib_external import MAGIC_NUMBER  # CPython's, loaded at start
+except ImportError:
+    from importlib.util import MAGIC_NUMBER
+sha, size, magic, made_size, made_sha = sys.stdin.buffer.readline().decode().split()
+mine = magic == MAGIC_NUMBER.hex()  # the controller's bytecode fits this interpreter
 blob = sys.stdin.buffer.read(int(size))
 made = sys.stdin.buffer.read(int(made_size))  # the zip compiled by the controller, for `magic`
 home = {AGENT_HOME!r}
@@ -69,11 +78,13 @@ prefix = "%s.%s." % (sha, sys.implementation.cache_tag)
 def cached():
     for name in os.listdir(home):
         path = os.path.join(home, name)
-        if name.startswith(prefix) and name.endswith(".pyz"):
+        digest = name[len(prefix):-4]  # another controller's bytecode is not this run's to use
+        ours = digest.startswith("host.") or mine and digest == made_sha
+        if name.startswith(prefix) and name.endswith(".pyz") and ours:
             st = os.lstat(path)
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
                 with open(path, "rb") as f:
-                    if sha256(f.read()).hexdigest() == name[len(prefix):-4]:
+                    if sha256(f.read()).hexdigest() == digest.split(".")[-1]:
                         if time.time() - st.st_mtime > 3600:
                             os.utime(path)  # in use: the cleanup of other versions goes by this time
                         return path
@@ -81,16 +92,16 @@ def cached():
 def build():
     if sha256(blob).hexdigest() != sha or len(made) != int(made_size):
         sys.exit("specops agent: the upload is corrupt")
-    try:
-        from _frozen_importlib_external import MAGIC_NUMBER  # CPython's, loaded at start
-    except ImportError:
-        from importlib.util import MAGIC_NUMBER
-    if made and magic == MAGIC_NUMBER.hex():
+    if made and mine:
         import zlib
         pyz = zlib.decompress(made)  # this interpreter's bytecode: compiled once, on the controller
+        if sha256(pyz).hexdigest() != made_sha:
+            sys.exit("specops agent: the upload is corrupt")
+        digest = made_sha
     else:
 {textwrap.indent(COMPILE_ZIP, " " * 8)}        pyz = compiled_zip(blob, MAGIC_NUMBER)
-    path = os.path.join(home, prefix + sha256(pyz).hexdigest() + ".pyz")
+        digest = "host." + sha256(pyz).hexdigest()
+    path = os.path.join(home, prefix + digest + ".pyz")
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -177,14 +188,16 @@ def _zip(members) -> bytes:
 
 
 def preamble(with_compiled: bool = True) -> bytes:
-    """What the loader reads first: the zip's hash and size, this interpreter's MAGIC_NUMBER and
-    the size of the zip compiled for it (deflated, ~250 KB; 0 when not sent); the zip, then that.
+    """What the loader reads first: the zip's hash and size, this interpreter's MAGIC_NUMBER, the
+    size of the zip compiled for it (deflated, ~250 KB; 0 when not sent) and the sha256 of that
+    zip (inflated: the only controller's bytecode the host may run); the zip, then the compiled one.
     A host whose python3 has that magic keeps the compiled zip instead of compiling the agent
     itself (~50 ms of its CPU on first contact with a new agent).  It is sent only to a host this
     controller has not served this agent before (session.AgentSession): the others keep theirs."""
     data, sha = artifact()
     made = compiled() if with_compiled else b""
-    return b"%s %d %s %d\n%s%s" % (sha.encode(), len(data), MAGIC_NUMBER.hex().encode(), len(made), data, made)
+    return b"%s %d %s %d %s\n%s%s" % (sha.encode(), len(data), MAGIC_NUMBER.hex().encode(), len(made),
+                                      compiled_sha().encode(), data, made)
 
 
 @lru_cache(maxsize=1)
@@ -197,6 +210,13 @@ def compiled() -> bytes:
         exec(COMPILE_ZIP, space)
         return zlib.compress(space["compiled_zip"](data, MAGIC_NUMBER), 6)
     return memo.cached("agent", memo.key(_RECIPE, "compiled", MAGIC_NUMBER.hex(), sha), build)
+
+
+@lru_cache(maxsize=1)
+def compiled_sha() -> str:
+    """The sha256 of compiled(), inflated: how the loader names and checks it; kept by the memo."""
+    return memo.cached("agent", memo.key(_RECIPE, "compiled-sha", MAGIC_NUMBER.hex(), artifact()[1]),
+                       lambda: hashlib.sha256(zlib.decompress(compiled())).hexdigest().encode()).decode()
 
 
 def frame(message: bytes) -> bytes:

@@ -8,7 +8,8 @@
   perfpage.py, perf.py (a release's perf record), wheels.py, traffic.py, router.py, releases.py (a
   host's release and what serves it), stacks.py; daytwo.py (Prometheus, Alertmanager and load for
   the day-2 fleet tests), dashboard_check.py, seedpatch.py (the seeds' patch to SGLang's real
-  file), tutorial.py (docs/tutorial.md as the suite runs it).
+  file), tutorial.py (docs/tutorial.md as the suite runs it), agentwire.py (the agent's frames, the
+  real loader under a test's directory).
 - Data: oracle_stubs/ (import-only stand-ins for the real SGLang oracle, sandbox/real_sglang),
   router_0.3.2.log (a real router's log, read by test_router.py).
 

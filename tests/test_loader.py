@@ -1,0 +1,113 @@
+"""The loader a host runs first (remote/shipping.py): which bytecode it keeps and runs as root,
+and what it refuses.  The real loader, with python3 -I -S, its cache under tmp_path.  No fleet."""
+import io
+import marshal
+import os
+import zipfile
+import zlib
+from importlib.util import MAGIC_NUMBER
+
+from specops.remote import shipping
+from support.agentwire import ANSWER, REQUEST, frames, header, run_loader
+
+
+def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
+    """A first call keeps the agent as a sourceless zip named by hashes; a second reuses it; a
+    replaced file is never run."""
+    stdin = shipping.payload(REQUEST)
+    for _ in range(2):
+        res = run_loader(tmp_path / "agent", stdin)
+        assert frames(res.stdout) == ANSWER, res.stderr
+    (pyz,) = (tmp_path / "agent").iterdir()
+    assert all(n.endswith(".pyc") for n in zipfile.ZipFile(pyz).namelist())
+    pyz.write_bytes(b"not what was built")
+    res = run_loader(tmp_path / "agent", stdin)
+    assert frames(res.stdout) == ANSWER, res.stderr
+    (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
+    assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)
+
+
+def test_the_loader_keeps_the_controllers_bytecode_only_for_its_own_magic(tmp_path):
+    """The same MAGIC_NUMBER: the controller's compiled zip is what the host keeps (no compile
+    there).  Another: the host compiles the source itself, and serves the same."""
+    for magic in ("same", "other"):
+        home = tmp_path / magic / "agent"
+        stdin = shipping.payload(REQUEST)
+        if magic == "other":  # and the controller's bytecode junk: were it kept, nothing would serve
+            (sha, size, ours, made, made_sha), rest = header(stdin)
+            junk = rest[:int(size)] + b"x" * int(made) + rest[int(size) + int(made):]
+            stdin = b" ".join([sha, size, b"00" * (len(ours) // 2), made, made_sha]) + b"\n" + junk
+        res = run_loader(home, stdin)
+        assert frames(res.stdout) == ANSWER, res.stderr
+        (pyz,) = home.iterdir()
+        controllers = zlib.decompress(shipping.compiled())
+        assert (pyz.read_bytes() == controllers) is (magic == "same")
+        assert zipfile.ZipFile(pyz).namelist() == zipfile.ZipFile(io.BytesIO(controllers)).namelist()
+
+
+def test_the_loader_refuses_an_upload_cut_short(tmp_path):
+    """A compiled zip shorter than its header says (a cut connection): refused, nothing kept."""
+    (sha, size, magic, made, made_sha), rest = header(shipping.payload(REQUEST))
+    cut = b" ".join([sha, size, magic, b"%d" % (int(made) + 10), made_sha]) + b"\n" + rest[:int(size) + int(made)]
+    res = run_loader(tmp_path / "agent", cut)
+    assert res.returncode != 0 and b"corrupt" in res.stderr
+    assert not list((tmp_path / "agent").iterdir())
+
+
+def _evil_zip() -> bytes:
+    """The controller's compiled agent with its main module replaced: what another controller's
+    memo (poisoned, or of another build) could have left on a host."""
+    out = io.BytesIO()
+    good = zipfile.ZipFile(io.BytesIO(zlib.decompress(shipping.compiled())))
+    with zipfile.ZipFile(out, "w") as z:
+        for name in good.namelist():
+            data = good.read(name)
+            if name == "specops/agent/main.pyc":
+                code = compile("def serve(i, o):\n    o.write(b'2\\nOW')\n", name, "exec")
+                data = MAGIC_NUMBER + bytes(12) + marshal.dumps(code)
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
+    return out.getvalue()
+
+
+def test_bytecode_another_controller_left_is_never_run(tmp_path):
+    """A compiled zip under this source's name and a true hash of itself, but not the one this
+    controller names: not run (it serves this controller's own bytecode instead), and kept for
+    the controller it belongs to."""
+    import hashlib
+    import sys
+    (sha, *_), _ = header(shipping.payload(REQUEST))
+    home = tmp_path / "agent"
+    home.mkdir(mode=0o700)
+    evil = _evil_zip()
+    theirs = home / ("%s.%s.%s.pyz" % (sha.decode(), sys.implementation.cache_tag, hashlib.sha256(evil).hexdigest()))
+    theirs.write_bytes(evil)
+    for with_compiled in (True, False):  # sent or not: the host runs only what this controller names
+        res = run_loader(home, shipping.preamble(with_compiled) + shipping.frame(REQUEST))
+        assert frames(res.stdout) == ANSWER, (res.stdout, res.stderr)
+    assert theirs.read_bytes() == evil
+    assert {p.name for p in home.iterdir()} == {theirs.name, theirs.name.replace(
+        hashlib.sha256(evil).hexdigest(), shipping.compiled_sha())}
+
+
+def test_a_compiled_zip_not_the_one_named_is_refused(tmp_path):
+    """The compiled zip's sha256 in the header is checked before it is kept: another zip of the
+    right size is corrupt, never run."""
+    (sha, size, magic, made, made_sha), rest = header(shipping.payload(REQUEST))
+    other = zlib.compress(_evil_zip(), 6)
+    stdin = b" ".join([sha, size, magic, b"%d" % len(other), made_sha]) + b"\n" + rest[:int(size)] + other \
+        + rest[int(size) + int(made):]
+    res = run_loader(tmp_path / "agent", stdin)
+    assert res.returncode != 0 and b"corrupt" in res.stderr and b"OW" not in res.stdout
+    assert not list((tmp_path / "agent").iterdir())
+
+
+def test_an_agent_cache_others_may_write_is_refused(tmp_path):
+    """AGENT_HOME writable by its group or by everyone: the loader stops before it reads or keeps
+    anything (whoever can write there could swap the zip between its hash check and its import)."""
+    for mode in (0o770, 0o707, 0o1777):
+        home = tmp_path / oct(mode) / "agent"
+        home.mkdir(parents=True)
+        os.chmod(home, mode)
+        res = run_loader(home, shipping.payload(REQUEST))
+        assert res.returncode != 0 and b"must be a directory only its owner" in res.stderr, mode
+        assert not list(home.iterdir())
