@@ -12,11 +12,11 @@ from specops.inventory import Host
 from specops.ops import users
 
 TOOLS = {
-    "getent": 'grep "^$2:" "$DB" || exit 2',
+    "getent": 'f=$DB; [ "$1" = shadow ] && f=$DB.shadow; grep "^$2:" "$f" || exit 2',
     "id": 'line=$(grep "^${2:-$1}:" "$DB") || { echo "no such user" >&2; exit 1; }\n'
           'case "$1" in -u) echo "$line" | cut -d: -f3 ;; -nG) echo "$line" | cut -d: -f8 | tr , " " ;; esac',
     "useradd": 'for u; do :; done; c=""; while [ $# -gt 1 ]; do [ "$1" = --comment ] && c=$2; shift; done\n'
-               'echo "$1:x:990:990:$c:/nonexistent:/usr/sbin/nologin:$1" >> "$DB"',
+               'echo "$1:x:990:990:$c:/nonexistent:/usr/sbin/nologin:$1" >> "$DB"; echo "$1:!:20000::::::" >> "$DB.shadow"',
     "usermod": 'g=$3; u=$4; sed -i "s/^\\($u:.*\\)$/\\1,$g/" "$DB"',
 }
 
@@ -33,6 +33,14 @@ def box(tmp_path):
     db = tmp_path / "passwd"
     db.write_text("root:x:0:0:root:/root:/bin/bash:root\n")
     return tmp_path, dev, db
+
+
+def add(db, passwd: str, shadow: str):
+    """An account made by someone else: its passwd line and its shadow line."""
+    with open(db, "a") as f:
+        f.write(passwd)
+    with open(f"{db}.shadow", "a") as f:
+        f.write(shadow)
 
 
 def run(box, name, program):
@@ -64,14 +72,34 @@ def test_a_missing_user_is_made_marked_as_specops_and_put_in_the_nodes_group(box
 
 def test_an_account_specops_did_not_make_is_refused_whoever_it_is(box):
     _, dev, db = box
-    with open(db, "a") as f:
-        f.write("alice:x:1000:1000:Alice:/home/alice:/bin/bash:alice\n")
+    add(db, "alice:x:1000:1000:Alice:/home/alice:/bin/bash:alice\n", "alice:$y$j9T$salt$hash:20000::::::\n")
     for program in ("check", "make"):
         res = run(box, "alice", program)
         assert res.returncode == 3
-    assert "user alice exists and is not one specops made" in res.stderr
+    assert "user alice exists and is not one specops made (its comment is not" in res.stderr
     assert run(box, "root", "make").returncode == 3  # uid 0, whatever the schema lets through
     assert "alice:x:1000:1000:Alice:/home/alice:/bin/bash:alice\n" in db.read_text()  # not touched
+
+
+MARKED = f"{users.MARK}"  # what chfn lets a user write as her full name, where it is allowed
+
+
+@pytest.mark.parametrize("passwd,shadow,why", [
+    (f"mallory:x:1001:1001:{MARKED}:/home/mallory:/bin/bash:m", "mallory:$y$j9T$s$h:20000::::::",
+     "uid 1001 is not a system account's"),
+    (f"mallory:x:991:991:{MARKED}:/nonexistent:/bin/bash:m", "mallory:!:20000::::::",
+     "its shell /bin/bash is a login shell"),
+    (f"mallory:x:991:991:{MARKED}:/nonexistent:/usr/sbin/nologin:m", "mallory:$y$j9T$s$h:20000::::::",
+     "its password is not locked"),
+], ids=["uid", "shell", "password"])
+def test_the_mark_alone_does_not_make_an_account_specops_s(box, passwd, shadow, why):
+    """A login user who set her comment to the mark (chfn) is still not a service user: the
+    server, and its secrets, would run as her.  Each of uid, shell and password refuses."""
+    _, _, db = box
+    add(db, passwd + "\n", shadow + "\n")
+    for program in ("check", "make"):
+        res = run(box, "mallory", program)
+        assert res.returncode == 3 and f"not one specops made ({why})" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("name,mode,group", [("nvidia0", 0o660, "root"), ("nvidia0", 0o600, "video"),

@@ -1,14 +1,15 @@
 """The system user a service with `user:` runs as: made by specops when missing (a system account
-whose comment marks it as specops's), in the groups that own the host's GPU device nodes.  A group
-is read from the nodes at every run, so a driver reinstalled with another NVreg_DeviceFileGID is
-followed; a group it was given is never taken away.  Its home is the unit's StateDirectory
-(kinds/hardening.py), never a directory useradd makes.
+whose comment marks it as specops's, with a nologin shell and a locked password), in the groups
+that own the host's GPU device nodes.  A group is read from the nodes at every run, so a driver
+reinstalled with another NVreg_DeviceFileGID is followed; a group it was given is never taken
+away.  Its home is the unit's StateDirectory (kinds/hardening.py), never a directory useradd makes.
 
 Refused, before the unit changes, naming why: an account of that name that specops did not make
-(a person's login, a daemon's account: the server would run with its groups and its files, and
-it could read the server's environment), uid 0, and a GPU node that neither its group (other than
-root) nor everyone may read and write (the server would die in CUDA's "No CUDA GPUs are
-available").  Two services of a host never share a user: each could read the other's secrets.
+(without the comment, or with a uid in the login range, a login shell or a password that is not
+locked: a person's login, a daemon's account; the server would run with its groups and its
+files, and it could read the server's environment), uid 0, and a GPU node that neither its group
+(other than root) nor everyone may read and write (the server would die in CUDA's "No CUDA GPUs
+are available").  Two services of a host never share a user: each could read the other's secrets.
 """
 from __future__ import annotations
 
@@ -39,10 +40,19 @@ done
 """ % GPU_NODES
 
 # Whether the account is specops's: exits 0 when it is, 1 when missing, 3 (saying why) otherwise.
+# The comment alone is not proof: where chfn lets users change theirs, a login user could write
+# the mark.  What useradd --system gave it and its owner cannot change is: a uid below the login
+# range, a nologin shell (chsh offers only /etc/shells), a locked password (passwd cannot lock).
 _OURS = """entry=$(getent passwd "$u") || exit 1
-if [ "$(echo "$entry" | cut -d: -f5)" != %s ] || [ "$(echo "$entry" | cut -d: -f3)" = 0 ]; then
-  echo "user $u exists and is not one specops made (its comment is not '%s'):" \
-    "give the service a user name of its own" >&2
+uid=$(echo "$entry" | cut -d: -f3); shell=$(echo "$entry" | cut -d: -f7)
+min=$(awk '$1 == "UID_MIN" {print $2}' /etc/login.defs 2>/dev/null)
+why=
+[ "$(echo "$entry" | cut -d: -f5)" = %s ] || why="its comment is not '%s'"
+[ "$uid" != 0 ] && [ "$uid" -lt "${min:-1000}" ] || why="${why:-uid $uid is not a system account's}"
+case "$shell" in */nologin|*/false) ;; *) why="${why:-its shell $shell is a login shell}" ;; esac
+case "$(getent shadow "$u" | cut -d: -f2)" in '!'*|'*'*) ;; *) why="${why:-its password is not locked}" ;; esac
+if [ -n "$why" ]; then
+  echo "user $u exists and is not one specops made ($why): give the service a user name of its own" >&2
   exit 3
 fi
 """ % (shlex.quote(MARK), MARK)
