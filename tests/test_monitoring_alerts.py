@@ -174,6 +174,10 @@ def cases(r):
              "20m", [expected(r, "SpecopsTextfileStale", "w1", 1200.0, service=None)], []),
             ([{"series": scraped("specops_textfile_timestamp_seconds", "w1", job="node"), "values": "0x30"}],
              "14m", [], []),
+            # its threshold, 600 s, pinned (issue 49): w1's file always 601 s old fires, w2's always 599 s old not
+            ([{"series": scraped("specops_textfile_timestamp_seconds", "w1", job="node"), "values": "-601+60x30"},
+              {"series": scraped("specops_textfile_timestamp_seconds", "w2", job="node"), "values": "-599+60x30"}],
+             "20m", [expected(r, "SpecopsTextfileStale", "w1", 601.0, service=None)], []),
         ],
     }
 

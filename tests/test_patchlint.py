@@ -95,3 +95,20 @@ def test_an_upstream_file_is_read_once(monkeypatch):
         assert patchlint.problems(upstream, upstream + f"host{host}\n", NAME) == [
             f"line 18: undefined name 'host{host}'"]
     assert seen.count(upstream) == 1 and len(seen) == 4
+
+
+def test_a_verdict_the_memo_keeps_for_one_upstream_does_not_excuse_the_same_patched_text_on_another(
+        tmp_path, monkeypatch):
+    """Issue 49 (protective line 12): the memo's key holds the upstream text.  The same patched file
+    is clean against a release whose upstream already calls `old_helper` (SGLang's problem, not the
+    patch's), and not against a release without it, where the patch brings the call: the first
+    verdict, kept by the memo, must not answer for the second."""
+    monkeypatch.setenv("SPECOPS_MEMO", str(tmp_path / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    has_it = UPSTREAM + "\n\ndef legacy():\n    return old_helper()\n"
+    patched = has_it.replace("SCALE = 2\n", "SCALE = 2\nBIAS = 0\n")
+    assert patchlint.problems(has_it, patched, NAME) == []
+    assert len(list((tmp_path / "memo" / "patchlint").iterdir())) == 1  # the memo is on: the verdict is kept
+    assert patchlint.problems(UPSTREAM, patched, NAME) == ["line 21: undefined name 'old_helper'"]
+    with pytest.raises(PatchError, match="undefined name 'old_helper'"):
+        patchlint.check(UPSTREAM, patched, REL, "0.5.24")

@@ -9,7 +9,7 @@ from specops import inventory
 from specops.agent import weights
 from specops.errors import UsageError
 from roles import VOCABULARY
-from support.weights import fetched
+from support.weights import fetch_again, fetched
 
 
 def test_the_probe_compares_sizes_and_mtimes_and_hashes_only_what_was_written_after_its_manifest(tmp_path, monkeypatch):
@@ -196,3 +196,38 @@ def test_verify_fails_a_server_older_than_a_weights_file_or_running_weights_that
         "(at %s); a deploy puts back the manifest's and restarts it" % (dest, time.strftime("%H:%M:%S",
                                                                                             time.gmtime(now + 60)))]
     assert check(now + 60, managed=[str(dest / "a.safetensors")]).failures == []  # draft_config's own file
+
+
+def test_a_fetch_hashes_a_file_edited_with_its_size_and_mtime_put_back_and_fetches_it_again(tmp_path, monkeypatch):
+    """Issue 49 (protective line 2): _stale's ctime clause.  A byte changed after the manifest was
+    written, with the size kept and the mtime put back by os.utime, matches the manifest on size and
+    mtime; only its ctime tells.  The fetch must hash it and fetch it again, not keep it and write a
+    manifest that blesses the tampered bytes (a server would restart onto them)."""
+    import hashlib
+    dest = fetched(tmp_path, monkeypatch)
+    hub = {n: n.encode() * 10 for n in ("a.safetensors", "config.json")}
+    time.sleep(0.05)  # the edit's ctime past the manifest's written_at, whatever the clock's grain
+    st = (dest / "a.safetensors").stat()
+    with open(dest / "a.safetensors", "r+b") as f:
+        f.write(b"Z")
+    os.utime(dest / "a.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns))
+    edited = (dest / "a.safetensors").stat()
+    assert (edited.st_size, edited.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert (dest / "a.safetensors").read_bytes() != hub["a.safetensors"]
+
+    def download(req, python, dfd, commit, stale, progress):
+        for f in stale:
+            fd = os.open(f["name"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dfd)
+            with os.fdopen(fd, "wb") as out:
+                out.write(hub[f["name"]])
+    info = {"commit": "c1", "files": [{"name": n, "size": len(d), "sha256": hashlib.sha256(d).hexdigest(),
+                                       "blob": None} for n, d in hub.items()]}
+    monkeypatch.setattr(weights, "say", lambda *a: None)
+    monkeypatch.setattr(weights, "tool_python", lambda req: "/nonexistent/python")
+    monkeypatch.setattr(weights, "ask", lambda *a: json.dumps(info))
+    monkeypatch.setattr(weights, "download", download)
+    res = fetch_again(dest, verify=False)
+    assert res["fetched"] == ["a.safetensors"]
+    assert (dest / "a.safetensors").read_bytes() == hub["a.safetensors"]
+    files = weights.read_manifest(str(dest))["files"]
+    assert files["a.safetensors"]["sha256"] == hashlib.sha256((dest / "a.safetensors").read_bytes()).hexdigest()

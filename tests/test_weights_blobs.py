@@ -5,7 +5,7 @@ import hashlib
 import os
 
 from specops.agent import weights
-from support.weights import fetched
+from support.weights import fetch_again, fetched
 
 
 def test_a_file_the_hub_gives_no_sha256_for_is_compared_by_its_git_blob_sha1_not_fetched_again(tmp_path):
@@ -37,8 +37,6 @@ def test_a_new_commit_fetches_only_what_changed_and_the_manifest_hashes_what_it_
     """Issue 36 item 5 (c), through the fetch: at a new commit config.json (the hub's git blob
     sha1 unchanged) is not fetched again, and a file kept whose mtime the manifest does not know
     is hashed anew, not given the manifest's old sha256."""
-    import types
-    from specops.agent.weights import weightsdir
     dest = fetched(tmp_path, monkeypatch, names=("config.json", "tokenizer.json"))
     (dest / "tokenizer.json").write_bytes(b"new tokens")  # edited by hand to what the new commit holds
     said, asked = [], []
@@ -52,13 +50,7 @@ def test_a_new_commit_fetches_only_what_changed_and_the_manifest_hashes_what_it_
         {"name": "config.json", "size": 110, "sha256": None, "blob": git_sha1(b"config.json" * 10)},
         {"name": "tokenizer.json", "size": 10, "sha256": None, "blob": git_sha1(b"new tokens")}]}
     monkeypatch.setattr(weights, "ask", lambda *a: weights.json.dumps(info))
-    req = types.SimpleNamespace(repo="o/n", revision="main", allow_patterns=None, dest=str(dest), verify=True,
-                                source={})
-    dfd = weightsdir.open_dest(str(dest), ())
-    try:
-        res = weights._fetch(req, dfd)
-    finally:
-        os.close(dfd)
+    res = fetch_again(dest, verify=True)
     assert res["fetched"] == [] and asked == [] and not [s for s in said if "fetched again" in s]
     files = weights.read_manifest(str(dest))["files"]
     assert files["tokenizer.json"]["sha256"] == hashlib.sha256(b"new tokens").hexdigest()

@@ -2,7 +2,9 @@
 a deploy of it with its --json report, and the sha256 of what the hub serves and a host holds; and,
 without a fleet, a weights directory as a fetch leaves it (fetched)."""
 import hashlib
+import os
 import time
+import types
 
 from sandbox import hub as hub_mod
 from sandbox.provision import sandbox_service
@@ -49,3 +51,16 @@ def fetched(tmp_path, monkeypatch, names=("a.safetensors", "config.json")):
                  "sha256": hashlib.sha256(n.encode() * 10).hexdigest()} for n in names}
     weights.write_manifest(str(dest), {"dest": str(dest), "source": {}, "commit": "c1", "files": files})
     return dest
+
+
+def fetch_again(dest, verify):
+    """weights._fetch into `dest` as the agent runs it (the caller stands in for the hub: ask,
+    download, tool_python); its result."""
+    from specops.agent.weights import weightsdir
+    req = types.SimpleNamespace(repo="o/n", revision="main", allow_patterns=None, dest=str(dest), verify=verify,
+                                source={})
+    dfd = weightsdir.open_dest(str(dest), ())
+    try:
+        return weights._fetch(req, dfd)
+    finally:
+        os.close(dfd)
