@@ -214,8 +214,9 @@ def inventory_yaml(f: fleet.Fleet) -> str:
     # The seed's setup: an EAGLE-3 draft wired to the embedding output (-1), which needs the
     # patched model file that captures it.
     # Reached beyond loopback (Prometheus on the controller scrapes it), so with a key of the
-    # site's; its draft watched over seconds, not minutes (docs/tutorial.md, day 2).
-    demo = sandbox_service(patches=[DEMO_PATCH], bind="0.0.0.0", api_key=site_key(f.site),
+    # site's; its draft watched over seconds, not minutes (docs/tutorial.md, day 2).  As a system
+    # user of its own, not root (docs/security.md): the choice a user copies should be the safer one.
+    demo = sandbox_service(patches=[DEMO_PATCH], bind="0.0.0.0", api_key=site_key(f.site), user="sglang",
                            draft_config={"eagle_config.eagle_aux_hidden_state_layer_ids": [-1, 2, 16]},
                            watch={"for": "20s", "min_verify_rate": 0.5})
     hosts = {h.name: {**host_vars(h), "monitoring": False, "services": [demo]} for h in f.hosts}

@@ -1,11 +1,9 @@
 """The controller–agent protocol and the agent as it travels.  No fleet."""
-import io
 import ast
 import json
 import subprocess
 import sys
 import zipfile
-import zlib
 from io import BytesIO
 from pathlib import Path
 
