@@ -239,3 +239,33 @@ def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(h
     assert sent_compiled(b"host-key-1")  # first contact
     assert not sent_compiled(b"host-key-1")  # it keeps what it compiled, or compiles its own
     assert sent_compiled(b"host-key-2")  # another host (or this one reinstalled: a new key)
+
+
+def test_a_group_writable_directory_above_the_memo_turns_it_off(tmp_path, monkeypatch):
+    """Entries' sha256 covers their content, not their name: a group member who could swap one
+    valid entry for another would choose the bytecode that runs as root."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o775)  # the group's, not the world's
+    monkeypatch.setenv("SPECOPS_MEMO", str(shared / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    assert not memo.trusted(shared)
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 2 and not (shared / "memo").exists()
+
+
+def test_a_file_planted_at_the_temporary_name_is_not_written_through(home, tmp_path):
+    """O_EXCL: a hard link at the name (which O_NOFOLLOW does not see) or a symbolic one."""
+    import threading
+    memo.put("k", "first", b"x")  # the directories made
+    target = tmp_path / "target"
+    for plant in (os.link, os.symlink):
+        target.write_bytes(b"untouched")
+        tmp = home / "k" / f".n.{os.getpid()}.{threading.get_ident()}.tmp"
+        plant(target, tmp)
+        memo.put("k", "n", b"data")
+        assert target.read_bytes() == b"untouched", plant
+        assert memo.get("k", "n") is None  # not written: computed again next time
+        tmp.unlink(missing_ok=True)
