@@ -6,7 +6,8 @@ The memo is as trusted as the user's own checkout of specops (its bytecode runs 
 hosts), so it is used only where no one else can write: $SPECOPS_MEMO, else
 $XDG_CACHE_HOME/specops (default ~/.cache/specops), a 0700 directory of the user's own, every
 directory above it the user's or root's and writable by no one else, or sticky as /tmp (so
-nothing can be swapped under it between a check and a use); entries are opened without following links or blocking,
+nothing can be swapped under it between a check and a use), and none of them a link (each
+component as the kernel reads the path, one before a `..` too); entries are opened without following links or blocking,
 written whole (a temporary file, fsync'd, renamed) and checked against the sha256 they carry, so a
 torn or truncated one is computed again.  Anything else turns the memo off, never the run;
 SPECOPS_NO_MEMO=1 turns it off too.  Entries unused for MAX_AGE go when a new one of their kind
@@ -62,8 +63,12 @@ def _only_ours(st: os.stat_result) -> bool:
 
 def trusted(path: Path) -> bool:
     """Every directory from / down to `path` is a directory (not a link), root's or the user's, and
-    writable by no one else (or sticky, as /tmp)."""
-    parts = Path(os.path.abspath(path)).parts
+    writable by no one else (or sticky, as /tmp).  Each component as given, `..` too, as the kernel
+    reads it: os.path.abspath would drop `x/..` as text where the kernel follows a link x first."""
+    try:
+        parts = Path(path).absolute().parts
+    except OSError:  # the working directory is gone
+        return False
     for i in range(1, len(parts) + 1):
         try:
             st = os.lstat(os.path.join(*parts[:i]))
@@ -77,8 +82,8 @@ def trusted(path: Path) -> bool:
 def _kind_dir(kind: str) -> Path | None:
     if os.environ.get("SPECOPS_NO_MEMO") == "1":
         return None
-    top = directory()
     try:
+        top = directory().absolute()  # one path, `..` kept for the kernel, for the checks and every use
         if not os.path.lexists(top):
             made = top.parent
             while not os.path.lexists(made):

@@ -1,5 +1,6 @@
 """The controller's memo: what it keeps, and what it refuses to trust."""
 import os
+import shutil
 
 import pytest
 
@@ -269,3 +270,25 @@ def test_a_file_planted_at_the_temporary_name_is_not_written_through(home, tmp_p
         assert target.read_bytes() == b"untouched", plant
         assert memo.get("k", "n") is None  # not written: computed again next time
         tmp.unlink(missing_ok=True)
+
+
+def test_a_link_before_a_dotdot_in_the_memo_path_turns_it_off(tmp_path, monkeypatch):
+    """base/x/../y with x a link into a directory anyone can write: the kernel follows x before
+    the `..`, so the memo would be made there; its path is checked as the kernel reads it."""
+    base, anyones = tmp_path / "base", tmp_path / "anyones"
+    base.mkdir(mode=0o700)
+    (anyones / "sub").mkdir(parents=True)
+    os.chmod(anyones, 0o777)
+    (base / "x").symlink_to(anyones / "sub")
+    monkeypatch.setenv("SPECOPS_MEMO", f"{base}/x/../y")
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    for y_too in (False, True):  # base/y/k there as well: what the text of the path names is trusted
+        if y_too:
+            shutil.rmtree(anyones / "y", ignore_errors=True)
+            (base / "y").mkdir(mode=0o700)
+            (base / "y" / "k").mkdir(mode=0o700)
+        compute, calls = counting()
+        memo.cached("k", "n", compute)
+        memo.cached("k", "n", compute)
+        assert len(calls) == 2 and os.listdir(anyones) == ["sub"], y_too
+        assert not memo.trusted(f"{base}/x/../y")
