@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from specops import memo
+from specops import memo, owndir
 
 
 @pytest.fixture
@@ -199,7 +199,7 @@ def test_a_kind_directory_that_is_a_link_or_open_to_others_is_not_used(home, tmp
 
 
 def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(home, monkeypatch):
-    from specops.remote import become, session, shipping
+    from specops.remote import become, session
 
     class Chan:
         def __init__(self):
@@ -250,7 +250,7 @@ def test_a_group_writable_directory_above_the_memo_turns_it_off(tmp_path, monkey
     os.chmod(shared, 0o775)  # the group's, not the world's
     monkeypatch.setenv("SPECOPS_MEMO", str(shared / "memo"))
     monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
-    assert not memo.trusted(shared)
+    assert owndir.untrusted(shared) == f"{shared} is writable by others than its owner (mode 0775)"
     compute, calls = counting()
     memo.cached("k", "n", compute)
     memo.cached("k", "n", compute)
@@ -291,4 +291,4 @@ def test_a_link_before_a_dotdot_in_the_memo_path_turns_it_off(tmp_path, monkeypa
         memo.cached("k", "n", compute)
         memo.cached("k", "n", compute)
         assert len(calls) == 2 and os.listdir(anyones) == ["sub"], y_too
-        assert not memo.trusted(f"{base}/x/../y")
+        assert owndir.untrusted(f"{base}/x/../y") == f"{base}/x is a link"
