@@ -207,7 +207,7 @@ def report(c, sel, out="report.html"):
 
 
 @fleet_task("inventory", out="The directory to write prometheus.yml, targets/, rules/ and grafana/ into (made if "
-                             "missing)",
+                             "missing; refused unless no one but you and root can change it)",
             scrape_interval="Prometheus's scrape and rule evaluation interval (default 15s)",
             alertmanager="Alertmanager(s) to send alerts to, HOST:PORT, comma-separated (default: none)")
 def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):

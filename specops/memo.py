@@ -3,11 +3,12 @@ patched file's lint, a rendered template, the agent's zip and its bytecode, a pa
 bytecode), named by the sha256 of everything they depend on, so a run only pays for what is new.
 
 The memo is as trusted as the user's own checkout of specops (its bytecode runs as root on the
-hosts), so it is used only where no one else can write: $SPECOPS_MEMO, else
+hosts), so it is used only where no one else can write (owndir.py): $SPECOPS_MEMO, else
 $XDG_CACHE_HOME/specops (default ~/.cache/specops), a 0700 directory of the user's own, every
-directory above it the user's or root's and writable by no one else, or sticky as /tmp (so
-nothing can be swapped under it between a check and a use); entries are opened without following links or blocking,
-written whole (a temporary file, fsync'd, renamed) and checked against the sha256 they carry, so a
+directory above it the user's or root's, no link (one before a `..` too) and writable by no one
+else, or sticky as /tmp (so nothing can be swapped under it between a check and a use); entries
+are opened without following links or blocking, written whole (a new temporary file, never one
+already at its name, fsync'd, renamed) and checked against the sha256 they carry, so a
 torn or truncated one is computed again.  Anything else turns the memo off, never the run;
 SPECOPS_NO_MEMO=1 turns it off too.  Entries unused for MAX_AGE go when a new one of their kind
 is written.
@@ -23,6 +24,8 @@ import time
 from pathlib import Path
 from functools import lru_cache
 from typing import Callable
+
+from . import owndir
 
 MAX_AGE = 30 * 86400
 _LOCKS: dict = {}  # (kind, name) → the lock its first computation holds in this process
@@ -55,43 +58,15 @@ def code_id(module_file: str, package: str, *more: str) -> str:
     return key(Path(module_file).read_bytes(), origin, Path(origin).read_bytes(), *more)
 
 
-def _only_ours(st: os.stat_result) -> bool:
-    # A sticky directory (/tmp) lets no one else rename or remove what is ours in it.
-    return st.st_uid in (0, os.geteuid()) and (not st.st_mode & 0o022 or bool(st.st_mode & stat.S_ISVTX))
-
-
-def trusted(path: Path) -> bool:
-    """Every directory from / down to `path` is a directory (not a link), root's or the user's, and
-    writable by no one else (or sticky, as /tmp)."""
-    parts = Path(os.path.abspath(path)).parts
-    for i in range(1, len(parts) + 1):
-        try:
-            st = os.lstat(os.path.join(*parts[:i]))
-        except OSError:
-            return False
-        if not stat.S_ISDIR(st.st_mode) or not _only_ours(st):
-            return False
-    return True
-
-
 def _kind_dir(kind: str) -> Path | None:
     if os.environ.get("SPECOPS_NO_MEMO") == "1":
         return None
-    top = directory()
     try:
-        if not os.path.lexists(top):
-            made = top.parent
-            while not os.path.lexists(made):
-                made = made.parent
-            if not trusted(made):  # nothing made where someone else could have put a link
-                return None
-            top.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not (trusted(top) and _private(top)):
+        top = directory().absolute()  # one path, `..` kept for the kernel, for the checks and every use
+        if owndir.make(top, 0o700) or not _private(top):
             return None
         d = top / kind
-        if not os.path.lexists(d):
-            d.mkdir(mode=0o700)
-        return d if trusted(d) and _private(d) else None
+        return None if owndir.make(d, 0o700) or not _private(d) else d
     except OSError:
         return None
 
@@ -133,23 +108,14 @@ def put(kind: str, name: str, data: bytes) -> None:
     d = _kind_dir(kind)
     if d is None:
         return
-    tmp = d / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(hashlib.sha256(data).digest() + data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, d / name)
+        owndir.write_whole(d / name, hashlib.sha256(data).digest() + data, 0o600)
         now = time.time()
         for old in os.scandir(d):
             if old.is_file(follow_symlinks=False) and now - old.stat(follow_symlinks=False).st_mtime > MAX_AGE:
                 os.unlink(old.path)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
 
 
 def cached(kind: str, name: str, compute: Callable[[], bytes]) -> bytes:

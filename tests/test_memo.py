@@ -1,9 +1,10 @@
 """The controller's memo: what it keeps, and what it refuses to trust."""
 import os
+import shutil
 
 import pytest
 
-from specops import memo
+from specops import memo, owndir
 
 
 @pytest.fixture
@@ -198,7 +199,7 @@ def test_a_kind_directory_that_is_a_link_or_open_to_others_is_not_used(home, tmp
 
 
 def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(home, monkeypatch):
-    from specops.remote import become, session, shipping
+    from specops.remote import become, session
 
     class Chan:
         def __init__(self):
@@ -239,3 +240,55 @@ def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(h
     assert sent_compiled(b"host-key-1")  # first contact
     assert not sent_compiled(b"host-key-1")  # it keeps what it compiled, or compiles its own
     assert sent_compiled(b"host-key-2")  # another host (or this one reinstalled: a new key)
+
+
+def test_a_group_writable_directory_above_the_memo_turns_it_off(tmp_path, monkeypatch):
+    """Entries' sha256 covers their content, not their name: a group member who could swap one
+    valid entry for another would choose the bytecode that runs as root."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o775)  # the group's, not the world's
+    monkeypatch.setenv("SPECOPS_MEMO", str(shared / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    assert owndir.untrusted(shared) == f"{shared} is writable by others than its owner (mode 0775)"
+    compute, calls = counting()
+    memo.cached("k", "n", compute)
+    memo.cached("k", "n", compute)
+    assert len(calls) == 2 and not (shared / "memo").exists()
+
+
+def test_a_file_planted_at_the_temporary_name_is_not_written_through(home, tmp_path):
+    """O_EXCL: a hard link at the name (which O_NOFOLLOW does not see) or a symbolic one."""
+    import threading
+    memo.put("k", "first", b"x")  # the directories made
+    target = tmp_path / "target"
+    for plant in (os.link, os.symlink):
+        target.write_bytes(b"untouched")
+        tmp = home / "k" / f".n.{os.getpid()}.{threading.get_ident()}.tmp"
+        plant(target, tmp)
+        memo.put("k", "n", b"data")
+        assert target.read_bytes() == b"untouched", plant
+        assert memo.get("k", "n") is None  # not written: computed again next time
+        tmp.unlink(missing_ok=True)
+
+
+def test_a_link_before_a_dotdot_in_the_memo_path_turns_it_off(tmp_path, monkeypatch):
+    """base/x/../y with x a link into a directory anyone can write: the kernel follows x before
+    the `..`, so the memo would be made there; its path is checked as the kernel reads it."""
+    base, anyones = tmp_path / "base", tmp_path / "anyones"
+    base.mkdir(mode=0o700)
+    (anyones / "sub").mkdir(parents=True)
+    os.chmod(anyones, 0o777)
+    (base / "x").symlink_to(anyones / "sub")
+    monkeypatch.setenv("SPECOPS_MEMO", f"{base}/x/../y")
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    for y_too in (False, True):  # base/y/k there as well: what the text of the path names is trusted
+        if y_too:
+            shutil.rmtree(anyones / "y", ignore_errors=True)
+            (base / "y").mkdir(mode=0o700)
+            (base / "y" / "k").mkdir(mode=0o700)
+        compute, calls = counting()
+        memo.cached("k", "n", compute)
+        memo.cached("k", "n", compute)
+        assert len(calls) == 2 and os.listdir(anyones) == ["sub"], y_too
+        assert owndir.untrusted(f"{base}/x/../y") == f"{base}/x is a link"

@@ -3,6 +3,7 @@ inventory and from a router fleet's (support/monitoring.py: fleet()), checked by
 `check rules`): its targets and their labels, the rules per `watch:` setting, refusals.  The
 alerts' own promtool tests are test_monitoring_alerts.py's."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,7 +133,7 @@ def test_one_address_rule_for_routers_ranks_and_scrapes(tmp_path):
     assert inv.hosts["n1"]["services"][0]["dist_init_addr"] == "10.0.1.0:50000"
 
 
-def test_the_task_says_what_it_wrote_and_refuses_a_bad_interval(tmp_path):
+def test_the_task_says_what_it_wrote_and_refuses_a_bad_interval_or_a_directory_others_can_write(tmp_path):
     inv = [sys.executable, "-m", "invoke", "monitoring", "--inventory", str(ROOT / "inventory.example")]
     ok = subprocess.run([*inv, "--out", str(tmp_path / "p")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and f"wrote {tmp_path / 'p' / 'prometheus.yml'}" in ok.stdout, ok.stderr
@@ -140,6 +141,15 @@ def test_the_task_says_what_it_wrote_and_refuses_a_bad_interval(tmp_path):
     bad = subprocess.run([*inv, "--out", str(tmp_path / "q"), "--scrape-interval", "soon"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "error: --scrape-interval" in bad.stderr and not (tmp_path / "q").exists()
+    (tmp_path / "shared").mkdir(mode=0o777)
+    os.chmod(tmp_path / "shared", 0o777)
+    shared = subprocess.run([*inv, "--out", str(tmp_path / "shared")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    error = [line for line in shared.stderr.splitlines() if line.startswith("error: ")]
+    assert shared.returncode == 2 and error == [f"error: --out {tmp_path / 'shared'}: {tmp_path / 'shared'} is "
+                                                f"writable by others than its owner (mode 0777): nothing written "
+                                                f"(only into a directory no one but you and root can change)"]
+    assert os.listdir(tmp_path / "shared") == []
 
 
 @pytest.mark.parametrize("bind, local", [("::1", "[::1]"), ("127.0.0.2", "127.0.0.2"), ("localhost", "127.0.0.1"),

@@ -1,9 +1,10 @@
 """The one reader of each fact that has several users (docs/ARCHITECTURE.md's table of homes):
 ExecStart read back, host:port on the wire, the code a kept result depends on, the job after
-`--`.  No fleet."""
+`--`, a directory no one but the user and root can change.  No fleet."""
 import socket
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from invoke import Exit
@@ -64,3 +65,22 @@ def test_the_job_after_dashes_is_one_command_line_or_words_that_stay_words(monke
             cli.job_after_dashes("inv gpu-window --host ct129 -- python job.py")
         assert e.value.code == 2
     assert "error: give the job after --, e.g. inv gpu-window --host ct129" in capsys.readouterr().err
+
+
+def test_the_memo_and_monitoring_out_trust_a_directory_by_one_check(tmp_path, monkeypatch):
+    """owndir.py: what it refuses, both refuse (the memo turns itself off; the task writes nothing)."""
+    from roles import VOCABULARY
+    from specops import inventory, owndir
+    from specops.errors import UsageError
+    from specops.fleetwide import prometheus
+    monkeypatch.setattr(owndir, "untrusted", lambda path, sticky=True: f"{path} is refused here")
+    monkeypatch.setenv("SPECOPS_MEMO", str(tmp_path / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    calls = []
+    memo.cached("k", "n", lambda: calls.append(1) or b"x")
+    memo.cached("k", "n", lambda: calls.append(1) or b"x")
+    assert len(calls) == 2 and not (tmp_path / "memo").exists()
+    example = inventory.load(Path(__file__).resolve().parent.parent / "inventory.example", VOCABULARY)
+    with pytest.raises(UsageError, match=f"--out {tmp_path / 'prom'}: .* is refused here: nothing written"):
+        prometheus.write(example, tmp_path / "prom")
+    assert not (tmp_path / "prom").exists()

@@ -8,20 +8,20 @@
                                   dashboards provider that reads it from DIR/grafana (dashboard.py)
 
 Every file is written whole under a temporary name and renamed over the old (a running
-Prometheus re-reads targets/ on its own: it never reads half a file), and the same inventory
-always gives the same bytes (sorted keys and lists; the provisioning file also names DIR).
-Nothing connects to any host.
+Prometheus re-reads targets/ on its own: it never reads half a file), only into directories no one
+but the user and root can change, and the same inventory always gives the same bytes (sorted keys
+and lists; the provisioning file also names DIR).  Nothing connects to any host.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import yaml
 
-from ..errors import UsageError
+from .. import owndir
+from ..errors import SpecopsError, UsageError
 from ..inventory.schema import DURATION
 from . import dashboard
 from .alerts import rules
@@ -81,14 +81,21 @@ def files(inventory, scrape_interval: str = "15s", alertmanagers: list[str] | No
 
 def write(inventory, out: str | Path, scrape_interval: str = "15s",
           alertmanagers: list[str] | None = None) -> tuple[list[Path], list[str]]:
-    """Write the configuration into `out` (made if missing): (the files written, warnings)."""
+    """Write the configuration into `out` (made if missing): (the files written, warnings).  Only
+    where no one but the user and root can change a directory, from / down to each of out's
+    (owndir.py): someone else's could hold a link at a file's name, or have the targets and rules
+    rewritten after.  UsageError: such a directory, before any file; SpecopsError: a file not
+    written (nothing already at its temporary name is written through)."""
     texts, warnings = files(inventory, scrape_interval, alertmanagers, out)
-    written = []
-    for rel, text in sorted(texts.items()):
-        path = Path(out) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-        written.append(path)
-    return written, warnings
+    paths = {Path(out) / rel: text for rel, text in texts.items()}
+    try:
+        for d in sorted({p.parent for p in paths}):  # out first
+            why = owndir.make(d, 0o755)
+            if why:
+                raise UsageError(f"--out {out}: {why}: nothing written (only into a directory no one but you and "
+                                 f"root can change)")
+        for path, text in sorted(paths.items()):
+            owndir.write_whole(path, text.encode(), 0o644)
+    except OSError as e:
+        raise SpecopsError(f"--out {out}: {e}") from None
+    return sorted(paths), warnings

@@ -1,0 +1,76 @@
+"""Directories on the controller that no one but the user and root can change, and files written
+whole into them: the memo's (memo.py) and `inv monitoring --out`'s (fleetwide/prometheus.py).
+
+A path is checked as the kernel reads it, each component as given: a link anywhere on it is
+refused, one before a `..` too (os.path.abspath drops `x/..` as text, where the kernel follows a
+link x first).  Once checked, no one else can change what it names, so the same path is then used
+to make, open and rename.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+
+def untrusted(path: str | Path, sticky: bool = True) -> str | None:
+    """Why `path` is not a directory only the user and root can change, or None when it is: every
+    directory from / down to it a directory (not a link), root's or the user's, and writable by no
+    one else, or sticky as /tmp (no one else can rename or remove what is ours in it).
+    sticky=False: `path` itself is writable by its owner alone, sticky or not (in a sticky one,
+    anyone could take the names about to be written)."""
+    try:
+        parts = Path(path).absolute().parts
+    except OSError as e:  # the working directory is gone
+        return f"the working directory: {e.strerror}"
+    for i in range(1, len(parts) + 1):
+        at = os.path.join(*parts[:i])
+        try:
+            st = os.lstat(at)
+        except OSError as e:
+            return f"{at}: {e.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{at} is a link"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{at} is not a directory"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"{at} is another user's (uid {st.st_uid})"
+        if st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and (sticky or i < len(parts))):
+            return f"{at} is writable by others than its owner (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def make(path: Path, mode: int) -> str | None:
+    """Make the directory `path` (and those missing above it) if it is missing, only below one
+    `untrusted` passes (nothing made where someone else could have put a link); then why `path`
+    itself is not one the user and root alone can change (sticky=False), or None.  OSError: mkdir's."""
+    if not os.path.lexists(path):
+        above = path.parent
+        while not os.path.lexists(above):
+            above = above.parent
+        why = untrusted(above)
+        if why:
+            return why
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    return untrusted(path, sticky=False)
+
+
+def write_whole(path: Path, data: bytes, mode: int) -> None:
+    """`data` in `path`, whole or not at all: a new file beside it (O_EXCL|O_NOFOLLOW: whatever is
+    already at that name, a link or a file, is never written through), fsync'd, renamed over the
+    old.  A reader has the old file or the new, never half of one.  OSError: the open's, a write's."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)  # ours: the O_EXCL open made it
+        except OSError:
+            pass
+        raise
