@@ -59,8 +59,11 @@ def test_scrub_takes_a_password_out_whole_however_many_at_signs_it_holds(text, w
     assert scrub(text) == want
 
 
+# pip reads each of its long options from PIP_<NAME> (an alias too: --pypi-url is --index-url).
 ROOTS_OWN = {"PIP_INDEX_URL": "http://roots-own/simple", "PIP_EXTRA_INDEX_URL": "http://roots-own/extra",
-             "PIP_FIND_LINKS": "http://roots-own/links", "PIP_TRUSTED_HOST": "roots-own", "PIP_NO_INDEX": "1"}
+             "PIP_FIND_LINKS": "http://roots-own/links", "PIP_TRUSTED_HOST": "roots-own", "PIP_NO_INDEX": "1",
+             "PIP_PYPI_URL": "http://roots-own/pypi", "PIP_REQUIREMENT": "/roots-own/requirements.txt",
+             "PIP_CONSTRAINT": "/roots-own/constraints.txt", "PIP_EDITABLE": "git+https://roots-own/x"}
 
 
 @pytest.mark.parametrize("name", sorted(ROOTS_OWN))
