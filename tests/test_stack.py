@@ -212,8 +212,8 @@ def test_a_wheel_from_an_index_keeps_its_credentials_on_their_host(tmp_path):
             ("127.0.0.1", True), ("127.0.0.1", True), ("127.0.0.2", False)]
         missing = wheelfiles.fact({"stack": STACKS_DIR + "/" + "f" * 16, "dist": "sglang", "version": "0.5.99",
                                    "files": [], "indexes": [url]})
-        assert missing["error"] == f"http://127.0.0.1:{index.server_address[1]}/simple: no sglang 0.5.99 there " \
-                                   f"(it has 0.5.24)", missing  # the index named, its credentials not
+        assert missing["error"] == f"http://127.0.0.1:{index.server_address[1]}: no sglang 0.5.99 there " \
+                                   f"(it has 0.5.24)", missing  # the index named, its credentials and path not
     finally:
         for server in (index, other):
             server.shutdown()

@@ -158,11 +158,12 @@ def test_each_failure_names_its_source_and_why_and_only_a_404_moves_on(tmp_path)
             wheelfiles.read("sglang", "0.5.22", [DEEPSEEK], list(indexes))
         return str(e.value)
     try:
-        assert said(refused, has) == f"http://127.0.0.1:{dead.getsockname()[1]}/simple: unreachable " \
+        assert said(refused, has) == f"http://127.0.0.1:{dead.getsockname()[1]}: unreachable " \
                                      f"(Connection refused)"  # its credentials not said; the next not asked
-        assert said(private, has) == f"{private}: 401 Unauthorized (its credentials?)"
-        assert said(missing, has, private) == f"{missing}: 404 Not Found (no such project there); " \
-                                              f"{has}: no sglang 0.5.22 there (it has 0.5.21)"
+        host, other = f"http://127.0.0.1:{port}", has[:-len("/simple")]  # an index said by scheme and host alone
+        assert said(private, has) == f"{host}: 401 Unauthorized (its credentials?)"
+        assert said(missing, has, private) == f"{host}: 404 Not Found (no such project there); " \
+                                              f"{other}: no sglang 0.5.22 there (it has 0.5.21)"
         assert asked == ["/private/sglang/", "/simple/sglang/"]  # the index after the one with the project: never
     finally:
         server.shutdown()

@@ -1,13 +1,13 @@
-"""The inventory's small type language (Enum, Pattern, MapOf, Req, OneOf) and its checker, which
-names file and key path on the first mismatch.  The vocabulary written in it is schema.py's and
-the roles'."""
+"""The inventory's small type language (Enum, Pattern, Checked, MapOf, Req, OneOf) and its
+checker, which names file and key path on the first mismatch.  The vocabulary written in it is
+schema.py's and the roles'."""
 
 from __future__ import annotations
 
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import UsageError
 
@@ -21,6 +21,14 @@ class Enum:
 class Pattern:
     """A string matching `regex`; `rule` says what is allowed."""
     regex: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A string `test` accepts; `rule` says what is allowed.  A refused value is not shown: it may
+    hold a password (an index URL's)."""
+    test: Callable[[str], bool]
     rule: str
 
 
@@ -74,6 +82,9 @@ def check(value: Any, schema: Any, file: str, where: str) -> None:
     elif isinstance(schema, Pattern):
         if not isinstance(value, str) or not re.fullmatch(schema.regex, value):
             fail(f"{schema.rule}, not {value!r}")
+    elif isinstance(schema, Checked):
+        if not isinstance(value, str) or not schema.test(value):
+            fail(f"{schema.rule} (not shown: it may hold a password)")
     elif isinstance(schema, MapOf):
         if not isinstance(value, dict):
             fail(f"must be a mapping, not {_kind(value)}")

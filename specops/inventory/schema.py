@@ -3,8 +3,9 @@ reach a host, its services, the keys shared by the roles that install.  The role
 (each role's VARS); roles.VOCABULARY is the whole."""
 from __future__ import annotations
 
+from ..agent.converge import indexurl
 from ..errors import UsageError
-from .checker import ANY, NUMBER, Enum, MapOf, Pattern, Req
+from .checker import ANY, NUMBER, Checked, Enum, MapOf, Pattern, Req
 
 SPECULATIVE = {
     "algorithm": Req(Enum(("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"))),
@@ -130,14 +131,19 @@ ENGINE_VARS = {
     "services": [SERVICE],
 }
 
+# An index URL, refused at load by the rule the agent reads it by: a password torn out of its
+# place would be said as the host (specops/agent/converge/indexurl.py).
+INDEX_URL = Checked(indexurl.parses, "an index URL is http(s)://[USER[:PASSWORD]@]HOST[:PORT][/PATH] (a password's "
+                                     "/ ? # and spaces written %2F %3F %23 %20), and this one is not")
+
 # Where a host's packages come from (specops/sglang/indexes.py): read by every role that installs.
-INDEX_VARS = {"package_index": str, "extra_index": str, "wheelhouse": str}
+INDEX_VARS = {"package_index": INDEX_URL, "extra_index": INDEX_URL, "wheelhouse": str}
 
 # The SGLang stack (specops/sglang/stack.py), or the venv a user manages (`venv:`).
 STACK_VARS = {
     "venv": str,
     "python": str,
-    "torch": {"version": str, "cuda": str, "index_url": str},
+    "torch": {"version": str, "cuda": str, "index_url": INDEX_URL},
     "fla": {"version": str},
     "sglang": {"version": str},
     # other pins of the stack: a PEP 508 name (extras allowed) and an exact version, nothing an

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..remote import become
 from .. import kinds
+from ..sglang import indexes
 from ..ops import Change
 
 ROLLED_BACK = "rolled back"  # the note after which a host runs another release than the one it verified
@@ -17,12 +18,12 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f-\x9f]") 
 
 
 class Redactor:
-    """Replaces every secret value of the selected hosts' services (and the become password)
-    wherever text leaves specops, as it is and in every escaped form it can take on the way (JSON,
-    a unit's or an env file's quoting)."""
+    """Replaces every secret value of the selected hosts' services, their index URLs' passwords
+    (and the become password) wherever text leaves specops, as it is and in every escaped form it
+    can take on the way (JSON, a unit's or an env file's quoting)."""
 
     def __init__(self, hosts: list):
-        values = [*kinds.secrets(hosts), become.password() or ""]
+        values = [*kinds.secrets(hosts), *(s for h in hosts for s in indexes.secrets(h)), become.password() or ""]
         secrets = {form for s in values if len(s) >= 4 for form in _forms(s)}
         self.secrets = sorted(secrets, key=len, reverse=True)
 

@@ -1,11 +1,13 @@
 """Where a host's Python packages come from, as pip and uv are told: its wheelhouse alone
 (air-gapped, pushed to REMOTE_WHEELHOUSE), or a first index (the torch variant's) and its
 `package_index` (PyPI when none) and `extra_index`.  The agent hands these to the installers in
-their environment, never on a command line (specops/agent/converge/installs.py)."""
+their environment, never on a command line (specops/agent/converge/installs.py); the redactor
+hides their credentials (`secrets`)."""
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from ..agent.converge import indexurl
 from .stack import PYPI
 
 REMOTE_WHEELHOUSE = "/var/cache/specops/wheelhouse"
@@ -37,3 +39,10 @@ def pip_sources(host, first_index=None):
     for name in sorted(trusted):
         out += ["--trusted-host", name]
     return out
+
+
+def secrets(host) -> list[str]:
+    """What of the host's index URLs must never be printed: each one's password, or its user when
+    that is a token given alone (the redactor's, specops/output/report.py)."""
+    urls = (host.get("package_index"), host.get("extra_index"), (host.get("torch") or {}).get("index_url"))
+    return [s for url in urls if url for s in indexurl.secrets(url)]

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import HTTPHandler, HTTPRedirectHandler, HTTPSHandler, Request, build_opener
 
 TIMEOUT = 60  # seconds, when the caller gives none
-_USERINFO = re.compile(r"//[^/\s]*@")  # to the last @ of the authority: a password may hold one
+_USERINFO = re.compile(r"//\S*@")  # to the last @ before a space: a password may hold @ / ? #
 
 
 class SourceError(Exception):
@@ -22,7 +22,8 @@ class SourceError(Exception):
 
 
 def scrub(text):
-    """Text with every URL's user:password@ taken out."""
+    """Text with every URL's user:password@ taken out (a URL torn by a password's space is
+    refused before it is read: indexurl.py)."""
     return _USERINFO.sub("//", text)
 
 

@@ -24,6 +24,7 @@ from urllib.error import HTTPError
 from urllib.parse import unquote, urljoin
 
 from specops.agent.converge import wheelzip
+from specops.agent.converge.indexurl import origin
 from specops.agent.converge.httpget import (
     Client,
     SourceError,
@@ -125,18 +126,22 @@ def read(dist, version, files, indexes=(), wheelhouse=None, timeout=TIMEOUT, sta
     """{path: bytes or None (not in the wheel)} of dist==version: from the wheelhouse when one is
     given (and no index then), else from the first index that has the project (uv's choice: an
     index without it, 404, sends the read on to the next).  SourceError names every source tried
-    and why it failed, in one line."""
+    (an index by its scheme and host alone) and why it failed, in one line."""
     if wheelhouse:
         return from_wheelhouse(dist, version, files, wheelhouse)
     if not indexes:
         raise SourceError("no wheelhouse and no package index to read %s %s from" % (dist, version))
     watch, failed = Watch(timeout), []
     try:
-        for index in indexes:
+        for i, index in enumerate(indexes):
+            if origin(index) is None:  # nothing of it said: what would pass for its host is a password's start
+                failed.append("index %d of %d: its URL does not parse (a password's / ? # and spaces are written "
+                              "%%2F %%3F %%23 %%20)" % (i + 1, len(indexes)))
+                break
             try:
                 return from_index(dist, version, files, index, watch, stats)
             except FAILURES + (SourceError,) as e:
-                failed.append("%s: %s" % (scrub(index), scrub(why(e, watch))))
+                failed.append("%s: %s" % (origin(index), scrub(why(e, watch))))
                 if not (isinstance(e, HTTPError) and e.code == 404):
                     break  # only an index without the project sends uv on to the next
     finally:
