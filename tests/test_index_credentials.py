@@ -72,7 +72,8 @@ def test_scrub_takes_a_password_out_whole_whatever_it_holds_but_a_space(text, wa
 ROOTS_OWN = {"PIP_INDEX_URL": "http://roots-own/simple", "PIP_EXTRA_INDEX_URL": "http://roots-own/extra",
              "PIP_FIND_LINKS": "http://roots-own/links", "PIP_TRUSTED_HOST": "roots-own", "PIP_NO_INDEX": "1",
              "PIP_PYPI_URL": "http://roots-own/pypi", "PIP_REQUIREMENT": "/roots-own/requirements.txt",
-             "PIP_CONSTRAINT": "/roots-own/constraints.txt", "PIP_EDITABLE": "git+https://roots-own/x"}
+             "PIP_CONSTRAINT": "/roots-own/constraints.txt", "PIP_EDITABLE": "git+https://roots-own/x",
+             "PIP_TARGET": "/roots-own/target", "PIP_PREFIX": "/roots-own", "PIP_ROOT": "/roots-own", "PIP_USER": "1"}
 
 
 @pytest.mark.parametrize("name", sorted(ROOTS_OWN))
@@ -95,7 +96,8 @@ def test_roots_own_pip_source_variables_never_reach_pip(name, monkeypatch):
 PIP_SEES = ("from pip._internal.commands import create_command; import json; o, _ = create_command('install')"
             ".parse_args(['x']); print(json.dumps(dict(index=o.index_url, extra=o.extra_index_urls, "
             "links=o.find_links, trusted=o.trusted_hosts, requirements=o.requirements, constraints=o.constraints, "
-            "editables=o.editables, no_index=o.no_index)))")
+            "editables=o.editables, target=o.target_dir, prefix=o.prefix_path, root=o.root_path, no_index=o.no_index, "
+            "user=o.use_user_site)))")
 
 
 def test_the_real_pip_reads_roots_variables_and_its_config_but_pip_env_passes_it_the_config(tmp_path, monkeypatch):
@@ -116,9 +118,10 @@ def test_the_real_pip_reads_roots_variables_and_its_config_but_pip_env_passes_it
         assert res.returncode == 0, res.stderr
         return json.loads(res.stdout)
     roots = seen(dict(os.environ))
-    assert all("roots-own" in json.dumps(roots[k]) for k in roots if k != "no_index") and roots["no_index"], roots
+    flags = ("no_index", "user")
+    assert all("roots-own" in json.dumps(roots[k]) for k in roots if k not in flags) and all(map(roots.get, flags))
     got = seen(installs.pip_env(["--index-url", "https://ix.example/simple"]))
-    assert "roots-own" not in json.dumps(got) and not got["no_index"], got
+    assert "roots-own" not in json.dumps(got) and not any(map(got.get, flags)), got
     assert got["index"] == "https://ix.example/simple" and got["extra"] == ["http://from-conf/simple"], got
 
 

@@ -7,7 +7,7 @@ An index URL may carry a password, and a command line is readable by every user 
 (/proc/PID/cmdline): index options reach pip and uv only in their environment, never on their
 command line (one limit: pip's build isolation, for a package that comes only as source, starts
 a child pip with the indexes on its command line), and what root's own environment says of
-indexes, requirements and constraints never reaches them (nor, for uv, of caches and Pythons).
+indexes, requirements, constraints and install targets never reaches them (nor, for uv, of caches and Pythons).
 Requirements follow `--`, so none is read as an option.  What they write is written with umask
 022: root's alone to change."""
 
@@ -23,10 +23,12 @@ from specops.layout import TOOLS_DIR
 # pip's and uv's index options, as the environment variables each reads them from.
 PIP_ENV = {"--index-url": "PIP_INDEX_URL", "--extra-index-url": "PIP_EXTRA_INDEX_URL",
            "--trusted-host": "PIP_TRUSTED_HOST", "--find-links": "PIP_FIND_LINKS", "--no-index": "PIP_NO_INDEX"}
-# Root's own pip variables that say where packages come from or which are installed, none of which
-# reaches pip: its index options, --index-url's alias --pypi-url, and requirements, constraints and
-# editables (pip reads every long option from PIP_<NAME>, these too).
-PIP_SOURCES = {*PIP_ENV.values(), "PIP_PYPI_URL", "PIP_REQUIREMENT", "PIP_CONSTRAINT", "PIP_EDITABLE"}
+# Of root's own pip variables, only these reach pip: how it connects (a proxy, a CA for a private
+# index, timeouts) and its config and cache.  pip reads every long option from PIP_<NAME>: the
+# others say where packages come from (its index options, --index-url's alias --pypi-url), which
+# are installed (requirements, constraints, editables) or where they go (--target, --prefix, --user).
+PIP_KEPT = {"PIP_PROXY", "PIP_CERT", "PIP_CLIENT_CERT", "PIP_TIMEOUT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES",
+            "PIP_CONFIG_FILE", "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"}
 UV_ENV = {"--index": "UV_INDEX", "--default-index": "UV_DEFAULT_INDEX", "--find-links": "UV_FIND_LINKS",
           "--no-index": "UV_NO_INDEX"}
 PIP = ["-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off"]
@@ -57,9 +59,10 @@ def clean_env(extra):
 
 
 def pip_env(sources):
-    """pip's environment: its indexes as specops says, root's own PIP_SOURCES dropped; its config
-    (a proxy, a CA for a private index) and the rest of the environment kept."""
-    env = {k: v for k, v in os.environ.items() if k not in PIP_SOURCES and k != "VIRTUAL_ENV"}
+    """pip's environment: its indexes as specops says, of root's own pip variables only PIP_KEPT;
+    its config (a proxy, a CA for a private index) and the rest of the environment kept."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("PIP_") and k not in PIP_KEPT) and k != "VIRTUAL_ENV"}
     env.update(as_env(sources, PIP_ENV))
     return env
 
