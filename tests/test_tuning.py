@@ -163,6 +163,7 @@ def test_the_objective_and_the_grid_are_said_in_numbers_that_agree():
     tuning_flow.say_space(types.SimpleNamespace(say=lines.append), space)
     assert lines[0] == said and sum(int(re.match(r"  pruned (\d+) ", l).group(1)) for l in lines[1:]) == again + refused
     assert any(p.kept for p in space.pruned), "no setting SGLang adjusts is measured: the case is not tried"
+    assert len(search_record([(Settings(3, 1, 4), "short", 200, 3.0)])["pruned"]) == again + refused  # the page's count
     assert space.grid_words() == "65 restarts (64 combinations + the baseline)"
     assert space.grid_words(2) == "129 restarts (64 combinations × 2 drafts + the baseline)"
     rec = search_record([(Settings(3, 1, 4), "short", 200, 3.0)])
