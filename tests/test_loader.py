@@ -1,8 +1,10 @@
 """The loader a host runs first (remote/shipping.py): which bytecode it keeps and runs as root,
 and what it refuses.  The real loader, with python3 -I -S, its cache under tmp_path.  No fleet."""
+import hashlib
 import io
 import marshal
 import os
+import sys
 import zipfile
 import zlib
 from importlib.util import MAGIC_NUMBER
@@ -73,8 +75,6 @@ def test_bytecode_another_controller_left_is_never_run(tmp_path):
     """A compiled zip under this source's name and a true hash of itself, but not the one this
     controller names: not run (it serves this controller's own bytecode instead), and kept for
     the controller it belongs to."""
-    import hashlib
-    import sys
     (sha, *_), _ = header(shipping.payload(REQUEST))
     home = tmp_path / "agent"
     home.mkdir(mode=0o700)
@@ -111,3 +111,63 @@ def test_an_agent_cache_others_may_write_is_refused(tmp_path):
         res = run_loader(home, shipping.payload(REQUEST))
         assert res.returncode != 0 and b"must be a directory only its owner" in res.stderr, mode
         assert not list(home.iterdir())
+
+
+def test_the_header_names_the_compiled_zip_sent_whatever_the_memo_kept(tmp_path, monkeypatch):
+    """marshal's bytes depend on what a process imported: two controllers racing on one memo may
+    keep one's zip beside the other's hash (the review of issue 49 saw it 6 times in 10), and every
+    new host said "the upload is corrupt".  The hash sent is the hash of the bytes sent."""
+    from specops import memo
+    monkeypatch.setenv("SPECOPS_MEMO", str(tmp_path / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    for f in (shipping.artifact, shipping.compiled, shipping.compiled_sha):
+        f.cache_clear()
+    first = shipping.preamble()
+    (_, _, _, _, sha_before), _ = header(first)
+    other = zlib.compress(_evil_zip(), 6)  # another process's compiled zip, kept under the same key
+    memo.put("agent", memo.key(shipping._RECIPE, "compiled", MAGIC_NUMBER.hex(), shipping.artifact()[1]), other)
+    for f in (shipping.compiled, shipping.compiled_sha):
+        f.cache_clear()
+    try:
+        (sha, size, _, made, made_sha), rest = header(shipping.preamble())
+        sent = rest[int(size):int(size) + int(made)]
+        assert sent == other and made_sha.decode() == hashlib.sha256(zlib.decompress(sent)).hexdigest() != \
+            sha_before.decode()
+    finally:
+        for f in (shipping.artifact, shipping.compiled, shipping.compiled_sha):
+            f.cache_clear()
+
+
+def _other_magic(stdin: bytes) -> bytes:
+    """The same upload from a controller whose python has another MAGIC_NUMBER."""
+    (sha, size, ours, made, made_sha), rest = header(stdin)
+    return b" ".join([sha, size, b"00" * (len(ours) // 2), made, made_sha]) + b"\n" + rest
+
+
+def _name(sha: bytes, digest: str) -> str:
+    return "%s.%s.%s.pyz" % (sha.decode(), sys.implementation.cache_tag, digest)
+
+
+def test_on_a_host_of_other_magic_only_its_own_checked_bytecode_runs_and_is_reused(tmp_path):
+    """Another controller's compiled zip (not the host's own, `host.`) is never run there; one of
+    the host's own whose content is not its name is removed, never run; a link is never followed;
+    what the host compiled is reused by the next run, not compiled again."""
+    stdin = _other_magic(shipping.payload(REQUEST))
+    (sha, *_), _ = header(stdin)
+    home = tmp_path / "agent"
+    home.mkdir(mode=0o700)
+    evil = _evil_zip()
+    digest = hashlib.sha256(evil).hexdigest()
+    theirs, forged, linked = home / _name(sha, digest), home / _name(sha, "host." + "0" * 64), \
+        home / _name(sha, "host." + digest)
+    theirs.write_bytes(evil)
+    forged.write_bytes(evil)
+    (tmp_path / "evil.pyz").write_bytes(evil)
+    linked.symlink_to(tmp_path / "evil.pyz")
+    res = run_loader(home, stdin)
+    assert frames(res.stdout) == ANSWER, (res.stdout, res.stderr)
+    assert theirs.exists() and not os.path.lexists(forged)
+    (own,) = [p for p in home.iterdir() if ".host." in p.name and p != linked and os.path.exists(p)]
+    inode = own.stat().st_ino
+    res = run_loader(home, stdin)
+    assert frames(res.stdout) == ANSWER and own.stat().st_ino == inode  # reused: not compiled again
