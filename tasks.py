@@ -9,6 +9,7 @@ from roles import BOOTSTRAP, DEPLOY, VOCABULARY
 from sandbox.collection import collection as sandbox_tasks
 from specops import cli
 from specops import inventory as inventory_mod
+from specops import owndir
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import SpecopsError, UsageError
 from specops.lazy import lazy
@@ -202,7 +203,7 @@ def report(c, sel, out="report.html"):
     gates, and what verify checks."""
     hosts = select(sel)
     reports = play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, read_only=True)
-    Path(out).write_text(report_mod.page(hosts, reports))
+    owndir.write_whole(Path(out), report_mod.page(hosts, reports).encode(), 0o644)  # never through a planted link
     print(f"wrote {out}")
 
 

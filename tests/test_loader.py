@@ -1,5 +1,6 @@
 """The loader a host runs first (remote/shipping.py): which bytecode it keeps and runs as root,
-and what it refuses.  The real loader, with python3 -I -S, its cache under tmp_path.  No fleet."""
+and what it refuses; which hosts are sent the controller's compiled zip (remote/session.py).
+The real loader, with python3 -I -S, its cache under tmp_path.  No fleet."""
 import hashlib
 import io
 import marshal
@@ -171,3 +172,51 @@ def test_on_a_host_of_other_magic_only_its_own_checked_bytecode_runs_and_is_reus
     inode = own.stat().st_ino
     res = run_loader(home, stdin)
     assert frames(res.stdout) == ANSWER and own.stat().st_ino == inode  # reused: not compiled again
+
+
+def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(tmp_path, monkeypatch):
+    """The `served` memo: the compiled zip is sent at a first contact only (a host keeps it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for name in ("SPECOPS_MEMO", "SPECOPS_NO_MEMO"):
+        monkeypatch.delenv(name, raising=False)
+    from specops.remote import become, session
+
+    class Chan:
+        def __init__(self):
+            self.sent, self.out = b"", b""
+
+        def sendall(self, data):
+            self.sent += data
+            self.out += b"2\n{}"  # the agent answers each request with {}
+
+        def recv_ready(self):
+            return bool(self.out)
+
+        def recv(self, n):
+            out, self.out = self.out, b""
+            return out
+
+        def recv_stderr_ready(self):
+            return False
+
+        def exit_status_ready(self):
+            return False
+
+    class Transport:
+        def __init__(self, key):
+            self.key = key
+
+        def get_remote_server_key(self):
+            return type("Key", (), {"asbytes": lambda _: self.key})()
+
+    def sent_compiled(key):
+        chan = Chan()
+        monkeypatch.setattr(become, "start", lambda *a, **k: (chan, b""))
+        monkeypatch.setattr(session.select, "select", lambda *a: None)
+        s = session.AgentSession("h", Transport(key))
+        s.call(b"{}")
+        head = chan.sent.split(b"\n", 1)[0].split()
+        return int(head[3]) > 0
+    assert sent_compiled(b"host-key-1")  # first contact
+    assert not sent_compiled(b"host-key-1")  # it keeps what it compiled, or compiles its own
+    assert sent_compiled(b"host-key-2")  # another host (or this one reinstalled: a new key)

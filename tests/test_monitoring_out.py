@@ -156,3 +156,15 @@ def test_a_link_planted_at_a_missing_name_after_the_check_is_never_followed(tmp_
         monkeypatch.setattr(owndir, "untrusted", then_make)
         assert owndir.make(theirs / "prom", 0o755) == f"{theirs} is another user's (uid 65534)"
         assert list(theirs.iterdir()) == []
+
+
+def test_files_and_directories_are_not_writable_by_others_whatever_the_umask(tmp_path):
+    """0644 files and 0755 directories asked of the kernel, so a umask of 0 gives the same."""
+    inv = inventory.load(EXAMPLE, VOCABULARY)
+    old = os.umask(0)
+    try:
+        prometheus.write(inv, tmp_path / "prom", "15s")
+    finally:
+        os.umask(old)
+    modes = {p: p.stat().st_mode & 0o777 for p in (tmp_path / "prom").rglob("*")}
+    assert modes and all(m == (0o755 if p.is_dir() else 0o644) for p, m in modes.items()), modes

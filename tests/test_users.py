@@ -16,7 +16,8 @@ TOOLS = {
     "id": 'line=$(grep "^${2:-$1}:" "$DB") || { echo "no such user" >&2; exit 1; }\n'
           'case "$1" in -u) echo "$line" | cut -d: -f3 ;; -nG) echo "$line" | cut -d: -f8 | tr , " " ;; esac',
     "useradd": 'for u; do :; done; c=""; while [ $# -gt 1 ]; do [ "$1" = --comment ] && c=$2; shift; done\n'
-               'echo "$1:x:990:990:$c:/nonexistent:/usr/sbin/nologin:$1" >> "$DB"; echo "$1:!:20000::::::" >> "$DB.shadow"',
+               'echo "$1:x:990:990:$c:/nonexistent:/usr/sbin/nologin:$1" >> "$DB"\n'
+               'echo "$1:!:20000::::::" >> "$DB.shadow"',
     "usermod": 'g=$3; u=$4; sed -i "s/^\\($u:.*\\)$/\\1,$g/" "$DB"',
 }
 

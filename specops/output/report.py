@@ -5,9 +5,11 @@ import json
 import re
 import sys
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import owndir
 from ..remote import become
 from .. import kinds
 from ..sglang import indexes
@@ -204,6 +206,7 @@ def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None
                                   "elapsed": round(r.elapsed, 3), "notes": r.notes,
                                   "changes": r.changes, **r.extra,
                                   **({"interrupted": r.at_cut} if r.at_cut else {})} for r in reports}}
-        with open(json_path, "w") as f:
-            f.write(json.dumps(out.redact.data(doc), indent=2, default=str) + "\n")
+        # whole or not at all, and never through a link someone put at the name (owndir.py)
+        owndir.write_whole(Path(json_path), (json.dumps(out.redact.data(doc), indent=2, default=str) + "\n").encode(),
+                           0o644)
     return 1 if any(r.error for r in reports) else 0
