@@ -89,3 +89,14 @@ def test_a_check_run_is_read_only_whatever_the_task_says(monkeypatch, capsys):
         cli.play(lambda run: None, [], sel, vocabulary={}, stream=sys.stdout, exit_on_failure=False,
                  read_only=read_only)
         assert said in capsys.readouterr().out
+
+
+def test_the_json_report_replaces_a_link_at_its_path_never_writes_through_it(tmp_path):
+    """--json into a shared directory: a link someone put at that name is replaced by the report,
+    its target left as it was (written whole, then renamed: owndir.write_whole)."""
+    target, path = tmp_path / "someone-elses", tmp_path / "r.json"
+    target.write_text("theirs")
+    path.symlink_to(target)
+    out = Reporter(Redactor([]), show_diff=False, stream=io.StringIO())
+    recap([_report(1, 1)], out, str(path))
+    assert target.read_text() == "theirs" and not path.is_symlink() and json.loads(path.read_text())["hosts"]["a"]
