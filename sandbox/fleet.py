@@ -89,9 +89,14 @@ class Host:
         return (self.dir / "upper/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[1]
 
     def pid(self) -> int | None:
+        """The pid of this host's systemd-nspawn, or None: a pid file whose process is gone (a
+        killed run's) or runs something else (a pid taken since a reboot) names no process of
+        ours, and nothing may signal it (boot.stop, sweep)."""
         try:
             pid = int((self.dir / "nspawn.pid").read_text())
         except (OSError, ValueError):
+            return None
+        if str(self.merged) not in _argv(pid):  # nspawn's -D, or the shell that execs it
             return None
         try:
             os.waitpid(pid, os.WNOHANG)  # reap it if we started it and it has exited
@@ -223,8 +228,7 @@ def running(site: Site) -> list[str]:
     found = []
     for d in sorted(hosts_dir.iterdir()) if hosts_dir.is_dir() else []:
         h = Host(d.name, 0, site)
-        pid = h.pid()
-        if pid is not None and str(h.merged) in _argv(pid):  # nspawn's -D, or the shell that execs it
+        if h.pid() is not None:
             found.append(h.name)
     return found
 

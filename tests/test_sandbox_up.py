@@ -8,6 +8,7 @@ import pytest
 
 from sandbox import fleet, tasks
 
+
 @pytest.fixture
 def site(tmp_path):
     return fleet.Site("sow", "192.168.249", tmp_path / "site")  # never booted nor swept: its state directory only
@@ -36,6 +37,18 @@ def test_no_host_dead_host_or_pid_taken_since_is_nothing_running(site, started):
     started.append(other)
     host_dir(site, "sandbox2", other.pid)  # a pid taken since (after a reboot): not this host's nspawn
     assert fleet.running(site) == [] and tasks.replacing(site) is None
+
+
+def test_stop_never_signals_a_process_a_stale_pid_file_names(site, started):
+    """A pid taken since (after a reboot) by another process: the host's stop, and so the sweep,
+    leave it running (never kill a process that cannot be attributed)."""
+    from sandbox import boot
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started.append(other)
+    h = host_dir(site, "sandbox", other.pid)
+    assert h.pid() is None
+    boot.stop(h, grace=0.5)
+    assert other.poll() is None
 
 
 def test_a_running_host_is_named_with_what_goes(site, started):
