@@ -206,6 +206,29 @@ def service_address_down(site: Site) -> None:
         sh("ip", "addr", "del", f"{service_address(site)}/32", "dev", "lo", check=False)
 
 
+def _argv(pid: str | int) -> list[str]:
+    """A process's command line, [] once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return []
+    return text.rstrip("\0").split("\0") if text else []
+
+
+def running(site: Site) -> list[str]:
+    """The names of the site's hosts whose systemd-nspawn runs: what `up`, which sweeps the site
+    first, would throw away.  A pid file whose process is gone (a killed run's) or runs something
+    else (a pid taken since a reboot) is no running host: nothing of it serves, or can without an `up`."""
+    hosts_dir = site.state / "hosts"
+    found = []
+    for d in sorted(hosts_dir.iterdir()) if hosts_dir.is_dir() else []:
+        h = Host(d.name, 0, site)
+        pid = h.pid()
+        if pid is not None and str(h.merged) in _argv(pid):  # nspawn's -D, or the shell that execs it
+            found.append(h.name)
+    return found
+
+
 def sweep(site: Site = DEFAULT_SITE) -> None:
     """Remove every sandbox host of the site, running or left behind by a killed run."""
     hosts_dir = site.state / "hosts"
@@ -216,10 +239,7 @@ def sweep(site: Site = DEFAULT_SITE) -> None:
     # What a killed run may have left without a record: find it on the machine itself.
     marker = f"{hosts_dir}/"
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+        cmd = " ".join(_argv(pid))
         if cmd.startswith("systemd-nspawn") and marker in cmd:
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
             for target in children + [pid]:

@@ -30,7 +30,11 @@ def up(hosts: int = 1, flavour: str = "root") -> None:
     site = fleet.DEFAULT_SITE
     _no_legacy_inventory()
     try:
-        f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site, flavour=flavour).up()
+        f = fleet.Fleet(names, layers=[provision.layer("gpubox")], site=site, flavour=flavour)
+        said = replacing(site)
+        if said:  # a deploy made on it (the README's first command's) would otherwise vanish unsaid
+            base.log(said)
+        f.up()
         url = _index_up(site)
         node_exporter = aptrepo.controller_deb("prometheus-node-exporter")
         for h in f.hosts:  # a mirror of the sandbox's own: what `monitoring: true` installs from
@@ -50,6 +54,20 @@ def up(hosts: int = 1, flavour: str = "root") -> None:
     if flavour == "ubuntu-sudo-pass":
         print(f"  sudo asks for ubuntu's password: add --ask-become-pass and type the one in "
               f"{site.state / 'become_pass'}")
+
+
+def replacing(site: fleet.Site) -> str | None:
+    """What `up` says before its sweep when hosts of the site run: that it replaces them, and what
+    goes with them; None when none runs.  It replaces rather than keeps them: the tutorial's first
+    step wants a fresh host (its `--check` shows what a first deploy changes), whatever ran before.
+    The site's hosts.yml is written anew too: an edit to it (the tutorial's upgrade) goes."""
+    names = fleet.running(site)
+    if not names:
+        return None
+    hosts, its = ("running host", "its") if len(names) == 1 else (f"{len(names)} running hosts", "their")
+    inventory = site.inventory_dir / "hosts.yml"
+    also = f", and {inventory} is written anew" if inventory.exists() else ""
+    return f"replacing the {hosts} {', '.join(names)}: {its} deploys, services and files go{also}"
 
 
 def _index_up(site: fleet.Site) -> str:

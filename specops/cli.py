@@ -198,11 +198,13 @@ def select(sel: Selection, vocabulary: dict, services: list[str] | None = None) 
 def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, vocabulary: dict, task: str = "run",
          services: list[str] | None = None, run_checks: bool = True, stream=None, quiet: bool | None = None,
          exit_on_failure: bool = True, refuse: Callable[[list[inv.Host]], None] | None = None,
-         show: Callable[[list[HostReport]], None] | None = None) -> list[HostReport]:
+         show: Callable[[list[HostReport]], None] | None = None, read_only: bool = False) -> list[HostReport]:
     """Select hosts (in `vocabulary`), run `body` on each, print the recap, exit non-zero on any failure.
     Each report's `result` is what `body` returned for that host.  `refuse(hosts)` raises
     UsageError for what the task must not do to them, before any connection.  `show(reports)`
-    prints what the task found (a table) before the recap, so the recap comes last, as deploy's."""
+    prints what the task found (a table) before the recap, so the recap comes last, as deploy's.
+    `read_only` (and --check): the task changes no host, and its recap says what it looked at."""
+    read_only = read_only or sel.check
     try:
         hosts = select(sel, vocabulary, services)
         if not hosts:
@@ -224,12 +226,12 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, vocabul
     except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
         if isinstance(e, Interrupted):  # the hosts' state as far as known, --json too
-            recap(e.reports, out, sel.json, cut=True)
+            recap(e.reports, out, sel.json, cut=True, read_only=read_only)
         raise Exit(code=130)
     if show:
         show(reports)
         sys.stdout.flush()  # the table (stdout) before the recap (stderr) on one terminal
-    code = recap(reports, out, sel.json)
+    code = recap(reports, out, sel.json, read_only=read_only)
     if code and exit_on_failure:
         raise Exit(code=code)
     return reports

@@ -31,29 +31,53 @@ def untrusted(path: str | Path, sticky: bool = True) -> str | None:
             st = os.lstat(at)
         except OSError as e:
             return f"{at}: {e.strerror}"
-        if stat.S_ISLNK(st.st_mode):
-            return f"{at} is a link"
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{at} is not a directory"
-        if st.st_uid not in (0, os.geteuid()):
-            return f"{at} is another user's (uid {st.st_uid})"
-        if st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and (sticky or i < len(parts))):
-            return f"{at} is writable by others than its owner (mode {stat.S_IMODE(st.st_mode):04o})"
+        why = _why(at, st, sticky or i < len(parts))
+        if why:
+            return why
+    return None
+
+
+def _why(at: str, st: os.stat_result, sticky: bool) -> str | None:
+    """Why the directory `at` (its lstat or fstat) is not one only the user and root can change."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"{at} is a link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{at} is not a directory"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{at} is another user's (uid {st.st_uid})"
+    if st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and sticky):
+        return f"{at} is writable by others than its owner (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
 def make(path: Path, mode: int) -> str | None:
     """Make the directory `path` (and those missing above it) if it is missing, only below one
-    `untrusted` passes (nothing made where someone else could have put a link); then why `path`
-    itself is not one the user and root alone can change (sticky=False), or None.  OSError: mkdir's."""
+    `untrusted` passes, one component at a time from a descriptor of the one above (O_NOFOLLOW: a
+    link someone puts at a missing name between the check and the mkdir is never followed, and
+    a directory someone else made there first is refused); then why `path` itself is not one the
+    user and root alone can change (sticky=False), or None.  OSError: mkdir's or open's."""
     if not os.path.lexists(path):
-        above = path.parent
+        above, missing = path.parent, [path.name]
         while not os.path.lexists(above):
-            above = above.parent
+            above, missing = above.parent, [above.name, *missing]
         why = untrusted(above)
         if why:
             return why
-        path.mkdir(mode=mode, parents=True, exist_ok=True)
+        fd = os.open(above, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for i, name in enumerate(missing):
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made since we looked: whose it is, the fstat below says
+                nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+                why = _why(os.path.join(above, *missing[:i + 1]), os.fstat(fd), i < len(missing) - 1)
+                if why:
+                    return why
+        finally:
+            os.close(fd)
     return untrusted(path, sticky=False)
 
 

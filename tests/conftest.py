@@ -165,6 +165,18 @@ def agent_dirs(tmp_path, monkeypatch):
     return releases, stacks, rel, st
 
 
+@pytest.fixture
+def started():
+    """Processes a test starts, killed after it whatever happened (test_sandbox_index.py,
+    test_sandbox_up.py)."""
+    procs = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+
+
 # ---- docs/RELIABILITY.md, from the outcomes of the marked tests (tests/support/reliability.py) ----
 
 _outcomes: dict = {}

@@ -85,8 +85,9 @@ def test_a_router_takes_no_admin_key(tmp_path):
 def test_a_service_on_node_exporters_port_of_a_monitored_host_is_refused_naming_both(tmp_path):
     h = host(tmp_path, [{**SVC, "port": 9100}], monitoring=True)
     for refusing in (lambda: sglang_service.check(h, h["services"]), lambda: monitoring.ops(h)):
-        with pytest.raises(UsageError, match=r"h1: port 9100 is taken twice: by sglang 'sglang' and by node_exporter "
-                                             r"\(monitoring\)"):
+        with pytest.raises(UsageError, match=r"h1: port 9100 is taken twice: by sglang 'sglang' \(\S+/hosts.yml: "
+                                             r"all.hosts.h1.services\[0\]\) and by node_exporter \(\S+/hosts.yml: "
+                                             r"all.hosts.h1.monitoring\)$"):
             refusing()
     h = host(tmp_path, [{**SVC, "port": 9100}])  # not monitored: no node_exporter there
     sglang_service.check(h, h["services"])
@@ -97,14 +98,16 @@ def test_a_service_on_a_routers_metrics_port_is_refused_naming_both(tmp_path):
                         {**SVC, "port": 29000, "bind": "0.0.0.0", "api_key": "rk-1"}])
     for refusing in (lambda: sglang_service.check(h, h["services"][1:]),
                      lambda: router_role.check(h, h["services"][:1])):
-        with pytest.raises(UsageError, match=r"h1: port 29000 is taken twice: by router 'r''s metrics and by sglang "
-                                             r"'sglang'"):
+        with pytest.raises(UsageError, match=r"h1: port 29000 is taken twice: by router 'r''s metrics \(\S+: "
+                                             r"all.hosts.h1.services\[0\]\) and by sglang 'sglang' \(\S+: "
+                                             r"all.hosts.h1.services\[1\]\)$"):
             refusing()
 
 
 def test_two_services_on_one_port_are_refused_naming_both(tmp_path):
     h = host(tmp_path, [SVC, {**SVC, "name": "other"}])
-    with pytest.raises(UsageError, match=r"port 30000 is taken twice: by sglang 'sglang' and by sglang 'other'"):
+    with pytest.raises(UsageError, match=r"port 30000 is taken twice: by sglang 'sglang' \(.*\) and by sglang 'other' "
+                                         r"\(\S+/hosts.yml: all.hosts.h1.services\[1\]\)$"):
         sglang_service.check(h, h["services"])
 
 

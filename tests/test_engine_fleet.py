@@ -213,6 +213,7 @@ def test_readme_demo_command(sandbox, tmp_path):
         first = sandbox.inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
         assert first.returncode == 0, first.stdout + first.stderr
         assert "failed=0" in first.stdout and "sglang verified" in first.stdout
+        assert "replacing" not in first.stderr  # a site with no host running: nothing to say goes
         demo = fleet.Host("sandbox", 1, fleet.Site("sod", "192.168.233", tmp_path / "site"))
         from sandbox.provision import site_key  # the demo listens beyond loopback, with the site's key
         info = json.loads(demo.run("curl", "-sf", "-H", f"Authorization: Bearer {site_key(demo.site)}",

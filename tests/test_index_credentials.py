@@ -128,7 +128,7 @@ def test_the_real_pip_reads_roots_variables_and_its_config_but_pip_env_passes_it
 # Passwords holding / ? # or a space, not percent-encoded: each cuts the URL short, and what is
 # left of the userinfo is read as the host and a port (issue 49's reproduction is the first).
 TORN = ["https://tok:se/cret@{at}/simple", "https://tok:4242/cret@{at}/simple", "http://tok:se?cret@{at}/simple",
-        "http://tok:se#cret@{at}/simple", "http://tok:se cret@{at}/simple"]
+        "http://tok:se#cret@{at}/simple", "http://tok:se cret@{at}/simple", "https://tok:se\\cret@{at}/simple"]
 
 
 @pytest.mark.parametrize("torn", TORN)
@@ -218,3 +218,16 @@ def test_inv_deploy_with_a_torn_index_url_is_one_usage_line_without_it(tmp_path)
     assert res.returncode == 2 and res.stdout == "", res
     assert res.stderr.count("\n") == 1 and "all.hosts.box.package_index: an index URL is" in res.stderr, res.stderr
     assert not re.search(r"tok|\bse\b|cret|ix\.example", res.stderr), res.stderr
+
+
+def test_a_value_of_the_wrong_type_is_not_echoed_when_it_may_hold_credentials(tmp_path):
+    """torch: as a URL string, not a mapping: the refusal says the type, not the token (the review
+    of issue 49 saw it printed whole); a plain value is still shown, as a hint."""
+    from specops import inventory
+    from specops.errors import UsageError
+    from roles import VOCABULARY
+    for torch, shown in (("https://__token__:pypi-S3cretT0ken@ix.example/whl/{variant}", "S3cret"), ("2.9.1", "2.9.1")):
+        (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"box": {"torch": torch}}}}))
+        with pytest.raises(UsageError) as e:
+            inventory.load(tmp_path / "hosts.yml", VOCABULARY)
+        assert "must be a mapping, not a string" in str(e.value) and (shown in str(e.value)) is (shown == torch)

@@ -1,8 +1,11 @@
 """The loader a host runs first (remote/shipping.py): which bytecode it keeps and runs as root,
-and what it refuses.  The real loader, with python3 -I -S, its cache under tmp_path.  No fleet."""
+and what it refuses; which hosts are sent the controller's compiled zip (remote/session.py).
+The real loader, with python3 -I -S, its cache under tmp_path.  No fleet."""
+import hashlib
 import io
 import marshal
 import os
+import sys
 import zipfile
 import zlib
 from importlib.util import MAGIC_NUMBER
@@ -73,8 +76,6 @@ def test_bytecode_another_controller_left_is_never_run(tmp_path):
     """A compiled zip under this source's name and a true hash of itself, but not the one this
     controller names: not run (it serves this controller's own bytecode instead), and kept for
     the controller it belongs to."""
-    import hashlib
-    import sys
     (sha, *_), _ = header(shipping.payload(REQUEST))
     home = tmp_path / "agent"
     home.mkdir(mode=0o700)
@@ -111,3 +112,111 @@ def test_an_agent_cache_others_may_write_is_refused(tmp_path):
         res = run_loader(home, shipping.payload(REQUEST))
         assert res.returncode != 0 and b"must be a directory only its owner" in res.stderr, mode
         assert not list(home.iterdir())
+
+
+def test_the_header_names_the_compiled_zip_sent_whatever_the_memo_kept(tmp_path, monkeypatch):
+    """marshal's bytes depend on what a process imported: two controllers racing on one memo may
+    keep one's zip beside the other's hash (the review of issue 49 saw it 6 times in 10), and every
+    new host said "the upload is corrupt".  The hash sent is the hash of the bytes sent."""
+    from specops import memo
+    monkeypatch.setenv("SPECOPS_MEMO", str(tmp_path / "memo"))
+    monkeypatch.delenv("SPECOPS_NO_MEMO", raising=False)
+    for f in (shipping.artifact, shipping.compiled, shipping.compiled_sha):
+        f.cache_clear()
+    first = shipping.preamble()
+    (_, _, _, _, sha_before), _ = header(first)
+    other = zlib.compress(_evil_zip(), 6)  # another process's compiled zip, kept under the same key
+    memo.put("agent", memo.key(shipping._RECIPE, "compiled", MAGIC_NUMBER.hex(), shipping.artifact()[1]), other)
+    for f in (shipping.compiled, shipping.compiled_sha):
+        f.cache_clear()
+    try:
+        (sha, size, _, made, made_sha), rest = header(shipping.preamble())
+        sent = rest[int(size):int(size) + int(made)]
+        assert sent == other and made_sha.decode() == hashlib.sha256(zlib.decompress(sent)).hexdigest() != \
+            sha_before.decode()
+    finally:
+        for f in (shipping.artifact, shipping.compiled, shipping.compiled_sha):
+            f.cache_clear()
+
+
+def _other_magic(stdin: bytes) -> bytes:
+    """The same upload from a controller whose python has another MAGIC_NUMBER."""
+    (sha, size, ours, made, made_sha), rest = header(stdin)
+    return b" ".join([sha, size, b"00" * (len(ours) // 2), made, made_sha]) + b"\n" + rest
+
+
+def _name(sha: bytes, digest: str) -> str:
+    return "%s.%s.%s.pyz" % (sha.decode(), sys.implementation.cache_tag, digest)
+
+
+def test_on_a_host_of_other_magic_only_its_own_checked_bytecode_runs_and_is_reused(tmp_path):
+    """Another controller's compiled zip (not the host's own, `host.`) is never run there; one of
+    the host's own whose content is not its name is removed, never run; a link is never followed;
+    what the host compiled is reused by the next run, not compiled again."""
+    stdin = _other_magic(shipping.payload(REQUEST))
+    (sha, *_), _ = header(stdin)
+    home = tmp_path / "agent"
+    home.mkdir(mode=0o700)
+    evil = _evil_zip()
+    digest = hashlib.sha256(evil).hexdigest()
+    theirs, forged, linked = home / _name(sha, digest), home / _name(sha, "host." + "0" * 64), \
+        home / _name(sha, "host." + digest)
+    theirs.write_bytes(evil)
+    forged.write_bytes(evil)
+    (tmp_path / "evil.pyz").write_bytes(evil)
+    linked.symlink_to(tmp_path / "evil.pyz")
+    res = run_loader(home, stdin)
+    assert frames(res.stdout) == ANSWER, (res.stdout, res.stderr)
+    assert theirs.exists() and not os.path.lexists(forged)
+    (own,) = [p for p in home.iterdir() if ".host." in p.name and p != linked and os.path.exists(p)]
+    inode = own.stat().st_ino
+    res = run_loader(home, stdin)
+    assert frames(res.stdout) == ANSWER and own.stat().st_ino == inode  # reused: not compiled again
+
+
+def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(tmp_path, monkeypatch):
+    """The `served` memo: the compiled zip is sent at a first contact only (a host keeps it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for name in ("SPECOPS_MEMO", "SPECOPS_NO_MEMO"):
+        monkeypatch.delenv(name, raising=False)
+    from specops.remote import become, session
+
+    class Chan:
+        def __init__(self):
+            self.sent, self.out = b"", b""
+
+        def sendall(self, data):
+            self.sent += data
+            self.out += b"2\n{}"  # the agent answers each request with {}
+
+        def recv_ready(self):
+            return bool(self.out)
+
+        def recv(self, n):
+            out, self.out = self.out, b""
+            return out
+
+        def recv_stderr_ready(self):
+            return False
+
+        def exit_status_ready(self):
+            return False
+
+    class Transport:
+        def __init__(self, key):
+            self.key = key
+
+        def get_remote_server_key(self):
+            return type("Key", (), {"asbytes": lambda _: self.key})()
+
+    def sent_compiled(key):
+        chan = Chan()
+        monkeypatch.setattr(become, "start", lambda *a, **k: (chan, b""))
+        monkeypatch.setattr(session.select, "select", lambda *a: None)
+        s = session.AgentSession("h", Transport(key))
+        s.call(b"{}")
+        head = chan.sent.split(b"\n", 1)[0].split()
+        return int(head[3]) > 0
+    assert sent_compiled(b"host-key-1")  # first contact
+    assert not sent_compiled(b"host-key-1")  # it keeps what it compiled, or compiles its own
+    assert sent_compiled(b"host-key-2")  # another host (or this one reinstalled: a new key)

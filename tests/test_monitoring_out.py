@@ -121,3 +121,50 @@ def test_a_file_at_a_temporary_name_in_dir_is_not_written_through_and_the_run_fa
         tmp.unlink()
     written, _ = _write(out)
     assert {p.stat().st_mode & 0o133 for p in written} == {0}  # 0644, less the umask: writable by the user only
+
+
+def test_a_link_planted_at_a_missing_name_after_the_check_is_never_followed(tmp_path, monkeypatch):
+    """The race a local user can run (review of issue 49): the check passes for the directory
+    above, then a link takes the missing name before mkdir: nothing is made where it points,
+    and the link is refused.  A directory someone else made there first is refused too."""
+    from specops import owndir
+    base, elsewhere = tmp_path / "base", tmp_path / "elsewhere"
+    base.mkdir(mode=0o755)
+    elsewhere.mkdir()
+    checked = owndir.untrusted
+
+    def then_plant(path, sticky=True):
+        why = checked(path, sticky)
+        if Path(path) == base and not os.path.lexists(base / "race"):
+            os.symlink(elsewhere, base / "race")
+        return why
+    monkeypatch.setattr(owndir, "untrusted", then_plant)
+    with pytest.raises(OSError):
+        owndir.make(base / "race" / "prom", 0o755)
+    assert list(elsewhere.iterdir()) == []
+    monkeypatch.undo()
+    if os.geteuid() == 0:  # another user's directory at the name: refused, nothing made inside
+        (base / "race").unlink()
+        theirs = base / "theirs"
+
+        def then_make(path, sticky=True):
+            why = checked(path, sticky)
+            if Path(path) == base and not theirs.exists():
+                theirs.mkdir()
+                os.chown(theirs, 65534, 65534)
+            return why
+        monkeypatch.setattr(owndir, "untrusted", then_make)
+        assert owndir.make(theirs / "prom", 0o755) == f"{theirs} is another user's (uid 65534)"
+        assert list(theirs.iterdir()) == []
+
+
+def test_files_and_directories_are_not_writable_by_others_whatever_the_umask(tmp_path):
+    """0644 files and 0755 directories asked of the kernel, so a umask of 0 gives the same."""
+    inv = inventory.load(EXAMPLE, VOCABULARY)
+    old = os.umask(0)
+    try:
+        prometheus.write(inv, tmp_path / "prom", "15s")
+    finally:
+        os.umask(old)
+    modes = {p: p.stat().st_mode & 0o777 for p in (tmp_path / "prom").rglob("*")}
+    assert modes and all(m == (0o755 if p.is_dir() else 0o644) for p, m in modes.items()), modes

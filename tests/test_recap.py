@@ -2,12 +2,13 @@
 anything was changed) leaves its planned changes out of changed= and ok=."""
 import io
 import json
+import sys
 import types
 
 from specops import protocol
 from specops.inventory import Host
 from specops.ops import Context, Facts, Op
-from specops.output.report import Redactor, Reporter, recap
+from specops.output.report import HostReport, Redactor, Reporter, recap
 from specops.run import HostRun, Options, _one
 
 PREFLIGHT = protocol.Preflight(python="/venv/bin/python", script="", argv=["--enable-torch-compil"],
@@ -55,3 +56,47 @@ def test_a_batch_that_ran_counts_its_change(tmp_path):
     printed, doc = converge_against(lambda request: protocol.ApplyResult(
         ok=True, results=[{"index": i, "out": None} for i in range(len(request.actions))]), tmp_path)
     assert "ok=1   changed=1   failed=0" in printed and "applied" not in json.dumps(doc["changes"])
+
+
+def _report(changes: int, same: int, error=None) -> HostReport:
+    r = HostReport("a", error=error, elapsed=0.4)
+    r.changes = [{"changed": True}] * changes + [{"changed": False}] * same
+    return r
+
+
+def test_a_read_only_task_s_recap_says_what_it_looked_at_never_converge_counters():
+    """status and --check: drift is what differs from the inventory, not something changed;
+    releases, facts, verify: read, nothing planned."""
+    for report, said in ((_report(6, 11), "a            17 checked, 6 differ from the inventory  0.4s"),
+                         (_report(0, 17), "a            17 checked, none differs from the inventory  0.4s"),
+                         (_report(0, 0), "a            read  0.4s"),
+                         (_report(0, 0, error="x"), "a            read, failed  0.4s")):
+        out = Reporter(Redactor([]), show_diff=False, stream=io.StringIO())
+        recap([report], out, read_only=True)
+        printed = out.stream.getvalue()
+        assert "RECAP (read only: no host changed)" in printed and said in printed.splitlines(), printed
+        assert "changed=" not in printed and "ok=" not in printed
+
+
+def test_a_check_run_is_read_only_whatever_the_task_says(monkeypatch, capsys):
+    """play: --check (status sets it) or read_only gives the read-only recap; a deploy the counters."""
+    from specops import cli
+    monkeypatch.setattr(cli, "run_hosts", lambda hosts, body, roles, opts, out: [_report(6, 11)])
+    monkeypatch.setattr(cli, "select", lambda sel, vocabulary, services: [Host("a", {})])
+    for sel, read_only, said in ((cli.Selection(host="a", check=True), False, "6 differ from the inventory"),
+                                 (cli.Selection(host="a"), True, "6 differ from the inventory"),
+                                 (cli.Selection(host="a"), False, "ok=11  changed=6")):
+        cli.play(lambda run: None, [], sel, vocabulary={}, stream=sys.stdout, exit_on_failure=False,
+                 read_only=read_only)
+        assert said in capsys.readouterr().out
+
+
+def test_the_json_report_replaces_a_link_at_its_path_never_writes_through_it(tmp_path):
+    """--json into a shared directory: a link someone put at that name is replaced by the report,
+    its target left as it was (written whole, then renamed: owndir.write_whole)."""
+    target, path = tmp_path / "someone-elses", tmp_path / "r.json"
+    target.write_text("theirs")
+    path.symlink_to(target)
+    out = Reporter(Redactor([]), show_diff=False, stream=io.StringIO())
+    recap([_report(1, 1)], out, str(path))
+    assert target.read_text() == "theirs" and not path.is_symlink() and json.loads(path.read_text())["hosts"]["a"]

@@ -110,10 +110,11 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
     (tests/support/tutorial.py), on a sandbox site of its own; beside it, what the words cannot show:
     `inv sandbox.up` starts the site's package index (a process that outlives it) and says its
     versions; the inventory it writes puts the host on a stack (no `venv:`, SGLang pinned) built
-    from that index, its service run as the system user `sglang`; the README's first command leaves the index alone and deploys; a refused
-    deploy leaves the unit as it was; which SGLang runs after each upgrade step and the rollback;
-    `stop --disable` leaves the unit disabled; `inv sandbox.down` stops the index and takes its
-    address off lo."""
+    from that index, its service run as the system user `sglang`; the README's first command, run
+    after the first deploy, says it replaces the running host, leaves the index alone and deploys;
+    a refused deploy leaves the unit as it was; which SGLang runs after each upgrade step and the
+    rollback; `stop --disable` leaves the unit disabled; `inv sandbox.down` stops the index and
+    takes its address off lo."""
     site = fleet.Site("soi", "192.168.243", tmp_path / "site")
     editor = tmp_path / "editor"  # a person resolving the demo patch's conflict: one docstring of both
     editor.write_text(f"#!{sys.executable}\nimport sys\nfrom pathlib import Path\n"
@@ -169,11 +170,14 @@ def test_the_tutorial_as_written_on_a_sandbox_of_its_own(tmp_path):
                 assert (f"{stack.venv_of({**host.vars, 'sglang': {'version': version}})}/bin/python"
                         in h.path(unit).read_text())
                 main = h.run("systemctl", "show", "-p", "MainPID", "--value", "sglang").stdout.strip()
-                assert h.run("stat", "-c", "%U", f"/proc/{main}").stdout.strip() == "sglang"  # the demo's user, not root
+                # the demo's user, not root
+                assert h.run("stat", "-c", "%U", f"/proc/{main}").stdout.strip() == "sglang"
                 if deploys == 1:  # the README's first command, a second `sandbox.up` (the index left running) with it
                     first = _inv("sandbox.up", "deploy", "--inventory", str(inv_dir), "--host", "sandbox", env=env)
                     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
                     assert "package index already running" in first.stderr and pkgindex.recorded(site) == pid
+                    assert (f"[sandbox] replacing the running host sandbox: its deploys, services and files go, "
+                            f"and {inv_dir / 'hosts.yml'} is written anew\n") in first.stderr, first.stderr
                     recap = first.stdout.strip().splitlines()[-1]
                     assert "failed=0" in recap and "sglang verified" in recap, first.stdout[-3000:]
             elif words[1:2] == ["deploy"] and "ROLLING BACK" in out:

@@ -21,17 +21,6 @@ def site(tmp_path):
     return fleet.Site(*SITE_ARGS, tmp_path / "site")
 
 
-@pytest.fixture
-def started():
-    """Processes a test starts, killed after it whatever happened."""
-    procs = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait(5)
-
-
 def alive(proc: subprocess.Popen) -> bool:
     return proc.poll() is None
 

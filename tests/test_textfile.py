@@ -8,65 +8,9 @@ import pytest
 
 from specops import protocol
 from specops.agent import textfile
-from specops.agent.host import sha256_file
 from specops.agent.services.verdicts import record as record_verdicts
 from specops.errors import UsageError
-
-SECRET = "sk-very-secret-key"
-
-
-def release(tmp_path, monkeypatch, perf=None, tune=None, provenance=None):
-    """A release dir with a manifest like pipeline.record writes, and the host's files."""
-    releases = tmp_path / "releases"
-    d = releases / "20261206T120000.000000Z"
-    d.mkdir(parents=True)
-    unit = tmp_path / "sglang.service"
-    unit.write_text("[Service]\nExecStart=/bin/true\n")
-    env = tmp_path / "sglang.env"
-    env.write_text(f"SGLANG_SPECOPS_API_KEY={SECRET}\n")
-    manifest = {
-        "stamp": d.name, "status": "deployed", "services": ["sglang"], "venv": "/opt/specops/venvs/abc",
-        "packages": {"sglang": "0.5.23"}, "weights": {"/models/t": {"digest": "d" * 64}},
-        "spec": {"sglang": {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
-                            "speculative_num_draft_tokens": 4}},
-        "watch": {"sglang": {"cuda_graph": True, "gate_min_accept_length": 2.5}},
-        "verify": [{"name": "sglang", "managed": [str(unit), str(env)], "weights": ["/models/t"]}],
-        "files": {str(unit): {"sha256": sha256_file(str(unit))},
-                  str(env): {"sha256": sha256_file(str(env))}},
-    }
-    if provenance:
-        manifest["provenance"] = provenance
-    (d / "manifest.json").write_text(json.dumps(manifest))
-    for kind, rec in (("perf", perf), ("tune", tune)):
-        if rec:
-            (d / f"{kind}.json").write_text(json.dumps({"sglang": rec}))
-    import specops.agent.releases as rel
-    monkeypatch.setattr(rel, "RELEASES", str(releases))
-    (releases / "current").symlink_to(d.name)
-    from specops.agent.services import verdicts
-    monkeypatch.setattr(verdicts, "VERDICTS", str(tmp_path / "verdicts.json"))
-    monkeypatch.setattr(textfile, "unit_state", lambda name: {"ActiveState": "active", "NRestarts": "2",
-                                                              "ExecMainStartTimestamp": 1e12})
-    return unit, env
-
-
-def parse(text):
-    """{(name, frozenset(labels)): value} with the exposition's rules (a # TYPE before each series)."""
-    out, typed = {}, set()
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            typed.add(line.split()[2])
-            continue
-        if line.startswith("#") or not line:
-            continue
-        head, value = line.rsplit(" ", 1)
-        name, _, labels = head.partition("{")
-        assert name in typed, line
-        pairs = (frozenset(tuple(p.split("=", 1)) for p in labels.rstrip("}").split('",') if p) if labels
-                 else frozenset())
-        out[(name, frozenset((k, v.strip('"')) for k, v in pairs))] = float(value)
-    return out
-
+from support.textfile import SECRET, parse, release
 
 def test_the_textfile_says_the_release_its_figures_and_drift_and_never_a_secret(tmp_path, monkeypatch):
     unit, env = release(tmp_path, monkeypatch, perf={"accept_length": {"8": 2.5, "1": 3.1},
@@ -271,67 +215,3 @@ def test_the_release_says_who_deployed_it_and_from_which_commits_and_an_older_on
     textfile.write(protocol.Textfile(directory=str(out)))
     (info,) = [k for k in parse((out / "specops.prom").read_text()) if k[0] == "specops_release_info"]
     assert sorted(dict(info[1])) == ["service", "sglang_version", "stamp", "venv", "weights_digest"]
-
-
-def _written(tmp_path):
-    """The textfile write() leaves in tmp_path/tf, parsed."""
-    out = tmp_path / "tf"
-    out.mkdir(exist_ok=True)
-    textfile.write(protocol.Textfile(directory=str(out)))
-    return parse((out / "specops.prom").read_text())
-
-
-FILES_DRIFT = ("specops_drift", frozenset({("service", "sglang"), ("kind", "files")}))
-
-
-def test_a_crashed_run_s_expired_lock_is_no_run_in_progress_and_a_live_one_is(tmp_path, monkeypatch):
-    """Issue 49 (protective line 7): SpecopsDrift is silenced while specops_run_in_progress is 1.
-    A lock whose lease ran out (its controller died) is held by no run: 0, and drift shows again;
-    a lock renewed within its lease is 1."""
-    release(tmp_path, monkeypatch)
-    lock_dir = tmp_path / "lock"
-    monkeypatch.setattr(textfile.lock, "LOCK_DIR", str(lock_dir))
-    lock_dir.mkdir(mode=0o700)
-    holder = {"who": "alice", "pid": 1, "task": "deploy", "token": "t", "lease": 60}
-    (lock_dir / "holder.json").write_text(json.dumps(dict(holder, renewed=textfile.time.time() - 3600)))
-    assert textfile.lock.peek()["held"] and textfile.lock.peek()["expired"]
-    assert _written(tmp_path)[("specops_run_in_progress", frozenset())] == 0
-    (lock_dir / "holder.json").write_text(json.dumps(dict(holder, renewed=textfile.time.time())))
-    assert _written(tmp_path)[("specops_run_in_progress", frozenset())] == 1
-
-
-def test_a_managed_file_gone_or_no_longer_a_regular_file_is_files_drift(tmp_path, monkeypatch):
-    """Issue 49 (protective line 8): a managed file that cannot be read as the release's copy, because
-    it is gone or because a directory stands in its place (unreadable as a file, even to root), is
-    drift of kind files, not taken for a file that matches."""
-    _, env = release(tmp_path, monkeypatch)
-    assert _written(tmp_path)[FILES_DRIFT] == 0
-    env.unlink()
-    assert _written(tmp_path)[FILES_DRIFT] == 1
-    env.mkdir()
-    assert _written(tmp_path)[FILES_DRIFT] == 1
-
-
-def test_a_managed_file_is_read_as_safefs_reads_no_link_followed_and_no_fifo_waited_on(tmp_path, monkeypatch):
-    """Issue 49 (protective line 9): a link planted at a managed path, even to a copy of the release's
-    bytes, is not the managed file: drift, not followed.  A FIFO planted there is drift too, found
-    at once: the timer's refresh and a run's last request must not wait on it for a writer."""
-    import threading
-    _, env = release(tmp_path, monkeypatch)
-    copy = tmp_path / "copy.env"
-    copy.write_bytes(env.read_bytes())
-    env.unlink()
-    env.symlink_to(copy)
-    assert _written(tmp_path)[FILES_DRIFT] == 1
-    env.unlink()
-    os.mkfifo(env)
-    got = []
-    writer = threading.Thread(target=lambda: got.append(_written(tmp_path)), daemon=True)
-    writer.start()
-    writer.join(timeout=10)
-    hung = writer.is_alive()
-    if hung:  # a reader blocked in open(): a writer that opens and closes lets it go (EOF)
-        os.close(os.open(env, os.O_WRONLY | os.O_NONBLOCK))
-        writer.join(timeout=10)
-    assert not hung, "the textfile's write waited on a FIFO at a managed path"
-    assert got[0][FILES_DRIFT] == 1

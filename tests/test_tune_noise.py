@@ -11,24 +11,8 @@ from specops.flows import tuning as flow, tuning_apply
 from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 from roles import VOCABULARY
-from support.tuning import DRAFT, HOST_VARS, SVC, QuietRun, bench_level, host_vars_file, search_record
-
-SPACE = {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]}
-
-
-def _space():
-    return tuning.prune(SVC, tuning.asked_space(SVC, SPACE)).candidates
-
-
-def _reader(truth, slow):
-    """Readings of `truth`; the first reading of each settings in `slow` at 0.4 of it."""
-    seen = []
-
-    def read(s):
-        seen.append(s)
-        return truth[s] * (0.4 if s in slow and seen.count(s) == 1 else 1.0)
-    return read, seen
-
+from support.tuning import (DRAFT, HOST_VARS, NOISE_SPACE as SPACE, SVC, QuietRun, bench_level, host_vars_file,
+                            reader as _reader, search_record, space as _space)
 
 def test_a_slow_reading_is_measured_again_when_read_and_the_better_one_stands():
     cands = _space()
@@ -280,32 +264,3 @@ def test_a_slow_reading_found_as_the_climb_spends_its_last_restart_is_still_meas
     read, seen = _reader(truth, {last})
     c = climb.climb(cands, read, Settings(3, 1, 4), budget=len(order))
     assert seen.count(last) == 2 and c.scores[last] == truth[last] and len(seen) == len(order) + climb.LEND
-
-
-def test_a_small_space_is_swept_when_the_climb_stops_and_what_is_left_fits_its_restarts():
-    """Seen on the fleet: a jittery reading left (5, 1, 6) under the start, the climb stepped
-    sideways the other way and stopped, and the optimum two tokens values away was never read."""
-    cands = _space()
-    truth = {Settings(3, 1, 4): 400, Settings(3, 4, 4): 394, Settings(5, 1, 6): 390, Settings(1, 1, 2): 300,
-             Settings(1, 4, 4): 320, Settings(5, 4, 4): 310, Settings(3, 4, 16): 470, Settings(5, 4, 16): 550}
-    assert set(truth) == set(cands)
-    stuck = climb.climb(cands, truth.get, Settings(3, 1, 4), budget=8)
-    assert Settings(5, 4, 16) not in stuck.scores and not stuck.budget_spent  # the climb alone misses it
-    c, finals = climb.search(cands, truth.get, truth.get, Settings(3, 1, 4), 12)
-    assert set(c.scores) == set(cands) and climb.winner_of(c, finals) == Settings(5, 4, 16)
-
-
-def test_a_slow_reading_beside_a_slow_neighbour_is_measured_again_against_its_best_neighbour():
-    """Issue 49 (protective line 11): a reading is judged against its best measured neighbour, not
-    its worst.  (1, 1, 2) reads slow once (80 for 200) when its neighbours (3, 1, 4) at 200 and
-    (3, 4, 4), truly slow at 60, are both measured: against 200 it is an outlier and measured again;
-    against 60 it would stand at 80 and drop a setting as good as the best."""
-    cands = _space()
-    start, slow_neighbour, c = Settings(3, 1, 4), Settings(3, 4, 4), Settings(1, 1, 2)
-    assert {start, slow_neighbour} <= set(climb.neighbours(c, cands))
-    truth = {s: 60.0 if s == slow_neighbour else 200.0 for s in cands}
-    read, seen = _reader(truth, {c})
-    out = climb.climb(cands, read, start, budget=100)
-    assert seen[:3] == [start, slow_neighbour, slow_neighbour]  # both neighbours read before c is
-    assert seen[3] == c and seen.count(c) == 2 and out.scores[c] == 200.0
-    assert [a for a in out.again if a[0] == c] == [[c, 80.0, 200.0]]

@@ -3,12 +3,14 @@ closed form (sim_perf.steady_tok_s, the formula its docstring documents), and th
 the winner into a host's vars file.  No fleet."""
 
 import re
+import types
 
 import pytest
 
 from specops.errors import UsageError
 from specops.inventory import writeback
 from sandbox.oracle import sim_perf
+from specops.flows import tuning as tuning_flow
 from specops.sglang import climb, tuning
 from specops.sglang.tuning import Settings
 from roles import VOCABULARY
@@ -157,6 +159,11 @@ def test_the_objective_and_the_grid_are_said_in_numbers_that_agree():
     asked, distinct, again, refused = (int(n) for n in re.findall(r"(\d+) (?:combinations|distinct|that|it)", said))
     assert said.startswith("64 combinations asked: ") and asked == 64 == distinct + again + refused, said
     assert distinct == len(space.candidates) and refused == sum(1 for p in space.pruned if not p.runs_as), said
+    lines = []  # issue 50: the header said 16 + 13, its lines 17 + 13 + 2 (adjusted settings measured, as pruned)
+    tuning_flow.say_space(types.SimpleNamespace(say=lines.append), space)
+    assert lines[0] == said and sum(int(re.match(r"  pruned (\d+) ", l).group(1)) for l in lines[1:]) == again + refused
+    assert any(p.kept for p in space.pruned), "no setting SGLang adjusts is measured: the case is not tried"
+    assert len(search_record([(Settings(3, 1, 4), "short", 200, 3.0)])["pruned"]) == again + refused  # the page's count
     assert space.grid_words() == "65 restarts (64 combinations + the baseline)"
     assert space.grid_words(2) == "129 restarts (64 combinations × 2 drafts + the baseline)"
     rec = search_record([(Settings(3, 1, 4), "short", 200, 3.0)])

@@ -16,7 +16,8 @@ TOOLS = {
     "id": 'line=$(grep "^${2:-$1}:" "$DB") || { echo "no such user" >&2; exit 1; }\n'
           'case "$1" in -u) echo "$line" | cut -d: -f3 ;; -nG) echo "$line" | cut -d: -f8 | tr , " " ;; esac',
     "useradd": 'for u; do :; done; c=""; while [ $# -gt 1 ]; do [ "$1" = --comment ] && c=$2; shift; done\n'
-               'echo "$1:x:990:990:$c:/nonexistent:/usr/sbin/nologin:$1" >> "$DB"; echo "$1:!:20000::::::" >> "$DB.shadow"',
+               'echo "$1:x:990:990:$c:/nonexistent:/usr/sbin/nologin:$1" >> "$DB"\n'
+               'echo "$1:!:20000::::::" >> "$DB.shadow"',
     "usermod": 'g=$3; u=$4; sed -i "s/^\\($u:.*\\)$/\\1,$g/" "$DB"',
 }
 
@@ -91,7 +92,11 @@ MARKED = f"{users.MARK}"  # what chfn lets a user write as her full name, where 
      "its shell /bin/bash is a login shell"),
     (f"mallory:x:991:991:{MARKED}:/nonexistent:/usr/sbin/nologin:m", "mallory:$y$j9T$s$h:20000::::::",
      "its password is not locked"),
-], ids=["uid", "shell", "password"])
+    (f"mallory:x:0:0:{MARKED}:/root:/usr/sbin/nologin:m", "mallory:!:20000::::::", "uid 0 is not a system account's"),
+    # dash's echo reads backslashes: \n and \072 (a colon) in the comment forged a nologin shell field
+    (f"mallory:x:992:992:{MARKED}\\n\\072\\072\\072\\072\\072\\072/usr/sbin/nologin\\c:/home/m:/bin/bash:m",
+     "mallory:!:20000::::::", "its comment is not"),
+], ids=["uid", "shell", "password", "root", "escapes"])
 def test_the_mark_alone_does_not_make_an_account_specops_s(box, passwd, shadow, why):
     """A login user who set her comment to the mark (chfn) is still not a service user: the
     server, and its secrets, would run as her.  Each of uid, shell and password refuses."""
@@ -99,7 +104,7 @@ def test_the_mark_alone_does_not_make_an_account_specops_s(box, passwd, shadow, 
     add(db, passwd + "\n", shadow + "\n")
     for program in ("check", "make"):
         res = run(box, "mallory", program)
-        assert res.returncode == 3 and f"not one specops made ({why})" in res.stderr, res.stderr
+        assert res.returncode == 3 and f"not one specops made ({why}" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("name,mode,group", [("nvidia0", 0o660, "root"), ("nvidia0", 0o600, "video"),

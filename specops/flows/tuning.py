@@ -97,7 +97,8 @@ def say_space(run, space: tuning.Space) -> None:
     run.say(space.summary())
     by_rule: dict[str, list] = {}
     for p in space.pruned:
-        by_rule.setdefault(p.rule, []).append(p)
+        if not p.kept:  # measured, as SGLang runs it: one of the distinct settings the header counts
+            by_rule.setdefault(p.rule, []).append(p)
     for rule, ps in by_rule.items():
         ex = ps[0]
         asked = ", ".join(f"{k} {v}" for k, v in ex.asked.items())

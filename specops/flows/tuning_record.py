@@ -106,7 +106,7 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
                             "speedup": {str(c): g for c, g in specbench.speedups(m["levels"], s.base).items()}}
                            for m in s.measured],
             "pruned": [{"asked": p.asked, "reason": p.reason, "rule": p.rule,
-                        "runs_as": p.runs_as.spec() if p.runs_as else None} for p in s.space.pruned],
+                        "runs_as": p.runs_as.spec() if p.runs_as else None} for p in s.space.pruned if not p.kept],
             "path": {d: [x.label() for x in c.path] for d, c in s.climbs.items()},
             "winner": winner[1].spec() if winner else None, "winner_draft": winner[0] if winner else None,
             "apply": values, "kept": kept, "changes": changes, "verdict": verdict, "draft_limit": limit,

@@ -21,7 +21,7 @@ import yaml
 from . import multinode
 from ..errors import UsageError
 from ..lazy import lazy
-from .checker import check
+from .checker import check, key_path
 from .schema import check_kinds
 
 NODE_KEYS = {"vars", "children", "hosts"}
@@ -50,6 +50,9 @@ class Host:
     vars: dict[str, Any]
     groups: list[str] = field(default_factory=list)
     inventory: "Inventory | None" = field(default=None, repr=False, compare=False)  # the others (a peer)
+    # Where each of its vars was set, as 'file: key.path' (the layer that won), for errors that
+    # arise only once the layers are merged (two services on one port) to name the place to edit.
+    origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.vars[key]
@@ -114,13 +117,19 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _vars_file(directory: Path, name: str, vocabulary: dict) -> dict:
+def _vars_file(directory: Path, name: str, vocabulary: dict) -> tuple[dict, dict]:
+    """A group_vars/ or host_vars/ file's vars, and where each was set."""
     for ext in (".yml", ".yaml"):
         path = directory / f"{name}{ext}"
         if path.exists():
             data = _read_yaml(path)
-            return {} if data is None else _host_vars(data, vocabulary, str(path), "")
-    return {}
+            values = {} if data is None else _host_vars(data, vocabulary, str(path), "")
+            return values, _origins(values, str(path), "")
+    return {}, {}
+
+
+def _origins(values: dict, file: str, where: str) -> dict[str, str]:
+    return {k: f"{file}: {key_path(where, k)}" for k in values}
 
 
 def _hosts_files(directory: Path) -> list[Path]:
@@ -152,9 +161,9 @@ def load(path: str | Path, vocabulary: dict) -> Inventory:
     else:
         raise UsageError(f"{path}: inventory not found")
 
-    host_layers: dict[str, list[tuple[int, str, dict]]] = {}
+    host_layers: dict[str, list[tuple[int, str, dict, dict]]] = {}  # (depth, group, vars, their origins)
     groups: dict[str, list[str]] = {}
-    inline_host: dict[str, dict] = {}
+    inline_host: dict[str, tuple[dict, dict]] = {}
 
     def walk(hosts_file: Path, name: str, node: Any, where: str, depth: int, parents: list[str]) -> list[str]:
         if node is None:
@@ -165,8 +174,10 @@ def load(path: str | Path, vocabulary: dict) -> Inventory:
             if key not in NODE_KEYS:
                 raise UsageError(f"{hosts_file}: {where}.{key}: unknown key "
                                  f"(a group has {', '.join(sorted(NODE_KEYS))})")
-        group_vars = _host_vars(node.get("vars") or {}, vocabulary, str(hosts_file), f"{where}.vars")
-        group_vars = merge(group_vars, _vars_file(root_dir / "group_vars", name, vocabulary))
+        inline = _host_vars(node.get("vars") or {}, vocabulary, str(hosts_file), f"{where}.vars")
+        from_file, file_origins = _vars_file(root_dir / "group_vars", name, vocabulary)
+        group_vars = merge(inline, from_file)
+        origins = {**_origins(inline, str(hosts_file), f"{where}.vars"), **file_origins}
         members: list[str] = []
         hosts = node.get("hosts") or {}
         if not isinstance(hosts, dict):
@@ -174,9 +185,9 @@ def load(path: str | Path, vocabulary: dict) -> Inventory:
         for hname, hvars in hosts.items():
             hwhere = f"{where}.hosts.{hname}"
             hvars = _host_vars(hvars or {}, vocabulary, str(hosts_file), hwhere)
-            if hname in inline_host and inline_host[hname] != hvars:
+            if hname in inline_host and inline_host[hname][0] != hvars:
                 raise UsageError(f"{hosts_file}: {hwhere}: host defined twice with different vars")
-            inline_host[hname] = hvars
+            inline_host[hname] = hvars, _origins(hvars, str(hosts_file), hwhere)
             members.append(hname)
         children = node.get("children") or {}
         if not isinstance(children, dict):
@@ -189,7 +200,7 @@ def load(path: str | Path, vocabulary: dict) -> Inventory:
         members = list(dict.fromkeys(members))
         groups[name] = list(dict.fromkeys(groups.get(name, []) + members))
         for h in members:
-            host_layers.setdefault(h, []).append((depth, name, group_vars))
+            host_layers.setdefault(h, []).append((depth, name, group_vars, origins))
         return members
 
     for hosts_file in files:
@@ -200,13 +211,15 @@ def load(path: str | Path, vocabulary: dict) -> Inventory:
     hosts = {}
     for hname, layers in host_layers.items():
         merged: dict = {}
-        # Deeper groups win; ties are broken by name, as Ansible does.
-        for _, _, gvars in sorted(layers, key=lambda layer: (layer[0], layer[1])):
-            merged = merge(merged, gvars)
-        merged = merge(merged, inline_host.get(hname, {}))
-        merged = merge(merged, _vars_file(root_dir / "host_vars", hname, vocabulary))
+        origins: dict[str, str] = {}
+        # Deeper groups win; ties are broken by name, as Ansible does.  Then the host's own.
+        ordered = [(gvars, where) for _, _, gvars, where in sorted(layers, key=lambda layer: (layer[0], layer[1]))]
+        for values, where in ordered + [inline_host.get(hname, ({}, {})),
+                                        _vars_file(root_dir / "host_vars", hname, vocabulary)]:
+            merged = merge(merged, values)
+            origins.update(where)
         check_kinds(hname, merged.get("services"), str(files[0]))
-        hosts[hname] = Host(hname, merged, sorted({g for _, g, _ in layers}))
+        hosts[hname] = Host(hname, merged, sorted({layer[1] for layer in layers}), origins=origins)
     inventory = Inventory(files[0], hosts, groups)
     for host in hosts.values():
         host.inventory = inventory

@@ -40,7 +40,8 @@ ALIASES = {
     "ansible_private_key_file": "ssh_key",
 }
 BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
-_SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]$")
+# A comment may follow a section, as Ansible's INI plugin reads it (`[gpu]  # the A100s`).
+_SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]\s*(?:#.*)?$")
 _HOST = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")  # a name, an address, a range (web[01:09])
 
 
@@ -110,6 +111,19 @@ def looks_like_ini(path: Path) -> bool:
     return seen
 
 
+def _not_a_section(line: str, first: str, where: str) -> None:
+    """Refuses a line that is neither a section nor a name: a section with a bracket missing (a
+    `[gpu` read as a host would put the hosts below it in the group above), or a host range."""
+    if line.startswith("["):
+        if "]" not in line:
+            raise UsageError(f"{where}: {line!r} is missing its closing bracket: a group is written {line}]")
+        raise UsageError(f"{where}: {line!r} is not a section: write [group], [group:vars] or [group:children]")
+    if first.endswith("]") and "[" not in first:
+        raise UsageError(f"{where}: {first!r} is missing its opening bracket: a group is written [{first}")
+    if "[" in first:
+        raise UsageError(f"{where}: host ranges such as {first!r} are not supported; list the hosts")
+
+
 def parse_ini(path: Path) -> dict:
     """Ansible's INI inventory as {"all": {...}}: [group], [group:vars], [group:children];
     hosts before the first section are in "ungrouped"."""
@@ -140,11 +154,10 @@ def parse_ini(path: Path) -> dict:
             words = shlex.split(line, comments=True)
         except ValueError as e:
             raise UsageError(f"{where}: {e}") from None
+        _not_a_section(line, words[0], where)
         if kind == "children":
             node.setdefault("children", {})[words[0]] = None
         else:
-            if "[" in words[0]:
-                raise UsageError(f"{where}: host ranges such as {words[0]!r} are not supported; list the hosts")
             node.setdefault("hosts", {})[words[0]] = _pairs(words[1:], where) or None
     children_of = {g for node in groups.values() for g in (node.get("children") or {})}
     top = {name: node for name, node in groups.items() if name not in children_of and name != "all" and node}

@@ -128,5 +128,6 @@ def did_you_mean(key: Any, known, prefix: str = "") -> str:
 def _kind(value: Any) -> str:
     if value is None:
         return "empty"
+    shown = "" if isinstance(value, str) and "@" in value else f" ({value!r})"[:60]  # a URL's credentials
     return {str: "a string", int: "an integer", bool: "a boolean", float: "a number",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__) + f" ({value!r})"[:60]
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__) + shown

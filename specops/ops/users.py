@@ -43,11 +43,12 @@ done
 # The comment alone is not proof: where chfn lets users change theirs, a login user could write
 # the mark.  What useradd --system gave it and its owner cannot change is: a uid below the login
 # range, a nologin shell (chsh offers only /etc/shells), a locked password (passwd cannot lock).
+# printf, not echo: dash's echo reads backslashes, and a comment of \n and \072 forged the shell.
 _OURS = """entry=$(getent passwd "$u") || exit 1
-uid=$(echo "$entry" | cut -d: -f3); shell=$(echo "$entry" | cut -d: -f7)
+uid=$(printf '%%s\\n' "$entry" | cut -d: -f3); shell=$(printf '%%s\\n' "$entry" | cut -d: -f7)
 min=$(awk '$1 == "UID_MIN" {print $2}' /etc/login.defs 2>/dev/null)
 why=
-[ "$(echo "$entry" | cut -d: -f5)" = %s ] || why="its comment is not '%s'"
+[ "$(printf '%%s\\n' "$entry" | cut -d: -f5)" = %s ] || why="its comment is not '%s'"
 [ "$uid" != 0 ] && [ "$uid" -lt "${min:-1000}" ] || why="${why:-uid $uid is not a system account's}"
 case "$shell" in */nologin|*/false) ;; *) why="${why:-its shell $shell is a login shell}" ;; esac
 case "$(getent shadow "$u" | cut -d: -f2)" in '!'*|'*'*) ;; *) why="${why:-its password is not locked}" ;; esac

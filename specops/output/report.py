@@ -5,9 +5,11 @@ import json
 import re
 import sys
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import owndir
 from ..remote import become
 from .. import kinds
 from ..sglang import indexes
@@ -167,12 +169,25 @@ def interrupted(reports: list[HostReport]) -> Interrupted:
     return Interrupted(reports)
 
 
-def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None, cut: bool = False) -> int:
+def looked(r: HostReport) -> str:
+    """What a read-only task did on one host, in its own words: what it checked and what differs
+    from the inventory (a check's "changed" is drift, nothing it did), or that it only read."""
+    n = r.ok + r.changed
+    said = (f"{n} checked, " + (f"{r.changed} differ" if r.changed else "none differs") + " from the inventory"
+            if n else "read")
+    return said + (", failed" if r.error else "")
+
+
+def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None, cut: bool = False,
+          read_only: bool = False) -> int:
     """Print the recap (and write --json); the exit code: 1 if any host failed.  `cut`: Ctrl-C
-    ended the run, and each report says how far its host got."""
-    out.stream.write("\nRECAP" + (" (interrupted)" if cut else "") + "\n")
+    ended the run, and each report says how far its host got.  `read_only`: the task changed
+    nothing (a check, status, verify): each host's line says what it looked at, not counters."""
+    out.stream.write("\nRECAP" + (" (interrupted)" if cut else " (read only: no host changed)" if read_only else "")
+                     + "\n")
     for r in reports:
-        line = f"{r.name:<12} ok={r.ok:<3} changed={r.changed:<3} failed={1 if r.error else 0}"
+        line = f"{r.name:<12} " + (looked(r) if read_only else
+                                   f"ok={r.ok:<3} changed={r.changed:<3} failed={1 if r.error else 0}")
         line += f"  {r.elapsed:.1f}s"
         if r.cut:
             line += f"  {r.cut}" + (f" during {r.at_cut['during']}" if r.at_cut else "")
@@ -191,6 +206,7 @@ def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None
                                   "elapsed": round(r.elapsed, 3), "notes": r.notes,
                                   "changes": r.changes, **r.extra,
                                   **({"interrupted": r.at_cut} if r.at_cut else {})} for r in reports}}
-        with open(json_path, "w") as f:
-            f.write(json.dumps(out.redact.data(doc), indent=2, default=str) + "\n")
+        # whole or not at all, and never through a link someone put at the name (owndir.py)
+        owndir.write_whole(Path(json_path), (json.dumps(out.redact.data(doc), indent=2, default=str) + "\n").encode(),
+                           0o644)
     return 1 if any(r.error for r in reports) else 0

@@ -64,6 +64,7 @@ class Pruned:
     reason: str
     runs_as: Settings | None = None
     rule: str = "duplicate"  # rules.RULES's key, "tree-pool", or "duplicate"
+    kept: bool = False  # the first asked for what it runs as: measured (a distinct setting), not pruned
 
 
 @dataclass
@@ -136,7 +137,8 @@ def prune(svc: dict, grid: dict) -> Space:
             continue
         if res.adjustments or runs in seen:
             why = "; ".join(f.message() for f in res.adjustments) or "the same settings as another combination"
-            pruned.append(Pruned(asked, why, runs, res.adjustments[0].rule if res.adjustments else "duplicate"))
+            pruned.append(Pruned(asked, why, runs, res.adjustments[0].rule if res.adjustments else "duplicate",
+                                 kept=runs not in seen))
         seen.setdefault(runs, asked)
     return Space(sorted(seen), pruned, len(combos))
 

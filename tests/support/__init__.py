@@ -9,7 +9,7 @@
   host's release and what serves it), stacks.py; daytwo.py (Prometheus, Alertmanager and load for
   the day-2 fleet tests), dashboard_check.py, seedpatch.py (the seeds' patch to SGLang's real
   file), tutorial.py (docs/tutorial.md as the suite runs it), agentwire.py (the agent's frames, the
-  real loader under a test's directory).
+  real loader under a test's directory), textfile.py (a release as the textfile reads it).
 - Data: oracle_stubs/ (import-only stand-ins for the real SGLang oracle, sandbox/real_sglang),
   router_0.3.2.log (a real router's log, read by test_router.py).
 

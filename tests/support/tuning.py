@@ -64,3 +64,21 @@ def host_vars_file(tmp_path, name, text=HOST_VARS):
     path = tmp_path / "host_vars" / f"{name}.yml"
     path.write_text(text)
     return path
+
+
+NOISE_SPACE = {"num_steps": [1, 3, 5], "eagle_topk": [1, 4], "num_draft_tokens": [4, 16]}
+
+
+def space():
+    """The candidates of NOISE_SPACE, the noise and climb tests' small grid."""
+    return tuning.prune(SVC, tuning.asked_space(SVC, NOISE_SPACE)).candidates
+
+
+def reader(truth, slow):
+    """Readings of `truth`; the first reading of each settings in `slow` at 0.4 of it."""
+    seen = []
+
+    def read(s):
+        seen.append(s)
+        return truth[s] * (0.4 if s in slow and seen.count(s) == 1 else 1.0)
+    return read, seen

@@ -8,11 +8,13 @@ from urllib.parse import unquote, urlsplit
 
 
 def parses(url):
-    """True when `url` is http(s) with a host, a number for a port, no space, and no @ after the
-    host.  A password's / ? # or space, not percent-encoded, ends the host part early: what is
+    """True when `url` is http(s) with a host, a number for a port, no space or backslash, and no
+    @ after the host.  A password's / ? # or space, not percent-encoded, ends the host part early: what is
     left of the user and password would be read as the host and a port, and said as them."""
     if not isinstance(url, str) or any(c.isspace() for c in url):
         return False  # and urlsplit drops a tab or a newline silently: one URL read as another
+    if "\\" in url:
+        return False  # uv reads a backslash as a slash (WHATWG URLs): its host part would differ
     try:
         parts = urlsplit(url)
         parts.port

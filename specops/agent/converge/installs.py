@@ -6,10 +6,11 @@ environment both read their indexes from (`pip_env`, `as_env`).
 An index URL may carry a password, and a command line is readable by every user of the host
 (/proc/PID/cmdline): index options reach pip and uv only in their environment, never on their
 command line (one limit: pip's build isolation, for a package that comes only as source, starts
-a child pip with the indexes on its command line), and what root's own environment says of
-indexes, requirements, constraints and install targets never reaches them (nor, for uv, of caches and Pythons).
-Requirements follow `--`, so none is read as an option.  What they write is written with umask
-022: root's alone to change."""
+a child pip with the indexes on its command line), and what root's own environment variables
+say of indexes, requirements, constraints and install targets (for uv, of caches and Pythons
+too) never reaches them; pip's config files do (root's choice on that host).  Requirements
+follow `--`, so none is read as an option.  What they write is written with umask 022: root's
+alone to change."""
 
 import hashlib
 import os
