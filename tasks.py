@@ -31,7 +31,6 @@ verify_mod = lazy("specops.flows.verify")
 prometheus_mod = lazy("specops.fleetwide.prometheus")
 report_mod = lazy("specops.fleetwide.report")
 releases_out = lazy("specops.output.releases")
-patches = lazy("specops.sglang.patches")
 
 # Every task reads the inventory in the roles' vocabulary.
 play = partial(cli.play, vocabulary=VOCABULARY)
@@ -71,7 +70,8 @@ def bootstrap(c, sel):
 
 
 @fleet_task(*SELECT, file="The file inside the sglang package (srt/models/deepseek_v2.py), or its .patch",
-            edited="A local edited copy of FILE: write FILE.patch, a diff against the SGLang the inventory asks for",
+            edited="A local edited copy of FILE: write FILE.patch, a diff against the SGLang the inventory asks for "
+            "(nothing written while it holds conflict markers, or fails deploy's patch check)",
             fetch="Write FILE of the SGLang the inventory asks for here, to edit",
             rebase="Carry FILE.patch onto the SGLang the inventory asks for: writes FILE.patch.<version>, or, on "
             "conflicts, FILE.merge-<version> with diff3 markers (then --edited it)")
@@ -82,20 +82,15 @@ def patch(c, sel, file, edited=None, fetch=False, rebase=False):
     file comes from the host's stack when built, else from that version's wheel (the wheelhouse,
     or the host's package indexes), so this works before the new version is deployed.
     Everything is written locally for review; nothing is written onto the host."""
-    if [bool(edited), fetch, rebase].count(True) != 1:
-        raise Exit("give one of --fetch, --edited PATH, --rebase", code=2)
-    hosts = select(sel)
-    if len(hosts) != 1:
-        raise Exit("inv patch reads one host's SGLang: give --host", code=2)
-    rel, diff = patching.target(patches.patch_root(hosts[0]), file)
-    if edited:
-        body = lambda run: patching.make(run, rel, Path(edited).expanduser(), diff)  # noqa: E731
-    elif fetch:
-        body = lambda run: patching.fetch(run, rel, Path(Path(rel).name))  # noqa: E731
-    else:
-        if not diff.is_file():
-            raise Exit(f"{diff} does not exist: nothing to rebase", code=2)
-        body = lambda run: patching.rebase(run, diff, rel)  # noqa: E731
+    try:
+        if [bool(edited), fetch, rebase].count(True) != 1:
+            raise UsageError("give one of --fetch, --edited PATH, --rebase")
+        hosts = select(sel)
+        if len(hosts) != 1:
+            raise UsageError("inv patch reads one host's SGLang: give --host")
+        body = patching.body(hosts[0], file, edited, "edited" if edited else "fetch" if fetch else "rebase")
+    except SpecopsError as e:
+        cli.exit_with(e)
     for r in play(body, [], sel, task="patch", quiet=True, stream=sys.stderr, read_only=True):
         print(r.result)
 

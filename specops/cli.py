@@ -95,6 +95,10 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
                                    default=str(_DEFAULTS[n]) if n in NUMBERS else _DEFAULTS[n]) for n in shared]
 
         def wrapper(c, **kwargs):
+            # Invoke gives a positional the next word, whatever it is: `inv patch --help` is a
+            # FILE of "--help" to it (after FILE, --help is invoke's own), a request for help to a user.
+            if any(kwargs.get(p.name) == "--help" for p in needed):
+                _help(made)
             given = {n: kwargs.pop(n) for n in shared if n in kwargs}
             try:
                 sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
@@ -109,9 +113,17 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
         wrapper.__signature__ = inspect.Signature([params[0], *needed, *where, *(p for p in own if p not in needed),
                                                    *(p for p in extra if p not in where)])
         helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
-        return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
+        made = task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
                     auto_shortflags=shorts, klass=_Task, optional=list(optional))
+        return made
     return wrap
+
+
+def _help(made: Task) -> NoReturn:
+    """The task's help as `inv --help TASK` prints it; exit 0."""
+    from invoke import Collection, Program
+    Program(namespace=Collection(made), binary="inv[oke]").run(["inv", "--help", made.name], exit=False)
+    raise Exit(code=0)
 
 
 # Options that trust or take over something are spelt out: never one mistyped letter.  So is one
@@ -148,7 +160,11 @@ def select(sel: Selection, vocabulary: dict, services: list[str] | None = None) 
     """The selected hosts: a task reaches every host of an inventory only with --all (as Kamal and
     Capistrano ask for a destination).  `vocabulary`: the host vars an inventory may hold
     (roles.VOCABULARY); `services`: names every selected host must define."""
-    inventory = inv.load(inventory_path(sel.inventory), vocabulary)
+    path = inventory_path(sel.inventory)
+    inventory = inv.load(path, vocabulary)
+    # A hint's command names the inventory unless it is the default: set from the environment
+    # alone, a pasted command could read another one.
+    inventory.option = "" if path == str(DEFAULT_INVENTORY) else path
     if not (sel.host or sel.group or sel.all):
         groups = ", ".join(sorted(g for g in inventory.groups if g not in ("all", "ungrouped")))
         raise UsageError("choose the hosts: --host NAME, --group NAME or --all"

@@ -1,5 +1,6 @@
 """Directories on the controller that no one but the user and root can change, and files written
-whole into them: the memo's (memo.py) and `inv monitoring --out`'s (fleetwide/prometheus.py).
+whole into them: the memo's (memo.py) and `inv monitoring --out`'s (fleetwide/prometheus.py);
+`inv patch` writes its files whole the same way (flows/patching.py), where the user keeps them.
 
 A path is checked as the kernel reads it, each component as given: a link anywhere on it is
 refused, one before a `..` too (os.path.abspath drops `x/..` as text, where the kernel follows a

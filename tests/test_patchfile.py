@@ -245,14 +245,35 @@ def test_a_hunk_is_placed_only_where_it_is_unambiguous():
     with pytest.raises(PatchError) as e:
         patchfile.apply(diff, up, REL, "0.5.24")  # the context stands twice, neither at its line
     assert str(e.value) == (f"patch sglang/{REL}.patch: hunk 1 of 1 (@@ -1,3 +1,3 @@) is ambiguous in sglang "
-                            f"0.5.24's {REL}: its lines stand at lines 2 and 6; cut it with more context (diff -U5)")
-    with pytest.raises(PatchError, match=r"its lines stand at lines 2, 6, 10, …; cut it"):
+                            f"0.5.24's {REL}: its lines stand at lines 2 and 6")
+    with pytest.raises(PatchError, match=r"its lines stand at lines 2, 6, 10, …$"):
         patchfile.apply(diff, up + "z = 3\nA\nB\nC\n" * 2, REL, "0.5.24")
     # At its stated line it goes there, whatever else matches below.
     assert patchfile.apply(diff, "A\nB\nC\nA\nB\nC\n", REL, "0.5.24") == "A\nB2\nC\nA\nB\nC\n"
     no_context = "--- a/sglang/%s\n+++ b/sglang/%s\n@@ -2 +2 @@\n-B\n+B2\n" % (REL, REL)
-    with pytest.raises(PatchError, match="no context lines"):
+    with pytest.raises(PatchError, match=r"no context lines, .* cut it with context \(inv patch --edited\)$"):
         patchfile.apply(no_context, "A\nB\nC\n", REL, "0.5.23")
+
+
+def test_an_ambiguous_hunk_is_carried_on_by_inv_patch_rebase_as_its_hint_says():
+    """Issue 50, 10: the refusal said "cut it with more context (diff -U5)", which inv patch does
+    not do.  On a deploy it says what inv patch does (--rebase), and that places the hunk: a
+    three-way merge aligns the whole file the patch was cut from, far more context than any -U."""
+    from specops.inventory import Host
+    from specops.sglang import patches
+    up = module()
+    diff = patchfile.make(REL, up, edit(up), "0.5.23", SHA_OLD)
+    block = "def f2():\n    return 2\ndef f3():\n    return 3\ndef f4():\n    return 4\ndef f5():\n    return 5\n"
+    # the next release adds lines at the top and, further down, a copy of the lines around f3
+    new = module(top=["import os\n"] * 7, change={"def f30():\n": block + "def f30():\n"})
+    with pytest.raises(patchfile.HunkError) as e:
+        patches.applied(Host("box", {}), diff, new, REL, "0.5.24")
+    assert str(e.value).endswith("is ambiguous in sglang 0.5.24's srt/models/deepseek_v2.py: its lines stand at "
+                                 f"lines 12 and 68; carry it onto sglang 0.5.24 with: inv patch --host box {REL} "
+                                 f"--rebase"), str(e.value)
+    rebased, conflicts = patchfile.rebase(diff, up, new, REL, "0.5.24", SHA_NEW)
+    by_hand = new.replace("return 3\n", "return 3  # patched\n", 1).replace("return 50\n", "return -50\n")
+    assert conflicts == [] and patchfile.apply(rebased, new, REL, "0.5.24") == by_hand  # the f3 it was cut at
 
 
 def test_a_hunk_never_goes_where_an_earlier_hunk_already_went():

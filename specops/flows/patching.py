@@ -3,18 +3,27 @@ a local edited copy, or an existing one rebased onto that SGLang.  The upstream 
 it is installed when its stack is built, else from that version's wheel by the one reader the
 patch check uses (the controller's wheelhouse, or the host's indexes): the upgrade steps work
 before the new stack exists.  Whatever it writes is written locally, for review: never onto the
-host."""
+host; whole (a new file renamed over the old); for `--edited`, only once the diff passes the
+patch check deploy runs (patchlint), the edited copy's conflict markers refused before any
+connection; for `--rebase`, with the other output of an earlier rebase onto that version removed.
+The commands its messages name can be pasted: they repeat the run's inventory and host."""
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
+from typing import Callable
 
-from .. import kinds, protocol
+from .. import kinds, owndir, protocol
 from ..agent.converge.wheelfiles import SourceError
 from ..errors import SpecopsError, UsageError
 from ..run import HostRun
 from ..kinds.sglang import DIFF_SUFFIX, patch_key, patched_file
-from ..sglang import patchfile, patchlint, stack
+from ..sglang import patches, patchfile, patchlint, stack
+
+# What a three-way merge leaves at a conflict (merge3's, git's, diff3's): seven of one sign, then a
+# name or nothing.
+_MARKER = re.compile(r"(<{7}|\|{7}|>{7})( |$)")
 
 
 def _installed(run: HostRun, venv: str, rel: str, facts=None) -> tuple[str, str, str]:
@@ -89,20 +98,60 @@ def _base_upstream(run: HostRun, version: str | None, rel: str, exclude: str) ->
     return _installed(run, venv, rel)
 
 
-def make(run: HostRun, rel: str, edited: Path, out: Path) -> str:
-    text, version, sha = upstream(run, rel)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(patchfile.make(rel, text, edited.read_text(), version, sha))
+def body(host, file: str, edited: str | None, does: str) -> Callable[[HostRun], str]:
+    """What `inv patch` runs on the host (`does`: "edited", "fetch" or "rebase"), once what it was
+    given is checked: a UsageError, before any connection, for what could never work."""
+    rel, diff = target(patches.patch_root(host), file)
+    if does == "edited":
+        path = Path(edited).expanduser()
+        text = _edited(path)
+        return lambda run: make(run, rel, path, text, diff)
+    if does == "fetch":
+        return lambda run: fetch(run, rel, Path(Path(rel).name))
+    if not diff.is_file():
+        raise UsageError(f"{diff} does not exist: nothing to rebase")
+    return lambda run: rebase(run, diff, rel)
+
+
+def _edited(path: Path) -> str:
+    """An edited copy's text; refused when it cannot be read, or still holds a conflict's markers."""
+    try:
+        text = path.read_text(encoding="utf-8")  # as the upstream file is read
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: cannot read it (not UTF-8 text)") from None
+    for n, line in enumerate(text.split("\n"), 1):
+        # A line of seven "=" alone is a heading's underline in a docstring too: a conflict left
+        # with its other markers taken out is for the compile check to find.
+        if _MARKER.match(line):
+            raise UsageError(f"{path}: line {n} is a conflict marker ({line.rstrip()}): resolve each conflict, "
+                             f"keeping no markers, then --edited it again; nothing written")
+    return text
+
+
+def make(run: HostRun, rel: str, edited: Path, text: str, out: Path) -> str:
+    """`out`: the diff of the edited copy (`text`) against the inventory's SGLang's file, written
+    only once the patched file passes deploy's check; until then, what was at `out` stays."""
+    up, version, sha = upstream(run, rel)
+    try:
+        diff = patchfile.make(rel, up, text, version, sha)
+        patchlint.check_edited(diff, up, text, rel, version)
+    except patchfile.PatchError as e:
+        raise SpecopsError(f"refused {edited}, nothing written: {e}") from None
+    _write(out, diff)
     return f"wrote {out}: a diff against sglang {version}'s {rel}"
 
 
 def fetch(run: HostRun, rel: str, out: Path) -> str:
     text, version, _ = upstream(run, rel)
-    out.write_text(text)
+    _write(out, text)
     return f"wrote {out}: sglang {version}'s {rel}, to edit"
 
 
 def rebase(run: HostRun, patch: Path, rel: str) -> str:
+    """FILE.patch.<version> (a clean merge) or FILE.merge-<version> (conflicts), and never both:
+    an earlier rebase's other file onto the same version goes, said."""
     diff = patch.read_text()
     base = patchfile.base_of(diff)
     new, new_version, new_sha = upstream(run, rel)
@@ -110,22 +159,43 @@ def rebase(run: HostRun, patch: Path, rel: str) -> str:
     if base and base.sha256 and base.sha256 != old_sha:
         raise SpecopsError(f"{patch.name} was cut from the file with sha256 {base.sha256[:8]}…, but sglang "
                            f"{old_version}'s {rel} has {old_sha[:8]}…: cannot rebase from it")
-    text, conflicts = patchfile.rebase(diff, old, new, rel, new_version, new_sha)
+    try:
+        text, conflicts = patchfile.rebase(diff, old, new, rel, new_version, new_sha)
+    except patchfile.HunkError as e:  # no merge can start from a patch that does not fit its own base
+        raise SpecopsError(f"{e}: {patch.name} does not fit the file it says it was cut from; make its edit on "
+                           f"sglang {new_version}'s ({run.host.command('patch', rel, '--fetch')} writes it), then "
+                           f"--edited it") from None
+    clean, merge = Path(f"{patch}.{new_version}"), patch.with_name(f"{Path(rel).name}.merge-{new_version}")
     if conflicts:
-        out = patch.with_name(Path(rel).name + f".merge-{new_version}")
-        out.write_text(text)
+        _write(merge, text)
         named = "; ".join(str(c) for c in conflicts)
         raise SpecopsError(f"{len(conflicts)} conflict(s) rebasing {patch.name} from sglang {old_version} onto "
-                           f"{new_version}: {named}. Resolve them in {out} (diff3 markers: the patch's side, the base, "
-                           f"sglang {new_version}'s), then: inv patch --host {run.host.name} {rel} --edited {out}")
-    out = Path(str(patch) + f".{new_version}")
-    out.write_text(text)
+                           f"{new_version}: {named}{_gone(clean)}. Resolve them in {merge} (diff3 markers: the "
+                           f"patch's side, the base, sglang {new_version}'s), then: "
+                           f"{run.host.command('patch', rel, '--edited', str(merge))}")
+    _write(clean, text)
+    gone = _gone(merge)
     try:
         patchlint.apply_checked(text, new, rel, new_version)
     except patchfile.PatchError as e:
-        raise SpecopsError(f"wrote {out}, but it must not be used as it is: {e}") from None
-    return f"wrote {out}: {patch.name} rebased from sglang {old_version} onto {new_version}; review it, then move " \
-           f"it over {patch.name}"
+        raise SpecopsError(f"wrote {clean}, but it must not be used as it is: {e}{gone}") from None
+    return f"wrote {clean}: {patch.name} rebased from sglang {old_version} onto {new_version}; review it, then " \
+           f"move it over {patch.name}{gone}"
+
+
+def _gone(path: Path) -> str:
+    """An earlier rebase's output that this one replaces, removed: its words for the message."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return ""
+    return f" (removed {path.name}, an earlier rebase's)"
+
+
+def _write(out: Path, text: str) -> None:
+    """Whole or not at all: a reader, or a run cut short, finds the old file or the new one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    owndir.write_whole(out, text.encode(), 0o644)
 
 
 def target(patch_root: Path, file: str) -> tuple[str, Path]:

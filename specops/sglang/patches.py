@@ -45,5 +45,7 @@ def applied(host, diff: str, upstream: str, rel: str, version: str) -> str:
     try:
         return patchlint.apply_checked(diff, upstream, rel, version)
     except patchfile.HunkError as e:
-        raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: inv patch --host {host.name} {rel} "
-                                  f"--rebase") from None
+        # A three-way merge from the file the patch was cut from places each hunk by that whole
+        # file: one that has no place here, or several, included.
+        raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: "
+                                  f"{host.command('patch', rel, '--rebase')}") from None

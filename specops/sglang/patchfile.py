@@ -195,15 +195,14 @@ def _apply(diff_text, upstream, rel, version):
         old = h.old
         if not any(kind == " " for kind, _ in h.ops):
             raise PatchError(f"{name}: hunk {n} ({h.header}) has no context lines, so where it goes in "
-                             f"sglang {version}'s {rel} cannot be checked; cut it with context (diff -u)")
+                             f"sglang {version}'s {rel} cannot be checked; cut it with context (inv patch --edited)")
         # A hunk with no old lines (diff -U0) inserts after its stated line.
         guess = h.old_start - (1 if old else 0) + shift
         hi = len(up) - len(old)
         places = _find(bodies, old, guess, max(cursor, hi) if h.eof else cursor, hi)
         if len(places) > 1:
             raise HunkError(f"{name}: hunk {n} of {len(hunks)} ({h.header}) is ambiguous in sglang {version}'s "
-                             f"{rel}: its lines stand at lines {_at_lines(places)}; cut it with more context "
-                             f"(diff -U5)")
+                             f"{rel}: its lines stand at lines {_at_lines(places)}")
         if not places:
             base = base_of(diff_text)
             cut = f" (cut from {_describe(base.version, None if base.version else base.sha256)})" if base else ""

@@ -10,7 +10,9 @@ Style warnings (unused imports, `import *` usage…) are not looked at.  A file 
 parse is left to the compile step on the host, which names the syntax error.
 
 `apply_checked` is patchfile.apply followed by this check; patchfile itself stays pure diff logic
-and does not import this module.
+and does not import this module.  `check_edited`, for a diff `inv patch --edited` is about to
+write, also compiles the patched file: that is where a conflict resolved by hand is checked, long
+before any host compiles it.
 """
 from __future__ import annotations
 
@@ -109,3 +111,33 @@ def apply_checked(diff_text: str, upstream: str, rel: str, version: str) -> str:
     patched = patchfile.apply(diff_text, upstream, rel, version)
     check(upstream, patched, rel, version)
     return patched
+
+
+def check_edited(diff_text: str, upstream: str, edited: str, rel: str, version: str) -> None:
+    """An edited copy's diff, refused before it is written (`inv patch --edited`): applied as a
+    deploy applies it, it must give the edited file back, which must compile where the upstream
+    file does (with this Python: the host's compiles it only once deployed), and pass check()."""
+    patched = patchfile.apply(diff_text, upstream, rel, version)
+    if patched != edited:  # not expected: the diff was cut from these very texts
+        raise PatchError(f"patch sglang/{rel}.patch: applied to sglang {version}'s file, the diff does not give "
+                         f"back the edited file")
+    why = _compile_error(edited, f"sglang/{rel}")
+    if why and not _compile_error(upstream, f"sglang/{rel}"):
+        raise PatchError(f"patch sglang/{rel}.patch: the patched file does not compile: {why} (sglang {version}'s "
+                         f"own does)")
+    check(upstream, patched, rel, version)
+
+
+def _compile_error(text: str, filename: str) -> str | None:
+    """'line N: why' when the Python file does not compile; None when it does, or is not Python."""
+    if not filename.endswith(".py"):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, filename, "exec", dont_inherit=True)  # not this module's `from __future__`
+    except SyntaxError as e:
+        return f"line {e.lineno}: {e.msg}"
+    except ValueError as e:  # a NUL byte
+        return str(e)
+    return None
