@@ -45,6 +45,12 @@ def filesystem_up(h, lowers: list[Path]) -> None:
        str(h.merged))
 
 
+def start_time(pid: int) -> str:
+    """A process's start time (clock ticks since boot, /proc/PID/stat's 22nd field): with its pid,
+    what names one process across its exec and apart from a later one given the same pid."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
 def start(h) -> None:
     logf = open(h.dir / "console.log", "wb")
     proc = subprocess.Popen(cgroups.argv(h.netns, [
@@ -52,7 +58,7 @@ def start(h) -> None:
         f"--network-namespace-path=/run/netns/{h.netns}", f"--machine={h.name}",
         "--capability=all", "--resolv-conf=off"]),
         stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-    (h.dir / "nspawn.pid").write_text(str(proc.pid))
+    (h.dir / "nspawn.pid").write_text(f"{proc.pid} {start_time(proc.pid)}")
 
 
 def wait_ssh(h, timeout: float = 60) -> None:

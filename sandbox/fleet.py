@@ -90,13 +90,13 @@ class Host:
 
     def pid(self) -> int | None:
         """The pid of this host's systemd-nspawn, or None: a pid file whose process is gone (a
-        killed run's) or runs something else (a pid taken since a reboot) names no process of
-        ours, and nothing may signal it (boot.stop, sweep)."""
+        killed run's) or is another (a pid taken since a reboot: its start time differs) names no
+        process of ours, and nothing may signal it (boot.stop, sweep).  A pid file of one field
+        (written before the start time was) is checked by the command line, nspawn's -D."""
         try:
-            pid = int((self.dir / "nspawn.pid").read_text())
+            pid, *started = (self.dir / "nspawn.pid").read_text().split()
+            pid = int(pid)
         except (OSError, ValueError):
-            return None
-        if str(self.merged) not in _argv(pid):  # nspawn's -D, or the shell that execs it
             return None
         try:
             os.waitpid(pid, os.WNOHANG)  # reap it if we started it and it has exited
@@ -104,6 +104,8 @@ class Host:
             pass
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if started[:1] != [boot.start_time(pid)] if started else str(self.merged) not in _argv(pid):
+                return None
         except (OSError, IndexError):
             return None
         return None if state in ("Z", "X") else pid
