@@ -7,7 +7,7 @@ from invoke import Collection, Exit
 
 from roles import BOOTSTRAP, DEPLOY, VOCABULARY
 from sandbox.collection import collection as sandbox_tasks
-from specops import cli, usage
+from specops import again, cli, usage
 from specops import inventory as inventory_mod
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import UsageError
@@ -239,7 +239,7 @@ def gpu_window(c, sel, service=None, become=False):
     """Stop SGLang, prove the GPUs free, run the job after `--` on the host, then always restart
     and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py
     (several words after -- stay those words; one quoted argument is run as a shell command line)."""
-    job = cli.job_after_dashes("inv gpu-window --host ct129 -- python job.py")
+    job = cli.job_after_dashes(again.command("gpu-window", "--", "python", "job.py", host=sel.host or "HOST"))
     # A service across nodes opens its window on every node (the job runs on each).
     reports = play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
                    task="gpu-window", services=[service] if service else None, exit_on_failure=False)

@@ -13,7 +13,7 @@ from typing import Any, Callable, NoReturn
 
 from invoke import Exit, Task, task
 
-from . import provenance
+from . import again, provenance
 from .remote import become
 from . import inventory as inv
 from .inventory import multinode
@@ -101,7 +101,8 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
             given = {n: kwargs.pop(n) for n in shared if n in kwargs}
             sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
                                for n, v in given.items()}, ways=tuple(w for w in Selection.ways if w in shared))
-            return body(c, sel, **kwargs)
+            with again.chosen(sel.inventory):  # the hints a task words repeat its --inventory
+                return body(c, sel, **kwargs)
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
         # Which hosts comes first, so -h, -g, -a, -i mean the same in every task; short flags go in order.
         where = [p for p in extra if p.name in WHERE]

@@ -117,7 +117,7 @@ def rebase(run: HostRun, patch: Path, rel: str) -> str:
         named = "; ".join(str(c) for c in conflicts)
         raise SpecopsError(f"{len(conflicts)} conflict(s) rebasing {patch.name} from sglang {old_version} onto "
                            f"{new_version}: {named}. Resolve them in {out} (diff3 markers: the patch's side, the base, "
-                           f"sglang {new_version}'s), then: inv patch --host {run.host.name} {rel} --edited {out}")
+                           f"sglang {new_version}'s), then: {run.hint('patch', rel, '--edited', str(out))}")
     out = Path(str(patch) + f".{new_version}")
     out.write_text(text)
     try:

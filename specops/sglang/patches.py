@@ -8,6 +8,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
+from .. import again
 from ..errors import UsageError
 
 PATCH_DIR = Path(__file__).resolve().parent.parent.parent / "files" / "patches"
@@ -45,5 +46,5 @@ def applied(host, diff: str, upstream: str, rel: str, version: str) -> str:
     try:
         return patchlint.apply_checked(diff, upstream, rel, version)
     except patchfile.HunkError as e:
-        raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: inv patch --host {host.name} {rel} "
-                                  f"--rebase") from None
+        raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: "
+                                  f"{again.command('patch', rel, '--rebase', host=host.name)}") from None
