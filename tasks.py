@@ -7,11 +7,11 @@ from invoke import Collection, Exit
 
 from roles import BOOTSTRAP, DEPLOY, VOCABULARY
 from sandbox.collection import collection as sandbox_tasks
-from specops import cli
+from specops import again, cli, usage
 from specops import inventory as inventory_mod
 from specops import owndir
 from specops.cli import FLEET, SELECT, fleet_task
-from specops.errors import SpecopsError, UsageError
+from specops.errors import UsageError
 from specops.lazy import lazy
 from specops.output.report import Redactor
 
@@ -32,6 +32,9 @@ prometheus_mod = lazy("specops.fleetwide.prometheus")
 report_mod = lazy("specops.fleetwide.report")
 releases_out = lazy("specops.output.releases")
 
+# A mistake on the command line (an unknown option, FILE not given) is one line and exit 2, as
+# the tasks' own usage errors are.
+usage.install()
 # Every task reads the inventory in the roles' vocabulary.
 play = partial(cli.play, vocabulary=VOCABULARY)
 select = partial(cli.select, vocabulary=VOCABULARY)
@@ -82,15 +85,12 @@ def patch(c, sel, file, edited=None, fetch=False, rebase=False):
     file comes from the host's stack when built, else from that version's wheel (the wheelhouse,
     or the host's package indexes), so this works before the new version is deployed.
     Everything is written locally for review; nothing is written onto the host."""
-    try:
-        if [bool(edited), fetch, rebase].count(True) != 1:
-            raise UsageError("give one of --fetch, --edited PATH, --rebase")
-        hosts = select(sel)
-        if len(hosts) != 1:
-            raise UsageError("inv patch reads one host's SGLang: give --host")
-        body = patching.body(hosts[0], file, edited, "edited" if edited else "fetch" if fetch else "rebase")
-    except SpecopsError as e:
-        cli.exit_with(e)
+    if [bool(edited), fetch, rebase].count(True) != 1:
+        raise UsageError("give one of --fetch, --edited PATH, --rebase")
+    hosts = select(sel)
+    if len(hosts) != 1:
+        raise UsageError("inv patch reads one host's SGLang: give --host")
+    body = patching.body(hosts[0], file, edited, "edited" if edited else "fetch" if fetch else "rebase")
     for r in play(body, [], sel, task="patch", quiet=True, stream=sys.stderr, read_only=True):
         print(r.result)
 
@@ -130,16 +130,13 @@ def spec_bench(c, sel, service=None, baseline=False, prompts=None, concurrency="
     --baseline, the same target without speculation too (a transient unit in a GPU window; the
     service is always restarted and verified), and the speedup per level.  Kept as perf.json in
     the current release."""
-    try:
-        load = specbench.Load(concurrency=cli.positive_ints(concurrency, "--concurrency"),
-                              requests=cli.whole(requests, "--requests", 1),
-                              max_new_tokens=cli.whole(max_new_tokens, "--max-new-tokens", 1), prompts=prompts)
-        load.prompt_list()  # a bad prompts file is said before any connection
-        sample = traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample)
-        if sample and prompts:
-            raise UsageError("--traffic measures on what the service serves: give it or --prompts, not both")
-    except SpecopsError as e:
-        cli.exit_with(e)
+    load = specbench.Load(concurrency=cli.positive_ints(concurrency, "--concurrency"),
+                          requests=cli.whole(requests, "--requests", 1),
+                          max_new_tokens=cli.whole(max_new_tokens, "--max-new-tokens", 1), prompts=prompts)
+    load.prompt_list()  # a bad prompts file is said before any connection
+    sample = traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample)
+    if sample and prompts:
+        raise UsageError("--traffic measures on what the service serves: give it or --prompts, not both")
     play(lambda run: specbench.bench(run, service, load, baseline, sample), [], sel, task="spec-bench",
          services=[service] if service else None,
          refuse=(lambda hosts: specbench.refuse_router_baseline(hosts, service)) if baseline else None)
@@ -173,22 +170,16 @@ def spec_tune(c, sel, service=None, budget=None, at=None, mean_speedup=False, it
     Prints the winner as inventory lines, says when what runs now is already the best, when no
     settings serve faster than without speculation, or when the draft itself is the limit, and
     keeps every figure in the release (tune.json)."""
-    try:
-        ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
-                               concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens,
-                               prompts=prompts, seed=seed, force=force,
-                               traffic=traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample))
-    except SpecopsError as e:
-        cli.exit_with(e)
+    ask = tuning.Ask.parse(budget=budget, at=at, mean=mean_speedup, max_itl_p99_ms=itl_p99_ms,
+                           concurrency=concurrency, requests=requests, max_new_tokens=max_new_tokens,
+                           prompts=prompts, seed=seed, force=force,
+                           traffic=traffic_flow.Traffic.parse(traffic, traffic_wait, fetch_sample))
     reports = play(lambda run: tuning.tune(run, service, ask), [], sel, task="spec-tune",
                    services=[service] if service else None)
     if apply:
-        try:
-            deploy_with = lambda body: play(lambda run: rolling.deploy(run, body, drain=True),  # noqa: E731
-                                            DEPLOY, sel, task="deploy")
-            tuning_apply.apply(sel, reports, deploy_with, VOCABULARY, force=ask.force)
-        except SpecopsError as e:
-            cli.exit_with(e)
+        deploy_with = lambda body: play(lambda run: rolling.deploy(run, body, drain=True),  # noqa: E731
+                                        DEPLOY, sel, task="deploy")
+        tuning_apply.apply(sel, reports, deploy_with, VOCABULARY, force=ask.force)
 
 
 @fleet_task(*SELECT, out="Where to write the page (default: report.html)")
@@ -214,12 +205,9 @@ def monitoring(c, sel, out, scrape_interval="15s", alertmanager=None):
     speculative decoding no longer paying off, as each service's `watch:` says), and a Grafana
     dashboard of the fleet (grafana/specops.json, with grafana/provisioning.yml to load it).
     Connects to no host; check it with `promtool check config OUT/prometheus.yml`."""
-    try:
-        written, warnings = prometheus_mod.write(
-            inventory_mod.load(cli.inventory_path(sel.inventory), VOCABULARY), out, scrape_interval,
-            [a.strip() for a in (alertmanager or "").split(",") if a.strip()])
-    except SpecopsError as e:
-        cli.exit_with(e)
+    written, warnings = prometheus_mod.write(
+        inventory_mod.load(cli.inventory_path(sel.inventory), VOCABULARY), out, scrape_interval,
+        [a.strip() for a in (alertmanager or "").split(",") if a.strip()])
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr)
     for path in written:
@@ -244,7 +232,7 @@ def gpu_window(c, sel, service=None, become=False):
     """Stop SGLang, prove the GPUs free, run the job after `--` on the host, then always restart
     and verify.  Exits with the job's status.  Example: inv gpu-window --host ct129 -- python x.py
     (several words after -- stay those words; one quoted argument is run as a shell command line)."""
-    job = cli.job_after_dashes("inv gpu-window --host ct129 -- python job.py")
+    job = cli.job_after_dashes(again.command("gpu-window", "--", "python", "job.py", host=sel.host or "HOST"))
     # A service across nodes opens its window on every node (the job runs on each).
     reports = play(lambda run: pipeline.gpu_window(run, job, [service] if service else None, become), [], sel,
                    task="gpu-window", services=[service] if service else None, exit_on_failure=False)

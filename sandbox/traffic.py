@@ -14,6 +14,7 @@ import yaml
 
 from sandbox import fleet
 from sandbox.routed import Load
+from specops.errors import UsageError
 
 KNOB = "/run/sglang-sim/accept_rate"  # sim_perf.ACCEPT_FILE, on the host
 
@@ -30,18 +31,25 @@ def _hosts(site: fleet.Site) -> list[tuple[fleet.Host, list[dict]]]:
             for name, v in hosts.items()]
 
 
-def traffic(accept_rate: str = "", seconds: float = 60, clients: int = 2) -> str:
-    """Set (a number), put back ("off") or leave ("") the draft's acceptance on every sandbox host,
-    then send `clients` closed-loop requests to each server for `seconds`; what was done."""
+def accept_rate(text: str) -> float | str | None:
+    """--accept-rate: a number from 0 to 1, "off" (the simulator's own again) or "" (leave it, None)."""
+    if text in ("", "off"):
+        return text or None
+    try:
+        alpha = float(text)
+    except ValueError:
+        alpha = -1.0
+    if not 0 <= alpha <= 1:
+        raise UsageError(f"--accept-rate: give a number from 0 to 1, or off (got {text})")
+    return alpha
+
+
+def traffic(accept_rate: float | str | None = None, seconds: float = 60, clients: int = 2) -> str:
+    """Set (a number), put back ("off") or leave (None) the draft's acceptance on every sandbox host
+    (as `accept_rate` reads --accept-rate), then send `clients` closed-loop requests to each server
+    for `seconds`; what was done."""
     site, said, loads = fleet.DEFAULT_SITE, [], []
-    alpha = None
-    if accept_rate not in ("", "off"):
-        try:
-            alpha = float(accept_rate)
-        except ValueError:
-            alpha = -1.0
-        if not 0 <= alpha <= 1:
-            raise ValueError(f"--accept-rate: give a number from 0 to 1, or off (got {accept_rate})")
+    alpha = accept_rate if accept_rate != "off" else None
     for h, services in _hosts(site):
         if accept_rate == "off":
             h.run("rm", "-f", KNOB)

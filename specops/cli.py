@@ -1,6 +1,7 @@
 """What every task shares: its options (declared once), host selection, error → exit code, the recap."""
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -12,7 +13,7 @@ from typing import Any, Callable, NoReturn
 
 from invoke import Exit, Task, task
 
-from . import provenance
+from . import again, provenance
 from .remote import become
 from . import inventory as inv
 from .inventory import multinode
@@ -56,6 +57,7 @@ class Selection:
     check: bool = False
     diff: bool = False
     verify_weights: bool = False
+    ways: tuple = ("host", "group", "all")  # the selection options the task has (gpu-window: host alone)
 
 
 HELP = {
@@ -94,18 +96,17 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
         extra = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                    default=str(_DEFAULTS[n]) if n in NUMBERS else _DEFAULTS[n]) for n in shared]
 
+        @one_line
         def wrapper(c, **kwargs):
             # Invoke gives a positional the next word, whatever it is: `inv patch --help` is a
             # FILE of "--help" to it (after FILE, --help is invoke's own), a request for help to a user.
             if any(kwargs.get(p.name) == "--help" for p in needed):
                 _help(made)
             given = {n: kwargs.pop(n) for n in shared if n in kwargs}
-            try:
-                sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
-                                   for n, v in given.items()})
-            except UsageError as e:
-                exit_with(e)
-            return body(c, sel, **kwargs)
+            sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
+                               for n, v in given.items()}, ways=tuple(w for w in Selection.ways if w in shared))
+            with again.chosen(sel.inventory):  # the hints a task words repeat its --inventory
+                return body(c, sel, **kwargs)
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
         # Which hosts comes first, so -h, -g, -a, -i mean the same in every task; short flags go in order.
         where = [p for p in extra if p.name in WHERE]
@@ -160,11 +161,9 @@ def select(sel: Selection, vocabulary: dict, services: list[str] | None = None) 
     """The selected hosts: a task reaches every host of an inventory only with --all (as Kamal and
     Capistrano ask for a destination).  `vocabulary`: the host vars an inventory may hold
     (roles.VOCABULARY); `services`: names every selected host must define."""
-    path = inventory_path(sel.inventory)
-    inventory = inv.load(path, vocabulary)
-    # A hint's command names the inventory unless it is the default: set from the environment
-    # alone, a pasted command could read another one.
-    inventory.option = "" if path == str(DEFAULT_INVENTORY) else path
+    inventory = inv.load(inventory_path(sel.inventory), vocabulary)
+    if not (sel.host or sel.group or sel.all) and sel.ways == ("host",):
+        raise UsageError("choose the host: --host NAME")
     if not (sel.host or sel.group or sel.all):
         groups = ", ".join(sorted(g for g in inventory.groups if g not in ("all", "ungrouped")))
         raise UsageError("choose the hosts: --host NAME, --group NAME or --all"
@@ -241,6 +240,18 @@ def exit_with(e: SpecopsError) -> NoReturn:
     """A run that ends before any host's recap: one line, and the error's exit code."""
     print(f"error: {e}", file=sys.stderr)
     raise Exit(code=e.exit_code)
+
+
+def one_line(body: Callable) -> Callable:
+    """A task's body whose SpecopsError, wherever in it (a selection read outside `play`, an option
+    checked by the body), ends the run as `exit_with` says, never in a traceback."""
+    @functools.wraps(body)
+    def said(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except SpecopsError as e:
+            exit_with(e)
+    return said
 
 
 def job_after_dashes(example: str) -> str:

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecopsError
+from .errors import UsageError
 from .protocol.bench import sampled
 
 DEFAULT = Path(__file__).resolve().parents[1] / "files" / "prompts.json"
@@ -46,12 +46,12 @@ class PromptSet:
 
 
 def read(path: str | None = None) -> PromptSet:
-    """The prompt set in `path` (None: files/prompts.json); SpecopsError names what is wrong and where."""
+    """The prompt set in `path` (None: files/prompts.json); UsageError names what is wrong and where."""
     where = Path(path).expanduser() if path else DEFAULT
     try:
         data = where.read_bytes()
     except OSError as e:
-        raise SpecopsError(f"prompts {where}: {e.strerror or e}") from None
+        raise UsageError(f"prompts {where}: {e.strerror or e}") from None
     return PromptSet(path or DEFAULT_NAME, hashlib.sha256(data).hexdigest(), parse(data, str(where)))
 
 
@@ -61,12 +61,12 @@ def parse(data: bytes, where: str) -> list:
         text = data.decode("utf-8-sig")  # an editor on Windows starts the file with a BOM
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
-        raise SpecopsError(f"prompts {where} line {line}: not UTF-8 text") from None
+        raise UsageError(f"prompts {where} line {line}: not UTF-8 text") from None
     if not text.strip():
-        raise SpecopsError(f"prompts {where}: empty (no prompts)")
+        raise UsageError(f"prompts {where}: empty (no prompts)")
     prompts = _json_list(text, where) if text.lstrip().startswith("[") else _jsonl(text, where)
     if not prompts:
-        raise SpecopsError(f"prompts {where}: empty (no prompts)")
+        raise UsageError(f"prompts {where}: empty (no prompts)")
     return prompts
 
 
@@ -74,11 +74,11 @@ def _json_list(text: str, where: str) -> list:
     try:
         prompts = json.loads(text)
     except ValueError as e:
-        raise SpecopsError(f"prompts {where} line {e.lineno}: not JSON ({e.msg} at column {e.colno})") from None
+        raise UsageError(f"prompts {where} line {e.lineno}: not JSON ({e.msg} at column {e.colno})") from None
     for i, p in enumerate(prompts):
         if not isinstance(p, str):
-            raise SpecopsError(f"prompts {where}: item {i} of the JSON list is {_kind(p)}, not a string "
-                               "(a JSON list holds strings; messages go in a JSONL file)")
+            raise UsageError(f"prompts {where}: item {i} of the JSON list is {_kind(p)}, not a string "
+                             "(a JSON list holds strings; messages go in a JSONL file)")
     return prompts
 
 
@@ -90,10 +90,10 @@ def _jsonl(text: str, where: str) -> list:
         try:
             item = json.loads(line)
         except ValueError as e:
-            raise SpecopsError(f"prompts {where} line {n}: not JSON ({e.msg} at column {e.colno})") from None
+            raise UsageError(f"prompts {where} line {n}: not JSON ({e.msg} at column {e.colno})") from None
         problem = _problem(item)
         if problem:
-            raise SpecopsError(f"prompts {where} line {n}: {problem}")
+            raise UsageError(f"prompts {where} line {n}: {problem}")
         prompts.append(item["prompt"] if "prompt" in item else
                        {"messages": [{"role": m["role"], "content": m["content"]} for m in item["messages"]]})
     return prompts

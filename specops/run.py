@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import protocol
+from . import again, protocol
 from .converging import Converging
 from .errors import NotStarted, SpecopsError
 from .hostlock import HostLock
@@ -100,6 +100,10 @@ class HostRun(Converging):
         # Requests that go with the run's last call, in its round trip (the textfile after a deploy)
         self.epilogue: list = []
 
+    def hint(self, task: str, *words: str) -> str:
+        """A command a message suggests for this host, as the user would type it (again.command)."""
+        return again.command(task, *words, host=self.host.name)
+
     def connect(self) -> Remote:
         if self.remote is None:
             self.remote = Remote(self.host.name, self.host.vars, self.opts.accept_new)
@@ -177,7 +181,7 @@ def cut_off_words(cut: dict) -> str:
             f"not done: {', '.join(cut.get('not_done') or []) or 'nothing'}")
     undone = cut.get("undone")
     if undone is None:
-        return head + "; the next run that takes the lock (inv deploy, rollback, stop...) undoes it first"
+        return head + "; the next run that takes the lock (a deploy, rollback, stop...) undoes it first"
     if undone.get("error") or undone.get("note"):
         return head + f"; {undone.get('note') or 'its undo failed: ' + undone['error']}"
     return (head + f"; undone before this run: {len(undone['restored'])} file(s) put back"

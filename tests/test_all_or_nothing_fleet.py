@@ -258,7 +258,7 @@ def test_a_switch_cut_off_between_two_renames_is_named_then_undone_first(sandbox
     status = sandbox.inv("status", "--host", "t3", inventory=one)
     said = status.stdout + status.stderr
     assert "was cut off in the middle of its switch" in said, said[-3000:]
-    assert "the next run that takes the lock (inv deploy, rollback, stop...) undoes it first" in said
+    assert "the next run that takes the lock (a deploy, rollback, stop...) undoes it first" in said
     assert "HALF-DONE SWITCH of a deploy (cut off at: update /etc/systemd/system/sglang.service)" in status.stdout
     assert current(h) == release1
 

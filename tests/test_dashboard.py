@@ -102,7 +102,7 @@ def test_the_docs_list_each_panel_with_its_queries(written):
         spans = {span.replace("\\|", "|") for span in re.findall(r"`([^`]+)`", row[2])}
         assert sorted({as_documented(t["expr"]) for t in p["targets"]} - spans) == [], p["title"]
     age = panels[-1]["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]
-    stale = next(r for r in alerts.FIXED if r["alert"] == "SpecopsTextfileStale")
+    stale = next(r for r in alerts.fixed() if r["alert"] == "SpecopsTextfileStale")
     assert age == {"color": "red", "value": 600} and stale["expr"].endswith("> 600")
 
 

@@ -251,7 +251,7 @@ def test_a_hunk_is_placed_only_where_it_is_unambiguous():
     # At its stated line it goes there, whatever else matches below.
     assert patchfile.apply(diff, "A\nB\nC\nA\nB\nC\n", REL, "0.5.24") == "A\nB2\nC\nA\nB\nC\n"
     no_context = "--- a/sglang/%s\n+++ b/sglang/%s\n@@ -2 +2 @@\n-B\n+B2\n" % (REL, REL)
-    with pytest.raises(PatchError, match=r"no context lines, .* cut it with context \(inv patch --edited\)$"):
+    with pytest.raises(PatchError, match=r"no context lines, .* cut it with context \(as --edited does\)$"):
         patchfile.apply(no_context, "A\nB\nC\n", REL, "0.5.23")
 
 

@@ -24,7 +24,7 @@ def test_status_names_the_stack_and_release_the_unit_runs_not_the_inventory_s():
                    "inventory_venv": "/opt/specops/venvs/bbb"}
     line = status._runs_lines("t1", {"service": "sglang", "runs": ran})[0]
     assert line == ("t1: sglang runs sglang 0.5.23 from stack /opt/specops/venvs/aaa (release 1); the inventory asks "
-                    "for stack /opt/specops/venvs/bbb: inv deploy to run it")
+                    "for stack /opt/specops/venvs/bbb: to run it, inv deploy --host t1")
     # the release current names another stack (a rollback left the unit on an older one): the older release
     assert status.runs(UNIT, kept(current="2"), "sglang", None, "/opt/specops/venvs/aaa")["release"] == "1"
 

@@ -10,6 +10,7 @@ from specops import cli, protocol
 from specops.agent.services import units
 from specops.flows import pipeline, rolling
 from specops.output.report import HostReport
+from specops.run import HostRun
 
 
 def test_the_agent_disables_each_stopped_unit_only_when_asked_and_reports_its_state(monkeypatch):
@@ -36,6 +37,8 @@ def test_the_agent_disables_each_stopped_unit_only_when_asked_and_reports_its_st
 
 
 class _Run:
+    hint = HostRun.hint
+
     def __init__(self):
         self.said = []
         self.host = SimpleNamespace(name="t1")
@@ -58,10 +61,11 @@ def test_stop_says_what_a_reboot_does(monkeypatch):
     monkeypatch.setattr(pipeline, "stop", stop)
     run = _Run()
     pipeline.stop_task(run)
-    assert run.said == ["sglang: still enabled: a reboot starts it again (inv stop --disable keeps it stopped)"]
+    assert run.said == ["sglang: still enabled: a reboot starts it again (`inv stop --host t1 --service sglang "
+                        "--disable` keeps it stopped)"]
     run = _Run()
     pipeline.stop_task(run, disable=True)
-    assert run.said == ["sglang: disabled: a reboot leaves it stopped (inv deploy enables and starts it again)"]
+    assert run.said == ["sglang: disabled: a reboot leaves it stopped (`inv deploy --host t1` enables and starts it)"]
     assert asked == [False, True]
 
 

@@ -35,7 +35,8 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     killed = re.search(r"sglang: did not exit on SIGTERM: systemd killed it at TimeoutStopSec, "
                        r"after ([\d.]+)s \(result 'timeout'\)", out)
     assert killed and 8 <= float(killed.group(1)) < 15, out[-3000:]
-    assert "sglang: still enabled: a reboot starts it again (inv stop --disable keeps it stopped)" in out, out[-3000:]
+    assert ("sglang: still enabled: a reboot starts it again (`inv stop --host t5 --service sglang --disable` keeps "
+            "it stopped)") in out, out[-3000:]
     log = journal(h)
     assert "SIGTERM received. Draining requests" in log, log[-3000:]
     assert re.search(r"Remaining number of requests [1-9]", log), log[-3000:]
@@ -60,7 +61,7 @@ def test_a_stop_under_load_is_reported_killed_at_its_timeout_and_one_that_need_n
     # Issue 38: stop --disable keeps a reboot from starting it again; a deploy enables and starts it.
     res = sandbox.inv("stop", "--host", "t5", "--disable", inventory=quick)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-1000:]
-    assert "sglang: disabled: a reboot leaves it stopped (inv deploy enables and starts it again)" in res.stdout
+    assert "sglang: disabled: a reboot leaves it stopped (`inv deploy --host t5` enables and starts it)" in res.stdout
     assert h.run("systemctl", "is-enabled", "sglang", check=False).stdout.strip() == "disabled"
     res = sandbox.inv("deploy", "--host", "t5", inventory=quick)
     assert res.returncode == 0 and "service sglang: changed (enable" in res.stdout, res.stdout[-3000:]

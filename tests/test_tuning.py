@@ -78,11 +78,11 @@ def test_no_setting_pays_with_the_seeds_draft_and_its_accept_length_is_flat():
         assert max(oracle(SEEDS, c)(s) for s in space.candidates) < base
     accepts = {s: sim_perf.accept_length(0.1, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens)
                for s in (Settings(1, 1, 2), Settings(3, 1, 4), Settings(3, 2, 8))}
-    assert "the draft's own acceptance is the limit" in tuning.draft_limit(accepts)
+    assert "the draft's own acceptance is the limit" in tuning.draft_limit(accepts, "t1")
     good = {s: sim_perf.accept_length(0.8, 0.5, s.num_steps, s.eagle_topk, s.num_draft_tokens) for s in accepts}
-    assert tuning.draft_limit(good) is None
+    assert tuning.draft_limit(good, "t1") is None
     # too narrow a spread of draft tokens says nothing either way
-    assert tuning.draft_limit({Settings(1, 1, 2): 1.1, Settings(2, 1, 3): 1.1}) is None
+    assert tuning.draft_limit({Settings(1, 1, 2): 1.1, Settings(2, 1, 3): 1.1}, "t1") is None
 
 
 def test_the_objective_reads_one_level_or_the_mean_and_holds_the_latency_bound():

@@ -182,7 +182,7 @@ def test_manual_rollback_across_a_version_and_back(sandbox, upgraded):
     # status names what the unit runs (the inventory still asks for 0.5.24's stack), not what it asks for
     res, _ = run(sandbox, "t4", v24, task="status")
     assert (f"t4: sglang runs sglang 0.5.23 from stack {venv_for(upgraded['v23'])} (release {upgraded['first']}); "
-            f"the inventory asks for stack {venv_for(v24)}: inv deploy to run it") in res.stdout, res.stdout
+            f"the inventory asks for stack {venv_for(v24)}: to run it, inv deploy --host t4") in res.stdout, res.stdout
     # issue 38: the release the rollback left is listed rolled back, not "deployed"
     res, _ = run(sandbox, "t4", v24, task="releases")
     assert f" {upgraded['second']}  rolled-back " in res.stdout, res.stdout

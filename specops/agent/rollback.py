@@ -250,7 +250,9 @@ def rollback(req):
     if req.to:
         target = next((m for m in deployed if m["stamp"] == req.to), None)
         if target is None:
-            raise ActionError("no deployed release %s (see inv releases)" % req.to)
+            # the host knows not how the user chose it, to word `inv releases` for them: it names them
+            raise ActionError("no deployed release %s (deployed: %s)"
+                              % (req.to, ", ".join(m["stamp"] for m in deployed) or "none"))
     else:
         older = [m for m in deployed if now and m["stamp"] < now]
         if not older:

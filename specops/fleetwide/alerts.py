@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from .. import again
 from .payoff import Series, enough_traffic, payoff, remedy, watch_of
 from .targets import group_of, monitored, scraped
 
@@ -34,7 +35,7 @@ RECORDING = [
     ("specops:accept_length:window", f"avg by ({BY}) (sglang:spec_accept_length)"),
 ]
 WHO = "{{ $labels.host }}/{{ $labels.service }}"
-HOST = "--host {{ $labels.host }}"
+HOST = again.Filled("{{ $labels.host }}")  # Alertmanager fills it in
 
 
 def alert(name: str, expr: str, for_: str | None, severity: str, summary: str, description: str, run: str) -> dict:
@@ -42,49 +43,51 @@ def alert(name: str, expr: str, for_: str | None, severity: str, summary: str, d
             "annotations": {"summary": summary, "description": description, "run": run}}
 
 
-FIXED = [
-    alert("SGLangDown", f'max by ({BY}) (up{{job=~"sglang|sglang-router"}}) == 0\n'
-                        f"or\nmax by ({BY}) (specops_unit_active) == 0", "1m", "critical",
-          f"{WHO} is down",
-          "Prometheus cannot scrape it, or its systemd unit is not active.",
-          f"inv status {HOST}"),
-    alert("SGLangRestarting", f"max by ({BY}) (increase(specops_unit_restarts_total[15m])) >= 2", None, "warning",
-          f"systemd restarted {WHO} {{{{ $value | printf \"%.0f\" }}}} times in 15 minutes",
-          "Its unit keeps failing and coming back (Restart=on-failure): read the journal of its last start.",
-          f"inv status {HOST}"),
-    alert("ServingQueueGrowing", f"sum by ({BY}) (sglang:num_queue_reqs) > {QUEUE_DEPTH}\n"
-                                 f"and on(host, service)\nsum by ({BY}) (deriv(sglang:num_queue_reqs[5m])) > 0",
-          "5m", "warning",
-          f"{{{{ $value | printf \"%.0f\" }}}} requests wait on {WHO}, and the queue grows",
-          "More arrives than it serves: add capacity, or check that speculative decoding still pays off.",
-          f"inv status {HOST}"),
-    # 0.5.23 never sets sglang:is_cuda_graph (always 0); its decode passes, counted by mode, tell
-    alert("CudaGraphOff", f'sum by ({BY}) (rate(sglang:cuda_graph_passes_total{{mode="decode_none"}}[5m])) > 0\n'
-                          f'unless on(host, service)\nsum by ({BY}) '
-                          f'(rate(sglang:cuda_graph_passes_total{{mode="decode_cuda_graph"}}[5m])) > 0\n'
-                          "and on(host, service)\nmax by (host, service) (specops_cuda_graph_deployed) == 1", "5m",
-          "warning", f"{WHO} serves without CUDA graphs",
-          "It was deployed to run with CUDA graphs, and none of its decode passes of the last 5 minutes used one: "
-          "it is much slower.", f"inv deploy {HOST}"),
-    # a run's changes are drift until its release is recorded: not while it holds the host lock
-    alert("SpecopsDrift", f"max by ({BY}, kind) (specops_drift) == 1\n"
-                          "unless on(host)\nmax by (host) (specops_run_in_progress) == 1", "2m", "warning",
-          f"{WHO} drifted from its release ({{{{ $labels.kind }}}})",
-          "files: a managed file differs from the release's copy; stale: the server runs older code or weights "
-          "than its files. `inv deploy --check` shows what differs.",
-          f"inv deploy {HOST}"),
-    alert("ReleaseUnverified", f"max by ({BY}) (specops_verified) == 0", "1m", "critical",
-          f"the last verify of {WHO} failed",
-          "What runs did not pass verify (ready, its model, its spec arguments, a generation).",
-          f"inv verify {HOST}"),
-    # the textfile's own age: without its timer the specops_* series above stay as they last were
-    alert("SpecopsTextfileStale", "time() - max by (group, host) (specops_textfile_timestamp_seconds) > "
-                                  f"{TEXTFILE_STALE_S}", "5m",
-          "warning", "specops's textfile on {{ $labels.host }} was written {{ $value | printf \"%.0f\" }} s ago",
-          "Its refresh (the timer specops-textfile.timer) stopped: the drift, verify and unit series of this host "
-          "are old. `systemctl status specops-textfile.timer specops-textfile` on the host says why.",
-          f"inv deploy {HOST}"),
-]
+def fixed() -> list[dict]:
+    """The alerts every fleet has; a `run` names the inventory as `inv monitoring` was given it."""
+    return [
+        alert("SGLangDown", f'max by ({BY}) (up{{job=~"sglang|sglang-router"}}) == 0\n'
+                            f"or\nmax by ({BY}) (specops_unit_active) == 0", "1m", "critical",
+              f"{WHO} is down",
+              "Prometheus cannot scrape it, or its systemd unit is not active.",
+              again.command("status", host=HOST)),
+        alert("SGLangRestarting", f"max by ({BY}) (increase(specops_unit_restarts_total[15m])) >= 2", None, "warning",
+              f"systemd restarted {WHO} {{{{ $value | printf \"%.0f\" }}}} times in 15 minutes",
+              "Its unit keeps failing and coming back (Restart=on-failure): read the journal of its last start.",
+              again.command("status", host=HOST)),
+        alert("ServingQueueGrowing", f"sum by ({BY}) (sglang:num_queue_reqs) > {QUEUE_DEPTH}\n"
+                                     f"and on(host, service)\nsum by ({BY}) (deriv(sglang:num_queue_reqs[5m])) > 0",
+              "5m", "warning",
+              f"{{{{ $value | printf \"%.0f\" }}}} requests wait on {WHO}, and the queue grows",
+              "More arrives than it serves: add capacity, or check that speculative decoding still pays off.",
+              again.command("status", host=HOST)),
+        # 0.5.23 never sets sglang:is_cuda_graph (always 0); its decode passes, counted by mode, tell
+        alert("CudaGraphOff", f'sum by ({BY}) (rate(sglang:cuda_graph_passes_total{{mode="decode_none"}}[5m])) > 0\n'
+                              f'unless on(host, service)\nsum by ({BY}) '
+                              f'(rate(sglang:cuda_graph_passes_total{{mode="decode_cuda_graph"}}[5m])) > 0\n'
+                              "and on(host, service)\nmax by (host, service) (specops_cuda_graph_deployed) == 1", "5m",
+              "warning", f"{WHO} serves without CUDA graphs",
+              "It was deployed to run with CUDA graphs, and none of its decode passes of the last 5 minutes used one: "
+              "it is much slower.", again.command("deploy", host=HOST)),
+        # a run's changes are drift until its release is recorded: not while it holds the host lock
+        alert("SpecopsDrift", f"max by ({BY}, kind) (specops_drift) == 1\n"
+                              "unless on(host)\nmax by (host) (specops_run_in_progress) == 1", "2m", "warning",
+              f"{WHO} drifted from its release ({{{{ $labels.kind }}}})",
+              "files: a managed file differs from the release's copy; stale: the server runs older code or weights "
+              f"than its files. `{again.command('deploy', '--check', host=HOST)}` shows what differs.",
+              again.command("deploy", host=HOST)),
+        alert("ReleaseUnverified", f"max by ({BY}) (specops_verified) == 0", "1m", "critical",
+              f"the last verify of {WHO} failed",
+              "What runs did not pass verify (ready, its model, its spec arguments, a generation).",
+              again.command("verify", host=HOST)),
+        # the textfile's own age: without its timer the specops_* series above stay as they last were
+        alert("SpecopsTextfileStale", "time() - max by (group, host) (specops_textfile_timestamp_seconds) > "
+                                      f"{TEXTFILE_STALE_S}", "5m",
+              "warning", "specops's textfile on {{ $labels.host }} was written {{ $value | printf \"%.0f\" }} s ago",
+              "Its refresh (the timer specops-textfile.timer) stopped: the drift, verify and unit series of this host "
+              "are old. `systemctl status specops-textfile.timer specops-textfile` on the host says why.",
+              again.command("deploy", host=HOST)),
+    ]
 
 
 REGEX_META = set(".^$*+?()[]{}|\\")
@@ -145,7 +148,7 @@ def payoff_alerts(inventory) -> list[dict]:
                 f"last window), so speculation gives an estimated S x a / A = {{{{ $value | printf \"%.2f\" }}}}x, "
                 f"under {1 + w.speedup_margin:g} (1 + watch.speedup_margin). Below 1, speculative decoding costs more "
                 f"than it gives. Tune it again (or check the draft, or serve without it).",
-                remedy("{{ $labels.host }}")))
+                remedy(HOST)))
             out.append(alert(
                 "SpecDecodeDegraded", f"{degraded.text}\n{traffic}\nunless on(host, service)\n({not_paying.text})",
                 w.for_, "warning",
@@ -155,7 +158,7 @@ def payoff_alerts(inventory) -> list[dict]:
                 f"one its release measured: the draft fits this traffic less well. Speculative decoding may still "
                 f"pay: with a measured speedup (spec-bench --baseline, or spec-tune), SpecDecodeNotPayingOff fires "
                 f"instead where it no longer does. Tune it again to win it back.",
-                remedy("{{ $labels.host }}")))
+                remedy(HOST)))
     return out
 
 
@@ -180,7 +183,7 @@ def exporter_alerts(inventory, others: list[dict]) -> list[dict]:
               f"While it fires, the host's textfile series (release, drift, verify, unit state) are missing, so "
               f"{mute} cannot fire for this host, and SGLangDown sees only whether SGLang answers. "
               "`systemctl status prometheus-node-exporter` on the host says why; a deploy installs it when missing.",
-              f"inv deploy {HOST}"),
+              again.command("deploy", host=HOST)),
         # up{job="node"} has the hosts the inventory monitors only; an exporter that is down is NodeExporterDown's
         alert("SpecopsTextfileMissing", 'max by (group, host) (up{job="sglang"}) == 1\n'
                                         'and on(host)\nmax by (host) (up{job="node"}) == 1\n'
@@ -189,13 +192,13 @@ def exporter_alerts(inventory, others: list[dict]) -> list[dict]:
               "SGLang answers there and node_exporter is up, but no specops_* series come from it: the textfile was "
               "never written, or is written where node_exporter does not read (monitoring.textfile_dir against its "
               f"--collector.textfile.directory). While it fires, {mute} cannot fire for this host.",
-              f"inv deploy {HOST}"),
+              again.command("deploy", host=HOST)),
     ]
 
 
 def rules(inventory) -> dict:
     """The rule file: one group, the recording rules first (a group evaluates in order)."""
     recorded = [{"record": name, "expr": expr} for name, expr in RECORDING]
-    alerts = FIXED + payoff_alerts(inventory)
+    alerts = fixed() + payoff_alerts(inventory)
     alerts = sorted(alerts + exporter_alerts(inventory, alerts), key=lambda r: (r["alert"], r["expr"]))
     return {"groups": [{"name": "specops", "rules": recorded + alerts}]}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .. import again
 from ..errors import UsageError
 
 # A service's `watch:` when it says nothing.
@@ -104,4 +105,4 @@ class Series:
 def remedy(host: str) -> str:
     """What to run when a draft no longer pays, or pays less: a tune on the traffic that moved
     (a sample of what the service serves now, not the prompt file it was measured with)."""
-    return f"inv spec-tune --host {host} --traffic"
+    return again.command("spec-tune", "--traffic", host=host)

@@ -163,7 +163,7 @@ def rebase(run: HostRun, patch: Path, rel: str) -> str:
         text, conflicts = patchfile.rebase(diff, old, new, rel, new_version, new_sha)
     except patchfile.HunkError as e:  # no merge can start from a patch that does not fit its own base
         raise SpecopsError(f"{e}: {patch.name} does not fit the file it says it was cut from; make its edit on "
-                           f"sglang {new_version}'s ({run.host.command('patch', rel, '--fetch')} writes it), then "
+                           f"sglang {new_version}'s ({run.hint('patch', rel, '--fetch')} writes it), then "
                            f"--edited it") from None
     clean, merge = Path(f"{patch}.{new_version}"), patch.with_name(f"{Path(rel).name}.merge-{new_version}")
     if conflicts:
@@ -172,7 +172,7 @@ def rebase(run: HostRun, patch: Path, rel: str) -> str:
         raise SpecopsError(f"{len(conflicts)} conflict(s) rebasing {patch.name} from sglang {old_version} onto "
                            f"{new_version}: {named}{_gone(clean)}. Resolve them in {merge} (diff3 markers: the "
                            f"patch's side, the base, sglang {new_version}'s), then: "
-                           f"{run.host.command('patch', rel, '--edited', str(merge))}")
+                           f"{run.hint('patch', rel, '--edited', str(merge))}")
     _write(clean, text)
     gone = _gone(merge)
     try:

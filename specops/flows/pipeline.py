@@ -44,7 +44,7 @@ def failed(run: HostRun, directory: str, failure: SpecopsError, planned: bool = 
     `planned`: the plan was made (else only a REPROBE role's preparations may have run)."""
     if run.applying:  # the connection went while the host applied: what it did is not known here
         raise SpecopsError(f"{failure}; the batch's outcome on the host is not known: a switch it began is "
-                           f"undone by the next run that takes the lock (inv status names it)") from None
+                           f"undone by the next run that takes the lock (`{run.hint('status')}` names it)") from None
     if run.applied or (isinstance(failure, ApplyFailed) and failure.phase == protocol.SWITCH):
         undo(run, directory, failure)  # raises: what was undone, and whether that verifies
     left = f"; left in place (not undone): {', '.join(run.kept)}" if run.kept else ""
@@ -92,7 +92,7 @@ def undo(run: HostRun, directory: str, failure: Exception) -> None:
     except SpecopsError as e:
         then = ("the next run that takes the lock undoes it first (its journal stays)"
                 if isinstance(failure, ApplyFailed) and failure.phase == protocol.SWITCH else
-                "the host may be between two releases: inv rollback puts the one before back")
+                f"the host may be between two releases: `{run.hint('rollback')}` puts the one before back")
         raise SpecopsError(f"{failure}; its undo failed too: {e}; {then}") from None
     stamp = attempt(run, directory, failure, previous)
     run.report.notes.append(ROLLED_BACK)
@@ -188,9 +188,10 @@ def stop_task(run: HostRun, names: list[str] | None = None, disable: bool = Fals
     res = rolling.out_of_routers(run, lambda: stop(run, names, disable), names, back=False)
     for s in res.services:
         if s.enabled == "disabled":
-            run.say(f"{s.name}: disabled: a reboot leaves it stopped (inv deploy enables and starts it again)")
+            run.say(f"{s.name}: disabled: a reboot leaves it stopped (`{run.hint('deploy')}` enables and starts it)")
         elif s.enabled == "enabled":
-            run.say(f"{s.name}: still enabled: a reboot starts it again (inv stop --disable keeps it stopped)")
+            keep = run.hint("stop", "--service", s.name, "--disable")
+            run.say(f"{s.name}: still enabled: a reboot starts it again (`{keep}` keeps it stopped)")
     return res
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .. import kinds, protocol
+from .. import again, kinds, protocol
 from . import verify as verify_mod
 from .facts import base_wants
 from ..run import HostRun
@@ -205,7 +205,8 @@ def _runs_lines(host: str, s: dict) -> list[str]:
         line = (f"{host}: {s['service']} runs sglang {ran.get('sglang') or '?'} from stack {ran['venv']} "
                 f"(release {ran.get('release') or 'none'})")
         if ran["venv"] != ran.get("inventory_venv"):
-            line += f"; the inventory asks for stack {ran['inventory_venv']}: inv deploy to run it"
+            line += (f"; the inventory asks for stack {ran['inventory_venv']}: to run it, "
+                     + again.command("deploy", host=host))
         out.append(line)
     p = s.get("production")
     if p and p.get("error"):

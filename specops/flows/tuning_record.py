@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from . import specbench
-from .. import protocol
+from .. import again, protocol
 from ..sglang import tuning
 from .tuning_search import Search, figures
 
@@ -87,7 +87,7 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
                     f"tune, more than the {tuning.KEEP_MARGIN:.0%} a winner must clear; --apply refuses this tune "
                     f"unless --force (run it again when the box is quiet)")
     limit = tuning.draft_limit({m["settings"]: figures(m["levels"]).get(obj.at, {}).get("accept_length")
-                                for m in s.measured if m["draft"] == (winner or best or (own,))[0]})
+                                for m in s.measured if m["draft"] == (winner or best or (own,))[0]}, s.run.host.name)
     said += [limit] if limit else []
     changes = bool(winner and winner != incumbent)
     values = s.values(winner[1], winner[0]) if changes else None
@@ -116,5 +116,6 @@ def record(s: Search, now: tuning.Settings | None) -> dict:
 
 
 def inventory_lines(host: str, service: str, values: dict) -> list[str]:
+    roll = again.command("deploy", "--group", "G", "--serial", "1", "--bench")
     return [f"to serve it, write under {service}'s `speculative:` (host_vars/{host}.yml, or a group's vars "
-            f"to roll it with inv deploy --group G --serial 1 --bench):"] + [f"    {k}: {v}" for k, v in values.items()]
+            f"to roll it with `{roll}`):"] + [f"    {k}: {v}" for k, v in values.items()]

@@ -10,7 +10,6 @@ is raised before any connection is made.
 """
 from __future__ import annotations
 
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,21 +59,11 @@ class Host:
     def get(self, key: str, default: Any = None) -> Any:
         return self.vars.get(key, default)
 
-    def command(self, task: str, *words: str) -> str:
-        """`inv TASK` for this host as a hint names it, to be pasted: with the options that chose
-        its inventory (as the run was given them) and --host, then `words`, each quoted for a shell."""
-        chosen = ["--inventory", self.inventory.option] if self.inventory and self.inventory.option else []
-        return shlex.join(["inv", task, *chosen, "--host", self.name, *words])
-
-
 @dataclass
 class Inventory:
     path: Path
     hosts: dict[str, Host]
     groups: dict[str, list[str]]  # group → host names, transitively
-    # --inventory's value in a command that reaches these hosts; "" when one finds them by itself
-    # (the default inventory).  Set by whoever chose the inventory (cli.select).
-    option: str = ""
 
     def select(self, host: str | None = None, group: str | None = None) -> list[Host]:
         """The same selection rules in every task: --host a,b | --group g | all."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
+from .. import again
 from ..errors import UsageError
 
 PATCH_DIR = Path(__file__).resolve().parent.parent.parent / "files" / "patches"
@@ -48,4 +49,4 @@ def applied(host, diff: str, upstream: str, rel: str, version: str) -> str:
         # A three-way merge from the file the patch was cut from places each hunk by that whole
         # file: one that has no place here, or several, included.
         raise patchfile.HunkError(f"{e}; carry it onto sglang {version} with: "
-                                  f"{host.command('patch', rel, '--rebase')}") from None
+                                  f"{again.command('patch', rel, '--rebase', host=host.name)}") from None

@@ -195,7 +195,7 @@ def _apply(diff_text, upstream, rel, version):
         old = h.old
         if not any(kind == " " for kind, _ in h.ops):
             raise PatchError(f"{name}: hunk {n} ({h.header}) has no context lines, so where it goes in "
-                             f"sglang {version}'s {rel} cannot be checked; cut it with context (inv patch --edited)")
+                             f"sglang {version}'s {rel} cannot be checked; cut it with context (as --edited does)")
         # A hunk with no old lines (diff -U0) inserts after its stated line.
         guess = h.old_start - (1 if old else 0) + shift
         hi = len(up) - len(old)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from .. import again
 from ..errors import UsageError
 from .rules import EAGLE_FAMILY, resolve, tree_nodes
 
@@ -207,10 +208,10 @@ class Objective:
         return f"serve at least {self.min_speedup:g}x as fast as without speculation"
 
 
-def draft_limit(accepts: dict) -> str | None:
-    """`accepts`: settings → accept length measured.  When the accept length hardly moves across
-    all the settings measured (less than FLAT_ACCEPT tokens from the lowest to the highest) while
-    their draft tokens span at least FLAT_DRAFT_RATIO times, the draft's own acceptance is the
+def draft_limit(accepts: dict, host: str) -> str | None:
+    """`accepts`: settings → accept length measured on `host`.  When the accept length hardly moves
+    across all the settings measured (less than FLAT_ACCEPT tokens from the lowest to the highest)
+    while their draft tokens span at least FLAT_DRAFT_RATIO times, the draft's own acceptance is the
     limit, not the settings: a working draft gains tokens as it is given more to propose."""
     seen = {s: a for s, a in accepts.items() if a}
     if len(seen) < 2:
@@ -222,6 +223,6 @@ def draft_limit(accepts: dict) -> str | None:
         return None
     return (f"the accept length barely moves with the settings ({low:.2f} to {high:.2f} tokens a step, with "
             f"{fewest} to {most} draft tokens): the draft's own acceptance is the limit, not the settings.  Check "
-            f"the draft config lint (inv deploy --check: the draft's hidden-state layers against the target), "
-            f"the embedding-capture patch on the target, and what the draft was trained on (this target's "
-            f"hidden states?)")
+            f"the draft config lint (`{again.command('deploy', '--check', host=host)}`: the draft's hidden-state "
+            f"layers against the target), the embedding-capture patch on the target, and what the draft was "
+            f"trained on (this target's hidden states?)")

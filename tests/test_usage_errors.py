@@ -1,0 +1,123 @@
+"""Issue 50: every task, given each usage error it can be given (no inventory, an unknown host, a
+required option left out, an unknown option, a bad value for an option that is checked before
+any connection), says one line on stderr, names the mistake and exits 2: never a traceback, never
+invoke's exit 1, never a connection.  Each task is run as a user runs it: `inv` in a process of
+its own, in a directory of its own, with no terminal.  No fleet."""
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tasks
+from support import ROOT
+from support.inventories import Listener, write
+
+# sandbox.up boots hosts and sandbox.down removes them; sandbox.traffic sends requests: were a
+# check missed, the test must not do any of it.  What each task would do is replaced by an exit
+# 99; all else (invoke's parser, the tasks' own checks) is the real `inv`.
+GUARD = """import sys
+sys.path.insert(0, sys.argv.pop(1))
+import sandbox.tasks, sandbox.traffic
+def acted(*args, **kwargs):
+    sys.exit("the task went past its checks")
+sandbox.tasks.up = sandbox.tasks.down = sandbox.traffic.traffic = acted
+from invoke.main import program
+program.run()
+"""
+
+# What each task needs besides a selection to get as far as its own checks; the job after `--`
+# goes last.
+NEEDS = {"patch": ["srt/models/llama.py", "--fetch"], "monitoring": ["--out", "{tmp}/prom"]}
+LAST = {"gpu-window": ["--", "true"]}
+# Required besides the selection: the words left out, and what must name them.
+REQUIRED = {"patch": [(["srt/models/llama.py"], "FILE"), (["--fetch"], "--fetch")],
+            "monitoring": [(["--out", "{tmp}/prom"], "OUT")], "gpu-window": [(["--", "true"], "the job after --")]}
+# A value each option refuses before any connection (what must name it: the option or the value).
+BAD = {
+    "group": "nosuch", "service": "nosuch", "forks": "x", "serial": "-1", "max_fail": "150", "requests": "x",
+    "max_new_tokens": "0", "concurrency": "1,x", "budget": "x", "at": "x", "itl_p99_ms": "x", "seed": "x",
+    "traffic": "x", "traffic_wait": "x", "prompts": "/nonexistent/prompts.json", "scrape_interval": "soon",
+    "alertmanager": "nohost", "hosts": "x", "flavour": "nosuch", "accept_rate": "2", "seconds": "x",
+    "clients": "0",
+}
+# Options any text goes for before connecting: what the host holds (a release stamp), a path
+# written at the end, the selection's own (each has its cases), and inv patch's FILE and
+# --edited, which its own checks read (tests/test_patches.py).
+FREE = {"host", "inventory", "to", "json", "out", "fetch_sample", "file", "edited"}
+
+
+def _arguments(name: str) -> dict:
+    return {a.name: a for a in copy.deepcopy(tasks.ns[name]).get_arguments()}
+
+
+def _cases() -> list:
+    """(argv, the words one of which the line must hold) for every task and usage error it can be given."""
+    out = []
+    for name in sorted(tasks.ns.task_names):
+        args = _arguments(name)
+        inv = ["-i", "{tmp}/inv"] if "inventory" in args else []
+        sel = ["--host", "a"] if "host" in args else []
+
+        def case(wrong, says, *more, inventory=inv, selection=sel, drop=()):
+            words = [name, *inventory, *selection, *NEEDS.get(name, []), *more, *LAST.get(name, [])]
+            out.append(pytest.param([w for w in words if w not in drop], says, id=f"{name}: {wrong}"))
+        case("unknown option", "--no-such-option", "--no-such-option")
+        # One not on the line already: invoke takes a flag given twice, bare the second time, as
+        # given the first time's value.
+        valued = next((f"--{a.names[0]}" for a in args.values()
+                       if a.kind is not bool and not a.positional and a.name not in ("host", "inventory")), None)
+        if valued:
+            case("no value", f"{valued} needs a value", valued)
+        if inv:
+            case("no inventory", "{tmp}/missing", inventory=["-i", "{tmp}/missing"])
+        if sel:
+            case("unknown host", "nosuch", selection=["--host", "nosuch"])
+            # only the options the task has (gpu-window: --host alone)
+            case("no selection", "choose the hosts: --host NAME, --group NAME or --all" if "group" in args
+                 else "choose the host: --host NAME", selection=[])
+        for left, says in REQUIRED.get(name, []):
+            case(f"no {says}", says, drop=left)
+        for a in args.values():
+            if a.kind is not bool and a.name in BAD:
+                flag, value = f"--{a.names[0]}", BAD[a.name]
+                case(f"bad {flag}", f"{flag}|{value}", flag, value, selection=sel if a.name != "group" else [])
+    return out
+
+
+def test_every_option_is_given_a_bad_value_or_takes_any_text():
+    """A new option is classified here: the cases below then give it its bad value."""
+    unclassified = {(n, a.name) for n in tasks.ns.task_names for a in _arguments(n).values()
+                    if a.kind is not bool and a.name not in BAD and a.name not in FREE}
+    assert unclassified == set()
+
+
+@pytest.fixture(scope="module")
+def fleet_of_one(tmp_path_factory):
+    """An inventory whose one host, `a`, is a loopback listener that counts connection attempts."""
+    listener = Listener()
+    tmp = tmp_path_factory.mktemp("usage")
+    write(tmp / "inv", {"hosts.yml": f"""
+        all:
+          children:
+            g:
+              hosts:
+                a: {{address: 127.0.0.1, ssh_port: {listener.port}, connect_timeout: 2}}
+        """})
+    yield tmp, listener
+    listener.close()
+
+
+@pytest.mark.parametrize("argv, says", _cases())
+def test_a_usage_error_is_one_line_and_exit_2(fleet_of_one, argv, says):
+    tmp, listener = fleet_of_one
+    argv = [w.replace("{tmp}", str(tmp)) for w in argv]
+    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_INVENTORY"}
+    res = subprocess.run([sys.executable, "-c", GUARD, str(ROOT), "-r", str(ROOT), *argv], cwd=tmp,
+                         capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    lines = res.stderr.strip().splitlines()
+    assert (res.returncode, len(lines), res.stdout) == (2, 1, ""), res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, lines
+    assert any(w.replace("{tmp}", str(tmp)) in lines[0] for w in says.split("|")), lines
+    assert listener.accepted == 0
