@@ -1,6 +1,7 @@
 """What spec-bench says as it measures (specops/flows/specbench.py): each level as it ends, with its
 latencies and about how long is left, with and without --baseline; and spec-tune's estimate, by
-the same definition.  No fleet."""
+the same definition (flows/pace.py; tests/test_pace.py holds them on a host slower than the
+model).  No fleet."""
 from specops import protocol
 
 
@@ -11,14 +12,17 @@ LEVELS = {1: {"output_tok_s": 50.0, "requests_s": 0.5, "ttft_p50": 0.12, "ttft_p
 
 
 class BenchRun:
-    """A host whose agent answers each level with LEVELS' figures, and its last start with `start`."""
+    """A host whose agent answers each level with LEVELS' figures, and its last start with `start`;
+    each level takes as long as its figures say (no warm-up: the model exactly)."""
 
-    def __init__(self, start=30.0):
+    def __init__(self, monkeypatch, start=30.0):
         from sandbox.provision import sandbox_service
         from specops import inventory
+        from specops.flows import pace
         self.svc = sandbox_service()
         self.host, self.start = inventory.Host("t1", {"services": [self.svc]}), start
-        self.said, self.sent = [], []
+        self.said, self.sent, self.t = [], [], 0.0
+        monkeypatch.setattr(pace, "now", lambda: self.t)
 
     def say(self, text):
         self.said.append(text)
@@ -28,6 +32,7 @@ class BenchRun:
         if isinstance(req, protocol.Startup):
             return protocol.StartupResult(seconds=self.start)
         (c,) = req.concurrency
+        self.t += LEVELS[c]["seconds"]
         return protocol.SpecBenchResult(levels=[protocol.BenchLevel(concurrency=c, figures=LEVELS[c], raw=[])])
 
 
@@ -35,11 +40,13 @@ def test_spec_bench_says_each_level_with_its_latencies_and_the_time_left(monkeyp
     """Issue 38: spec-bench was silent for minutes with no estimate, and its lines had no inter-token
     latency.  Now a request per level, each said as it ends with TTFT and ITL and about how long is
     left: the later levels in waves of their concurrency, each as long as a request took (16 s for
-    8 requests one at a time: 2 s a wave), and with --baseline its start and the service's again
-    (each as long as the service's last start, 30 s) and the same load."""
+    8 requests one at a time: 2 s a wave), at the pace measured (here the model's), and with
+    --baseline the window's two switches (issue 50: each the service's last start, 30 s, and 10 s
+    for what its journal leaves out, the stop and the proof of free memory, until one is measured)
+    and the same load."""
     from specops.flows import specbench as flow
     load = flow.Load(concurrency=[1, 8], requests=8, warmup=0, max_new_tokens=16)
-    run = BenchRun()
+    run = BenchRun(monkeypatch)
     spec, base = flow.measured(run, run.svc, load, with_baseline=False)
     assert [lv.concurrency for lv in spec] == [1, 8] and base is None
     assert [r.concurrency for r in run.sent] == [[1], [8]]  # a request per level
@@ -50,24 +57,28 @@ def test_spec_bench_says_each_level_with_its_latencies_and_the_time_left(monkeyp
         "  concurrency 8: 300.0 tok/s, 2.67 req/s, TTFT p50 200 ms p99 1.50 s, ITL p50 20.0 ms p99 31.0 ms, "
         "accept length 2.50, 1 of 8 failed (2 of 2, 3 s)"]
     measured_base = []
-    monkeypatch.setattr(flow, "baseline", lambda run, svc, load, deployed, start: measured_base.append(start) or [])
-    run = BenchRun()
+    monkeypatch.setattr(flow, "baseline", lambda run, svc, load, pace, deployed: measured_base.append(pace.start) or [])
+    run = BenchRun(monkeypatch)
     flow.measured(run, run.svc, load, with_baseline=True)
     assert isinstance(run.sent[0], protocol.Startup) and measured_base == [30.0]
-    # 2 starts of 30 s, 2 s of this load left, 18 s of the baseline's; then 60 + 19 s
-    assert run.said[1].endswith("(1 of 2, 16 s; about 80 s left)")
-    assert run.said[2].endswith("(2 of 2, 3 s; about 79 s left)")
-    run = BenchRun(start=None)
+    # 2 switches of 30 + 10 s, 2 s of this load left, 18 s of the baseline's; then 80 + 19 s
+    assert run.said[1].endswith("(1 of 2, 16 s; about 1.7 min left)")
+    assert run.said[2].endswith("(2 of 2, 3 s; about 1.6 min left)")
+    run = BenchRun(monkeypatch, start=None)
     flow.measured(run, run.svc, load, with_baseline=True)
     assert run.said[1].endswith("(1 of 2, 16 s; about 20 s of load left, and 2 start(s) of unknown length)")
 
 
-def test_spec_tune_estimates_with_spec_benchs_one_definition():
-    """The same estimate, said before spec-tune's first restart: budget × (the last start + four
-    short loads): 4 × (30 s + 4 × 16 s)."""
+def test_spec_tune_estimates_with_spec_benchs_one_definition(monkeypatch):
+    """The same estimate, said before spec-tune's first restart, of every restart its budget allows
+    (4: the baseline, one candidate on the short load, one finalist on the full load, the baseline
+    again; then the service's own restart): 5 switches of 30 + 10 s, the short load (16 s) and
+    three full loads of 4 × its requests (64 s each)."""
     from specops.flows import specbench as flow, tuning
-    run = BenchRun()
-    tuning.estimate(run, run.svc, flow.Load(concurrency=[1], requests=8, warmup=0), 4,
-                    "16 restarts (15 combinations + the baseline)")
+    from specops.flows.tuning_search import Search
+    run = BenchRun(monkeypatch)
+    short, full = flow.Load(concurrency=[1], requests=8, warmup=0), flow.Load(concurrency=[1], requests=32, warmup=0)
+    search = Search(run, run.svc, None, None, full, short, 4, [run.svc["speculative"]["draft_model_path"]])
+    tuning.estimate(run, run.svc, search, "16 restarts (15 combinations + the baseline)")
     assert run.said[-1] == "at most 4 restarts, where the full grid would need 16 restarts (15 combinations + the " \
-                           "baseline); each 30 s start (its last, measured) + 16 s of short load: up to about 6.3 min"
+                           "baseline); each 30 s start (its last, measured) + 16 s of short load: up to about 6.8 min"

@@ -12,8 +12,9 @@ import math
 import platform
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
-from . import traffic, transient
+from . import pace as pace_mod, traffic, transient
 from .. import kinds, protocol
 from ..prompts import read as read_prompts
 from ..remote import shipping
@@ -74,50 +75,37 @@ def refuse_router_baseline(hosts, name: str | None) -> None:
                              f"speculation (give --service, or measure its workers' hosts)")
 
 
-def about(seconds: float) -> str:
-    """A time still to come, as spec-bench and spec-tune say it: "about 40 s", "about 4.4 min"."""
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
-
-
 def last_start(run, svc: dict) -> float | None:
-    """Seconds the service's own last start took, from its journal: what a restart is expected to
-    take (None: not in its journal)."""
+    """Seconds the service's own last start took, from its journal (the unit's start to its ready
+    line; None: not in its journal): what the Pace counts a switch as until one is measured."""
     return run.call(protocol.Startup(unit=kinds.kind_of(svc).unit(svc).name, ready_line=READY_LINE)).seconds
-
-
-def expected(restarts: int, start: float | None, load_s: float) -> float | None:
-    """The one estimate of spec-tune and spec-bench: `restarts` starts, each as long as the service's
-    own last one (`start`), plus `load_s` seconds of load; None when a start is to come and its
-    length is unknown."""
-    if restarts and start is None:
-        return None
-    return restarts * (start or 0.0) + load_s
 
 
 @dataclass
 class Ahead:
-    """What a bench still does once a measurement ends, for the time it says is left: `restarts`
-    (each as long as the service's last start, `start`) and `loads` more runs of the same load
-    (the baseline's).  `what` names the measurement."""
-    what: str = "with speculation"
-    restarts: int = 0
-    loads: int = 0
-    start: float | None = None
-
-    def left(self, load_s: float) -> str:
-        total = expected(self.restarts, self.start, load_s)
-        if total is None:
-            return f"{about(load_s)} of load left, and {self.restarts} start(s) of unknown length"
-        return f"{about(total)} left" if total >= 1 else ""
+    """A bench's own measurement, said level by level with the time left: `what` it measures, the
+    run's Pace, and `after(levels)`, the steps past this load (from its readings so far)."""
+    what: str
+    pace: pace_mod.Pace
+    after: Callable[[list], list] = lambda levels: []
 
 
 def level_seconds(done: protocol.BenchLevel, load: Load, concurrency: int) -> float:
-    """A level still to run, from one that ran: its requests go in waves of `concurrency` (its
-    warm-up's too), each wave as long as a request took at the level that ran (requests slow
-    down as concurrency grows: an estimate, and said as one)."""
-    wave = (done.figures.get("seconds") or 0.0) / math.ceil(load.requests / done.concurrency)
+    """A level of `load` at `concurrency`, modeled on a level that ran (its own requests, maybe
+    another load's): requests go in waves of the concurrency (the warm-up's too), each wave as long
+    as a wave took in the level that ran (requests slow down as concurrency grows: an estimate, and
+    said as one)."""
+    ran = done.figures.get("requests") or load.requests
+    wave = (done.figures.get("seconds") or 0.0) / math.ceil(ran / done.concurrency)
     warm = min(load.warmup, load.requests)
     return wave * (math.ceil(load.requests / concurrency) + (math.ceil(warm / min(concurrency, warm)) if warm else 0))
+
+
+def load_seconds(levels: list, load: Load) -> float:
+    """The whole of `load`, modeled on `levels` that ran: each of its levels on the reading at the
+    same concurrency, else on the last one (0: no reading)."""
+    at = {lv.concurrency: lv for lv in levels}
+    return sum(level_seconds(at.get(c, levels[-1]), load, c) for c in load.concurrency) if levels else 0.0
 
 
 def level_text(f: dict) -> str:
@@ -157,9 +145,9 @@ def measure(run, svc: dict, load: Load, unit: str | None = None,
         levels += res.levels
         lv, where = res.levels[0], ""
         if ahead:
-            rest = sum(level_seconds(lv, load, later) for later in load.concurrency[i + 1:])
-            whole = sum(x.figures.get("seconds") or 0.0 for x in levels) + rest
-            left = ahead.left(rest + ahead.loads * whole)
+            ahead.pace.loaded(level_seconds(lv, load, c))
+            rest = [pace_mod.load(level_seconds(lv, load, later)) for later in load.concurrency[i + 1:]]
+            left = ahead.pace.says(rest + ahead.after(levels))
             where = f" ({i + 1} of {n}, {lv.figures.get('seconds') or 0:.0f} s" + (f"; {left})" if left else ")")
         run.say(f"  concurrency {c}: {level_text(lv.figures)}{where}")
     return levels
@@ -168,25 +156,29 @@ def measure(run, svc: dict, load: Load, unit: str | None = None,
 def measured(run, svc: dict, load: Load, with_baseline: bool, deployed: list | None = None) -> tuple[list, list | None]:
     """A bench's measurements: the load with speculation, then, `with_baseline`, the baseline in a
     GPU window (`deployed`: what the service is verified against after it), each level said with
-    about how long is left (the restarts as long as the service's last start)."""
+    about how long is left (flows/pace.py: at the pace measured so far on this run)."""
     if not with_baseline:
-        return measure(run, svc, load, ahead=Ahead()), None
-    start = last_start(run, svc)
-    # then the baseline's start and load, and the service's start after it
-    spec = measure(run, svc, load, ahead=Ahead(restarts=2, loads=1, start=start))
-    return spec, baseline(run, svc, load, deployed, start)
+        return measure(run, svc, load, ahead=Ahead("with speculation", pace_mod.Pace())), None
+    pace = pace_mod.Pace(start=last_start(run, svc))
+    # then the window's stop and the baseline's start, its load (modeled on this one's readings),
+    # and the service's restart after it
+    spec = measure(run, svc, load, ahead=Ahead("with speculation", pace, lambda levels: [
+        pace_mod.SWITCH, pace_mod.load(load_seconds(levels, load)), pace_mod.SWITCH]))
+    return spec, baseline(run, svc, load, pace, deployed)
 
 
-def baseline(run, svc: dict, load: Load, deployed: list | None = None,
-             start: float | None = None) -> list[protocol.BenchLevel]:
+def baseline(run, svc: dict, load: Load, pace: pace_mod.Pace,
+             deployed: list | None = None) -> list[protocol.BenchLevel]:
     """Inside a GPU window, serve the target without speculation as a transient unit and measure it
-    (said with the time left: the service's restart after it, as long as `start`)."""
+    (said with the time left: its own later levels, and the service's restart after it)."""
     argv = transient.plain_argv(run, svc)  # refused before the window opens
 
     def body(serve):
         run.say("starting the baseline (no speculation)")
         with serve(argv) as unit:
-            return measure(run, svc, load, unit=unit, ahead=Ahead("the baseline", restarts=1, start=start))
+            pace.switched()  # the window's stop and this unit's start, up to its ready
+            return measure(run, svc, load, unit=unit, ahead=Ahead("the baseline", pace, lambda levels: [
+                pace_mod.SWITCH]))
     return transient.window(run, svc, body, deployed)
 
 

@@ -8,7 +8,8 @@ the verdict tuning_record.py):
      with --traffic (or `tune: {traffic: N}`), a sample of what the service serves, taken while it
      serves (flows/traffic.py), is the load of every measurement below, and dropped at the end;
   3. what the service runs must be what the inventory says (else its figures would be misnamed);
-  4. the expected time, from the service's own last start and a short load on it as it runs;
+  4. the expected time (flows/pace.py), from the service's own last start and a short load on it
+     as it runs; and after each candidate, from what this run measured so far;
   5. one GPU window (transient.window): the baseline once, then per draft candidates as transient
      units, what runs now among them, a short load each along the climb (warm-up requests first,
      not counted), the full load to the finalists; the baseline again at the end (noise);
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from . import specbench, traffic as traffic_mod, transient
+from . import pace, specbench, traffic as traffic_mod, transient
 from .tuning_record import record
 from .tuning_search import Search
 from .. import cli, kinds, protocol
@@ -118,16 +119,21 @@ def check_runs_as_asked(run, svc: dict, releases) -> None:
                            f"release runs {deployed.get(differ[0])}: deploy first, then tune what runs")
 
 
-def estimate(run, svc: dict, short: specbench.Load, budget: int, grid: str) -> None:
-    """Said before the first restart: the service's own last start, and a short load on it as it runs."""
-    started = specbench.last_start(run, svc)
-    load_s = sum(lv.figures.get("seconds") or 0 for lv in specbench.measure(run, svc, short))
-    # the baseline and up to three finalists run the full load: about four times the short one
-    longest = specbench.expected(budget, started, budget * 4 * load_s)
-    each = f"{started:.0f} s start (its last, measured)" if started is not None else \
+def estimate(run, svc: dict, search: Search, grid: str) -> None:
+    """Said before the first restart: at most how many restarts, and about how long they take
+    (flows/pace.py): a short load on the service as it runs sets this host's pace, the service's
+    last start (from its journal) a switch's length until one is measured, and the plan is every
+    restart the budget allows, the finalists' full loads and the baseline's again included."""
+    search.pace.start = specbench.last_start(run, svc)
+    search.pace.mark()
+    took = search.ran(specbench.measure(run, svc, search.short), search.short, "short")
+    plan = search.ahead()
+    longest = search.pace.left(plan)
+    each = f"{search.pace.start:.0f} s start (its last, measured)" if search.pace.start is not None else \
         "a start (its last is not in its journal: unknown)"
-    run.say(f"at most {budget} restarts, where the full grid would need {grid}; each {each} + {load_s:.0f} s "
-            f"of short load" + (f": up to {specbench.about(longest)}" if longest is not None else ""))
+    # every switch of the plan is a restart of a transient unit but the last, the service's own
+    run.say(f"at most {sum(s.switch for s in plan) - 1} restarts, where the full grid would need {grid}; each {each} "
+            f"+ {took:.0f} s of short load" + (f": up to {pace.about(longest)}" if longest is not None else ""))
 
 
 def drafts_of(svc: dict) -> list[str]:
@@ -183,10 +189,9 @@ def tune(run, name: str | None, ask: Ask) -> dict:
     budget = ask.budget or (svc.get("tune") or {}).get("budget") or climb.default_budget(space)
     with traffic_mod.sampled(run, svc, sample) as taken:  # taken while it serves, before the window
         load = replace(load, sample=taken)
-        short = short_load(load, objective)
-        estimate(run, svc, short, budget * len(drafts) - 2 * (len(drafts) - 1), space.grid_words(len(drafts)))
+        search = Search(run, svc, space, objective, load, short_load(load, objective), budget, drafts)
+        estimate(run, svc, search, space.grid_words(len(drafts)))
         now = running_settings(svc)
-        search = Search(run, svc, space, objective, load, short, budget, drafts)
         transient.window(run, svc, lambda serve: search.search(serve, now))
         out = record(search, now)
     for line in out["said"]:

@@ -189,12 +189,20 @@ def default_budget(space: Space) -> int:
     return min(max(int(BUDGET_SHARE * space.grid_restarts()), MIN_BUDGET), len(space.candidates) + 4)
 
 
+def rungs(budget: int) -> tuple[int, int]:
+    """Of `budget` restarts (two of them the baselines): at most how many the climb spends on the
+    short load, and how many it leaves to the finalists' full load (more when it stops early)."""
+    rung = max(budget - 2 - max(2, min(RESERVE, budget // 6)), 1)
+    return rung, max(budget - 2 - rung, 0)
+
+
 def search(candidates: list[Settings], short: Callable, full: Callable, start: Settings,
-           budget: int, accept: Callable = lambda s: None) -> tuple[Climb, dict]:
+           budget: int, accept: Callable = lambda s: None, told: Callable = lambda n: None) -> tuple[Climb, dict]:
     """The two rungs within `budget` restarts (two of them the baselines, which the caller runs):
     the climb on the short load, leaving some for finalists, then the finalists on the full load.
-    The climb and the finalists' full-load scores."""
-    rung = max(budget - 2 - max(2, min(RESERVE, budget // 6)), 1)
+    The climb and the finalists' full-load scores; `told(n)` hears how many full loads the
+    finalists get, once the climb has ended."""
+    rung = rungs(budget)[0]
     c = climb(candidates, short, start, rung, accept=accept)
     while not c.budget_spent:
         # the climb stopped with restarts left: climb again from the likeliest setting not measured
@@ -205,7 +213,7 @@ def search(candidates: list[Settings], short: Callable, full: Callable, start: S
             break
         guess = _plane(c.scores)
         c = climb(candidates, short, max(rest, key=lambda s: (guess(s) if guess else 0, s)), rung, c, accept)
-    return c, final(c, full, budget - 2 - len(c.scores) - len(c.again))
+    return c, final(c, full, budget - 2 - len(c.scores) - len(c.again), told)
 
 
 def winner_of(c: Climb, scores: dict) -> Settings | None:
@@ -224,12 +232,16 @@ def finalists(c: Climb, most: int = 3) -> list[Settings]:
     return sorted(near, key=lambda s: -c.scores[s])[:most]
 
 
-def final(c: Climb, measure: Callable[[Settings], float | None], budget: int) -> dict:
-    """The second rung: each finalist on the full load, at most `budget` restarts; the scores.  A
-    full reading under OUTLIER of the same settings' short one is a slow start, not the settings:
-    it is measured again and the better stands (noted in c.again)."""
+def final(c: Climb, measure: Callable[[Settings], float | None], budget: int,
+          told: Callable = lambda n: None) -> dict:
+    """The second rung: each finalist on the full load, at most `budget` restarts; the scores (and
+    `told` how many it measures, a slow one's second reading aside).  A full reading under OUTLIER
+    of the same settings' short one is a slow start, not the settings: it is measured again and the
+    better stands (noted in c.again)."""
     out: dict = {}
-    for s in finalists(c, max(3, min(budget, FINALISTS))):
+    chosen = finalists(c, max(3, min(budget, FINALISTS)))
+    told(max(min(len(chosen), budget), 0))
+    for s in chosen:
         if budget <= 0:
             c.budget_spent = True
             break
