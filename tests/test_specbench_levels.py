@@ -81,4 +81,4 @@ def test_spec_tune_estimates_with_spec_benchs_one_definition(monkeypatch):
     search = Search(run, run.svc, None, None, full, short, 4, [run.svc["speculative"]["draft_model_path"]])
     tuning.estimate(run, run.svc, search, "16 restarts (15 combinations + the baseline)")
     assert run.said[-1] == "at most 4 restarts, where the full grid would need 16 restarts (15 combinations + the " \
-                           "baseline); each 30 s start (its last, measured) + 16 s of short load: up to about 6.8 min"
+                           "baseline); each 30 s start (its last, measured) + 16 s of short load: about 6.8 min if all are used"
