@@ -134,7 +134,6 @@ def stop(h, grace: float = 8) -> None:
     pid = h.pid()
     if pid is None:
         return
-    init = container_pid(h)
     # SIGTERM to nspawn asks the container's systemd for a clean shutdown.
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -142,8 +141,9 @@ def stop(h, grace: float = 8) -> None:
         time.sleep(0.1)
     if h.pid() is not None:
         # Killing the container's init takes its whole PID namespace with it;
-        # killing only nspawn would leave the container running, re-parented.
-        for target in (init, pid):
+        # killing only nspawn would leave the container running, re-parented.  Its init is read
+        # now, as nspawn's child: a pid read before the grace may have ended and been reused.
+        for target in (container_pid(h), pid):
             try:
                 os.kill(target, signal.SIGKILL)
             except (OSError, TypeError):

@@ -1,6 +1,7 @@
 """Issue 50, item 2: `inv sandbox.up` run again replaced the running host without a word, and a
 deploy the README's first command made was gone.  It now says so, and what goes, before it
 sweeps.  No fleet: a host's state directory is written by hand, its nspawn a process standing in."""
+import os
 import subprocess
 import sys
 
@@ -97,3 +98,20 @@ def test_up_says_it_replaces_a_running_host_before_it_sweeps(site, started, monk
     assert FakeFleet.said == [("log", "replacing the running host sandbox: its deploys, services and files go"),
                               ("up", ["sandbox"])]
     assert "1 sandbox host(s) up" in capsys.readouterr().out
+
+
+def test_a_pid_file_names_its_process_by_pid_and_start_time(site, started):
+    """The pid file boot.start writes (pid and start time): the process it names is the host's; the
+    same pid with another start time (a process that took the pid since) is not, even when its
+    command line names the host's root."""
+    from sandbox import boot
+    h = fleet.Host("sandbox", 0, site)
+    pid = nspawn(started, h)
+    h.dir.mkdir(parents=True)
+    ticks = int(boot.start_time(pid))
+    uptime = float(open("/proc/uptime").read().split()[0]) * os.sysconf("SC_CLK_TCK")
+    assert 0 <= uptime - ticks < 60 * os.sysconf("SC_CLK_TCK")  # started just now: the right field
+    (h.dir / "nspawn.pid").write_text(f"{pid} {ticks}")
+    assert h.pid() == pid and fleet.running(site) == ["sandbox"]
+    (h.dir / "nspawn.pid").write_text(f"{pid} {ticks - 1}")
+    assert h.pid() is None and fleet.running(site) == []
