@@ -1,14 +1,17 @@
 """How long a bench or a tune still takes: the one estimator behind every "about N s left" that
 spec-bench (flows/specbench.py) and spec-tune (flows/tuning.py, flows/tuning_search.py) say.
 
-A plan is the steps still to come, each a load (its modeled seconds: specbench.level_seconds from
-a level that ran) or a switch (a restart: a GPU window's stop and a transient unit's start, one
-transient unit for the next, or the service's restart and verify after the window).  The flow
-owns the plan (it knows what comes next); this module owns the clock: as each step ends the flow
-says so, and the Pace times it.  What is left is then read at this host's pace on this run: loads
-at the ratio of measured to modeled seconds of the loads done (the first readings set it), and
-switches as long as the switches measured so far (before any: the service's last start from its
-journal at that ratio, plus STOP_S).
+A plan is the steps still to come, each a load (its modeled seconds: specbench.level_seconds, its
+waves each as long as the levels that ran on this run say a wave at its concurrency takes, on a
+line through them: specbench.wave_seconds) or a switch (a restart: a GPU window's stop and a
+transient unit's start, one transient unit for the next, or the service's restart and verify after
+the window).  The flow owns the plan (it knows what comes next); this module owns the clock: as
+each step ends the flow says so, and the Pace times it.  What is left is then read at this host's
+pace on this run: loads at the ratio of wall to modeled seconds of the loads done, each done load
+modeled on its own readings (so the ratio is what the host adds to the seconds its levels report,
+warm-up waves and all; how waves grow with concurrency is the model's), the first readings setting
+it; and switches as long as the switches measured so far (before any: the service's last start
+from its journal at that ratio, plus STOP_S).
 """
 from __future__ import annotations
 

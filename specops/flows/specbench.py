@@ -90,22 +90,42 @@ class Ahead:
     after: Callable[[list], list] = lambda levels: []
 
 
-def level_seconds(done: protocol.BenchLevel, load: Load, concurrency: int) -> float:
-    """A level of `load` at `concurrency`, modeled on a level that ran (its own requests, maybe
-    another load's): requests go in waves of the concurrency (the warm-up's too), each wave as long
-    as a wave took in the level that ran (requests slow down as concurrency grows: an estimate, and
-    said as one)."""
-    ran = done.figures.get("requests") or load.requests
-    wave = (done.figures.get("seconds") or 0.0) / math.ceil(ran / done.concurrency)
+# With one reading a wave's growth is a guess: its fixed part (the weights read each step, whatever
+# the batch) taken as worth this many requests' parts.  The simulator's EAGLE service has 11 to 15
+# (sim_perf.py's defaults, fitted from concurrency 1 to 32 and to 8), its target alone 32: a host
+# whose waves grow less (a target alone, say) is said too much time left until a second level ends.
+FIXED_REQUESTS = 16
+
+
+def wave_seconds(levels: list, concurrency: int, requests: int) -> float:
+    """Seconds a wave of `concurrency` requests takes, from `levels` that ran on this run (each
+    level's seconds over its waves, of its own requests or else `requests`; the latest reading at
+    a concurrency): a level's own where one ran at it.  Else a wave grows along a line in the
+    concurrency, as a GPU's step is a fixed part and a part per request in its batch: the line
+    through the readings at the two nearest concurrencies (level, not falling, if the busier of
+    them was the quicker), or with one reading a wave as long as FIXED_REQUESTS + concurrency
+    parts; a wave of fewer requests is never shorter than their share of a busier one's."""
+    at = {lv.concurrency: (lv.figures.get("seconds") or 0.0) / math.ceil(
+        (lv.figures.get("requests") or requests) / lv.concurrency) for lv in levels}
+    if concurrency in at:
+        return at[concurrency]
+    (a, wa), *rest = sorted(at.items(), key=lambda kv: (abs(kv[0] - concurrency), kv[0]))
+    slope = max((rest[0][1] - wa) / (rest[0][0] - a), 0.0) if rest else wa / (FIXED_REQUESTS + a)
+    return max(wa + slope * (concurrency - a), wa * min(concurrency / a, 1.0))
+
+
+def level_seconds(levels: list, load: Load, concurrency: int) -> float:
+    """A level of `load` at `concurrency`, modeled on `levels` that ran (their own requests, maybe
+    another load's): requests go in waves of the concurrency (the warm-up's too), each as long as
+    wave_seconds says (an estimate, and said as one)."""
     warm = min(load.warmup, load.requests)
-    return wave * (math.ceil(load.requests / concurrency) + (math.ceil(warm / min(concurrency, warm)) if warm else 0))
+    return wave_seconds(levels, concurrency, load.requests) * (
+        math.ceil(load.requests / concurrency) + (math.ceil(warm / min(concurrency, warm)) if warm else 0))
 
 
 def load_seconds(levels: list, load: Load) -> float:
-    """The whole of `load`, modeled on `levels` that ran: each of its levels on the reading at the
-    same concurrency, else on the last one (0: no reading)."""
-    at = {lv.concurrency: lv for lv in levels}
-    return sum(level_seconds(at.get(c, levels[-1]), load, c) for c in load.concurrency) if levels else 0.0
+    """The whole of `load`, modeled on `levels` that ran (0: no reading)."""
+    return sum(level_seconds(levels, load, c) for c in load.concurrency) if levels else 0.0
 
 
 def level_text(f: dict) -> str:
@@ -121,7 +141,8 @@ def level_text(f: dict) -> str:
 def measure(run, svc: dict, load: Load, unit: str | None = None,
             ahead: Ahead | None = None) -> list[protocol.BenchLevel]:
     """The load, a request per level of concurrency, each level said as it ends; with `ahead` (a
-    bench's own load, not a spec-tune candidate's) also where it is and about how long is left."""
+    bench's own load, not a spec-tune candidate's) also where it is and about how long is left:
+    its later levels modeled on how its waves grew with concurrency so far (wave_seconds)."""
     prompts, levels, n = load.prompt_list(), [], len(load.concurrency)
     if ahead:
         run.say(f"measuring {ahead.what}: concurrency {', '.join(map(str, load.concurrency))}; {load.requests} "
@@ -145,8 +166,8 @@ def measure(run, svc: dict, load: Load, unit: str | None = None,
         levels += res.levels
         lv, where = res.levels[0], ""
         if ahead:
-            ahead.pace.loaded(level_seconds(lv, load, c))
-            rest = [pace_mod.load(level_seconds(lv, load, later)) for later in load.concurrency[i + 1:]]
+            ahead.pace.loaded(level_seconds(levels, load, c))
+            rest = [pace_mod.load(level_seconds(levels, load, later)) for later in load.concurrency[i + 1:]]
             left = ahead.pace.says(rest + ahead.after(levels))
             where = f" ({i + 1} of {n}, {lv.figures.get('seconds') or 0:.0f} s" + (f"; {left})" if left else ")")
         run.say(f"  concurrency {c}: {level_text(lv.figures)}{where}")

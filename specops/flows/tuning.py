@@ -133,7 +133,8 @@ def estimate(run, svc: dict, search: Search, grid: str) -> None:
         "a start (its last is not in its journal: unknown)"
     # every switch of the plan is a restart of a transient unit but the last, the service's own
     run.say(f"at most {sum(s.switch for s in plan) - 1} restarts, where the full grid would need {grid}; each {each} "
-            f"+ {took:.0f} s of short load" + (f": {pace.about(longest)} if all are used" if longest is not None else ""))
+            f"+ {took:.0f} s of short load"
+            + (f": {pace.about(longest)} if all are used" if longest is not None else ""))
 
 
 def drafts_of(svc: dict) -> list[str]:
