@@ -131,6 +131,21 @@ def test_an_edited_file_that_would_fail_is_refused_naming_its_line_and_the_patch
     assert sorted(p.name for p in (box / "srt/models").iterdir()) == sorted(["deepseek_v2.py.patch", MERGE])
 
 
+def test_deploys_patch_check_refuses_a_diff_that_keeps_the_markers(real, box, capsys):
+    """The review's finding 6: a diff made of the merge file as it is (by hand, not --edited) got
+    `patches against sglang 0.5.23: ok` from `deploy --check` (patch_check, a stack not built).
+    Its patched file does not compile: refused, naming a marker's line (the one Python stops at)."""
+    from roles import VOCABULARY, patch_check
+    from specops import cli
+    merge, _ = conflicted(real, box, capsys)
+    (box / (REL + ".patch")).write_text(cut(real, merge.read_text(), "0.5.23"))
+    (host,) = cli.select(cli.Selection(inventory="inv", host="box"), VOCABULARY)
+    with pytest.raises(patchfile.PatchError) as e:
+        patch_check.ops(host)[0].plan(Facts({"stacks": []}), None)
+    at = re.search(r"the patched file does not compile: line (\d+): ", str(e.value))
+    assert at and re.match(r"(<{7}|\|{7}|={7}|>{7})( |$)", merge.read_text().splitlines()[int(at[1]) - 1]), e.value
+
+
 def test_a_patch_is_written_whole_or_not_at_all(real, box, capsys, monkeypatch):
     """The new patch goes under another name first and is renamed over the old one: a write that
     fails (a full disk, here its fsync) leaves the old patch whole, and nothing beside it."""
