@@ -5,7 +5,7 @@ file of its SGLang.  So that a patch that does not fit that version is refused b
 moves (not after the stack is built), its files are read from the new version's wheel with the
 one reader (specops/agent/converge/wheelfiles.py): the controller's wheelhouse where the host
 has one, else in memory on the host from the indexes its stack is built from.  A diff must
-apply, and the patched file must add no run-time name error (specops/sglang/patchlint.py).
+apply, and the patched file must compile and add no run-time name error (specops/sglang/patchlint.py).
 Once the stack is built, model_patches checks against what is installed, as ever."""
 from specops.inventory import schema
 from specops.sglang.patches import applied, patch_source

@@ -131,6 +131,21 @@ def test_an_edited_file_that_would_fail_is_refused_naming_its_line_and_the_patch
     assert sorted(p.name for p in (box / "srt/models").iterdir()) == sorted(["deepseek_v2.py.patch", MERGE])
 
 
+def test_deploys_patch_check_refuses_a_diff_that_keeps_the_markers(real, box, capsys):
+    """The review's finding 6: a diff made of the merge file as it is (by hand, not --edited) got
+    `patches against sglang 0.5.23: ok` from `deploy --check` (patch_check, a stack not built).
+    Its patched file does not compile: refused, naming a marker's line (the one Python stops at)."""
+    from roles import VOCABULARY, patch_check
+    from specops import cli
+    merge, _ = conflicted(real, box, capsys)
+    (box / (REL + ".patch")).write_text(cut(real, merge.read_text(), "0.5.23"))
+    (host,) = cli.select(cli.Selection(inventory="inv", host="box"), VOCABULARY)
+    with pytest.raises(patchfile.PatchError) as e:
+        patch_check.ops(host)[0].plan(Facts({"stacks": []}), None)
+    at = re.search(r"the patched file does not compile: line (\d+): ", str(e.value))
+    assert at and re.match(r"(<{7}|\|{7}|={7}|>{7})( |$)", merge.read_text().splitlines()[int(at[1]) - 1]), e.value
+
+
 def test_a_patch_is_written_whole_or_not_at_all(real, box, capsys, monkeypatch):
     """The new patch goes under another name first and is renamed over the old one: a write that
     fails (a full disk, here its fsync) leaves the old patch whole, and nothing beside it."""
@@ -212,12 +227,23 @@ def test_the_hints_repeat_the_inventory_and_the_host_and_pasted_they_run(real, b
     (["patch", "--host", "a", REL], "give one of --fetch, --edited PATH, --rebase"),
     (["patch", "--host", "a", REL, "--edited", "/nonexistent/llama.py"], "/nonexistent/llama.py: cannot read it"),
     (["patch", "--host", "a", REL, "--edited", "{tmp}/merged.py"], "merged.py: line 2 is a conflict marker (<<<<<<<)"),
+    # a resolution that took out every marker but one: diff3's base marker, or a conflict's end
+    (["patch", "--host", "a", REL, "--edited", "{tmp}/base_left.py"],
+     "base_left.py: line 3 is a conflict marker (||||||| sglang 0.5.21 (the patch's base))"),
+    (["patch", "--host", "a", REL, "--edited", "{tmp}/end_left.py"],
+     "end_left.py: line 3 is a conflict marker (>>>>>>> sglang 0.5.23)"),
+    (["patch", "--host", "a", REL, "--edited", "{tmp}/latin1.py"], "latin1.py: cannot read it (not UTF-8 text)"),
     (["patch", "--host", "a", "../x.py", "--rebase"], "../x.py: name a file inside the sglang package"),
     (["patch", "--host", "a", REL, "--rebase", "--inventory", "/nonexistent"], "/nonexistent: inventory not found"),
 ])
 def test_a_usage_error_is_one_line_and_exit_2_before_any_connection(tmp_path, args, said):
-    """Issue 50, 1: no host, an unknown host, no --host ended in a Python traceback, exit 1."""
+    """Issue 50, 1: no host, an unknown host, no --host ended in a Python traceback, exit 1.  An
+    --edited file with any one conflict marker left, or not UTF-8, is one of these too (the compile
+    check would find a marker only after connecting, exit 1)."""
     (tmp_path / "merged.py").write_text("x = 1\n<<<<<<<\nx = 2\n=======\nx = 3\n>>>>>>>\n")
+    (tmp_path / "base_left.py").write_text("x = 1\nx = 2\n||||||| sglang 0.5.21 (the patch's base)\nx = 3\n")
+    (tmp_path / "end_left.py").write_text("x = 1\nx = 2\n>>>>>>> sglang 0.5.23\nx = 3\n")
+    (tmp_path / "latin1.py").write_bytes("x = 'café'\n".encode("latin-1"))  # saved by an editor in Latin-1
     res, attempts = run_without_connecting(tmp_path, """
         all:
           children:

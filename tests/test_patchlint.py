@@ -1,5 +1,7 @@
 """The check beyond compiling (specops.sglang.patchlint): a patched file may add no name that
 would fail at run time, compared with its upstream file; pyflakes in process, no host needed."""
+import sys
+
 import pytest
 
 from specops.sglang import patchfile, patchlint
@@ -112,3 +114,58 @@ def test_a_verdict_the_memo_keeps_for_one_upstream_does_not_excuse_the_same_patc
     assert patchlint.problems(UPSTREAM, patched, NAME) == ["line 21: undefined name 'old_helper'"]
     with pytest.raises(PatchError, match="undefined name 'old_helper'"):
         patchlint.check(UPSTREAM, patched, REL, "0.5.24")
+
+
+def edited_diff(edited, upstream=UPSTREAM):
+    return patchfile.make(REL, upstream, edited, "0.5.23", "a" * 64)
+
+
+def test_an_edited_file_its_diff_does_not_give_back_is_refused_naming_the_line():
+    """A diff keeps sglang's line endings (patchfile.apply): an edited line saved with CRLF (an
+    editor's) comes back with LF, and --edited would write a patch of another file than the one
+    checked.  Refused, naming the line and how it differs."""
+    edited = UPSTREAM.replace("SCALE = 2\n", "SCALE = 3\r\n")
+    with pytest.raises(PatchError) as e:
+        patchlint.check_edited(edited_diff(edited), UPSTREAM, edited, REL, "0.5.23")
+    assert str(e.value) == (f"patch {NAME}.patch: applied to sglang 0.5.23's file, the diff does not give back the "
+                            f"edited file: its line 4 is 'SCALE = 3\\n', the edited file's 'SCALE = 3\\r\\n'")
+
+
+BROKEN = "def scaled(x):\n    return x if\n"
+
+
+def test_an_edited_file_that_does_not_compile_is_refused_only_where_its_upstream_compiles():
+    """Compiled with the controller's Python: an upstream that does not compile with it (syntax
+    newer than this Python; a broken line stands in for it here) leaves the verdict to the host's,
+    and the file is not refused for that."""
+    edited = UPSTREAM.replace("def scaled(x):\n    return x * SCALE\n", BROKEN)
+    with pytest.raises(PatchError) as e:
+        patchlint.check_edited(edited_diff(edited), UPSTREAM, edited, REL, "0.5.23")
+    assert str(e.value) == (f"patch {NAME}.patch: the patched file does not compile: line 16: invalid syntax "
+                            f"(sglang 0.5.23's own does, with Python {sys.version_info[0]}.{sys.version_info[1]})")
+    newer = UPSTREAM + "\n\n" + BROKEN
+    edited = newer.replace("SCALE = 2\n", "SCALE = 3\n")
+    patchlint.check_edited(edited_diff(edited, newer), newer, edited, REL, "0.5.23")
+
+
+def test_a_file_holding_a_nul_byte_is_refused_naming_its_line():
+    """Python names no line for it (3.11.7 raises a SyntaxError whose lineno is None: the refusal
+    read "line None: source code string cannot contain null bytes"): the line is found here."""
+    edited = UPSTREAM.replace("SCALE = 2\n", "SCALE = 2\0\n")
+    with pytest.raises(PatchError) as e:
+        patchlint.check_edited(edited_diff(edited), UPSTREAM, edited, REL, "0.5.23")
+    assert str(e.value).startswith(f"patch {NAME}.patch: the patched file does not compile: line 4: a NUL byte")
+
+
+@pytest.mark.parametrize("edited", [
+    UPSTREAM.replace("def scaled(x):\n    return x * SCALE\n", BROKEN),
+    UPSTREAM.replace("SCALE = 2\n", "<<<<<<< patched\nSCALE = 3\n||||||| base\n=======\nSCALE = 2\n>>>>>>> new\n"),
+])
+def test_deploys_check_refuses_a_diff_whose_patched_file_does_not_compile(edited):
+    """The review's finding 6: `deploy --check` said `patches against sglang 0.5.23: ok` for a diff
+    that gives `return x if`, or keeps a merge's markers; only --edited compiled.  Deploy's check
+    (patches.applied, patchlint.apply_checked) compiles the patched file too."""
+    from types import SimpleNamespace
+    from specops.sglang import patches
+    with pytest.raises(PatchError, match=rf"^patch {NAME}\.patch: the patched file does not compile: line \d+: "):
+        patches.applied(SimpleNamespace(name="box"), edited_diff(edited), UPSTREAM, REL, "0.5.23")

@@ -96,7 +96,8 @@ def base_of(text: str) -> Base | None:
     return None
 
 
-def _lines(text):
+def lines(text: str) -> list[str]:
+    """The lines of a text, each with its line ending (the last may have none)."""
     # Split at "\n" only: str.splitlines() also splits at form feeds and U+2028, which a Python
     # line may hold.
     return re.findall(r"[^\n]*\n|[^\n]+$", text)
@@ -187,7 +188,7 @@ def _apply(diff_text, upstream, rel, version):
     """(the patched text, [(hunk, start, end)]: each hunk's old lines at upstream[start:end], 0-based)."""
     name = f"patch sglang/{rel}.patch"
     hunks = _hunks(diff_text, rel, name)
-    up = _lines(upstream)
+    up = lines(upstream)
     bodies = [_body(line) for line in up]
     newline = "\r\n" if up and up[0].endswith("\r\n") else "\n"
     out, cursor, shift, placed = [], 0, 0, []
@@ -252,7 +253,7 @@ def make(rel: str, upstream: str, edited: str, version: str, sha256: str) -> str
         raise PatchError(f"sglang/{rel}: the edited file is sglang {version}'s unchanged; nothing to patch")
     base = " ".join(part for part in (version and f"sglang {version}", sha256 and f"sha256:{sha256}") if part)
     out = [f"{HEADER}{base}\n"] if base else []
-    for line in difflib.unified_diff(_lines(upstream), _lines(edited), f"a/sglang/{rel}", f"b/sglang/{rel}", n=3):
+    for line in difflib.unified_diff(lines(upstream), lines(edited), f"a/sglang/{rel}", f"b/sglang/{rel}", n=3):
         # difflib leaves a last line without its newline as it is, gluing the next line on.
         out.append(line if line.endswith("\n") else f"{line}\n{NO_NEWLINE}\n")
     return "".join(out)
@@ -284,7 +285,7 @@ def rebase(diff_text: str, old_upstream: str, new_upstream: str, rel: str, new_v
     old_version = base.version if base and base.version else "(unknown version)"
     ours, placed = _apply(diff_text, old_upstream, rel, old_version)
     import merge3  # only `inv patch --rebase` merges
-    merge = merge3.Merge3(_lines(old_upstream), _lines(ours), _lines(new_upstream))
+    merge = merge3.Merge3(lines(old_upstream), lines(ours), lines(new_upstream))
     conflicts = _conflicts(merge, placed, new_version)
     if conflicts:
         merged = merge.merge_lines(name_a=f"patched (sglang {old_version})", name_b=f"sglang {new_version}",
