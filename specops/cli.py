@@ -98,10 +98,7 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
 
         @one_line
         def wrapper(c, **kwargs):
-            # Invoke gives a positional the next word, whatever it is: `inv patch --help` is a
-            # FILE of "--help" to it (after FILE, --help is invoke's own), a request for help to a user.
-            if any(kwargs.get(p.name) == "--help" for p in needed):
-                _help(made)
+            # (--help where a value goes, `inv patch --help`, `--host --help`: usage.help_as_a_value)
             given = {n: kwargs.pop(n) for n in shared if n in kwargs}
             sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
                                for n, v in given.items()}, ways=tuple(w for w in Selection.ways if w in shared))
@@ -114,17 +111,9 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
         wrapper.__signature__ = inspect.Signature([params[0], *needed, *where, *(p for p in own if p not in needed),
                                                    *(p for p in extra if p not in where)])
         helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
-        made = task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
+        return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
                     auto_shortflags=shorts, klass=_Task, optional=list(optional))
-        return made
     return wrap
-
-
-def _help(made: Task) -> NoReturn:
-    """The task's help as `inv --help TASK` prints it; exit 0."""
-    from invoke import Collection, Program
-    Program(namespace=Collection(made), binary="inv[oke]").run(["inv", "--help", made.name], exit=False)
-    raise Exit(code=0)
 
 
 # Options that trust or take over something are spelt out: never one mistyped letter.  So is one

@@ -250,7 +250,10 @@ def test_help_is_shown_wherever_help_is_asked_for():
     shown = inv("--help", "patch")
     assert shown.returncode == 0 and "Docstring:" in shown.stdout and "--rebase" in shown.stdout, shown.stderr
     for words in (["patch", "--help"], ["patch", "--host", "x", "--help"], ["patch", REL, "--help"],
-                  ["patch", "--help", "--host", "x", "--rebase"], ["patch", "-h", "x", "--edited", "y", "--help"]):
+                  ["patch", "--help", "--host", "x", "--rebase"], ["patch", "-h", "x", "--edited", "y", "--help"],
+                  # where an option's value goes: invoke gives it the next word, --help too
+                  ["patch", REL, "--edited", "--help"], ["patch", REL, "-i", "--help", "--fetch"],
+                  ["patch", REL, "--host", "--help", "--fetch"]):
         res = inv(*words)
         assert (res.returncode, res.stdout, res.stderr) == (0, shown.stdout, ""), words
     res = inv("patch", "--help", REL)  # FILE after --help: invoke's parser gave --help FILE's place

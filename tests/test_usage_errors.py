@@ -109,15 +109,41 @@ def fleet_of_one(tmp_path_factory):
     listener.close()
 
 
+def _inv(tmp, argv: list) -> subprocess.CompletedProcess:
+    """`inv ARGV` (the GUARD's) in tmp, with no inventory from the environment and no terminal."""
+    argv = [w.replace("{tmp}", str(tmp)) for w in argv]
+    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_INVENTORY"}
+    return subprocess.run([sys.executable, "-c", GUARD, str(ROOT), "-r", str(ROOT), *argv], cwd=tmp,
+                          capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+
+
 @pytest.mark.parametrize("argv, says", _cases())
 def test_a_usage_error_is_one_line_and_exit_2(fleet_of_one, argv, says):
     tmp, listener = fleet_of_one
-    argv = [w.replace("{tmp}", str(tmp)) for w in argv]
-    env = {k: v for k, v in os.environ.items() if k != "SPECOPS_INVENTORY"}
-    res = subprocess.run([sys.executable, "-c", GUARD, str(ROOT), "-r", str(ROOT), *argv], cwd=tmp,
-                         capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    res = _inv(tmp, argv)
     lines = res.stderr.strip().splitlines()
     assert (res.returncode, len(lines), res.stdout) == (2, 1, ""), res.stderr[-3000:]
     assert "Traceback" not in res.stderr, lines
     assert any(w.replace("{tmp}", str(tmp)) in lines[0] for w in says.split("|")), lines
+    assert listener.accepted == 0
+
+
+def _valued(name: str) -> str | None:
+    """The task's first option that takes a value, as typed; None when it has none."""
+    return next((f"--{a.names[0]}" for a in _arguments(name).values() if a.kind is not bool and not a.positional),
+                None)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in tasks.ns.task_names if _valued(n)))
+def test_help_where_an_option_value_goes_shows_the_tasks_help(fleet_of_one, name):
+    """Issue 50, 10: --help works in every position.  Invoke gives an option the next word as its
+    value, whatever it is: `--host --help` was an unknown host '--help', `-i --help` an inventory
+    not found.  Every task, its first option that takes a value, given --help: the task's help,
+    exit 0, as `inv --help TASK` prints it."""
+    tmp, listener = fleet_of_one
+    flag = _valued(name)
+    shown = _inv(tmp, ["--help", name])
+    assert shown.returncode == 0 and "Docstring:" in shown.stdout, shown.stderr
+    res = _inv(tmp, [name, flag, "--help", *LAST.get(name, [])])
+    assert (res.returncode, res.stdout, res.stderr) == (0, shown.stdout, ""), (flag, res.stderr[-2000:])
     assert listener.accepted == 0
