@@ -13,7 +13,7 @@ from typing import Any, Callable, NoReturn
 
 from invoke import Exit, Task, task
 
-from . import again, provenance
+from . import again, outfile, provenance
 from .remote import become
 from . import inventory as inv
 from .inventory import multinode
@@ -102,6 +102,8 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
             given = {n: kwargs.pop(n) for n in shared if n in kwargs}
             sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
                                for n, v in given.items()}, ways=tuple(w for w in Selection.ways if w in shared))
+            if sel.json:  # written at the end: a typo is said before any host changes
+                outfile.check(sel.json, "--json")
             with again.chosen(sel.inventory):  # the hints a task words repeat its --inventory
                 return body(c, sel, **kwargs)
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
@@ -214,7 +216,10 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, vocabul
     except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
         if isinstance(e, Interrupted):  # the hosts' state as far as known, --json too
-            recap(e.reports, out, sel.json, cut=True, read_only=read_only)
+            try:
+                recap(e.reports, out, sel.json, cut=True, read_only=read_only)
+            except SpecopsError as unwritten:  # said, and the run still ends as Ctrl-C ends it
+                print(f"error: {unwritten}", file=sys.stderr)
         raise Exit(code=130)
     if show:
         show(reports)
