@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import usertext
 from .errors import UsageError
 from .protocol.bench import sampled
 
@@ -57,11 +58,7 @@ def read(path: str | None = None) -> PromptSet:
 
 def parse(data: bytes, where: str) -> list:
     """The prompts in a file's bytes, in order (the formats in the module's docstring)."""
-    try:
-        text = data.decode("utf-8-sig")  # an editor on Windows starts the file with a BOM
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise UsageError(f"prompts {where} line {line}: not UTF-8 text") from None
+    text = usertext.decoded(data, f"prompts {where}", bom=True)
     if not text.strip():
         raise UsageError(f"prompts {where}: empty (no prompts)")
     prompts = _json_list(text, where) if text.lstrip().startswith("[") else _jsonl(text, where)

@@ -212,12 +212,14 @@ def test_the_hints_repeat_the_inventory_and_the_host_and_pasted_they_run(real, b
     (["patch", "--host", "a", REL], "give one of --fetch, --edited PATH, --rebase"),
     (["patch", "--host", "a", REL, "--edited", "/nonexistent/llama.py"], "/nonexistent/llama.py: cannot read it"),
     (["patch", "--host", "a", REL, "--edited", "{tmp}/merged.py"], "merged.py: line 2 is a conflict marker (<<<<<<<)"),
+    (["patch", "--host", "a", REL, "--edited", "{tmp}/latin1.py"], "latin1.py line 2: not UTF-8 text"),
     (["patch", "--host", "a", "../x.py", "--rebase"], "../x.py: name a file inside the sglang package"),
     (["patch", "--host", "a", REL, "--rebase", "--inventory", "/nonexistent"], "/nonexistent: inventory not found"),
 ])
 def test_a_usage_error_is_one_line_and_exit_2_before_any_connection(tmp_path, args, said):
     """Issue 50, 1: no host, an unknown host, no --host ended in a Python traceback, exit 1."""
     (tmp_path / "merged.py").write_text("x = 1\n<<<<<<<\nx = 2\n=======\nx = 3\n>>>>>>>\n")
+    (tmp_path / "latin1.py").write_bytes("x = 1\n# é\n".encode("latin-1"))
     res, attempts = run_without_connecting(tmp_path, """
         all:
           children:

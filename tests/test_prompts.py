@@ -68,6 +68,7 @@ def test_a_malformed_line_is_refused_in_one_line_that_names_it(tmp_path, lines, 
     ('["a", 3]', "item 1 of the JSON list is a number, not a string"),
     ('["a",\n "b"\n "c"]', "line 3: not JSON (Expecting ',' delimiter at column 2)"),
     (b'{"prompt": "a"}\n{"prompt": "\xff"}\n', "line 2: not UTF-8 text"),
+    (b'\xef\xbb\xbf{"prompt": "a"}\n\xff\n', "line 2: not UTF-8 text"),  # counted past a byte order mark
 ])
 def test_an_empty_or_broken_file_is_refused(tmp_path, content, why):
     path = write(tmp_path, content)

@@ -21,6 +21,7 @@ import warnings as py_warnings
 from pathlib import Path
 from typing import Any
 
+from .. import usertext
 from ..errors import UsageError
 from ..remote import become
 from .checker import did_you_mean, key_path
@@ -127,10 +128,7 @@ def _not_a_section(line: str, first: str, where: str) -> None:
 def parse_ini(path: Path) -> dict:
     """Ansible's INI inventory as {"all": {...}}: [group], [group:vars], [group:children];
     hosts before the first section are in "ungrouped"."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    lines = usertext.read(path).splitlines()
     groups: dict[str, dict] = {"ungrouped": {}}
     section, kind = "ungrouped", None
     for number, raw in enumerate(lines, 1):
