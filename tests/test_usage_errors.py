@@ -42,6 +42,9 @@ BAD = {
     "alertmanager": "nohost", "hosts": "x", "flavour": "nosuch", "accept_rate": "2", "seconds": "x",
     "clients": "0",
 }
+# Values refused besides BAD's, each said with the option's bounds: sandbox.up boots at most 62
+# hosts (the sandbox's /24), said before anything is touched, and makes no list of a huge count.
+MORE_BAD = {"sandbox.up": [("--hosts", "0"), ("--hosts", "63"), ("--hosts", "10" * 20)]}
 # Paths a run writes at its end, with the words each needs besides: refused before any
 # connection when no file can be written there (its directory missing, the path a directory),
 # never found once the run is over and the hosts changed.  (monitoring's OUT is a directory it
@@ -82,6 +85,8 @@ def _cases() -> list:
             # only the options the task has (gpu-window: --host alone)
             case("no selection", "choose the hosts: --host NAME, --group NAME or --all" if "group" in args
                  else "choose the host: --host NAME", selection=[])
+        for flag, value in MORE_BAD.get(name, []):
+            case(f"{flag} {value}", f"{flag}: give a whole number from 1 to 62 (got '{value}')", flag, value)
         for left, says in REQUIRED.get(name, []):
             case(f"no {says}", says, drop=left)
         for a in args.values():
