@@ -22,6 +22,10 @@ def write(tmp_path, files):
     ("[gpu:vars", "'[gpu:vars' is missing its closing bracket: a group is written [gpu:vars]"),
     ("gpu]", "'gpu]' is missing its opening bracket: a group is written [gpu]"),
     ("[gpu:hosts]", "'[gpu:hosts]' is not a section: write [group], [group:vars] or [group:children]"),
+    ("[[gpu]", "'[[gpu]' has a bracket too many: a group is written [gpu]"),
+    ("[gpu:vars]]", "'[gpu:vars]]' has a bracket too many: a group is written [gpu:vars]"),
+    ("]gpu", "']gpu' has a closing bracket without its opening one: a group is written [group]"),
+    ("[a[b]", "'[a[b]' is not a section: write [group], [group:vars] or [group:children]"),
     ("web[01:09]", "host ranges such as 'web[01:09]' are not supported; list the hosts"),
 ])
 def test_a_section_with_a_bracket_missing_is_named_as_such_with_file_and_line(tmp_path, line, says):
