@@ -1,5 +1,7 @@
 """The recap counts what a run changed: a batch the host refused (its preflight failed, before
-anything was changed) leaves its planned changes out of changed= and ok=."""
+anything was changed) leaves its planned changes out of changed= and ok=.  A read-only task's
+recap says what it looked at (and each such task asks for it); --json and inv report's page,
+written at the end, fail in one line."""
 import io
 import json
 import os
@@ -175,3 +177,25 @@ def test_where_no_file_can_be_made_is_said_before_the_run(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(tmp_path))
     with pytest.raises(UsageError, match=rf"^--out {tmp_path}/r.html: no file can be made in {tmp_path} "):
         outfile.check(str(tmp_path / "r.html"), "--out")
+
+
+TASKS = [(["facts"], True), (["verify"], True), (["releases"], True), (["report", "--out", "{tmp}/r.html"], True),
+         (["patch", "srt/x.py", "--fetch"], True), (["deploy"], False), (["rollback"], False), (["stop"], False)]
+
+
+@pytest.mark.parametrize("words, read_only", TASKS, ids=[words[0] for words, _ in TASKS])
+def test_each_read_only_task_asks_play_for_the_read_only_recap(tmp_path, monkeypatch, words, read_only):
+    """facts, verify, releases, report and patch change no host: each tells play so (its recap says
+    what it looked at); a task that changes hosts does not.  Each is run as `inv` parses it, its
+    play recorded in place of a run (nothing connects), against a throwaway inventory."""
+    from invoke import Program
+    import tasks
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    a: {address: 127.0.0.1, ssh_port: 9}\n")
+    asked = []
+    monkeypatch.setattr(tasks, "play", lambda *args, **kwargs: asked.append(kwargs) or [])
+    monkeypatch.setattr(tasks, "report_mod", types.SimpleNamespace(page=lambda hosts, reports: "<html>"))
+    monkeypatch.setattr(tasks, "patching", types.SimpleNamespace(body=lambda *args: None))
+    argv = [w.replace("{tmp}", str(tmp_path)) for w in words]
+    Program(namespace=tasks.ns, binary="inv").run(["inv", *argv, "-i", str(tmp_path / "hosts.yml"), "--host", "a"],
+                                                   exit=False)
+    assert [bool(kw.get("read_only")) for kw in asked] == [read_only]

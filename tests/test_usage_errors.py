@@ -161,3 +161,16 @@ def test_help_where_an_option_value_goes_shows_the_tasks_help(fleet_of_one, name
     res = _inv(tmp, [name, flag, "--help", *LAST.get(name, [])])
     assert (res.returncode, res.stdout, res.stderr) == (0, shown.stdout, ""), (flag, res.stderr[-2000:])
     assert listener.accepted == 0
+
+
+@pytest.mark.parametrize("argv", [["nosuch"], ["--help", "nosuch"], ["deploy", "--host", "a", "nosuch"]],
+                         ids=["a task", "--help TASK", "after a task"])
+def test_a_task_that_does_not_exist_is_one_line_and_exit_2(fleet_of_one, argv):
+    """invoke's parser finds a word that is no task (usage.said), and `inv --help TASK` finds it
+    after the parse (its cleanup step, which usage.install wraps too): one line, exit 2."""
+    tmp, listener = fleet_of_one
+    res = _inv(tmp, argv if argv[0] != "deploy" else [*argv[:1], "-i", "{tmp}/inv", *argv[1:]])
+    said = ("inv deploy: 'nosuch' is none of its options, nor a task (inv --help deploy lists its options)"
+            if argv[0] == "deploy" else "no task 'nosuch' (inv --list lists them)")
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", f"error: {said}\n")
+    assert listener.accepted == 0
