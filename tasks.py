@@ -1,7 +1,6 @@
 """specops: deploy SGLang with speculative decoding to GPU boxes.  `inv --list` for the tasks."""
 import sys
 from functools import partial
-from pathlib import Path
 
 from invoke import Collection, Exit
 
@@ -9,7 +8,7 @@ from roles import BOOTSTRAP, DEPLOY, VOCABULARY
 from sandbox.collection import collection as sandbox_tasks
 from specops import again, cli, usage
 from specops import inventory as inventory_mod
-from specops import owndir
+from specops import outfile
 from specops.cli import FLEET, SELECT, fleet_task
 from specops.errors import UsageError
 from specops.lazy import lazy
@@ -187,9 +186,10 @@ def report(c, sel, out="report.html"):
     """One self-contained HTML page (opens with no network): per host and service, the releases,
     tok/s against concurrency with and without speculation, accept length per release, the
     gates, and what verify checks."""
+    outfile.check(out, "--out")
     hosts = select(sel)
     reports = play(pipeline.releases, [], sel, quiet=True, stream=sys.stderr, read_only=True)
-    owndir.write_whole(Path(out), report_mod.page(hosts, reports).encode(), 0o644)  # never through a planted link
+    outfile.write(out, report_mod.page(hosts, reports).encode(), "--out")  # never through a planted link
     print(f"wrote {out}")
 
 

@@ -19,8 +19,8 @@ from specops.errors import UsageError
 def sandbox_up(c, hosts="1", flavour="root"):
     """Boot local sandbox hosts (systemd + sshd in nspawn containers) and write their own
     inventory (sandbox/inventory), apart from yours."""
-    from sandbox import logins, tasks as sandbox_tasks  # only sandbox tasks pay for the sandbox's imports
-    count = cli.whole(hosts, "--hosts", 1)
+    from sandbox import fleet, logins, tasks as sandbox_tasks  # only sandbox tasks pay for the sandbox's imports
+    count = cli.whole(hosts, "--hosts", 1, fleet.MAX_HOSTS - 1)  # before up() touches anything
     if flavour not in logins.FLAVOURS:
         raise UsageError(f"--flavour: give one of {', '.join(logins.FLAVOURS)} (got {flavour!r})")
     sandbox_tasks.up(count, flavour)

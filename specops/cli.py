@@ -13,7 +13,7 @@ from typing import Any, Callable, NoReturn
 
 from invoke import Exit, Task, task
 
-from . import again, provenance
+from . import again, outfile, provenance
 from .remote import become
 from . import inventory as inv
 from .inventory import multinode
@@ -98,13 +98,12 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
 
         @one_line
         def wrapper(c, **kwargs):
-            # Invoke gives a positional the next word, whatever it is: `inv patch --help` is a
-            # FILE of "--help" to it (after FILE, --help is invoke's own), a request for help to a user.
-            if any(kwargs.get(p.name) == "--help" for p in needed):
-                _help(made)
+            # (--help where a value goes, `inv patch --help`, `--host --help`: usage.help_as_a_value)
             given = {n: kwargs.pop(n) for n in shared if n in kwargs}
             sel = Selection(**{n: whole(v, "--" + n.replace("_", "-"), *NUMBERS[n]) if n in NUMBERS else v
                                for n, v in given.items()}, ways=tuple(w for w in Selection.ways if w in shared))
+            if sel.json:  # written at the end: a typo is said before any host changes
+                outfile.check(sel.json, "--json")
             with again.chosen(sel.inventory):  # the hints a task words repeat its --inventory
                 return body(c, sel, **kwargs)
         wrapper.__name__, wrapper.__doc__ = body.__name__, body.__doc__
@@ -114,17 +113,9 @@ def fleet_task(*shared: str, name: str | None = None, shorts: bool = True, optio
         wrapper.__signature__ = inspect.Signature([params[0], *needed, *where, *(p for p in own if p not in needed),
                                                    *(p for p in extra if p not in where)])
         helps = {n.replace("_", "-"): HELP[n.replace("_", "-")] for n in shared}
-        made = task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
+        return task(wrapper, name=name or body.__name__.replace("_", "-"), help={**helps, **own_help},
                     auto_shortflags=shorts, klass=_Task, optional=list(optional))
-        return made
     return wrap
-
-
-def _help(made: Task) -> NoReturn:
-    """The task's help as `inv --help TASK` prints it; exit 0."""
-    from invoke import Collection, Program
-    Program(namespace=Collection(made), binary="inv[oke]").run(["inv", "--help", made.name], exit=False)
-    raise Exit(code=0)
 
 
 # Options that trust or take over something are spelt out: never one mistyped letter.  So is one
@@ -225,7 +216,10 @@ def play(body: Callable[[HostRun], Any], roles: list, sel: Selection, *, vocabul
     except KeyboardInterrupt as e:
         print("interrupted", file=sys.stderr)
         if isinstance(e, Interrupted):  # the hosts' state as far as known, --json too
-            recap(e.reports, out, sel.json, cut=True, read_only=read_only)
+            try:
+                recap(e.reports, out, sel.json, cut=True, read_only=read_only)
+            except SpecopsError as unwritten:  # said, and the run still ends as Ctrl-C ends it
+                print(f"error: {unwritten}", file=sys.stderr)
         raise Exit(code=130)
     if show:
         show(reports)

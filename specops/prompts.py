@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import usertext
 from .errors import UsageError
 from .protocol.bench import sampled
 
@@ -25,6 +28,11 @@ DEFAULT = Path(__file__).resolve().parents[1] / "files" / "prompts.json"
 DEFAULT_NAME = "files/prompts.json"
 ROLES = ("system", "user", "assistant", "tool")
 NEEDS = 'needs "prompt" (a string) or "messages" (a list of {role, content})'
+# A prompt file is held whole in memory, its bytes and its prompts both: the most it may hold is
+# far above any set a bench sends (files/prompts.json is a few KiB; thousands of long chats, tens
+# of MiB), and far below what would exhaust the controller when a wrong path (a disk image, a
+# log) is given.
+LIMIT = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -49,19 +57,30 @@ def read(path: str | None = None) -> PromptSet:
     """The prompt set in `path` (None: files/prompts.json); UsageError names what is wrong and where."""
     where = Path(path).expanduser() if path else DEFAULT
     try:
-        data = where.read_bytes()
+        # O_NONBLOCK: a FIFO's open would wait for a writer; opened, its fstat refuses it.
+        with os.fdopen(os.open(where, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            data = _whole(f, where)
     except OSError as e:
         raise UsageError(f"prompts {where}: {e.strerror or e}") from None
     return PromptSet(path or DEFAULT_NAME, hashlib.sha256(data).hexdigest(), parse(data, str(where)))
 
 
+def _whole(f, where: Path) -> bytes:
+    """The bytes of the opened file `f`: only a regular file (a FIFO, a device could wait for ever
+    or never end), of LIMIT bytes at most, however much it grows while read."""
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"prompts {where}: not a regular file")
+    data = f.read(LIMIT + 1)
+    if max(st.st_size, len(data)) > LIMIT:
+        raise UsageError(f"prompts {where}: {max(st.st_size, len(data))} bytes, more than a prompt file may hold "
+                         f"({LIMIT}): is it the prompt file?")
+    return data
+
+
 def parse(data: bytes, where: str) -> list:
     """The prompts in a file's bytes, in order (the formats in the module's docstring)."""
-    try:
-        text = data.decode("utf-8-sig")  # an editor on Windows starts the file with a BOM
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise UsageError(f"prompts {where} line {line}: not UTF-8 text") from None
+    text = usertext.decoded(data, f"prompts {where}", bom=True)
     if not text.strip():
         raise UsageError(f"prompts {where}: empty (no prompts)")
     prompts = _json_list(text, where) if text.lstrip().startswith("[") else _jsonl(text, where)

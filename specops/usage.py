@@ -38,7 +38,17 @@ def said(e: ParseError) -> str:
     return f"{where}{text}"
 
 
-def _one_line(step):
+def help_as_a_value(program: Program) -> None:
+    """Invoke gives a FILE or an option's value the next word, whatever it is: `inv patch --help`,
+    `--host --help`, `-i --help` are a FILE, a host, an inventory named "--help" to it, and a
+    request for the task's help to a user: shown as `inv --help TASK` shows it, exit 0."""
+    for context in program.tasks:
+        if any(a.value == "--help" for a in context.args.values()):
+            program.print_task_help(context.name)
+            raise Exit(code=0)
+
+
+def _one_line(step, then=None):
     def parse(program: Program) -> None:
         try:
             step(program)
@@ -48,14 +58,16 @@ def _one_line(step):
                 program.print_task_help(task)
                 raise Exit(code=0) from None
             raise Exit(f"error: {said(e)}", code=2) from None
+        if then:
+            then(program)
     parse.one_line = True
     return parse
 
 
 def install() -> None:
     """From now on (once a process: the wrapped step is left as it is), a mistake on the command
-    line is one line and exit 2."""
+    line is one line and exit 2, and --help where a value goes shows the task's help."""
     for name in STEPS:
         step = getattr(Program, name)
         if not getattr(step, "one_line", False):
-            setattr(Program, name, _one_line(step))
+            setattr(Program, name, _one_line(step, help_as_a_value if name == "parse_tasks" else None))

@@ -22,6 +22,10 @@ def write(tmp_path, files):
     ("[gpu:vars", "'[gpu:vars' is missing its closing bracket: a group is written [gpu:vars]"),
     ("gpu]", "'gpu]' is missing its opening bracket: a group is written [gpu]"),
     ("[gpu:hosts]", "'[gpu:hosts]' is not a section: write [group], [group:vars] or [group:children]"),
+    ("[[gpu]", "'[[gpu]' has a bracket too many: a group is written [gpu]"),
+    ("[gpu:vars]]", "'[gpu:vars]]' has a bracket too many: a group is written [gpu:vars]"),
+    ("]gpu", "']gpu' has a closing bracket without its opening one: a group is written [group]"),
+    ("[a[b]", "'[a[b]' is not a section: write [group], [group:vars] or [group:children]"),
     ("web[01:09]", "host ranges such as 'web[01:09]' are not supported; list the hosts"),
 ])
 def test_a_section_with_a_bracket_missing_is_named_as_such_with_file_and_line(tmp_path, line, says):
@@ -80,3 +84,25 @@ def test_a_comment_after_a_section_is_a_comment_as_in_ansible(tmp_path):
     """Ansible's INI plugin takes `[gpu]  # ...` as the section; so the line is no mistake here."""
     write(tmp_path, {"hosts.ini": "[gpu]  # the A100s\nbox1 ansible_host=10.9.0.1\n"})
     assert inventory.load(tmp_path / "hosts.ini", VOCABULARY).groups["gpu"] == ["box1"]
+
+
+LATIN1 = "# é\n".encode("latin-1")  # a comment an editor saved in Latin-1: the byte 0xe9 alone
+
+
+@pytest.mark.parametrize("files, bad", [
+    ({"hosts.yml": b"all:\n  hosts:\n    box1: {address: 10.9.0.1}\n" + LATIN1}, "hosts.yml"),
+    ({"hosts.ini": b"[gpu]\n" + LATIN1 + b"box1 ansible_host=10.9.0.1\n"}, "hosts.ini"),
+    ({"hosts.yml": b"all:\n  children:\n    gpu:\n      hosts:\n        box1: {address: 10.9.0.1}\n",
+      "group_vars/gpu.yml": b"ssh_user: ops\n" + LATIN1}, "group_vars/gpu.yml"),
+    ({"hosts.ini": b"[gpu]\nbox1 ansible_host=10.9.0.1\n", "host_vars/box1.yml": LATIN1}, "host_vars/box1.yml"),
+])
+def test_a_file_that_is_not_utf8_is_named_in_one_line(tmp_path, files, bad):
+    """Issue 50: an inventory file saved in another encoding was a UnicodeDecodeError traceback;
+    it is a usage error naming the file and the line, as an edited copy or a prompt file is."""
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    with pytest.raises(UsageError) as e:
+        inventory.load(tmp_path, VOCABULARY)
+    line = files[bad].split(b"\n").index(LATIN1.rstrip(b"\n")) + 1
+    assert str(e.value) == f"{tmp_path / bad} line {line}: not UTF-8 text"

@@ -232,7 +232,7 @@ def test_the_hints_repeat_the_inventory_and_the_host_and_pasted_they_run(real, b
      "base_left.py: line 3 is a conflict marker (||||||| sglang 0.5.21 (the patch's base))"),
     (["patch", "--host", "a", REL, "--edited", "{tmp}/end_left.py"],
      "end_left.py: line 3 is a conflict marker (>>>>>>> sglang 0.5.23)"),
-    (["patch", "--host", "a", REL, "--edited", "{tmp}/latin1.py"], "latin1.py: cannot read it (not UTF-8 text)"),
+    (["patch", "--host", "a", REL, "--edited", "{tmp}/latin1.py"], "latin1.py line 2: not UTF-8 text"),
     (["patch", "--host", "a", "../x.py", "--rebase"], "../x.py: name a file inside the sglang package"),
     (["patch", "--host", "a", REL, "--rebase", "--inventory", "/nonexistent"], "/nonexistent: inventory not found"),
 ])
@@ -243,7 +243,7 @@ def test_a_usage_error_is_one_line_and_exit_2_before_any_connection(tmp_path, ar
     (tmp_path / "merged.py").write_text("x = 1\n<<<<<<<\nx = 2\n=======\nx = 3\n>>>>>>>\n")
     (tmp_path / "base_left.py").write_text("x = 1\nx = 2\n||||||| sglang 0.5.21 (the patch's base)\nx = 3\n")
     (tmp_path / "end_left.py").write_text("x = 1\nx = 2\n>>>>>>> sglang 0.5.23\nx = 3\n")
-    (tmp_path / "latin1.py").write_bytes("x = 'café'\n".encode("latin-1"))  # saved by an editor in Latin-1
+    (tmp_path / "latin1.py").write_bytes("x = 1\n# é\n".encode("latin-1"))
     res, attempts = run_without_connecting(tmp_path, """
         all:
           children:
@@ -276,7 +276,10 @@ def test_help_is_shown_wherever_help_is_asked_for():
     shown = inv("--help", "patch")
     assert shown.returncode == 0 and "Docstring:" in shown.stdout and "--rebase" in shown.stdout, shown.stderr
     for words in (["patch", "--help"], ["patch", "--host", "x", "--help"], ["patch", REL, "--help"],
-                  ["patch", "--help", "--host", "x", "--rebase"], ["patch", "-h", "x", "--edited", "y", "--help"]):
+                  ["patch", "--help", "--host", "x", "--rebase"], ["patch", "-h", "x", "--edited", "y", "--help"],
+                  # where an option's value goes: invoke gives it the next word, --help too
+                  ["patch", REL, "--edited", "--help"], ["patch", REL, "-i", "--help", "--fetch"],
+                  ["patch", REL, "--host", "--help", "--fetch"]):
         res = inv(*words)
         assert (res.returncode, res.stdout, res.stderr) == (0, shown.stdout, ""), words
     res = inv("patch", "--help", REL)  # FILE after --help: invoke's parser gave --help FILE's place

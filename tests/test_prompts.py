@@ -68,6 +68,7 @@ def test_a_malformed_line_is_refused_in_one_line_that_names_it(tmp_path, lines, 
     ('["a", 3]', "item 1 of the JSON list is a number, not a string"),
     ('["a",\n "b"\n "c"]', "line 3: not JSON (Expecting ',' delimiter at column 2)"),
     (b'{"prompt": "a"}\n{"prompt": "\xff"}\n', "line 2: not UTF-8 text"),
+    (b'\xef\xbb\xbf{"prompt": "a"}\n\xff\n', "line 2: not UTF-8 text"),  # counted past a byte order mark
 ])
 def test_an_empty_or_broken_file_is_refused(tmp_path, content, why):
     path = write(tmp_path, content)
@@ -80,6 +81,44 @@ def test_an_empty_or_broken_file_is_refused(tmp_path, content, why):
 def test_a_missing_file_is_refused():
     with pytest.raises(SpecopsError, match=r"^prompts /nonexistent/p\.jsonl: No such file or directory$"):
         prompts.read("/nonexistent/p.jsonl")
+
+
+def test_what_is_not_a_regular_file_is_refused_without_waiting_for_it(tmp_path):
+    """--prompts a FIFO (or a device; a directory) is refused at once: reading one could wait for
+    ever, or never end.  Read in a thread: were it to block, the test opens the FIFO's other end
+    to let it go, and fails."""
+    import os
+    import threading
+    fifo = tmp_path / "p.fifo"
+    os.mkfifo(fifo)
+    said = []
+
+    def read():
+        try:
+            prompts.read(str(fifo))
+        except SpecopsError as e:
+            said.append(str(e))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # an end of file for the blocked open's read
+        reader.join(5)
+        pytest.fail(f"prompts.read waited on a FIFO ({said})")
+    assert said == [f"prompts {fifo}: not a regular file"]
+    with pytest.raises(SpecopsError, match=rf"^prompts {tmp_path}: Is a directory$"):
+        prompts.read(str(tmp_path))
+
+
+def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A prompt file is read whole into memory: one larger than prompts.LIMIT (a wrong path: a disk
+    image, a log) is refused.  A small limit and a small file stand in for 256 MiB."""
+    monkeypatch.setattr(prompts, "LIMIT", 16)
+    path = write(tmp_path, json.dumps(["a", "b", "c", "d"]), "p.json")  # 20 bytes
+    with pytest.raises(SpecopsError, match=rf"^prompts {path}: 20 bytes, more than a prompt file may hold \(16\)"):
+        prompts.read(path)
+    monkeypatch.setattr(prompts, "LIMIT", 20)
+    assert prompts.read(path).prompts == ["a", "b", "c", "d"]
 
 
 def test_a_load_samples_its_share_reproducibly_in_file_order(tmp_path):

@@ -1,9 +1,14 @@
 """The recap counts what a run changed: a batch the host refused (its preflight failed, before
-anything was changed) leaves its planned changes out of changed= and ok=."""
+anything was changed) leaves its planned changes out of changed= and ok=.  A read-only task's
+recap says what it looked at (and each such task asks for it); --json and inv report's page,
+written at the end, fail in one line."""
 import io
 import json
+import os
 import sys
 import types
+
+import pytest
 
 from specops import protocol
 from specops.inventory import Host
@@ -100,3 +105,97 @@ def test_the_json_report_replaces_a_link_at_its_path_never_writes_through_it(tmp
     out = Reporter(Redactor([]), show_diff=False, stream=io.StringIO())
     recap([_report(1, 1)], out, str(path))
     assert target.read_text() == "theirs" and not path.is_symlink() and json.loads(path.read_text())["hosts"]["a"]
+
+
+def _gone_while_running(directory):
+    """A run_hosts (or play) whose hosts ran while `directory`, checked before, was taken away."""
+    def ran(*args, **kwargs):
+        directory.rmdir()
+        return [_report(1, 1)]
+    return ran
+
+
+def test_a_json_report_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monkeypatch):
+    """Issue 50: --json's directory gone by the end of a run (checked before it) was a traceback
+    after the hosts changed; it is one line (exit 1, a failure of the run), after the recap."""
+    from specops import cli
+    from specops.errors import SpecopsError
+    (tmp_path / "d").mkdir()
+    monkeypatch.setattr(cli, "run_hosts", _gone_while_running(tmp_path / "d"))
+    monkeypatch.setattr(cli, "select", lambda sel, vocabulary, services: [Host("a", {})])
+    out = io.StringIO()
+    with pytest.raises(SpecopsError, match=rf"^--json {tmp_path}/d/r.json: not written \(No such file"):
+        cli.play(lambda run: None, [], cli.Selection(host="a", json=str(tmp_path / "d" / "r.json")),
+                 vocabulary={}, stream=out)
+    assert "RECAP" in out.getvalue()
+
+
+def test_report_s_page_that_cannot_be_written_after_the_run_is_one_line(tmp_path, monkeypatch, capsys):
+    """inv report --out: the same, for the page it writes once the hosts were read."""
+    from invoke import Exit
+    import tasks
+    (tmp_path / "d").mkdir()
+    monkeypatch.setattr(tasks, "select", lambda sel: [Host("a", {})])
+    monkeypatch.setattr(tasks, "play", _gone_while_running(tmp_path / "d"))
+    monkeypatch.setattr(tasks, "report_mod", types.SimpleNamespace(page=lambda hosts, reports: "<html>"))
+    with pytest.raises(Exit) as ended:
+        tasks.report.body(None, host="a", out=str(tmp_path / "d" / "r.html"))
+    err = capsys.readouterr().err
+    assert ended.value.code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"error: --out {tmp_path}/d/r.html: not written (No such file"), err
+
+
+def test_an_unwritable_json_report_after_ctrl_c_is_said_and_the_run_still_ends_as_ctrl_c(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """Ctrl-C, then --json's directory gone: one line, and exit 130 as any Ctrl-C'd run's."""
+    from invoke import Exit
+    from specops import cli
+    from specops.output.report import Interrupted
+    (tmp_path / "d").mkdir()
+
+    def cut(*args, **kwargs):
+        raise Interrupted(_gone_while_running(tmp_path / "d")())
+    monkeypatch.setattr(cli, "run_hosts", cut)
+    monkeypatch.setattr(cli, "select", lambda sel, vocabulary, services: [Host("a", {})])
+    with pytest.raises(Exit) as ended:
+        cli.play(lambda run: None, [], cli.Selection(host="a", json=str(tmp_path / "d" / "r.json")),
+                 vocabulary={}, stream=io.StringIO())
+    err = capsys.readouterr().err
+    assert ended.value.code == 130 and err.startswith("interrupted\nerror: --json ") and err.count("\n") == 2, err
+
+
+def test_where_no_file_can_be_made_is_said_before_the_run(tmp_path, monkeypatch):
+    """outfile.check, which every path written at a run's end passes before any connection (the
+    cases of tests/test_usage_errors.py run the tasks): a file where its directory should be, a
+    directory no file can be made in (as os.access says: root may write anywhere)."""
+    from specops import outfile
+    from specops.errors import UsageError
+    (tmp_path / "f").write_text("")
+    with pytest.raises(UsageError, match=rf"^--json {tmp_path}/f/r.json: {tmp_path}/f is not a directory$"):
+        outfile.check(str(tmp_path / "f" / "r.json"), "--json")
+    outfile.check("r.json", "--json")  # in the working directory
+    monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(tmp_path))
+    with pytest.raises(UsageError, match=rf"^--out {tmp_path}/r.html: no file can be made in {tmp_path} "):
+        outfile.check(str(tmp_path / "r.html"), "--out")
+
+
+TASKS = [(["facts"], True), (["verify"], True), (["releases"], True), (["report", "--out", "{tmp}/r.html"], True),
+         (["patch", "srt/x.py", "--fetch"], True), (["deploy"], False), (["rollback"], False), (["stop"], False)]
+
+
+@pytest.mark.parametrize("words, read_only", TASKS, ids=[words[0] for words, _ in TASKS])
+def test_each_read_only_task_asks_play_for_the_read_only_recap(tmp_path, monkeypatch, words, read_only):
+    """facts, verify, releases, report and patch change no host: each tells play so (its recap says
+    what it looked at); a task that changes hosts does not.  Each is run as `inv` parses it, its
+    play recorded in place of a run (nothing connects), against a throwaway inventory."""
+    from invoke import Program
+    import tasks
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    a: {address: 127.0.0.1, ssh_port: 9}\n")
+    asked = []
+    monkeypatch.setattr(tasks, "play", lambda *args, **kwargs: asked.append(kwargs) or [])
+    monkeypatch.setattr(tasks, "report_mod", types.SimpleNamespace(page=lambda hosts, reports: "<html>"))
+    monkeypatch.setattr(tasks, "patching", types.SimpleNamespace(body=lambda *args: None))
+    argv = [w.replace("{tmp}", str(tmp_path)) for w in words]
+    Program(namespace=tasks.ns, binary="inv").run(["inv", *argv, "-i", str(tmp_path / "hosts.yml"), "--host", "a"],
+                                                   exit=False)
+    assert [bool(kw.get("read_only")) for kw in asked] == [read_only]

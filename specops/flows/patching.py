@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from .. import kinds, owndir, protocol
+from .. import kinds, owndir, protocol, usertext
 from ..agent.converge.wheelfiles import SourceError
 from ..errors import SpecopsError, UsageError
 from ..run import HostRun
@@ -115,12 +115,7 @@ def body(host, file: str, edited: str | None, does: str) -> Callable[[HostRun], 
 
 def _edited(path: Path) -> str:
     """An edited copy's text; refused when it cannot be read, or still holds a conflict's markers."""
-    try:
-        text = path.read_text(encoding="utf-8")  # as the upstream file is read
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: cannot read it (not UTF-8 text)") from None
+    text = usertext.read(path)  # UTF-8, as the upstream file is read
     for n, line in enumerate(text.split("\n"), 1):
         # A line of seven "=" alone is a heading's underline in a docstring too: a conflict left
         # with its other markers taken out is for the compile check to find.

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from .. import cli, kinds, protocol
+from .. import cli, kinds, outfile, protocol
 from ..errors import SpecopsError, UsageError
 
 SINCE = "0.5.23"  # the agent's dump reader knows this release's shape (agent/bench/traffic.py SINCE)
@@ -36,6 +36,8 @@ class Traffic:
             if wait is not None or fetch:
                 raise UsageError("--traffic-wait and --fetch-sample go with --traffic N")
             return None
+        if fetch:  # written once the sample is taken: a typo is said before any connection
+            outfile.check(os.path.expanduser(fetch), "--fetch-sample")
         return cls(count=DEFAULT_COUNT if count is True else cli.whole(count, "--traffic", 1),
                    wait=float(cli.whole(wait, "--traffic-wait", 1)) if wait is not None else 600.0, fetch=fetch)
 

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from . import multinode
+from .. import usertext
 from ..errors import UsageError
 from ..lazy import lazy
 from .checker import check, key_path
@@ -85,10 +86,7 @@ class Inventory:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    text = usertext.read(path)
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:

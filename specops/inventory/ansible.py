@@ -21,6 +21,7 @@ import warnings as py_warnings
 from pathlib import Path
 from typing import Any
 
+from .. import usertext
 from ..errors import UsageError
 from ..remote import become
 from .checker import did_you_mean, key_path
@@ -41,7 +42,7 @@ ALIASES = {
 }
 BOOLEAN = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 # A comment may follow a section, as Ansible's INI plugin reads it (`[gpu]  # the A100s`).
-_SECTION = re.compile(r"^\[([^\]:]+)(?::(vars|children))?\]\s*(?:#.*)?$")
+_SECTION = re.compile(r"^\[([^\[\]:]+)(?::(vars|children))?\]\s*(?:#.*)?$")  # no bracket in a name
 _HOST = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")  # a name, an address, a range (web[01:09])
 
 
@@ -117,9 +118,15 @@ def _not_a_section(line: str, first: str, where: str) -> None:
     if line.startswith("["):
         if "]" not in line:
             raise UsageError(f"{where}: {line!r} is missing its closing bracket: a group is written {line}]")
+        meant = line.split("#")[0].strip().strip("[]")  # `[[gpu]`, `[gpu]]`: the section within
+        if _SECTION.match(f"[{meant}]"):
+            raise UsageError(f"{where}: {line!r} has a bracket too many: a group is written [{meant}]")
         raise UsageError(f"{where}: {line!r} is not a section: write [group], [group:vars] or [group:children]")
     if first.endswith("]") and "[" not in first:
         raise UsageError(f"{where}: {first!r} is missing its opening bracket: a group is written [{first}")
+    if "]" in first and "[" not in first:  # `]gpu`: no host name has one
+        raise UsageError(f"{where}: {first!r} has a closing bracket without its opening one: a group is written "
+                         "[group]")
     if "[" in first:
         raise UsageError(f"{where}: host ranges such as {first!r} are not supported; list the hosts")
 
@@ -127,10 +134,7 @@ def _not_a_section(line: str, first: str, where: str) -> None:
 def parse_ini(path: Path) -> dict:
     """Ansible's INI inventory as {"all": {...}}: [group], [group:vars], [group:children];
     hosts before the first section are in "ungrouped"."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    lines = usertext.read(path).splitlines()
     groups: dict[str, dict] = {"ungrouped": {}}
     section, kind = "ungrouped", None
     for number, raw in enumerate(lines, 1):

@@ -5,11 +5,10 @@ import json
 import re
 import sys
 import threading
-from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import owndir
+from .. import outfile
 from ..remote import become
 from .. import kinds
 from ..sglang import indexes
@@ -207,6 +206,5 @@ def recap(reports: list[HostReport], out: Reporter, json_path: str | None = None
                                   "changes": r.changes, **r.extra,
                                   **({"interrupted": r.at_cut} if r.at_cut else {})} for r in reports}}
         # whole or not at all, and never through a link someone put at the name (owndir.py)
-        owndir.write_whole(Path(json_path), (json.dumps(out.redact.data(doc), indent=2, default=str) + "\n").encode(),
-                           0o644)
+        outfile.write(json_path, (json.dumps(out.redact.data(doc), indent=2, default=str) + "\n").encode(), "--json")
     return 1 if any(r.error for r in reports) else 0
