@@ -14,7 +14,7 @@ import time
 import traceback
 import sys
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -250,8 +250,15 @@ def run_hosts(hosts: list[Host], body: Callable[[HostRun], Any], roles: list,
             return _one(run, body)
         finally:
             busy.pop(run, None)
+    def in_pool(batch: list[HostRun]) -> list[HostReport]:
+        # Waited on in short steps: a Ctrl-C the kernel gives another thread (a host's, paramiko's)
+        # runs its handler here only when this thread next runs Python, never inside a long wait.
+        futures = [pool.submit(one, r) for r in batch]
+        while not wait(futures, timeout=0.2).done.issuperset(futures):
+            pass
+        return [f.result() for f in futures]
     # One host runs in this thread, where Ctrl-C lands, so its body can handle it itself.
-    run_batch = (lambda b: [_one(r, body) for r in b]) if len(runs) == 1 else (lambda b: list(pool.map(one, b)))
+    run_batch = (lambda b: [_one(r, body) for r in b]) if len(runs) == 1 else in_pool
     if len(runs) > 1:  # hosts in threads of the pool, told of a Ctrl-C through ctypes: imported before one comes
         import ctypes
     try:
