@@ -15,7 +15,7 @@ from support import ROOT
 pytestmark = pytest.mark.fleet
 # A slow start (the GPU window's two switches are most of the bench) and a load long enough to
 # measure a pace by: the case the first estimator got wrong by 3x.
-KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "4", "SGLANG_SIM_TOK_S": "120"}
+KNOBS = {"SGLANG_SIM_STARTUP_DELAY": "4", "SGLANG_SIM_TOK_S": "120", "SGLANG_SIM_STOP_SECONDS": "6"}
 LOAD = ("--concurrency", "1,2,4", "--requests", "6", "--max-new-tokens", "48")
 LEFT = re.compile(r"about ([0-9.]+) (s|min) left")
 
