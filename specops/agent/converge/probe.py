@@ -154,7 +154,7 @@ def probe(req):
         else:
             facts.files[key] = file_fact(path, req.content.get(key), req.allow_shared_dirs)
     for key in req.upstream:
-        facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs)
+        facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs, facts.files.get(key))
     if req.stacks:
         from specops.agent.converge import stacks  # only then: it imports shutil and tempfile
         facts.stacks, facts.stacks_free = stacks.listing(), stacks.free()

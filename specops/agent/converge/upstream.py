@@ -58,8 +58,19 @@ def _content(path, want):
     return data if data is not None and sha256(data).hexdigest() == want else None
 
 
-def fact(key, venvs, allowed=()):
-    """Answer one key of a probe's `upstream` (see protocol.ProbeResult)."""
+def _installed(path, want, seen):
+    """The installed file's content when it is the upstream one (sha256 `want`).  A file the
+    same probe hashed already (`seen`, at this path) is read again only when its hash is `want`:
+    its bytes are sent then; a patched file, every no-op's case, is not read twice."""
+    if seen and seen.get("path") == path and seen.get("sha256") and seen["sha256"] != want:
+        return None
+    return _content(path, want)
+
+
+def fact(key, venvs, allowed=(), seen=None):
+    """Answer one key of a probe's `upstream` (see protocol.ProbeResult).  `seen`: the same
+    probe's file fact for this key (probe.file_fact), whose sha256 spares reading and hashing
+    the installed file a second time when it is not the upstream one (a patched file)."""
     path = resolve_key(key, venvs)
     venv, package, inner = split_pkg_key(key)
     v = venvs.get(venv) or {}
@@ -71,7 +82,7 @@ def fact(key, venvs, allowed=()):
     data = kept = None
     if want:
         kept = _content(os.path.join(UPSTREAM_DIR, want), want)
-        data = _content(path, want) or kept
+        data = _installed(path, want, seen) or kept
     return {"path": path, "version": version, "sha256": want, "kept": kept is not None,
             "content_b64": base64.b64encode(data).decode() if data is not None else None}
 
