@@ -30,16 +30,25 @@ NOT_ON_A_NOOP = ("subprocess", "threading", "selectors", "locale", "re", "json",
                  "signal", "socket", "importlib")
 
 
-def test_a_noops_requests_load_nothing_they_do_not_use(tmp_path):
+def in_the_agent(code, tmp_path):
+    """What `code` prints, run by python3 -I -S with the agent's zip (its argv[1]) as its only path."""
     data, _ = shipping.artifact()
     pyz = tmp_path / "agent.pyz"
     pyz.write_bytes(data)
-    res = subprocess.run(["python3", "-I", "-S", "-c", NOOP, str(pyz)], capture_output=True, text=True,
+    res = subprocess.run(["python3", "-I", "-S", "-c", code, str(pyz)], capture_output=True, text=True,
                          stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr
-    loaded = set(res.stdout.split())
+    return res.stdout
+
+
+def test_a_noops_requests_load_nothing_they_do_not_use(tmp_path):
+    loaded = set(in_the_agent(NOOP, tmp_path).split())
     assert sorted(m for m in NOT_ON_A_NOOP if m in loaded) == []
+    assert sorted(m for m in loaded if m.startswith("specops.protocol.")) == [
+        "specops.protocol.actions", "specops.protocol.converge", "specops.protocol.parts", "specops.protocol.wire"]
     assert "specops.agent.converge.upstream" in loaded and "specops.agent.services.listeners" in loaded
+    # a verify of one HTTP service, no router's: its ranks and a router's members are not asked for
+    assert "specops.agent.services.ranks" not in loaded and "specops.agent.services.routing" not in loaded
 
 
 def test_what_the_noop_path_does_without_re_is_what_re_did():
@@ -58,3 +67,27 @@ def test_what_the_noop_path_does_without_re_is_what_re_did():
         text = "".join(rng.choice(["a", " ", "\n", "\t", "\x1b", "[2m", "\x7f", "\x85", "\u2028", "é", "\x00", "0"])
                        for _ in range(rng.randrange(12)))
         assert host.clean(text) == control.sub("", text), repr(text)
+
+
+# The protocol's other messages, in an agent that has loaded only a no-op's: each kind is known,
+# refused or decoded as before, and an unknown kind's refusal names every kind.
+LATER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from specops import protocol
+from specops.agent import main
+assert "specops.protocol.lifecycle" not in sys.modules
+print(protocol.changes_host("stop"), protocol.changes_host("releases"), protocol.changes_host("nope"))
+print(main.answer('{"kind": "nope"}')["error"])
+print(main.answer('{"kind": "stop", "services": []}')["error"])
+print(protocol.decode_request({"kind": "renew", "token": "t"}) == protocol.Renew(token="t"), protocol.ROLLED_BACK)
+"""
+
+
+def test_a_message_a_noop_does_not_load_is_known_as_every_other(tmp_path):
+    from specops import protocol
+    assert in_the_agent(LATER, tmp_path).splitlines() == [
+        "True False False",
+        "request: unknown request kind 'nope' (known: %s)" % ", ".join(protocol.REQUEST_KINDS),
+        "stop changes the host: it runs only for a run that holds the host lock",
+        "True rolled-back"]

@@ -8,7 +8,7 @@ import time
 
 from specops import protocol
 from specops.agent.lean import loads
-from specops.agent.services import asking, listeners, procs, ranks, routing, running, verdicts
+from specops.agent.services import asking, listeners, procs, running, verdicts
 from specops.agent.host import clean, journal, say
 from specops.agent.converge.checks import named
 from specops.agent.converge.probe import recent_unit_fact, unit_fact
@@ -142,6 +142,8 @@ def verify_service(svc, answer_by=None):
     arguments, generating (with its speculative stats), and not running older code than its files."""
     report, key = protocol.ServiceReport(name=svc.name), asking.api_key(svc.name)
     if not svc.http:
+        # ranks here, routing for a router's members: a verify of one HTTP service imports neither
+        from specops.agent.services import ranks
         return ranks.rank_running(svc, report)
     unit = _wait_ready(svc, report, key, answer_by)
     if unit is None:
@@ -164,6 +166,7 @@ def verify_service(svc, answer_by=None):
         return report
     _compare(svc, info, report)
     if svc.members:
+        from specops.agent.services import routing
         if not routing.members_check(svc, report, key, listener):
             return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
@@ -207,6 +210,7 @@ def peek(req):
                 from specops.agent.services.production import figures
                 report.running.update(figures(svc))
             if svc.endpoints.members:
+                from specops.agent.services import routing
                 try:
                     report.members = routing.listed(svc, asking.api_key(svc.name))
                 except (OSError, ValueError) as e:
