@@ -140,7 +140,7 @@ def test_a_command_of_a_request_without_the_lock_never_makes_a_run_wait(tmp_path
 @pytest.mark.parametrize("channel", ["pipe", "file"])
 def test_the_kernel_signals_the_agent_when_its_parent_goes_where_no_watcher_sees_the_channel(tmp_path, channel):
     """On sshd's pipes (or socket) the watcher sees sshd go, as it sees the channel close: no
-    PR_SET_PDEATHSIG, nor ctypes imported for it (~2.5 ms of every call).  On anything else (a
+    PR_SET_PDEATHSIG, nor ctypes imported for it (~1 ms of every call).  On anything else (a
     terminal, a file) the kernel sends SIGTERM when the parent goes."""
     script = textwrap.dedent(f"""
         import sys
