@@ -12,7 +12,7 @@ from roles.model_patches import COMPILE
 from specops import protocol
 from specops.agent.converge import bytecode, stage
 from specops.agent.host import ActionError
-from specops.layout import CHECKED_HASH, PYCACHE
+from specops.layout import CHECKED_HASH, PYCACHE, STATE_FILE
 
 SOURCE = b"VALUE = 1\n"
 
@@ -128,3 +128,30 @@ def test_controller_bytecode_under_a_name_that_is_not_the_modules_is_not_install
         s = stage.Staged(write).write()
         assert s.bytecode is None
         s.discard()
+
+
+def test_the_host_state_is_parsed_once_for_a_probes_facts(monkeypatch):
+    """A no-op plans PurgeBytecode for each patched file and RunningCode, each reading
+    state.json from the same probe's facts: one parse (it was three), none kept past those facts,
+    and a changed file's fact parsed again."""
+    import json
+    from types import SimpleNamespace
+    from specops.ops import Context, Facts, PurgeBytecode, RunningCode, code
+    parses = []
+    monkeypatch.setattr(code, "json", SimpleNamespace(loads=lambda raw: parses.append(raw) or json.loads(raw)))
+    path = "/opt/v/sglang/srt/models/llama.py"
+    state = {"purges": {path: {"sha256": "ab" * 32, "purged_at": 2000.0}}}
+
+    def facts(state):
+        return Facts({"units": {"sglang": {"ActiveState": "active", "ExecMainStartTimestamp": 3000.0}},
+                      "files": {STATE_FILE: {"exists": True, "content_b64": base64.b64encode(
+                          json.dumps(state).encode()).decode()},
+                          **{k: {"exists": True, "path": path, "sha256": "ab" * 32, "mtime": 1000.0,
+                                 "pycache": [{"name": "llama.pyc", "mtime": 2500.0}]} for k in ("a", "b")}}})
+    f, ctx = facts(state), Context("box", False)
+    summaries = [PurgeBytecode("a").plan(f, ctx).summary, PurgeBytecode("b").plan(f, ctx).summary,
+                 RunningCode("sglang", ["a"]).plan(f, ctx).summary]
+    assert summaries == ["ok", "ok", "ok"] and len(parses) == 1
+    assert PurgeBytecode("a").plan(facts(state), ctx).summary == "ok" and len(parses) == 2  # other facts: parsed
+    f.assume_file(STATE_FILE, content_b64=base64.b64encode(b"{}").decode())
+    assert PurgeBytecode("a").plan(f, ctx).summary.startswith("purge (no purge on record") and len(parses) == 3

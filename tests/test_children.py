@@ -135,3 +135,24 @@ def test_a_command_of_a_request_without_the_lock_never_makes_a_run_wait(tmp_path
         assert lock.running() == []
     finally:
         children.end([proc])
+
+
+@pytest.mark.parametrize("channel", ["pipe", "file"])
+def test_the_kernel_signals_the_agent_when_its_parent_goes_where_no_watcher_sees_the_channel(tmp_path, channel):
+    """On sshd's pipes (or socket) the watcher sees sshd go, as it sees the channel close: no
+    PR_SET_PDEATHSIG, nor ctypes imported for it (~1 ms of every call).  On anything else (a
+    terminal, a file) the kernel sends SIGTERM when the parent goes."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from specops.agent import host
+        host.die_with_connection(sys.stdout.buffer)
+        loaded = "ctypes" in sys.modules
+        import ctypes
+        sig = ctypes.c_int()
+        ctypes.CDLL(None).prctl(2, ctypes.byref(sig))  # PR_GET_PDEATHSIG
+        sys.stderr.write("%d %s" % (sig.value, loaded))
+    """)
+    out = subprocess.PIPE if channel == "pipe" else open(tmp_path / "out", "wb")
+    res = subprocess.run([sys.executable, "-I", "-S", "-c", script], stdout=out, stderr=subprocess.PIPE, text=True)
+    assert res.stderr == ("0 False" if channel == "pipe" else "15 True")

@@ -46,9 +46,8 @@ CHANGES_HOST = {"apply", "undo", "rollback", "stop", "start", "release_record", 
 def test_a_request_that_changes_the_host_is_refused_without_the_lock_before_it_is_read(kind, tmp_path, monkeypatch):
     """Whatever the controller sends: no `lock` in its envelope, nothing runs (the handler is never
     imported: its fields are not even read)."""
-    import importlib
     imported = []
-    monkeypatch.setattr(importlib, "import_module", lambda name: imported.append(name))
+    monkeypatch.setattr(agent_main, "handler", lambda kind: imported.append(kind))
     answer = agent_main.answer(json.dumps({"kind": kind}))
     assert answer == {"ok": False, "error": f"{kind} changes the host: it runs only for a run that holds the host lock"}
     for token in ("", None, 0, []):  # an empty token is no token
@@ -68,7 +67,24 @@ def test_every_request_kind_has_one_handler_and_a_result_type():
         assert cls.__doc__ and issubclass(cls.Result, protocol.Message) and cls.Result.__doc__, kind
 
 
+def test_the_package_holds_what_importing_every_submodule_gave_it():
+    """Its later submodules (protocol.LATER) loaded when first asked for: the same names, the same
+    objects, as `from .x import *` of each in order gave the package."""
+    code = ("import sys; from specops import protocol; before = set(sys.modules); protocol.load_all()\n"
+            "space = {'__name__': 'specops.protocol', '__package__': 'specops.protocol'}\n"
+            "for m in ('parts', 'actions', 'converge', 'lock', 'lifecycle', 'releases', 'peer', 'bench', 'routing',"
+            " 'window', 'textfile', 'traffic'):\n"
+            "    exec('from .%s import *' % m, space)\n"
+            "mine = {k: v for k, v in vars(protocol).items() if k in space}\n"
+            "print(sorted(set(space) - set(vars(protocol)) - {'__builtins__'}), mine == {k: space[k] for k in mine},"
+            " sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    later = ["specops.protocol." + m for m in protocol.LATER]
+    assert out.strip() == "[] True %s" % sorted(later)
+
+
 def test_every_message_is_documented():
+    protocol.load_all()
     for cls in protocol.wire._CLASSES.values():
         assert cls.__doc__, cls
 

@@ -7,6 +7,8 @@ It travels as a zip (the `specops.agent` package with `specops.protocol`,
 - main: decode the request, dispatch on its kind, answer, give the lock back;
 - host: what every job shares (commands, state file, text cleaning, errors), and
   children: the commands it starts, ended with the request;
+- lean: json, signal, socket and a short command's output from the standard library's C parts
+  (their Python layers' imports cost every call);
 - lock: the host lock;  safefs: paths on a shared box, never through another's link;
 - releases: manifests, snapshots, start;  rollback: undo, a switch cut off, rollback;
 - converge/: probe, and apply and check batches (stage, validate, commit, purge, preflight);

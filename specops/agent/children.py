@@ -8,10 +8,9 @@ back, or taken over, only once none is left (agent/lock.py).  A request without 
 check-mode preflight) leaves that flock alone, so it never makes a run wait.
 """
 import os
-import signal
-import subprocess
 import time
 
+from specops.agent.lean import signal
 from specops.layout import CHILD_GRACE, CHILDREN_LOCK
 
 running = []  # what we started and have not ended
@@ -29,6 +28,7 @@ def hold():
 
 def spawn(argv, pass_fds=(), **popen):
     """Popen, in a session of its own; with the flock while the request holds the host lock."""
+    import subprocess  # only a request that starts a command imports it (not a no-op's)
     fd = hold() if state["locked"] else None
     try:
         proc = subprocess.Popen(

@@ -1,12 +1,9 @@
 """What every job of the agent shares: errors, progress lines, commands it runs (and stops
 with itself), hashing, specops's state file, and cleaning text that came from the host."""
 import grp
-import json
 import os
 import pwd
-import signal
 import stat
-import subprocess
 import sys
 import time
 
@@ -19,6 +16,7 @@ except ImportError:
         from hashlib import sha256
 
 from specops.agent import children
+from specops.agent.lean import dumps, load, loads, signal
 from specops.layout import STATE_FILE
 
 STREAM_TAIL = 30
@@ -40,6 +38,8 @@ _CONTROL = []
 
 def clean(text):
     """Host-controlled text with terminal control sequences removed (newlines and tabs kept)."""
+    if text.isprintable():  # no control character at all (a progress line): re is not imported for it
+        return text
     if not _CONTROL:
         import re
         # The whole sequence first: ESC alone would go and leave its "[2m" (a colour) in the text.
@@ -92,6 +92,7 @@ def ids(owner, group):
 def run_streamed(argv_or_cmd, desc, env=None, pass_fds=()):
     """Run a command (see _spawn), streaming its output as progress; raise on failure with the
     lines that say why (pip's ERROR lines, else the last few)."""
+    import subprocess  # here and below: only a request that runs a command imports it
     # stdin: nothing (the agent's own carries the protocol; a prompt must fail, not read it)
     proc = children.spawn(argv_or_cmd, shell=isinstance(argv_or_cmd, str), stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, bufsize=1,
@@ -112,6 +113,7 @@ def run_streamed(argv_or_cmd, desc, env=None, pass_fds=()):
 def run_owned(argv, input=None, env=None, progress=None, pass_fds=()):
     """(exit status, stdout, stderr) of a command (see _spawn); validators, the preflight, a
     download can run for long.  `progress` is called about once a second while it runs."""
+    import subprocess
     proc = children.spawn(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env,
                   pass_fds=pass_fds)
@@ -134,6 +136,7 @@ def run_owned(argv, input=None, env=None, progress=None, pass_fds=()):
 
 def run_quiet(argv, timeout=None):
     """(exit status, stdout+stderr) of a short command."""
+    import subprocess
     try:
         res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              universal_newlines=True, timeout=timeout)
@@ -178,7 +181,7 @@ def last_states(rows, lines):
     entries = []
     for row in rows:
         try:
-            entry = json.loads(row)
+            entry = loads(row)
         except ValueError:
             continue
         message = entry.get("MESSAGE")
@@ -223,24 +226,26 @@ def _interrupted(*_):
 
 def die_with_connection(out=None):
     """If the SSH session dies (or Ctrl-C reaches us), stop what we started and undo half-done work.
-    The kernel sends SIGTERM when sshd's session process goes (PR_SET_PDEATHSIG); when the
-    channel is closed under a running request, sshd signals nothing and only closes its ends of
-    our pipes, so a thread waits for the controller's end of `out` to go and signals us then."""
+    When the channel is closed under a running request, sshd signals nothing and only closes its
+    ends of our pipes, so a thread waits for the controller's end of `out` to go and signals us
+    then: sshd's own death closes them too.  Where `out` is no pipe or socket (no such thread),
+    the kernel sends SIGTERM when our parent goes (PR_SET_PDEATHSIG)."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _interrupted)
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
     try:
         fd = out.fileno()
         mode = os.fstat(fd).st_mode
     except (AttributeError, OSError, ValueError):  # not a real channel (a test's buffer)
-        return
+        mode = 0
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-        import threading
-        threading.Thread(target=_watch, args=(fd,), daemon=True).start()
+        import _thread  # one daemon thread: threading's Python layer is not needed for it
+        _thread.start_new_thread(_watch, (fd,))
+        return
+    try:
+        import ctypes  # only here: ~1 ms of a host's CPU a call (measured with the rest lean), which the thread spares
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 def _watch(fd):
@@ -261,7 +266,7 @@ def read_state():
     """specops's own record on the host (STATE_FILE): bytecode purges, the units' past runs."""
     try:
         with open(STATE_FILE) as f:
-            return json.load(f)
+            return load(f)
     except (OSError, ValueError):
         return {}
 
@@ -271,7 +276,7 @@ def write_state(state):
     os.makedirs(os.path.dirname(STATE_FILE), mode=0o700, exist_ok=True)
     tmp = STATE_FILE + ".tmp"
     with open(tmp, "w") as f:
-        f.write(json.dumps(state, sort_keys=True))  # one line: json.dump and indent use the pure-Python encoder
+        f.write(dumps(state, sort_keys=True))  # one line: json.dump and indent use the pure-Python encoder
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, STATE_FILE)

@@ -16,12 +16,12 @@ nor taken over while one of an earlier run still runs: two runs never write the 
 """
 
 import fcntl
-import json
 import os
 import time
 
 from specops import protocol
 from specops.agent.host import clean
+from specops.agent.lean import dumps, load
 from specops.layout import CHILD_GRACE, CHILDREN_LOCK, LOCK_DIR, LOCK_GUARD, LOCK_HOLDER, LOCK_LEASE
 
 RELEASE_WAIT = 2 * CHILD_GRACE  # how long a give-back waits for the run's commands to be gone
@@ -47,7 +47,7 @@ def guarded(work):
 def _read(directory=None):
     try:
         with open(os.path.join(directory or LOCK_DIR, "holder.json")) as f:
-            data = json.load(f)
+            data = load(f)
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
@@ -63,7 +63,7 @@ def shown(holder):
 def _write(holder):
     tmp = "%s.%d.tmp" % (LOCK_HOLDER, os.getpid())
     with open(tmp, "w") as f:
-        f.write(json.dumps(holder))
+        f.write(dumps(holder))
     os.rename(tmp, LOCK_HOLDER)
 
 

@@ -4,13 +4,12 @@ answer, and give the lock back when asked.
 Each request kind maps to the function that answers it; the module holding it is
 imported only when that kind is first asked for.
 """
-import importlib
-import json
 import sys
 
 from specops import protocol
 from specops.agent import children
 from specops.agent.host import ActionError, die_with_connection, run_cleanups
+from specops.agent.lean import dumps, loads
 
 HANDLERS = {
     "probe": ("converge.probe", "probe"),
@@ -41,13 +40,14 @@ HANDLERS = {
     "end_job": ("services.window", "end"),
     "textfile": ("textfile", "write"),
 }
-assert set(HANDLERS) == set(protocol.REQUEST_KINDS), "every request kind has exactly one handler"
+# Every request kind has exactly one handler: tests/test_protocol.py checks it (here, it would load
+# every protocol module on every call).
 
 
 def answer(raw):
     """The wire answer (a dict) to one wire request (JSON text)."""
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except ValueError as e:
         return {"ok": False, "error": "request is not JSON: %s" % e}
     token = data.get("unlock") if isinstance(data, dict) else None
@@ -66,9 +66,7 @@ def answer(raw):
             return {"ok": False, "error": "%s changes the host: it runs only for a run that holds the host lock"
                                           % data["kind"]}
         req = protocol.decode_request(data)
-        module, function = HANDLERS[req.KIND]
-        handler = getattr(importlib.import_module("specops.agent." + module), function)
-        return {"ok": True, "result": protocol.encode(handler(req))}
+        return {"ok": True, "result": protocol.encode(handler(req.KIND)(req))}
     except (protocol.ProtocolError, ActionError) as e:
         return {"ok": False, "error": str(e)}
     except Exception as e:  # a bug, or a failure nobody foresaw: still one line, in the envelope
@@ -81,6 +79,14 @@ def answer(raw):
         if token:  # the last call of a run gives the lock back in the same round trip
             from specops.agent.lock import release
             release(token)
+
+
+def handler(kind):
+    """The function that answers a request kind, its module imported when first asked for."""
+    module, function = HANDLERS[kind]
+    name = "specops.agent." + module
+    __import__(name)  # importlib.import_module's work, without importing importlib's Python layer
+    return getattr(sys.modules[name], function)
 
 
 def _forget_units():
@@ -100,7 +106,7 @@ def serve(inp, out):
             if not head.strip():
                 return
             raw = inp.read(int(head))
-            data = json.dumps(answer(raw.decode())).encode()
+            data = dumps(answer(raw.decode())).encode()
             out.write(b"%d\n%s" % (len(data), data))
             out.flush()
     finally:

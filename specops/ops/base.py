@@ -60,6 +60,9 @@ class Facts:
 
     def __init__(self, data: dict):
         self.data = data
+        # Files' content as parsed by the ops that read it (code.host_state), with the content it
+        # was parsed from; held by these facts, so it never outlives the probe that sent it.
+        self.parsed: dict[str, tuple[str, Any]] = {}
 
     @classmethod
     def of(cls, result: protocol.ProbeResult) -> "Facts":

@@ -15,14 +15,21 @@ STATE_WANTS = protocol.Probe(files=[STATE_FILE], content={STATE_FILE: "always"})
 
 
 def host_state(facts) -> dict:
-    """specops's own record on the host (bytecode purges), from the probe."""
+    """specops's own record on the host (bytecode purges), from the probe: parsed once for these
+    facts (each patched file's PurgeBytecode and RunningCode read it: three parses a no-op), and
+    again only when the file's fact changes.  The dict is shared: its readers do not change it."""
     f = facts.file(STATE_FILE)
     if not f.get("exists") or "content_b64" not in f:
         return {}
-    try:
-        return json.loads(base64.b64decode(f["content_b64"]))
-    except ValueError:
-        return {}
+    raw = f["content_b64"]
+    kept = facts.parsed.get(STATE_FILE)
+    if kept is None or kept[0] != raw:
+        try:
+            state = json.loads(base64.b64decode(raw))
+        except ValueError:
+            state = {}
+        kept = facts.parsed[STATE_FILE] = (raw, state)
+    return kept[1]
 
 
 class PurgeBytecode(Op):

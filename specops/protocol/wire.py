@@ -170,9 +170,21 @@ def fields_of(cls: type, data: Any, what: str) -> Any:
     return cls(**values)
 
 
+# Set by specops.protocol (which holds at first only a no-op's messages): loads the rest, and
+# with them every kind.  A callback, not an import of the package: that would be a circle.
+load_all = None
+
+
+def _registered(registry: Dict[str, type], kind: Any) -> bool:
+    """Whether `kind` is one of the registry's, every message loaded first when it is not yet."""
+    if kind not in registry and load_all is not None:
+        load_all()
+    return kind in registry
+
+
 def _decode_kind(registry: Dict[str, type], family: str, data: Any, what: str) -> Any:
     kind = data.get("kind") if isinstance(data, dict) else None
-    if kind not in registry:
+    if not _registered(registry, kind):
         raise ProtocolError("%s: unknown %s kind %r (known: %s)" % (what, family, kind, ", ".join(sorted(registry))))
     return fields_of(registry[kind], data, "%s %s" % (family, kind) if what == family else "%s (%s)" % (what, kind))
 
@@ -200,13 +212,15 @@ def decode_result(request_msg: Any, answer: Any) -> Any:
 
 
 def request_kinds():
+    """The request kinds registered (every one once specops.protocol.load_all has run)."""
     return tuple(sorted(_REQUESTS))
 
 
 def changes_host(kind) -> bool:
     """Whether a request of this kind (a wire dict's ``kind``) needs the host lock."""
-    return getattr(_REQUESTS.get(kind) if isinstance(kind, str) else None, "CHANGES_HOST", False)
+    return isinstance(kind, str) and _registered(_REQUESTS, kind) and _REQUESTS[kind].CHANGES_HOST
 
 
 def action_kinds():
+    """The action kinds registered (every one once specops.protocol.load_all has run)."""
     return tuple(sorted(_ACTIONS))

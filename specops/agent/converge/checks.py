@@ -1,9 +1,9 @@
 """Checks a batch runs on the host: the installed SGLang's own resolver before anything
 changes (preflight), and what an interpreter must report after an install (expect)."""
-import json
 import os
 
 from specops.agent.host import ActionError, clean, run_owned
+from specops.agent.lean import dumps, loads
 
 
 def named(field, said_as):
@@ -23,11 +23,11 @@ def preflight(a):
     """The installed SGLang's own resolver, on these exact arguments, before anything restarts."""
     if not os.path.exists(a.python):
         raise ActionError("host preflight for %s cannot run: %s does not exist" % (a.service, a.python))
-    rc, out, err = run_owned([a.python, "-I", "-c", a.script], input=json.dumps([a.argv]))
+    rc, out, err = run_owned([a.python, "-I", "-c", a.script], input=dumps([a.argv]))
     if rc != 0:
         raise ActionError("host preflight could not run SGLang's resolver in %s: %s"
                           % (a.python, clean(err.strip()[-500:])))
-    result = json.loads(out)[0]
+    result = loads(out)[0]
     if not result["ok"]:
         raise ActionError("host preflight: the installed SGLang refuses these arguments: %s" % result["error"])
     return compare(result["values"], a.expect, "host preflight (the installed SGLang's own resolver) "
@@ -44,4 +44,4 @@ def expect_in(python, code, expected, what):
     if rc != 0:
         lines = [l for l in err.strip().splitlines() if l.strip()]
         raise ActionError("%s: %s" % (what, clean(" | ".join(lines[-2:])) or "exit %d" % rc))
-    return compare(json.loads(out), expected, what)
+    return compare(loads(out), expected, what)

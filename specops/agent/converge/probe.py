@@ -1,9 +1,8 @@
 """Facts about the host, gathered in one pass for a plan: files and units here; venvs (venvs)
 and GPUs (gpus) from their own modules."""
-import base64
+import binascii
 import os
 import stat
-import subprocess
 import sys
 import time
 
@@ -14,6 +13,7 @@ from specops.agent.services.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name, wall_time
 from specops.agent.converge import upstream
 from specops.agent.converge.venvs import resolve_key, venv_fact
+from specops.agent.lean import output
 from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 
 CONTENT_LIMIT = 2 * 1024 * 1024
@@ -77,7 +77,7 @@ def _fact_in(dfd, path, name, want_content, allowed):
             h.update(data)
     fact["sha256"] = h.hexdigest()
     if want_content is not None and want_content != fact["sha256"] and data is not None:
-        fact["content_b64"] = base64.b64encode(data).decode()
+        fact["content_b64"] = binascii.b2a_base64(data, newline=False).decode()  # base64.b64encode's
     if name.endswith(".py"):
         try:
             cache = os.open(PYCACHE, safefs.O_DIR, dir_fd=dfd)
@@ -97,10 +97,8 @@ SEEN = {}  # unit → (time.monotonic(), its fact): what this agent last asked s
 
 def unit_fact(name):
     """systemctl show's properties, start times as wall-clock seconds, and the unit file's text."""
-    res = subprocess.run(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     fact = {}
-    for line in res.stdout.splitlines():
+    for line in output(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)]).splitlines():
         k, _, v = line.partition("=")
         fact[k] = v
     for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes
@@ -154,7 +152,7 @@ def probe(req):
         else:
             facts.files[key] = file_fact(path, req.content.get(key), req.allow_shared_dirs)
     for key in req.upstream:
-        facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs)
+        facts.upstream[key] = upstream.fact(key, facts.venvs, req.allow_shared_dirs, facts.files.get(key))
     if req.stacks:
         from specops.agent.converge import stacks  # only then: it imports shutil and tempfile
         facts.stacks, facts.stacks_free = stacks.listing(), stacks.free()
@@ -176,6 +174,8 @@ def probe(req):
     if req.gpu:
         facts.gpu = gpu_fact(req.units) if req.gpu_apps else \
             gpus.for_plan(req.gpu_units, facts.units, record=bool(facts.lock and facts.lock.get("acquired")))
+    if req.checks:
+        import subprocess  # only then: a no-op's probe runs no check
     for name, cmd in req.checks.items():
         facts.checks[name] = subprocess.run(cmd, shell=True, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL).returncode

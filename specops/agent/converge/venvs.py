@@ -1,10 +1,9 @@
 """Python venvs on the host: where each venv's own interpreter finds its packages (asked only
 when the venv changed), and managed paths inside packages (pkg:<venv>:<package>/<path>)."""
-import json
 import os
-import subprocess
 
 from specops.agent.host import clean
+from specops.agent.lean import dumps, load, loads
 from specops.layout import PKG_PREFIX, VENV_CACHE, split_pkg_key
 
 # Run by a venv's own interpreter: where its packages are, without importing them.
@@ -66,7 +65,7 @@ def _venv_cache(update=None):
     """venv → {stamp, fact}: what the interpreter said last time (a cache: losing it costs time only)."""
     try:
         with open(VENV_CACHE) as f:
-            cache = json.load(f)
+            cache = load(f)
     except (OSError, ValueError):
         cache = {}
     if update:
@@ -75,7 +74,7 @@ def _venv_cache(update=None):
         try:
             os.makedirs(os.path.dirname(VENV_CACHE), mode=0o700, exist_ok=True)
             with open(tmp, "w") as f:
-                f.write(json.dumps(cache))
+                f.write(dumps(cache))
             os.rename(tmp, VENV_CACHE)
         except OSError:
             pass
@@ -92,11 +91,12 @@ def venv_fact(venv):
     # (a fact kept before "magic" was asked is asked again: the controller compiles by it)
     if known and "magic" in known["fact"] and _venv_stamp(py, known["fact"].get("path", [])) == known["stamp"]:
         return known["fact"]
+    import subprocess  # only then: a venv asked again (not a no-op's)
     res = subprocess.run([py, "-I", "-c", VENV_PROBE], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True)
     if res.returncode != 0:
         return {"exists": True, "broken": clean(res.stderr.strip()[-500:])}
-    fact = json.loads(res.stdout)
+    fact = loads(res.stdout)
     fact["exists"] = True
     _venv_cache({venv: {"stamp": _venv_stamp(py, fact["path"]), "fact": fact}})
     return fact

@@ -1,14 +1,13 @@
 """How the agent asks a service: one HTTP request with its API key (from the service's 0600
 env file), and the service's secrets kept out of what goes back to the controller."""
-import json
-
+from specops.agent.lean import dumps
 from specops.agent.services import http
 from specops.layout import ADMIN_API_KEY_ENV, API_KEY_ENV, env_file
 
 
 def call(svc, method, path, body=None, timeout=30, key=None):
     headers = {"Authorization": "Bearer " + key} if key and path not in svc.endpoints.public else {}
-    data = json.dumps(body).encode() if body is not None else None
+    data = dumps(body).encode() if body is not None else None
     res = http.request(svc.host, svc.port, method, path, data, headers, timeout)
     return res.status, res.body
 

@@ -1,9 +1,9 @@
 """Who listens on a service's port: verify asks before any request carries the API key (a local
 user could bind the port while the weights load, answer /health with 200, and collect the key)."""
 import os
-import socket
 import struct
 
+from specops.agent.lean import socket
 from specops.agent.services.procs import Unit, _proc, describe
 
 
@@ -39,7 +39,8 @@ def _diag_listeners(family):
     req = struct.pack("=BBBBI48x", family, socket.IPPROTO_TCP, 0, 0, 1 << TCP_LISTEN)
     head = struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 0x301, 1, 0)  # REQUEST | DUMP
     out = []
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as nl:  # NETLINK_SOCK_DIAG
+    nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4)  # NETLINK_SOCK_DIAG
+    try:
         nl.settimeout(5)
         nl.sendto(head + req, (0, 0))
         while True:
@@ -54,6 +55,8 @@ def _diag_listeners(family):
                 inode, = struct.unpack_from("=I", data, at + 16 + 68)
                 out.append((sport, inode))
                 at += (size + 3) & ~3
+    finally:  # (the C socket, which lean gives, is no context manager)
+        nl.close()
 
 
 def _descendants(pid):

@@ -14,9 +14,10 @@ the process's start time), so a reused PID number cannot be hit.
 """
 import os
 import pwd
-import signal
+import struct
 
 from specops.agent.host import clean, read_state, run_quiet, update_state, user_name
+from specops.agent.lean import signal, socket
 
 INVOCATIONS_KEPT = 50
 
@@ -103,8 +104,6 @@ STREAMS = "/run/systemd/journal/streams"
 def peer_inode(inode):
     """The inode of the other end of a connected unix socket, asked of the kernel (sock_diag
     netlink, UNIX_DIAG_PEER): no text to parse, so no socket name can forge an answer."""
-    import socket
-    import struct
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4)  # NETLINK_SOCK_DIAG
     except OSError:

@@ -8,13 +8,12 @@ entry per DP rank with num_running_reqs and num_waiting_reqs).
 
 Keyed requests go only to the unit that holds the port, as verify's do.
 """
-import json
-import re
 import time
 
 from specops import protocol
 from specops.agent.services import listeners
 from specops.agent.host import ActionError, clean, run_quiet, say
+from specops.agent.lean import loads
 from specops.agent.services.procs import Unit
 from specops.agent.services import asking
 
@@ -25,7 +24,7 @@ def listed(svc, key):
     if status != 200:
         raise ValueError("%s answered %s" % (svc.endpoints.members, status))
     return {w.get("url"): {"is_healthy": w.get("is_healthy"), "load": w.get("load"), "id": w.get("id")}
-            for w in json.loads(raw).get("workers", [])}
+            for w in loads(raw).get("workers", [])}
 
 
 def members_check(svc, report, key, listener):
@@ -73,7 +72,8 @@ def members_check(svc, report, key, listener):
 #   WARN smg::core::worker: .../worker.rs:948: HTTP health check failed for URL/health: reqwest::Error { ...
 #     message: "Connection refused" }) }                                         (listed, then not healthy)
 #   INFO smg::core::steps::worker::local::update_remaining_policies: ...: Removed worker URL   (DELETE /workers/<id>)
-_SAID = re.compile(r"\b(?:WARN|ERROR)\b.*?\.rs:\d+: (.*)|\bINFO\b.*?\.rs:\d+: (Removed worker .*)")
+# (re is imported where a router's words are read: a verify, every no-op's, reads none)
+SAID = r"\b(?:WARN|ERROR)\b.*?\.rs:\d+: (.*)|\bINFO\b.*?\.rs:\d+: (Removed worker .*)"
 
 
 def said_of(unit, urls):
@@ -89,10 +89,11 @@ def said_of(unit, urls):
 
 
 def said_in(log, urls):
-    """url → the reason the last line of `log` that names it gives (see _SAID)."""
-    found = {}
+    """url → the reason the last line of `log` that names it gives (see SAID)."""
+    import re
+    found, pattern = {}, re.compile(SAID)
     for line in clean(log).splitlines():
-        said = _SAID.search(line)
+        said = pattern.search(line)
         for url in urls:
             if said and re.search(re.escape(url) + r"(?!\d)", line):  # (?!\d): not a longer port
                 found[url] = _reason(said.group(1) or said.group(2))
@@ -102,6 +103,7 @@ def said_in(log, urls):
 def _reason(message):
     """The part of a router's log message that says why: the HTTP attempt's error (a worker URL is
     http://, so its gRPC attempt says nothing more), and the OS's word for a failed connect."""
+    import re
     error = re.search(r'error="((?:[^"\\]|\\.)*)"', message)
     if error:
         message = re.sub(r'\\(.)', r'\1', error.group(1))
@@ -190,6 +192,7 @@ def remove(req):
     svc, guard = up
     entry = listed(svc, guard.key()).get(req.url)
     if entry is not None:
+        import re
         if not re.match(r"^[A-Za-z0-9_.-]+$", str(entry.get("id"))):
             raise ActionError("router %s: a worker id that is not a plain name: %r" % (svc.name, entry.get("id")))
         status, raw = asking.call(svc, "DELETE", "/workers/%s" % entry["id"], key=guard.key())
@@ -220,9 +223,9 @@ def _load(svc, key, path):
     status, raw = asking.call(svc, "GET", path, timeout=10, key=key)
     if status != 200:
         raise ActionError("%s %s answered %s" % (svc.name, path, status))
-    loads = json.loads(raw).get("loads") or []
-    return (sum(int(x.get("num_running_reqs") or 0) for x in loads),
-            sum(int(x.get("num_waiting_reqs") or 0) for x in loads))
+    ranks = loads(raw).get("loads") or []
+    return (sum(int(x.get("num_running_reqs") or 0) for x in ranks),
+            sum(int(x.get("num_waiting_reqs") or 0) for x in ranks))
 
 
 def idle(req):

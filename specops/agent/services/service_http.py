@@ -4,11 +4,11 @@ What to ask (paths, the generation body, the intended fields) comes in each
 protocol.ServiceCheck, from the service's kind on the controller; nothing here knows
 one kind of service from another.
 """
-import json
 import time
 
 from specops import protocol
-from specops.agent.services import asking, listeners, procs, ranks, routing, running, verdicts
+from specops.agent.lean import loads
+from specops.agent.services import asking, listeners, procs, running, verdicts
 from specops.agent.host import clean, journal, say
 from specops.agent.converge.checks import named
 from specops.agent.converge.probe import recent_unit_fact, unit_fact
@@ -84,7 +84,7 @@ def _info(svc, key, timeout=30):
     status, raw = asking.call(svc, "GET", svc.endpoints.info, timeout=timeout, key=key)
     if status == 404 and svc.endpoints.info_fallback:
         status, raw = asking.call(svc, "GET", svc.endpoints.info_fallback, timeout=timeout, key=key)
-    return status, (json.loads(raw) if status == 200 else {})
+    return status, (loads(raw) if status == 200 else {})
 
 
 def _compare(svc, info, report):
@@ -114,7 +114,7 @@ def _generate(svc, report, key):
         report.failures.append("%s answered %s: %s" % (svc.endpoints.generate, status, clean(raw[:200].decode(
             errors="replace"))))
         return False
-    meta = json.loads(raw).get("meta_info", {})
+    meta = loads(raw).get("meta_info", {})
     tokens = meta.get("completion_tokens") or 0
     tok_s = tokens / wall if wall > 0 else 0.0
     accept = meta.get("spec_accept_length")
@@ -142,6 +142,8 @@ def verify_service(svc, answer_by=None):
     arguments, generating (with its speculative stats), and not running older code than its files."""
     report, key = protocol.ServiceReport(name=svc.name), asking.api_key(svc.name)
     if not svc.http:
+        # ranks here, routing for a router's members: a verify of one HTTP service imports neither
+        from specops.agent.services import ranks
         return ranks.rank_running(svc, report)
     unit = _wait_ready(svc, report, key, answer_by)
     if unit is None:
@@ -152,7 +154,7 @@ def verify_service(svc, answer_by=None):
         return report
     if svc.endpoints.models:
         status, raw = asking.call(svc, "GET", svc.endpoints.models, key=key)
-        ids = [m.get("id") for m in json.loads(raw).get("data", [])] if status == 200 else []
+        ids = [m.get("id") for m in loads(raw).get("data", [])] if status == 200 else []
         if svc.served_model_name and svc.served_model_name not in ids:
             report.failures.append("%s lists %s, not %s" % (svc.endpoints.models, ids or status, svc.served_model_name))
         report.checks.append("%s: %s" % (svc.endpoints.models, ", ".join(map(str, ids))))
@@ -164,6 +166,7 @@ def verify_service(svc, answer_by=None):
         return report
     _compare(svc, info, report)
     if svc.members:
+        from specops.agent.services import routing
         if not routing.members_check(svc, report, key, listener):
             return report
     if svc.endpoints.generate and (not _ours(svc, report, listener) or not _generate(svc, report, key)):
@@ -207,6 +210,7 @@ def peek(req):
                 from specops.agent.services.production import figures
                 report.running.update(figures(svc))
             if svc.endpoints.members:
+                from specops.agent.services import routing
                 try:
                     report.members = routing.listed(svc, asking.api_key(svc.name))
                 except (OSError, ValueError) as e:

@@ -9,8 +9,6 @@ and CUDA graphs land there).  A start is stalled when none has moved for the sta
 phase shown on the controller comes from the service's own log lines, matched against the
 patterns its kind sends (protocol.ServiceCheck.progress).
 """
-import re
-import subprocess
 import time
 
 from specops.agent.host import clean
@@ -64,6 +62,7 @@ class Startup:
     def phase_of(self, line):
         """The phase a log line names (the first of the kind's patterns it matches), or None."""
         if self.compiled is None:
+            import re  # here and for the journal: a service that is ready reads neither
             self.compiled = [(re.compile(rx), label) for rx, label in self.given]
         for rx, label in self.compiled:
             m = rx.search(line)
@@ -91,6 +90,7 @@ class Startup:
         cmd.append("_SYSTEMD_INVOCATION_ID=" + self.invocation if self.invocation else "--unit=" + self.unit)
         cmd += ["--after-cursor=" + self.cursor] if self.cursor else ["-n", "200"]
         self.read_at = time.monotonic()
+        import subprocess
         res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         text = res.stdout.decode(errors="replace")
         lines = []

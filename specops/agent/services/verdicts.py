@@ -1,17 +1,17 @@
 """Each service's last verify, as the textfile says it (specops_verified): passed or not, and when.
 Kept apart from the textfile's module: every verify writes it, monitored or not, and must not pay
 for importing more."""
-import json
 import os
 import time
 
+from specops.agent.lean import dumps, load
 from specops.layout import VERDICTS
 
 
 def verdicts():
     try:
         with open(VERDICTS) as f:
-            got = json.load(f)
+            got = load(f)
         return got if isinstance(got, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -24,7 +24,7 @@ def record(reports):
     tmp = "%s.%d.tmp" % (VERDICTS, os.getpid())
     try:  # a record for the textfile: it never fails the verify it records
         with open(tmp, "w") as f:
-            f.write(json.dumps(now))
+            f.write(dumps(now))
         os.replace(tmp, VERDICTS)
     except OSError:
         pass
