@@ -6,6 +6,7 @@ import io
 import marshal
 import os
 import sys
+import time
 import zipfile
 import zlib
 from importlib.util import MAGIC_NUMBER
@@ -28,6 +29,40 @@ def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
     assert frames(res.stdout) == ANSWER, res.stderr
     (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
     assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)
+
+
+def test_a_kept_zip_is_hashed_again_only_when_its_identity_moves(tmp_path):
+    """Hashing the ~700 KB zip is most of the loader's own cost on a no-op: it is skipped while the
+    zip's device, inode, size, mtime and ctime are those kept when it was last hashed, settled (a
+    zip written within SETTLED seconds is hashed every time: a second write in the same tick of a
+    coarse clock would keep its ctime).  A write in place, same size, is found and never run."""
+    home, stdin = tmp_path / "agent", shipping.payload(REQUEST)
+    traced = shipping.LOADER.replace('                with open(path, "rb") as f:\n',
+                                     '                sys.stderr.write("hashed\\n")\n                with open(path, "rb") as f:\n')
+    assert traced != shipping.LOADER
+
+    def run():
+        res = run_loader(home, stdin, loader=traced)
+        assert frames(res.stdout) == ANSWER, res.stderr
+        return b"hashed" in res.stderr
+
+    assert not run()  # built: nothing to hash
+    (pyz,) = home.iterdir()
+    assert run() and not (home / (pyz.name[:-4] + ".seen")).exists()  # too fresh to keep its identity
+    time.sleep(shipping_settled() + 0.2)
+    assert run() and (home / (pyz.name[:-4] + ".seen")).exists()  # settled: hashed once more, kept
+    assert not run() and not run()
+    data = pyz.read_bytes()
+    with open(pyz, "r+b") as f:  # another zip, written over this one in place: same inode and size
+        f.write(b"\0" * 64)
+    assert run()  # its times moved: hashed, refused and built again
+    (rebuilt,) = [p for p in home.iterdir() if p.suffix == ".pyz"]
+    assert rebuilt.read_bytes() == data
+
+
+def shipping_settled() -> float:
+    import re
+    return float(re.search(r"^SETTLED = (\d+)", shipping.LOADER, re.M).group(1))
 
 
 def test_the_loader_keeps_the_controllers_bytecode_only_for_its_own_magic(tmp_path):

@@ -6,7 +6,10 @@ controller (COMPILE_ZIP) and that compiled zip's sha256; the zip, and the compil
 sent; then it serves the run's requests, each a frame (its length on a line, then the JSON),
 answering each with a frame on stdout.  The loader keeps, in AGENT_HOME (a root-only directory
 it checks with lstat), sourceless zips of that code, named by the source's hash, the
-interpreter's cache tag and their own hash, which it checks before every use.  It runs only
+interpreter's cache tag and their own hash, which it checks before use: a zip is hashed again
+whenever its device, inode, size, mtime or ctime differ from those kept (NAME.seen) when it was
+last hashed, settled (a write moves the ctime, which only the clock sets; ~2.5 ms a call spared on
+its ~700 KB).  It runs only
 bytecode it can tie to this run: the compiled zip whose hash this controller names (for a
 host whose interpreter has the controller's magic), or one it compiled itself ("host." before
 its hash) from a source whose hash it checked: never another controller's bytecode, however
@@ -75,6 +78,7 @@ st = os.lstat(home)
 if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
     sys.exit("specops agent: %s must be a directory only its owner (uid %d) can use" % (home, os.getuid()))
 prefix = "%s.%s." % (sha, sys.implementation.cache_tag)
+SETTLED = 2  # seconds: a file's ctime this old moves on any write, whatever the filesystem's clock grain
 def cached():
     for name in os.listdir(home):
         path = os.path.join(home, name)
@@ -83,12 +87,34 @@ def cached():
         if name.startswith(prefix) and name.endswith(".pyz") and ours:
             st = os.lstat(path)
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                if time.time() - st.st_mtime > 3600:
+                    os.utime(path)  # in use: the cleanup of other versions goes by this time
+                    st = os.lstat(path)
+                ident = "%d %d %d %d %d" % (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                seen = path[:-4] + ".seen"
+                if read_seen(seen) == ident:
+                    return path  # hashed since, and unchanged: any write would have moved its ctime
                 with open(path, "rb") as f:
                     if sha256(f.read()).hexdigest() == digest.split(".")[-1]:
-                        if time.time() - st.st_mtime > 3600:
-                            os.utime(path)  # in use: the cleanup of other versions goes by this time
+                        if time.time() - st.st_ctime > SETTLED:
+                            keep(seen, ident.encode())
                         return path
             os.unlink(path)  # not what its name says: never run, not kept
+def read_seen(seen):
+    try:
+        fd = os.open(seen, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(200).decode("ascii", "replace")
+def keep(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
 def build():
     if sha256(blob).hexdigest() != sha or len(made) != int(made_size):
         sys.exit("specops agent: the upload is corrupt")
@@ -102,13 +128,7 @@ def build():
 {textwrap.indent(COMPILE_ZIP, " " * 8)}        pyz = compiled_zip(blob, MAGIC_NUMBER)
         digest = "host." + sha256(pyz).hexdigest()
     path = os.path.join(home, prefix + digest + ".pyz")
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pyz)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
+    keep(path, pyz)
     for old in os.listdir(home):  # other versions, unused for a day
         p = os.path.join(home, old)
         if not old.startswith(prefix) and time.time() - os.lstat(p).st_mtime > 86400:

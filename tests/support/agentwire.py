@@ -19,9 +19,9 @@ def frames(data: bytes) -> list:
     return out
 
 
-def run_loader(home, stdin: bytes) -> subprocess.CompletedProcess:
+def run_loader(home, stdin: bytes, loader: str = shipping.LOADER) -> subprocess.CompletedProcess:
     """The loader as a host runs it (python3 -I -S -c), keeping its bytecode in `home`."""
-    loader = shipping.LOADER.replace(repr(layout.AGENT_HOME), repr(str(home)))
+    loader = loader.replace(repr(layout.AGENT_HOME), repr(str(home)))
     return subprocess.run(["python3", "-I", "-S", "-c", loader], input=stdin, capture_output=True)
 
 
