@@ -18,6 +18,7 @@ CHILD_GRACE = 5.0   # seconds a stopped command has between SIGTERM and SIGKILL
 # specops's own records on the host.
 HOME = "/var/lib/specops"
 STATE_FILE = HOME + "/state.json"          # bytecode purges and units' past invocations
+UNIT_FACTS = HOME + "/units.json"          # each unit's last systemctl show, while it holds (unitkeep)
 RELEASES = HOME + "/releases"              # <stamp>/{manifest.json, files/, previous/}; current → newest
 RELEASES_KEPT = 5
 

@@ -37,8 +37,8 @@ def test_a_kept_zip_is_hashed_again_only_when_its_identity_moves(tmp_path):
     zip written within SETTLED seconds is hashed every time: a second write in the same tick of a
     coarse clock would keep its ctime).  A write in place, same size, is found and never run."""
     home, stdin = tmp_path / "agent", shipping.payload(REQUEST)
-    traced = shipping.LOADER.replace('                with open(path, "rb") as f:\n',
-                                     '                sys.stderr.write("hashed\\n")\n                with open(path, "rb") as f:\n')
+    hashing = '                with open(path, "rb") as f:\n'
+    traced = shipping.LOADER.replace(hashing, '                sys.stderr.write("hashed\\n")\n' + hashing)
     assert traced != shipping.LOADER
 
     def run():

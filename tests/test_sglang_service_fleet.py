@@ -193,3 +193,33 @@ def test_a_new_unit_needs_no_daemon_reload_a_changed_one_gets_it(sandbox):
     (verified,) = report["hosts"]["t1"]["verify"]
     assert verified["effective"]["tp_size"] == 2  # the server runs the changed unit's arguments
     assert reloads(h) == before + 1 and "not needed" not in res.stdout
+
+
+def test_a_no_op_asks_systemd_nothing_and_still_sees_a_unit_disabled_behind_its_back(sandbox):
+    """The probe reuses the unit's fact kept from the last show (agent/services/unitkeep.py) while
+    its run, its files and what enables it are as they were: a no-op spawns no systemctl.  A
+    `systemctl disable` made by hand moves a .wants directory: the next deploy asks systemd,
+    sees it and enables the unit again.  (A systemctl on PATH before systemd's counts the calls.)"""
+    h = sandbox.reset("t3")
+    res, _ = deploy(sandbox, "t3", [sandbox_service()])
+    assert res.returncode == 0, res.stdout + res.stderr
+    h.run("sh", "-c", "printf '#!/bin/sh\\necho \"$*\" >> /run/systemctl.calls\\nexec /usr/bin/systemctl \"$@\"\\n' "
+          "> /usr/local/bin/systemctl && chmod 755 /usr/local/bin/systemctl")
+    try:
+        time.sleep(0.2)  # past a clock tick after the unit's files were written
+        res, report = deploy(sandbox, "t3", [sandbox_service()])  # the show is kept at the latest here
+        assert res.returncode == 0 and report["hosts"]["t3"]["changed"] == 0, res.stdout + res.stderr
+        h.run("rm", "-f", "/run/systemctl.calls")
+        res, report = deploy(sandbox, "t3", [sandbox_service()])
+        assert res.returncode == 0 and report["hosts"]["t3"]["changed"] == 0, res.stdout + res.stderr
+        calls = h.run("cat", "/run/systemctl.calls", check=False).stdout
+        assert calls == "", calls
+        h.run("/usr/bin/systemctl", "disable", "--quiet", "sglang")
+        res, report = deploy(sandbox, "t3", [sandbox_service()])
+        assert res.returncode == 0 and report["hosts"]["t3"]["changed"] >= 1, res.stdout + res.stderr
+        assert "show sglang" in h.run("cat", "/run/systemctl.calls").stdout
+        assert h.run("/usr/bin/systemctl", "is-enabled", "sglang").stdout.strip() == "enabled", res.stdout
+        res, report = deploy(sandbox, "t3", [sandbox_service()])
+        assert res.returncode == 0 and report["hosts"]["t3"]["changed"] == 0, res.stdout + res.stderr
+    finally:
+        h.run("rm", "-f", "/usr/local/bin/systemctl", "/run/systemctl.calls")

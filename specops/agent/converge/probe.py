@@ -8,7 +8,7 @@ import time
 
 from specops import protocol
 from specops.agent import lock, safefs
-from specops.agent.services import gpus
+from specops.agent.services import gpus, procs, unitkeep
 from specops.agent.services.gpus import gpu_fact
 from specops.agent.host import group_name, sha256, user_name, wall_time
 from specops.agent.converge import upstream
@@ -19,7 +19,7 @@ from specops.layout import APPLY_JOURNAL, LOCK_DIR, PYCACHE, is_bytecode_of
 CONTENT_LIMIT = 2 * 1024 * 1024
 UNIT_PROPS = ("LoadState", "ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
               "ExecMainStartTimestampMonotonic", "ExecMainPID", "MainPID", "NRestarts",
-              "ControlGroup", "FragmentPath", "UnitFileState", "Result", "InvocationID", "User", "Job")
+              "ControlGroup", "FragmentPath", "DropInPaths", "UnitFileState", "Result", "InvocationID", "User", "Job")
 
 
 def file_fact(path, want_content=None, allowed=()):
@@ -95,14 +95,23 @@ def _fact_in(dfd, path, name, want_content, allowed):
 SEEN = {}  # unit → (time.monotonic(), its fact): what this agent last asked systemd (textfile.unit_state reads it)
 
 
-def unit_fact(name):
-    """systemctl show's properties, start times as wall-clock seconds, and the unit file's text."""
-    fact = {}
-    for line in output(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)]).splitlines():
-        k, _, v = line.partition("=")
-        fact[k] = v
-    for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes
-        fact[k] = wall_time(fact.pop(k + "Monotonic", "0"))
+def unit_fact(name, reuse=False):
+    """systemctl show's properties, start times as wall-clock seconds, and the unit file's text.
+    With `reuse`, the fact kept from an earlier show while nothing it says can have changed
+    (unitkeep); every show that may be kept is kept."""
+    kept = unitkeep.load()
+    fact = unitkeep.reuse(name, kept, procs.starttime) if reuse else None
+    if fact is None:
+        entry = kept.get(name) if isinstance(kept.get(name), dict) else {}
+        guess = entry.get("paths") or []
+        before = unitkeep.witness(name, guess)
+        fact = {}
+        for line in output(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)]).splitlines():
+            k, _, v = line.partition("=")
+            fact[k] = v
+        for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes
+            fact[k] = wall_time(fact.pop(k + "Monotonic", "0"))
+        _keep(name, kept, fact, guess, before)
     try:
         with open(fact.get("FragmentPath") or "/nonexistent") as f:
             fact["text"] = f.read(65536)
@@ -110,6 +119,18 @@ def unit_fact(name):
         fact["text"] = None
     SEEN[name] = (time.monotonic(), fact)
     return fact
+
+
+def _keep(name, kept, fact, guess, before):
+    """Keep a fact systemd just gave if unitkeep may reuse it (its witness taken before asking,
+    with the unit's files as systemd named them last: a probe later, when those were others)."""
+    paths = unitkeep.paths(fact)
+    entry = {"paths": paths}
+    if paths == guess and unitkeep.keepable(fact, before):
+        entry.update(fact=fact, witness=before[0], main_started=procs.starttime(int(fact["MainPID"])))
+    if kept.get(name) != entry:
+        kept[name] = entry
+        unitkeep.save(kept)
 
 
 def recent_unit_fact(name, within=2.0):
@@ -160,7 +181,7 @@ def probe(req):
         from specops.agent.converge import wheelfiles  # only then: urllib costs the agent's start
         facts.wheel_files = wheelfiles.fact(req.wheel_files)
     for name in req.units:
-        facts.units[name] = unit_fact(name)
+        facts.units[name] = unit_fact(name, reuse=True)
     for d in req.listdirs:
         try:
             facts.listings[d] = {n: os.lstat(os.path.join(d, n)).st_size for n in os.listdir(d)}

@@ -88,8 +88,11 @@ def enable(a):
     """A protocol.Enable: link (or unlink) the unit; with `now`, start (stop) it too, which
     reloads systemd first (a new unit file)."""
     verb = "enable" if a.enable else "disable"
-    run_streamed(["systemctl", verb, "--quiet"] + (["--now"] if a.now else ["--no-reload"]) + ["--", a.unit],
-                 a.desc or verb)
+    # --no-reload only for a unit PID 1 has no file state of (`was` None: new): of one it has,
+    # it keeps the state as of its last reload, and would say `disabled` to every later probe,
+    # which would enable the unit again on every deploy.
+    reload = ["--now"] if a.now else ["--no-reload"] if a.was is None else []
+    run_streamed(["systemctl", verb, "--quiet"] + reload + ["--", a.unit], a.desc or verb)
 
 
 def unenable(a):

@@ -1,0 +1,137 @@
+"""A unit's kept fact (agent/services/unitkeep.py): reused only while nothing systemd would answer
+differently can have changed.  Each protective line has a case here; systemd's files are played
+by a directory of the test's own.  No fleet."""
+import os
+import time
+
+import pytest
+
+from specops.agent.services import unitkeep
+
+FACT = {"ActiveState": "active", "SubState": "running", "MainPID": "4242", "InvocationID": "run1",
+        "FragmentPath": None, "DropInPaths": ""}
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """systemd's directories and run files under tmp_path, a unit `sglang` running as PID 4242."""
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    for d in (etc / "multi-user.target.wants", run, run / "units"):
+        d.mkdir(parents=True)
+    unit = etc / "sglang.service"
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
+    (etc / "multi-user.target.wants/sglang.service").symlink_to(unit)
+    (tmp_path / "boot_id").write_text("boot-a\n")
+    (run / "units/invocation:sglang.service").symlink_to("run1")
+    monkeypatch.setattr(unitkeep, "WRITTEN", (str(etc), str(run / "system")))
+    monkeypatch.setattr(unitkeep, "BOOT_ID", str(tmp_path / "boot_id"))
+    monkeypatch.setattr(unitkeep, "INVOCATION", str(run / "units/invocation:"))
+    monkeypatch.setattr(unitkeep, "UNIT_FACTS", str(tmp_path / "state/units.json"))
+    monkeypatch.setattr(unitkeep, "TICK", 0.0)
+    started = {4242: "1000"}
+    old = time.time() - 60
+    for p in (unit, etc / "multi-user.target.wants", etc):
+        os.utime(p, (old, old), follow_symlinks=False)
+
+    class Host:
+        fact = {**FACT, "FragmentPath": str(unit)}
+        files, starttime = etc, staticmethod(lambda pid: started.get(pid))
+
+        def keep(self):
+            """As probe.unit_fact keeps a show: the witness before it, then the fact."""
+            before = unitkeep.witness("sglang", unitkeep.paths(self.fact))
+            assert unitkeep.keepable(self.fact, before)
+            kept = {"sglang": {"paths": unitkeep.paths(self.fact), "fact": self.fact, "witness": before[0],
+                               "main_started": self.starttime(4242)}}
+            unitkeep.save(kept)
+
+        def reused(self):
+            return unitkeep.reuse("sglang", unitkeep.load(), self.starttime)
+    h = Host()
+    h.started, h.tmp = started, tmp_path
+    return h
+
+
+def test_a_kept_fact_is_reused_while_nothing_moved(host):
+    host.keep()
+    assert host.reused() == host.fact
+
+
+def _disable(h):
+    os.unlink(h.files / "multi-user.target.wants/sglang.service")
+
+
+def _edit_in_place(h):
+    unit = h.files / "sglang.service"
+    unit.write_text(unit.read_text().replace("true", "echo"))  # same size, same inode
+
+
+def _drop_in(h):
+    d = h.files / "sglang.service.d"
+    d.mkdir()
+    (d / "override.conf").write_text("[Service]\nUser=nobody\n")
+
+
+def _restarted(h):
+    os.unlink(h.tmp / "run/units/invocation:sglang.service")
+    os.symlink("run2", h.tmp / "run/units/invocation:sglang.service")
+
+
+def _stopped(h):
+    os.unlink(h.tmp / "run/units/invocation:sglang.service")
+
+
+def _pid_reused(h):
+    h.started[4242] = "2000"
+
+
+def _rebooted(h):
+    (h.tmp / "boot_id").write_text("boot-b\n")
+
+
+@pytest.mark.parametrize("change", [_disable, _edit_in_place, _drop_in, _restarted, _stopped, _pid_reused,
+                                    _rebooted])
+def test_a_kept_fact_is_dropped_when_systemd_could_answer_otherwise(host, change):
+    host.keep()
+    change(host)
+    assert host.reused() is None
+
+
+def test_an_edited_drop_in_named_by_systemd_is_seen(host, tmp_path):
+    drop = tmp_path / "lib/sglang.service.d/10-limits.conf"
+    drop.parent.mkdir(parents=True)
+    drop.write_text("[Service]\nLimitNOFILE=1\n")
+    old = time.time() - 60
+    os.utime(drop, (old, old))
+    host.fact = {**host.fact, "DropInPaths": str(drop)}
+    host.keep()
+    assert host.reused() == host.fact
+    drop.write_text("[Service]\nLimitNOFILE=2\n")
+    assert host.reused() is None
+
+
+@pytest.mark.parametrize("fact", [{"ActiveState": "activating", "SubState": "start"},
+                                  {"ActiveState": "active", "SubState": "exited"},
+                                  {"MainPID": "0"}, {"InvocationID": "run0"}])
+def test_only_a_running_unit_of_the_run_witnessed_is_kept(host, fact):
+    before = unitkeep.witness("sglang", unitkeep.paths(host.fact))
+    assert unitkeep.keepable(host.fact, before)
+    assert not unitkeep.keepable({**host.fact, **fact}, before)
+
+
+def test_a_witness_within_a_tick_of_a_write_is_not_kept(host, monkeypatch):
+    """A second write in the same tick of the kernel's coarse clock would keep the file's times."""
+    monkeypatch.setattr(unitkeep, "TICK", 0.05)
+    (host.files / "sglang.service").write_text("[Service]\nExecStart=/bin/false\n")
+    assert not unitkeep.keepable(host.fact, unitkeep.witness("sglang", unitkeep.paths(host.fact)))
+    assert unitkeep.settled(time.time_ns() - 10 ** 8) and not unitkeep.settled(time.time_ns() - 10 ** 7)
+    whole_seconds = (time.time_ns() // 10 ** 9 - 1) * 10 ** 9  # a filesystem that keeps seconds
+    assert not unitkeep.settled(whole_seconds)
+
+
+def test_kept_facts_never_follow_a_link(host, tmp_path):
+    host.keep()
+    real = tmp_path / "state/units.json"
+    os.rename(real, tmp_path / "elsewhere.json")
+    os.symlink(tmp_path / "elsewhere.json", real)
+    assert unitkeep.load() == {} and host.reused() is None
