@@ -129,7 +129,7 @@ def test_the_journal_says_how_to_undo_and_holds_no_content(batch, monkeypatch):
 
 
 def apt_facts(answer):
-    return Facts({"files": {}, "units": {}, "venvs": {}, "checks": {"dpkg:pkg": answer}})
+    return Facts({"files": {}, "units": {}, "venvs": {}, "checks": {}, "packages": {"pkg": answer}})
 
 
 def test_a_package_name_a_shell_would_read_is_refused_before_any_probe():
@@ -139,7 +139,7 @@ def test_a_package_name_a_shell_would_read_is_refused_before_any_probe():
 
 def test_apt_says_a_package_with_no_candidate_and_installs_in_prepare():
     op = AptPackages(["pkg"])
-    assert "apt-cache policy pkg" in op.wants().checks["dpkg:pkg"]
+    assert op.wants().packages == ["pkg"] and not op.wants().checks
     assert not op.plan(apt_facts(0), Context("h", False)).changed
     c = op.plan(apt_facts(1), Context("h", False))
     assert isinstance(c.actions[0], protocol.AptInstall) and not c.fails

@@ -37,10 +37,10 @@ def test_rsync_only_on_the_two_ends_of_a_peer_copy(tmp_path):
 def test_apt_runs_before_the_peer_copy_and_only_for_what_is_missing(tmp_path):
     box = load(tmp_path, {"weights": PEER})["box"]
     (op,) = system_packages.ops(box)
-    installed = {f"dpkg:{n}": 0 for n in BASE + ["openssh-client"]}
-    c = op.plan(Facts({"checks": {**installed, "dpkg:rsync": 1}}), Context("box", False))
+    installed = {n: 0 for n in BASE + ["openssh-client"]}
+    c = op.plan(Facts({"packages": {**installed, "rsync": 1}}), Context("box", False))
     assert [a.desc for a in c.actions] == ["apt-get install rsync"]
-    assert not op.plan(Facts({"checks": {**installed, "dpkg:rsync": 0}}), Context("box", False)).actions
+    assert not op.plan(Facts({"packages": {**installed, "rsync": 0}}), Context("box", False)).actions
     # The models role copies while it plans, so apt's batch must be applied (and the host probed
     # again) before it: the engine does that after a REPROBE role.
     assert system_packages.REPROBE and BOOTSTRAP.index(system_packages) < [r.NAME for r in BOOTSTRAP].index("models")

@@ -29,7 +29,7 @@ def debs(tmp_path):
 
 
 def facts(state):
-    return Facts({"checks": {f"dpkg:{PKG}": state}})
+    return Facts({"packages": {PKG: state}})
 
 
 def test_the_deb_is_pushed_and_installed_only_when_dpkg_lacks_the_package(debs):

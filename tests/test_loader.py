@@ -5,12 +5,14 @@ import hashlib
 import io
 import marshal
 import os
+import subprocess
 import sys
 import time
 import zipfile
 import zlib
 from importlib.util import MAGIC_NUMBER
 
+from specops import layout
 from specops.remote import shipping
 from support.agentwire import ANSWER, REQUEST, frames, header, run_loader
 
@@ -22,47 +24,50 @@ def test_the_loader_builds_and_reuses_host_bytecode(tmp_path):
     for _ in range(2):
         res = run_loader(tmp_path / "agent", stdin)
         assert frames(res.stdout) == ANSWER, res.stderr
-    (pyz,) = (tmp_path / "agent").iterdir()
+    (pyz,) = [p for p in (tmp_path / "agent").iterdir() if p.suffix == ".pyz"]
     assert all(n.endswith(".pyc") for n in zipfile.ZipFile(pyz).namelist())
     pyz.write_bytes(b"not what was built")
     res = run_loader(tmp_path / "agent", stdin)
     assert frames(res.stdout) == ANSWER, res.stderr
-    (rebuilt,) = (tmp_path / "agent").iterdir()  # the replaced file is gone, a checked one serves
+    (rebuilt,) = [p for p in (tmp_path / "agent").iterdir() if p.suffix == ".pyz"]  # a checked one serves
     assert rebuilt.read_bytes() != b"not what was built" and zipfile.is_zipfile(rebuilt)
 
 
 def test_a_kept_zip_is_hashed_again_only_when_its_identity_moves(tmp_path):
     """Hashing the ~700 KB zip is most of the loader's own cost on a no-op: it is skipped while the
-    zip's device, inode, size, mtime and ctime are those kept when it was last hashed, settled (a
-    zip written within SETTLED seconds is hashed every time: a second write in the same tick of a
-    coarse clock would keep its ctime).  A write in place, same size, is found and never run."""
+    zip's device, inode, size, mtime and ctime are those kept when it was last hashed a clock tick
+    after its last write (a second write in the same tick of a coarse clock would keep its ctime).
+    A run that built the zip hashes it again as it ends, so the next is spared it.  A write in
+    place, same size, is found and never run."""
     home, stdin = tmp_path / "agent", shipping.payload(REQUEST)
-    hashing = '                with open(path, "rb") as f:\n'
-    traced = shipping.LOADER.replace(hashing, '                sys.stderr.write("hashed\\n")\n' + hashing)
-    assert traced != shipping.LOADER
+    hashing = '    with open(path, "rb") as f:\n'
+    traced = shipping.LOADER.replace(hashing, '    sys.stderr.write("hashed\\n")\n' + hashing)
+    assert traced.count('sys.stderr.write("hashed') == 1
 
-    def run():
-        res = run_loader(home, stdin, loader=traced)
-        assert frames(res.stdout) == ANSWER, res.stderr
-        return b"hashed" in res.stderr
+    def run(hold=0.0):
+        """The loader's run, its stdin held open `hold` s (a deploy's requests take that long)."""
+        loader = traced.replace(repr(layout.AGENT_HOME), repr(str(home)))
+        p = subprocess.Popen(["python3", "-I", "-S", "-c", loader], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(stdin)
+        p.stdin.flush()
+        time.sleep(hold)
+        out, err = p.communicate()
+        assert frames(out) == ANSWER, err
+        return err.count(b"hashed")
 
-    assert not run()  # built: nothing to hash
-    (pyz,) = home.iterdir()
-    assert run() and not (home / (pyz.name[:-4] + ".seen")).exists()  # too fresh to keep its identity
-    time.sleep(shipping_settled() + 0.2)
-    assert run() and (home / (pyz.name[:-4] + ".seen")).exists()  # settled: hashed once more, kept
-    assert not run() and not run()
+    assert run(hold=0.3) == 1  # built, then hashed as the run ends: written long enough before
+    (pyz,) = [p for p in home.iterdir() if p.suffix == ".pyz"]
+    assert (home / (pyz.name[:-4] + ".seen")).exists()
+    assert run() == 0 and run() == 0
     data = pyz.read_bytes()
     with open(pyz, "r+b") as f:  # another zip, written over this one in place: same inode and size
         f.write(b"\0" * 64)
-    assert run()  # its times moved: hashed, refused and built again
+    assert run() == 2  # its times moved: hashed, refused, built again, hashed as the run ends
     (rebuilt,) = [p for p in home.iterdir() if p.suffix == ".pyz"]
     assert rebuilt.read_bytes() == data
-
-
-def shipping_settled() -> float:
-    import re
-    return float(re.search(r"^SETTLED = (\d+)", shipping.LOADER, re.M).group(1))
+    run()  # hashed again unless the last run ended a tick after it wrote the zip
+    assert run() == 0
 
 
 def test_the_loader_keeps_the_controllers_bytecode_only_for_its_own_magic(tmp_path):
@@ -121,7 +126,7 @@ def test_bytecode_another_controller_left_is_never_run(tmp_path):
         res = run_loader(home, shipping.preamble(with_compiled) + shipping.frame(REQUEST))
         assert frames(res.stdout) == ANSWER, (res.stdout, res.stderr)
     assert theirs.read_bytes() == evil
-    assert {p.name for p in home.iterdir()} == {theirs.name, theirs.name.replace(
+    assert {p.name for p in home.iterdir() if p.suffix == ".pyz"} == {theirs.name, theirs.name.replace(
         hashlib.sha256(evil).hexdigest(), shipping.compiled_sha())}
 
 

@@ -38,12 +38,9 @@ def host(tmp_path, monkeypatch):
         files, starttime = etc, staticmethod(lambda pid: started.get(pid))
 
         def keep(self):
-            """As probe.unit_fact keeps a show: the witness before it, then the fact."""
-            before = unitkeep.witness("sglang", unitkeep.paths(self.fact))
-            assert unitkeep.keepable(self.fact, before)
-            kept = {"sglang": {"paths": unitkeep.paths(self.fact), "fact": self.fact, "witness": before[0],
-                               "main_started": self.starttime(4242)}}
-            unitkeep.save(kept)
+            """As probe.unit_fact keeps a show systemd answered just now."""
+            unitkeep.keep("sglang", {}, self.fact, time.time(), self.starttime)
+            assert unitkeep.load()["sglang"]["fact"] == self.fact
 
         def reused(self):
             return unitkeep.reuse("sglang", unitkeep.load(), self.starttime)
@@ -114,19 +111,25 @@ def test_an_edited_drop_in_named_by_systemd_is_seen(host, tmp_path):
                                   {"ActiveState": "active", "SubState": "exited"},
                                   {"MainPID": "0"}, {"InvocationID": "run0"}])
 def test_only_a_running_unit_of_the_run_witnessed_is_kept(host, fact):
-    before = unitkeep.witness("sglang", unitkeep.paths(host.fact))
-    assert unitkeep.keepable(host.fact, before)
-    assert not unitkeep.keepable({**host.fact, **fact}, before)
+    seen, now = unitkeep.witness("sglang", unitkeep.paths(host.fact)), time.time()
+    assert unitkeep.keepable("sglang", host.fact, seen, now)
+    assert not unitkeep.keepable("sglang", {**host.fact, **fact}, seen, now)
 
 
-def test_a_witness_within_a_tick_of_a_write_is_not_kept(host, monkeypatch):
-    """A second write in the same tick of the kernel's coarse clock would keep the file's times."""
+def test_a_write_within_a_tick_before_systemd_was_asked_is_not_kept(host, monkeypatch):
+    """A write while systemd was asked, or a second write in the same tick of the kernel's coarse
+    clock as the last one, would not show in the files' times: such a witness is not kept, and a
+    kept one is forgotten."""
+    host.keep()  # (the fixture's files were made just now: its tick is 0)
     monkeypatch.setattr(unitkeep, "TICK", 0.05)
+    asked = time.time()
     (host.files / "sglang.service").write_text("[Service]\nExecStart=/bin/false\n")
-    assert not unitkeep.keepable(host.fact, unitkeep.witness("sglang", unitkeep.paths(host.fact)))
-    assert unitkeep.settled(time.time_ns() - 10 ** 8) and not unitkeep.settled(time.time_ns() - 10 ** 7)
+    unitkeep.keep("sglang", unitkeep.load(), host.fact, asked, host.starttime)
+    assert unitkeep.load() == {"sglang": None} and host.reused() is None
+    now = time.time()
+    assert unitkeep.settled(time.time_ns() - 10 ** 8, now) and not unitkeep.settled(time.time_ns() - 10 ** 7, now)
     whole_seconds = (time.time_ns() // 10 ** 9 - 1) * 10 ** 9  # a filesystem that keeps seconds
-    assert not unitkeep.settled(whole_seconds)
+    assert not unitkeep.settled(whole_seconds, now)
 
 
 def test_kept_facts_never_follow_a_link(host, tmp_path):
@@ -135,3 +138,17 @@ def test_kept_facts_never_follow_a_link(host, tmp_path):
     os.rename(real, tmp_path / "elsewhere.json")
     os.symlink(tmp_path / "elsewhere.json", real)
     assert unitkeep.load() == {} and host.reused() is None
+
+
+def test_a_timer_is_kept_while_active_in_the_same_run(host, tmp_path):
+    """A timer has no process of its own: its invocation is its run."""
+    (tmp_path / "run/units/invocation:textfile.timer").symlink_to("run7")
+    timer = {"ActiveState": "active", "SubState": "waiting", "InvocationID": "run7", "FragmentPath": None}
+    before, now = unitkeep.witness("textfile.timer", []), time.time()
+    assert unitkeep.keepable("textfile.timer", timer, before, now)
+    assert not unitkeep.keepable("textfile.timer", {**timer, "ActiveState": "inactive"}, before, now)
+    assert not unitkeep.keepable("textfile.service", timer, before, now)  # a service without its process
+    kept = {"textfile.timer": {"fact": timer, "witness": before[0], "main_started": None}}
+    assert unitkeep.reuse("textfile.timer", kept, host.starttime) == timer
+    os.unlink(tmp_path / "run/units/invocation:textfile.timer")
+    assert unitkeep.reuse("textfile.timer", kept, host.starttime) is None

@@ -13,16 +13,7 @@ from .base import Op
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")  # Debian policy's package names: nothing a shell reads
 
-INSTALLED, CANDIDATE, NO_CANDIDATE = 0, 1, 2  # the probe's answer per package (its shell's exit status)
-
-
-def _probe(name: str) -> str:
-    """One shell: installed (0); else whether the host's own package lists have a candidate (1) or
-    not (2).  apt-cache reads only the lists on disk: it fetches nothing."""
-    return (
-        f"dpkg-query -W -f='${{Status}}' {name} 2>/dev/null | grep -q 'install ok installed' && exit {INSTALLED}; "
-        f"apt-cache policy {name} 2>/dev/null | grep -q '^ *Candidate: [^(]' && exit {CANDIDATE}; exit {NO_CANDIDATE}"
-    )
+INSTALLED, CANDIDATE, NO_CANDIDATE = protocol.INSTALLED, protocol.CANDIDATE, protocol.NO_CANDIDATE
 
 
 class AptPackages(Op):
@@ -36,13 +27,13 @@ class AptPackages(Op):
         self.names = names
 
     def wants(self):
-        return protocol.Probe(checks={f"dpkg:{n}": _probe(n) for n in self.names})
+        return protocol.Probe(packages=self.names)
 
     def plan(self, facts, ctx):
-        missing = [n for n in self.names if facts.check(f"dpkg:{n}") != INSTALLED]
+        missing = [n for n in self.names if facts.package(n) != INSTALLED]
         if not missing:
             return self._change("apt packages", "ok")
-        unknown = [n for n in missing if facts.check(f"dpkg:{n}") == NO_CANDIDATE]
+        unknown = [n for n in missing if facts.package(n) == NO_CANDIDATE]
         change = self._change("apt packages", f"install {' '.join(missing)}",
                               [protocol.AptInstall(packages=missing, desc=f"apt-get install {' '.join(missing)}")])
         if unknown:  # not refused: a deploy refreshes the lists first (apt-get update), which may find them
@@ -96,10 +87,10 @@ class DebPackage(Op):
         self.package, (self.deb, self.sha256) = package, controller_deb(directory, package)
 
     def wants(self):
-        return protocol.Probe(checks={f"dpkg:{self.package}": _probe(self.package)})
+        return protocol.Probe(packages=[self.package])
 
     def plan(self, facts, ctx):
-        if facts.check(f"dpkg:{self.package}") == INSTALLED:
+        if facts.package(self.package) == INSTALLED:
             return self._change(f"package {self.package}", "ok")
         remote = f"{DEBS_DIR}/{self.deb.name}"
         change = self._change(

@@ -95,6 +95,10 @@ class Facts:
     def check(self, name: str) -> int:
         return self.data["checks"][name]
 
+    def package(self, name: str) -> int:
+        """protocol.INSTALLED, CANDIDATE or NO_CANDIDATE."""
+        return self.data["packages"][name]
+
     @property
     def gpu(self) -> dict:
         return self.data.get("gpu") or {"present": False}
@@ -130,7 +134,7 @@ def merge_wants(parts: list[protocol.Probe]) -> protocol.Probe:
     """One probe for every op: lists unioned in order, mappings merged, flags or'ed."""
     out = protocol.Probe()
     for w in parts:
-        for k in ("files", "units", "venvs", "listdirs", "weight_dirs", "weights", "upstream", "gpu_units"):
+        for k in ("files", "units", "venvs", "listdirs", "weight_dirs", "weights", "upstream", "gpu_units", "packages"):
             getattr(out, k).extend(x for x in getattr(w, k) if x not in getattr(out, k))
         out.content.update(w.content)
         out.checks.update(w.checks)

@@ -10,6 +10,11 @@ from .parts import Holder, Process, ServiceCheck, ServiceReport, UnitRef  # noqa
 from .wire import DICT, LIST, message, request
 
 
+# A Debian package as a probe finds it: installed, else whether the host's own package lists have a
+# candidate for it or not (Probe.packages).
+INSTALLED, CANDIDATE, NO_CANDIDATE = 0, 1, 2
+
+
 @message
 class ProbeResult:
     """The facts.  files: key → {path, exists, type, sha256, size, mtime, mode, owner, group,
@@ -35,6 +40,7 @@ class ProbeResult:
     listings: Dict[str, Dict[str, int]] = DICT
     weight_listings: Dict[str, Dict[str, int]] = DICT
     checks: Dict[str, int] = DICT
+    packages: Dict[str, int] = DICT
     weights: Dict[str, Any] = DICT
     stacks: List[Dict[str, Any]] = LIST
     stacks_free: Optional[int] = None  # free bytes where stacks are built (with `stacks`)
@@ -63,6 +69,7 @@ class Probe:
     listdirs: List[str] = LIST
     weight_dirs: List[str] = LIST  # checkpoints: their weight files' bytes on disk (probe.weight_listing)
     checks: Dict[str, str] = DICT
+    packages: List[str] = LIST  # Debian packages: INSTALLED, CANDIDATE or NO_CANDIDATE each (agent/converge/dpkg.py)
     weights: List[str] = LIST
     stacks: bool = False
     upstream: List[str] = LIST

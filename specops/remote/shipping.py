@@ -8,8 +8,9 @@ answering each with a frame on stdout.  The loader keeps, in AGENT_HOME (a root-
 it checks with lstat), sourceless zips of that code, named by the source's hash, the
 interpreter's cache tag and their own hash, which it checks before use: a zip is hashed again
 whenever its device, inode, size, mtime or ctime differ from those kept (NAME.seen) when it was
-last hashed, settled (a write moves the ctime, which only the clock sets; ~2.5 ms a call spared on
-its ~700 KB).  It runs only
+last hashed, a clock tick after its last write (a write moves the ctime, which only the clock
+sets; ~2.5 ms a call spared on its ~700 KB).  A run that built one hashes it again as it ends,
+so that the next run is spared it too.  It runs only
 bytecode it can tie to this run: the compiled zip whose hash this controller names (for a
 host whose interpreter has the controller's magic), or one it compiled itself ("host." before
 its hash) from a source whose hash it checked: never another controller's bytecode, however
@@ -78,28 +79,36 @@ st = os.lstat(home)
 if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
     sys.exit("specops agent: %s must be a directory only its owner (uid %d) can use" % (home, os.getuid()))
 prefix = "%s.%s." % (sha, sys.implementation.cache_tag)
-SETTLED = 2  # seconds: a file's ctime this old moves on any write, whatever the filesystem's clock grain
 def cached():
     for name in os.listdir(home):
         path = os.path.join(home, name)
         digest = name[len(prefix):-4]  # another controller's bytecode is not this run's to use
         ours = digest.startswith("host.") or mine and digest == made_sha
         if name.startswith(prefix) and name.endswith(".pyz") and ours:
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
-                if time.time() - st.st_mtime > 3600:
-                    os.utime(path)  # in use: the cleanup of other versions goes by this time
-                    st = os.lstat(path)
-                ident = "%d %d %d %d %d" % (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                seen = path[:-4] + ".seen"
-                if read_seen(seen) == ident:
-                    return path  # hashed since, and unchanged: any write would have moved its ctime
-                with open(path, "rb") as f:
-                    if sha256(f.read()).hexdigest() == digest.split(".")[-1]:
-                        if time.time() - st.st_ctime > SETTLED:
-                            keep(seen, ident.encode())
-                        return path
+            if trusted(path, digest.split(".")[-1]):
+                return path
             os.unlink(path)  # not what its name says: never run, not kept
+def trusted(path, digest):
+    # A regular file of ours whose sha256 is `digest`: hashed unless its identity is the one kept
+    # (NAME.seen) when it was last hashed, written a clock tick (2 s on a filesystem of whole
+    # seconds) before that: any later write, even in the tick of the last one, moved its ctime.
+    asked = time.time()
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    if asked - st.st_mtime > 3600:
+        os.utime(path)  # in use: the cleanup of other versions goes by this time
+        return trusted(path, digest)
+    ident = "%d %d %d %d %d" % (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    seen = path[:-4] + ".seen"
+    if read_seen(seen) == ident:
+        return True
+    with open(path, "rb") as f:
+        if sha256(f.read()).hexdigest() != digest:
+            return False
+    if st.st_ctime_ns / 1e9 < asked - (2 if st.st_ctime_ns % 1000000000 == 0 else 0.05):
+        keep(seen, ident.encode(), sync=False)  # lost in a crash: hashed again, no harm
+    return True
 def read_seen(seen):
     try:
         fd = os.open(seen, os.O_RDONLY | os.O_NOFOLLOW)
@@ -107,13 +116,14 @@ def read_seen(seen):
         return None
     with os.fdopen(fd, "rb") as f:
         return f.read(200).decode("ascii", "replace")
-def keep(path, data):
+def keep(path, data, sync=True):
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.rename(tmp, path)
 def build():
     if sha256(blob).hexdigest() != sha or len(made) != int(made_size):
@@ -134,9 +144,13 @@ def build():
         if not old.startswith(prefix) and time.time() - os.lstat(p).st_mtime > 86400:
             os.unlink(p)
     return path
-sys.path.insert(0, cached() or build())
+kept = cached()
+agent_zip = kept or build()
+sys.path.insert(0, agent_zip)
 from specops.agent.main import serve
 serve(sys.stdin.buffer, sys.stdout.buffer)
+if not kept:  # built by this run, which took a while: hashed again now, so that the next need not
+    trusted(agent_zip, agent_zip[:-4].split(".")[-1])
 """
 COMMAND = f"python3 -I -S -c {shlex.quote(LOADER)}"
 

@@ -102,16 +102,13 @@ def unit_fact(name, reuse=False):
     kept = unitkeep.load()
     fact = unitkeep.reuse(name, kept, procs.starttime) if reuse else None
     if fact is None:
-        entry = kept.get(name) if isinstance(kept.get(name), dict) else {}
-        guess = entry.get("paths") or []
-        before = unitkeep.witness(name, guess)
-        fact = {}
+        asked, fact = time.time(), {}
         for line in output(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)]).splitlines():
             k, _, v = line.partition("=")
             fact[k] = v
         for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes
             fact[k] = wall_time(fact.pop(k + "Monotonic", "0"))
-        _keep(name, kept, fact, guess, before)
+        unitkeep.keep(name, kept, fact, asked, procs.starttime)
     try:
         with open(fact.get("FragmentPath") or "/nonexistent") as f:
             fact["text"] = f.read(65536)
@@ -119,18 +116,6 @@ def unit_fact(name, reuse=False):
         fact["text"] = None
     SEEN[name] = (time.monotonic(), fact)
     return fact
-
-
-def _keep(name, kept, fact, guess, before):
-    """Keep a fact systemd just gave if unitkeep may reuse it (its witness taken before asking,
-    with the unit's files as systemd named them last: a probe later, when those were others)."""
-    paths = unitkeep.paths(fact)
-    entry = {"paths": paths}
-    if paths == guess and unitkeep.keepable(fact, before):
-        entry.update(fact=fact, witness=before[0], main_started=procs.starttime(int(fact["MainPID"])))
-    if kept.get(name) != entry:
-        kept[name] = entry
-        unitkeep.save(kept)
 
 
 def recent_unit_fact(name, within=2.0):
@@ -195,6 +180,9 @@ def probe(req):
     if req.gpu:
         facts.gpu = gpu_fact(req.units) if req.gpu_apps else \
             gpus.for_plan(req.gpu_units, facts.units, record=bool(facts.lock and facts.lock.get("acquired")))
+    if req.packages:
+        from specops.agent.converge import dpkg
+        facts.packages = dpkg.states(req.packages)
     if req.checks:
         import subprocess  # only then: a no-op's probe runs no check
     for name, cmd in req.checks.items():

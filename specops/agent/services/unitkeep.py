@@ -7,14 +7,14 @@ A kept fact is reused only while all of these hold, each read from /proc, /run o
 - the same run of the unit: /run/systemd/units/invocation:NAME, which systemd writes when a run
   starts and removes when it ends, names the kept InvocationID, and the kept MainPID is alive
   with its kept start time;
-- it was active and running when kept;
+- it was active when kept, and a service's main process was running;
 - its unit file, its drop-ins and what enables or masks it are as they were: device, inode,
   size, mtime and ctime of FragmentPath, of each of DropInPaths, and of every entry of the
   directories where `systemctl edit`, `enable`, `mask` and `set-property` write (a link added
-  to a .wants directory moves that directory's times).  A witness taken within a clock tick of
-  one of those times is not kept (settled()): a second write in the same tick would leave them
-  as they were.
-The witness is taken before systemd is asked, so a change between the two is seen next time.
+  to a .wants directory moves that directory's times).
+The witness is taken just after systemd answered, and the fact is kept only if none of those
+times is later than a clock tick before it was asked (settled()): a change made while it was
+asked, or a second write in the same tick as the last one, would not show in them.
 A job queued for the unit and not started yet is not seen: a probe's answer is a snapshot
 anyway, which a `systemctl stop` may follow at once.
 """
@@ -91,27 +91,44 @@ def reuse(name, kept, starttime):
     if not isinstance(entry, dict) or not isinstance(entry.get("fact"), dict):
         return None
     fact = entry["fact"]
-    pid = fact.get("MainPID", "0")
-    if not pid.isdigit() or pid == "0" or starttime(int(pid)) != entry.get("main_started"):
-        return None
+    if not name.endswith(".timer"):
+        pid = fact.get("MainPID", "0")
+        if not pid.isdigit() or pid == "0" or starttime(int(pid)) != entry.get("main_started"):
+            return None
     if witness(name, paths(fact))[0] != entry.get("witness"):
         return None
     return dict(fact)
 
 
-def keepable(fact, before):
-    """Whether a fact systemd just gave, with the witness taken `before` asking, may be kept."""
-    seen, newest = before
-    running = fact.get("ActiveState") == "active" and fact.get("SubState") == "running"
-    same_run = "run %s" % fact.get("InvocationID") in seen.split("\n")
-    return running and same_run and fact.get("MainPID", "0") not in ("", "0") and settled(newest)
+def keepable(name, fact, seen, asked):
+    """Whether a fact systemd gave of unit `name` when `asked` (a time.time()), with the witness
+    `seen` (witness(): taken after), may be kept: a service's while it runs its main process, a
+    timer's while it is active; nothing in the witness written after a tick before it was asked."""
+    witnessed, newest = seen
+    same_run = "run %s" % fact.get("InvocationID") in witnessed.split("\n")
+    if fact.get("ActiveState") != "active" or not same_run or not settled(newest, asked):
+        return False
+    if name.endswith(".timer"):  # no process of its own: its run is its invocation
+        return True
+    return fact.get("SubState") == "running" and fact.get("MainPID", "0") not in ("", "0")
 
 
-def settled(newest_ns):
-    """Whether a file last written at `newest_ns` would show a later write in its times: a tick
-    of the kernel's coarse clock later, or two seconds on a filesystem that keeps whole seconds."""
+def keep(name, kept, fact, asked, starttime):
+    """Keep (in UNIT_FACTS) a fact systemd just gave, if it may be reused; forget an older one."""
+    seen = witness(name, paths(fact))
+    entry = dict(fact=fact, witness=seen[0], main_started=starttime(int(fact.get("MainPID") or 0))) \
+        if keepable(name, fact, seen, asked) else None
+    if kept.get(name) != entry:
+        kept[name] = entry
+        save(kept)
+
+
+def settled(newest_ns, asked):
+    """Whether a file last written at `newest_ns` was written a tick of the kernel's coarse clock
+    before `asked` (two seconds on a filesystem that keeps whole seconds): a later write, even in
+    that tick, shows in its times."""
     grain = COARSE if newest_ns % 1000000000 == 0 else TICK
-    return time.time() - newest_ns / 1e9 > grain
+    return newest_ns / 1e9 < asked - grain
 
 
 def save(kept):
