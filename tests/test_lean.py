@@ -106,6 +106,10 @@ def test_output_gives_what_subprocess_run_gives(argv):
                                                universal_newlines=True).stdout
     with pytest.raises(FileNotFoundError):
         lean.output(["/nonexistent/specops-test"])
+    res = subprocess.run(argv, capture_output=True, universal_newlines=True)
+    assert lean.status_output(argv) == (res.returncode, res.stdout, res.stderr)
+    killed = ["sh", "-c", "kill -9 $$"]
+    assert lean.status_output(killed)[0] == subprocess.run(killed).returncode == -9
 
 
 def test_a_command_output_runs_starts_with_the_signals_subprocess_gives_it():

@@ -110,19 +110,37 @@ def connect(host, port, timeout):
 def output(argv):
     """subprocess.run(argv, stdout=PIPE, universal_newlines=True).stdout: the text of a short
     command (stdin the agent's, as there; what it says on stderr, which no caller reads, to /dev/null)."""
-    r, w = os.pipe()
+    return _spawned(argv, False)[1]
+
+
+def status_output(argv):
+    """(exit status, stdout, stderr) of a short command that says little on stderr (read once its
+    stdout ends), without subprocess: ~8 ms of the agent's CPU to import."""
+    return _spawned(argv, True)
+
+
+def _spawned(argv, stderr):
+    pipes = [os.pipe() for _ in range(2 if stderr else 1)]
+    actions = [(os.POSIX_SPAWN_DUP2, w, fd) for fd, (_, w) in enumerate(pipes, 1)]
+    if not stderr:
+        actions.append((os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0))
     try:
         # SIGPIPE and SIGXFSZ at their defaults, as subprocess restores them: Python ignores both
-        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
-            (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions,
+                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
     except BaseException:
-        os.close(r)
+        for r, _ in pipes:
+            os.close(r)
         raise
     finally:
-        os.close(w)
+        for _, w in pipes:
+            os.close(w)
+    texts = []
     try:
-        with open(r) as f:  # decoded as subprocess does: the locale's encoding, universal newlines
-            return f.read()
+        for r, _ in pipes:
+            with open(r) as f:  # decoded as subprocess does: the locale's encoding, universal newlines
+                texts.append(f.read())
     finally:
-        os.waitpid(pid, 0)
+        status = os.waitpid(pid, 0)[1]
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    return (code, texts[0], texts[1] if stderr else "")

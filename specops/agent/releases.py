@@ -5,9 +5,7 @@ that deploy replaced; the manifest also names the release's stack and weights.  
 listing them, their spec-bench figures, pruning (releases, then the stacks none names), and
 starting the current one's services.  Putting one back is rollback.py.
 """
-import json
 import os
-import shutil
 import stat
 import time
 
@@ -16,6 +14,7 @@ from specops.agent.services import units
 from specops.agent.host import ActionError, group_name, sha256_file, user_name
 from specops.agent.converge.venvs import resolve_key
 from specops.agent.converge import stacks
+from specops.agent.lean import load
 from specops.agent.safefs import UnsafePath, copy_out
 from specops.layout import RELEASES, RELEASES_KEPT
 
@@ -32,7 +31,7 @@ def manifests():
             continue
         try:
             with open(os.path.join(RELEASES, n, "manifest.json")) as f:
-                out.append(json.load(f))
+                out.append(load(f))
         except (OSError, ValueError):
             continue
     return out
@@ -102,6 +101,7 @@ def _write_manifest(manifest):
     """A release's manifest.json, whole or not at all: pruning reads which stacks it names."""
     path = os.path.join(RELEASES, manifest["stamp"], "manifest.json")
     with open(path + ".tmp", "w") as f:
+        import json  # a write: json's encoder, which indents
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
@@ -131,6 +131,7 @@ def _prune():
     attempts = [n for n in names if n not in deployed]
     for n in deployed[:-RELEASES_KEPT] + attempts[:-RELEASES_KEPT]:
         if n != now and n not in before:
+            import shutil  # only to prune: status and a no-op never do
             shutil.rmtree(os.path.join(RELEASES, n), ignore_errors=True)
     left = manifests()
     kept = {m.get("venv") for m in left}
@@ -217,7 +218,7 @@ def read_perf(stamp, kind="perf"):
     """A release's perf.json (or tune.json): service name → that service's latest record."""
     try:
         with open(os.path.join(RELEASES, stamp, kind + ".json")) as f:
-            perf = json.load(f)
+            perf = load(f)
     except (OSError, ValueError):
         return None
     if isinstance(perf, dict) and "service" in perf:  # written before perf.json held several services
@@ -236,6 +237,7 @@ def record_perf(req):
     path = os.path.join(RELEASES, stamp, req.record + ".json")
     perf = dict(read_perf(stamp, req.record) or {}, **{req.perf["service"]: req.perf})
     with open(path + ".tmp", "w") as f:
+        import json
         json.dump(perf, f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
     return protocol.RecordResult(stamp=stamp, files=1)

@@ -12,7 +12,6 @@ too) never reaches them; pip's config files do (root's choice on that host).  Re
 follow `--`, so none is read as an option.  What they write is written with umask 022: root's
 alone to change."""
 
-import hashlib
 import os
 import re
 import stat
@@ -103,6 +102,7 @@ def dpkg_install(a, allowed=()):
         raise ActionError("not a Debian package name: %r" % a.package)
     fd = os.open(a.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
+        import hashlib  # a .deb's check: hashlib's OpenSSL is no probe's cost
         digest, st = hashlib.sha256(), os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_nlink != 1:
             raise ActionError("%s is not a file of root's alone" % a.path)

@@ -122,12 +122,12 @@ def recent_unit_fact(name, within=2.0):
     """unit_fact as this agent read it in the last `within` seconds (a verify just after its
     probe: one systemctl call and PID 1's answer fewer per host), while the unit is active and
     its main process still runs; nothing this agent changed since (main forgets SEEN after every
-    request that changes the host).  Else asked now."""
+    request that changes the host).  Else the kept fact while it holds (unitkeep), or asked now."""
     seen = SEEN.get(name)
     if seen and time.monotonic() - seen[0] < within and seen[1].get("ActiveState") == "active" \
             and seen[1].get("MainPID", "0") != "0" and os.path.exists("/proc/%s" % seen[1]["MainPID"]):
         return seen[1]
-    return unit_fact(name)
+    return unit_fact(name, reuse=True)
 
 
 def _cut_off(undo_it):
@@ -178,7 +178,7 @@ def probe(req):
         from specops.agent import weights  # only then: its hub client costs every other probe
         facts.weights = {dest: weights.fact(dest, req.allow_shared_dirs) for dest in req.weights}
     if req.gpu:
-        facts.gpu = gpu_fact(req.units) if req.gpu_apps else \
+        facts.gpu = gpu_fact(req.units, seen=facts.units) if req.gpu_apps else \
             gpus.for_plan(req.gpu_units, facts.units, record=bool(facts.lock and facts.lock.get("acquired")))
     if req.packages:
         from specops.agent.converge import dpkg

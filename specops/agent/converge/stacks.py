@@ -6,18 +6,15 @@ A stack is complete once its STACK_FILE is in it: it is built in a directory of 
 (STACKS_DIR/.build-<key>-<random>) and renamed into place only after its packages import, so
 an interrupted build never leaves a half stack where a release could point.
 """
-import json
 import os
 import re
-import shutil
 import stat
-import tempfile
 import time
 
 from specops.agent import safefs
-from specops.agent.converge import installs
 from specops.agent.converge.checks import expect_in
 from specops.agent.host import ActionError, on_interrupt, run_streamed, say
+from specops.agent.lean import load
 from specops.layout import STACK_FILE, STACKS_DIR, UNIT_DIR, UV_CACHE, UV_PIN, stack_disk_refusal
 
 BUILD_PREFIX = ".build-"
@@ -33,7 +30,7 @@ def stack_of(path):
         return None
     try:
         with open(os.path.join(path, STACK_FILE)) as f:
-            return json.load(f)
+            return load(f)
     except (OSError, ValueError):
         return None
 
@@ -46,6 +43,7 @@ def remove_tree(path):
     if real != STACKS_DIR or os.path.dirname(path) != STACKS_DIR:
         raise ActionError("%s: not specops's own stacks directory (%s)" % (path, real))
     if os.path.isdir(path) and not os.path.islink(path):
+        import shutil  # a removal: status and a no-op list stacks only
         shutil.rmtree(path)
 
 
@@ -63,11 +61,13 @@ def _free(path):
 
 def uv_tool(pip_args):
     """The pinned uv, in a tool venv of its own made once (from the package index or wheelhouse)."""
+    from specops.agent.converge import installs  # a build's
     python = installs.tool_venv("uv-" + UV_PIN, "uv==" + UV_PIN, pip_args)
     return os.path.join(os.path.dirname(python), "uv")
 
 
 def _uv_env(sources):
+    from specops.agent.converge import installs
     return installs.clean_env(dict(installs.as_env(sources, installs.UV_ENV), UV_CACHE_DIR=UV_CACHE,
                                    UV_PYTHON_DOWNLOADS="never", UV_NO_CONFIG="1", UV_NO_PROGRESS="1",
                                    UV_LINK_MODE="hardlink"))
@@ -121,6 +121,9 @@ def build(a, allowed=()):
     safefs.make_dir(UV_CACHE, 0o700, 0, 0)
     if os.path.lexists(a.path):  # ours (a stack name) but not complete: built again
         remove_tree(a.path)
+    import json
+    import shutil
+    import tempfile
     tmp = tempfile.mkdtemp(prefix="%s%s-" % (BUILD_PREFIX, os.path.basename(a.path)), dir=STACKS_DIR)
     os.chmod(tmp, 0o755)
     forget = on_interrupt(lambda: shutil.rmtree(tmp, ignore_errors=True))
@@ -214,6 +217,7 @@ def prune(kept):
     removed = []
     for s in listing():
         if s["path"] not in kept:
+            import tempfile
             gone = tempfile.mkdtemp(prefix="%s%s-gone-" % (BUILD_PREFIX, os.path.basename(s["path"])), dir=STACKS_DIR)
             os.rename(s["path"], os.path.join(gone, "stack"))
             remove_tree(gone)

@@ -4,6 +4,7 @@ import os
 
 from specops.agent.services import procs
 from specops.agent.host import clean, read_state, update_state
+from specops.agent.lean import status_output
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 DRIVER = "/proc/driver/nvidia/version"
@@ -28,24 +29,22 @@ def _mib(value):
         return None
 
 
-def gpu_fact(unit_names=(), apps=True):
+def gpu_fact(unit_names=(), apps=True, seen=None):
     """nvidia-smi's GPUs and (with `apps`) compute apps; memory nvidia-smi cannot report is None
     (and named in `unknown`); each app is attributed to one of `unit_names` when it belongs to one
-    of its runs.  Without `apps`, one nvidia-smi call instead of two, and no systemd calls."""
+    of its runs (`seen`: the probe's facts of those units, which systemd is not asked again).
+    Without `apps`, one nvidia-smi call instead of two, and no systemd calls."""
     smi = which("nvidia-smi")
     if not smi:
         return {"present": False}
 
-    import subprocess  # only then: a no-op's plan takes the answer kept (for_plan)
-
     def query(kind, fields):
-        res = subprocess.run([smi, "--query-%s=%s" % (kind, ",".join(fields)),
-                              "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, universal_newlines=True)
-        if res.returncode != 0:
-            raise RuntimeError(res.stderr.strip() or res.stdout.strip())
+        status, out, err = status_output([smi, "--query-%s=%s" % (kind, ",".join(fields)),
+                                          "--format=csv,noheader,nounits"])
+        if status != 0:
+            raise RuntimeError(err.strip() or out.strip() or "exit status %d" % status)
         return [dict(zip(fields, [c.strip() for c in line.split(",")]))
-                for line in res.stdout.strip().splitlines() if line.strip()]
+                for line in out.strip().splitlines() if line.strip()]
 
     try:
         gpus = query("gpu", ["index", "uuid", "name", "driver_version", "memory.total", "memory.used"])
@@ -60,15 +59,15 @@ def gpu_fact(unit_names=(), apps=True):
             g[k] = _mib(g[k])
     fact = {"present": True, "gpus": gpus, "unknown": unknown, "driver": gpus[0]["driver_version"] if gpus else None}
     if listed is not None:
-        fact["apps"] = _apps(listed, gpus, unit_names, unknown)
+        fact["apps"] = _apps(listed, gpus, unit_names, unknown, seen)
     return fact
 
 
-def _apps(apps, gpus, unit_names, unknown):
+def _apps(apps, gpus, unit_names, unknown, seen):
     """Each compute app as a Process, attributed to its unit's run where it has one."""
     index = {g["uuid"]: g["index"] for g in gpus}
     runs = {}
-    owners = procs.attribute([int(a["pid"]) for a in apps if a["pid"].isdigit()], unit_names, runs)
+    owners = procs.attribute([int(a["pid"]) for a in apps if a["pid"].isdigit()], unit_names, runs, seen)
     out = []
     for a in apps:
         if not a["pid"].isdigit():

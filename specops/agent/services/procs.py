@@ -172,12 +172,13 @@ def _proc(pid):
         return None
 
 
-def attribute(pids, unit_names, runs=None):
+def attribute(pids, unit_names, runs=None, facts=None):
     """pid → the unit (among unit_names) whose run it belongs to, for the pids that have one;
-    `runs`, if given, gets pid → "current" or "earlier"."""
+    `runs`, if given, gets pid → "current" or "earlier".  `facts`: unit → its systemctl show
+    properties when the caller has them (the same probe's): systemd is asked only for the others."""
     if not pids:
         return {}
-    known = [Unit(n) for n in unit_names]
+    known = [Unit(n, (facts or {}).get(n)) for n in unit_names]
     out = {}
     for pid in pids:
         info = _proc(pid)

@@ -194,7 +194,7 @@ def peek(req):
         if not svc.http:
             out.append(report)
             continue
-        problem = listeners.Listener(svc.name, svc.port).problem()
+        problem = listeners.Listener(svc.name, svc.port, recent_unit_fact(svc.name)).problem()
         try:
             status, info = (
                 ("not ours: %s" % problem, {}) if problem else _info(svc, asking.api_key(svc.name), timeout=5)

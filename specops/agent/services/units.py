@@ -4,12 +4,12 @@ Every restart path (deploy's handler, undo, rollback, start after a GPU window) 
 through `restart` or `start_unit`: stop, kill what of the unit's runs survives (see
 procs for how a process is attributed), then start.
 """
-import signal
 import time
 
 from specops import protocol
 from specops.agent.services import gpus
 from specops.agent.host import ActionError, run_quiet, run_streamed, say
+from specops.agent.lean import signal
 from specops.agent.services.procs import (
     Unit,
     alive,
@@ -134,11 +134,11 @@ def stop_unit(ref, others=(), measure=True):
         time.sleep(0.3)
         left = leftovers(unit)
     killed = {}
-    for sig, wait in ((signal.SIGTERM, ref.grace), (signal.SIGKILL, 5)):
+    for name, wait in (("SIGTERM", ref.grace), ("SIGKILL", 5)):
         for p in left:
             d = describe(p, unit=ref.name)
-            if send(p, sig, unit):
-                killed.setdefault(p, d)["signal"] = sig.name
+            if send(p, getattr(signal, name), unit):
+                killed.setdefault(p, d)["signal"] = name
         end = time.time() + wait
         while left and time.time() < end:
             left = [p for p in left if alive(p)]
