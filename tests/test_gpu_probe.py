@@ -139,7 +139,7 @@ def test_verify_reads_the_unit_as_its_probe_did_until_something_changed_the_host
     from specops.agent import main
     from specops.agent.converge import probe
     asked = []
-    monkeypatch.setattr(probe, "unit_fact", lambda name: asked.append(name) or {"ActiveState": "active"})
+    monkeypatch.setattr(probe, "unit_fact", lambda name, reuse=False: asked.append(name) or {"ActiveState": "active"})
     monkeypatch.setattr(probe, "SEEN", {})
     probe.SEEN["sglang"] = (time.monotonic(), {"ActiveState": "active", "MainPID": str(os.getpid())})
     assert probe.recent_unit_fact("sglang")["MainPID"] == str(os.getpid()) and not asked
@@ -158,7 +158,7 @@ def test_verify_asks_systemd_again_for_a_unit_not_active_or_whose_main_process_i
     import time
     from specops.agent.converge import probe
     asked = []
-    monkeypatch.setattr(probe, "unit_fact", lambda name: asked.append(name) or {})
+    monkeypatch.setattr(probe, "unit_fact", lambda name, reuse=False: asked.append(name) or {})
     monkeypatch.setattr(probe, "SEEN", {})
     gone = 4194304 + 7  # above pid_max's ceiling: no such process
     for fact in ({"ActiveState": "active", "MainPID": str(gone)}, {"ActiveState": "activating", "MainPID": "1"}):

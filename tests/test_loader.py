@@ -60,6 +60,11 @@ def test_a_kept_zip_is_hashed_again_only_when_its_identity_moves(tmp_path):
     (pyz,) = [p for p in home.iterdir() if p.suffix == ".pyz"]
     assert (home / (pyz.name[:-4] + ".seen")).exists()
     assert run() == 0 and run() == 0
+    seen = home / (pyz.name[:-4] + ".seen")
+    os.link(seen, tmp_path / "second-name")  # a record with two names is not trusted: hashed again
+    assert run() == 1
+    os.unlink(tmp_path / "second-name")
+    assert run() == 0
     data = pyz.read_bytes()
     with open(pyz, "r+b") as f:  # another zip, written over this one in place: same inode and size
         f.write(b"\0" * 64)
@@ -260,3 +265,15 @@ def test_the_compiled_agent_goes_only_to_a_host_this_controller_has_not_served(t
     assert sent_compiled(b"host-key-1")  # first contact
     assert not sent_compiled(b"host-key-1")  # it keeps what it compiled, or compiles its own
     assert sent_compiled(b"host-key-2")  # another host (or this one reinstalled: a new key)
+
+
+def test_a_zip_looked_at_within_a_tick_of_its_last_write_is_never_spared_its_hash(tmp_path):
+    """The loader's clock played as if it looked at the zip in the tick it was last written: its
+    identity then proves nothing (a second write in that tick keeps its times), so it is hashed on
+    every run and nothing is kept."""
+    home, stdin = tmp_path / "agent", shipping.payload(REQUEST)
+    same_tick = shipping.LOADER.replace("    asked = time.time()\n", "    asked = os.lstat(path).st_ctime_ns / 1e9\n")
+    assert same_tick != shipping.LOADER
+    for _ in range(4):  # built (and hashed as it ends), then kept and hashed
+        assert frames(run_loader(home, stdin, loader=same_tick).stdout) == ANSWER
+        assert not [p for p in home.iterdir() if p.suffix == ".seen"]

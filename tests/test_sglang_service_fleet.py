@@ -199,7 +199,8 @@ def test_a_no_op_asks_systemd_nothing_and_still_sees_a_unit_disabled_behind_its_
     """The probe reuses the unit's fact kept from the last show (agent/services/unitkeep.py) while
     its run, its files and what enables it are as they were: a no-op spawns no systemctl.  A
     `systemctl disable` made by hand moves a .wants directory: the next deploy asks systemd,
-    sees it and enables the unit again.  (A systemctl on PATH before systemd's counts the calls.)"""
+    sees it and enables the unit again; one made with --no-reload, at systemd's next reload.  (A
+    systemctl on PATH before systemd's counts the calls.)"""
     h = sandbox.reset("t3")
     res, _ = deploy(sandbox, "t3", [sandbox_service()])
     assert res.returncode == 0, res.stdout + res.stderr
@@ -221,5 +222,16 @@ def test_a_no_op_asks_systemd_nothing_and_still_sees_a_unit_disabled_behind_its_
         assert h.run("/usr/bin/systemctl", "is-enabled", "sglang").stdout.strip() == "enabled", res.stdout
         res, report = deploy(sandbox, "t3", [sandbox_service()])
         assert res.returncode == 0 and report["hosts"]["t3"]["changed"] == 0, res.stdout + res.stderr
+        # Disabled without a reload: PID 1 still says enabled, and its answer is kept as the files
+        # are now; a reload later changes its answer, and the next deploy sees it (the generators'
+        # directory systemd makes anew on every reload is in the witness).
+        h.run("/usr/bin/systemctl", "disable", "--quiet", "--no-reload", "sglang")
+        time.sleep(0.2)
+        res, report = deploy(sandbox, "t3", [sandbox_service()])
+        assert res.returncode == 0 and report["hosts"]["t3"]["changed"] == 0, res.stdout + res.stderr
+        h.run("/usr/bin/systemctl", "daemon-reload")
+        res, report = deploy(sandbox, "t3", [sandbox_service()])
+        assert res.returncode == 0 and report["hosts"]["t3"]["changed"] >= 1, res.stdout + res.stderr
+        assert h.run("/usr/bin/systemctl", "is-enabled", "sglang").stdout.strip() == "enabled", res.stdout
     finally:
         h.run("rm", "-f", "/usr/local/bin/systemctl", "/run/systemctl.calls")

@@ -23,14 +23,18 @@ def host(tmp_path, monkeypatch):
     (etc / "multi-user.target.wants/sglang.service").symlink_to(unit)
     (tmp_path / "boot_id").write_text("boot-a\n")
     (run / "units/invocation:sglang.service").symlink_to("run1")
+    (run / "generator").mkdir()
     monkeypatch.setattr(unitkeep, "WRITTEN", (str(etc), str(run / "system")))
+    monkeypatch.setattr(unitkeep, "RELOADED", (str(run / "generator"), str(run / "generator.late")))
+    monkeypatch.setattr(unitkeep, "VENDOR", str(tmp_path / "lib"))
+    monkeypatch.setattr(unitkeep, "TRANSIENT", str(run / "transient"))
     monkeypatch.setattr(unitkeep, "BOOT_ID", str(tmp_path / "boot_id"))
     monkeypatch.setattr(unitkeep, "INVOCATION", str(run / "units/invocation:"))
     monkeypatch.setattr(unitkeep, "UNIT_FACTS", str(tmp_path / "state/units.json"))
     monkeypatch.setattr(unitkeep, "TICK", 0.0)
     started = {4242: "1000"}
     old = time.time() - 60
-    for p in (unit, etc / "multi-user.target.wants", etc):
+    for p in (unit, etc / "multi-user.target.wants", etc, run / "generator"):
         os.utime(p, (old, old), follow_symlinks=False)
 
     class Host:
@@ -86,8 +90,26 @@ def _rebooted(h):
     (h.tmp / "boot_id").write_text("boot-b\n")
 
 
+def _reloaded(h):
+    """daemon-reload: systemd makes its generators' directory anew (what PID 1 loaded late now shows)."""
+    os.rmdir(h.tmp / "run/generator")
+    os.mkdir(h.tmp / "run/generator")
+
+
+def _packaged(h):
+    """A package's drop-in for the unit, in the vendor directory."""
+    d = h.tmp / "lib/sglang.service.d"
+    d.mkdir(parents=True)
+
+
+def _transient(h):
+    """A transient unit of that name (systemd-run --unit sglang)."""
+    (h.tmp / "run/transient").mkdir()
+    (h.tmp / "run/transient/sglang.service").write_text("[Service]\n")
+
+
 @pytest.mark.parametrize("change", [_disable, _edit_in_place, _drop_in, _restarted, _stopped, _pid_reused,
-                                    _rebooted])
+                                    _rebooted, _reloaded, _packaged, _transient])
 def test_a_kept_fact_is_dropped_when_systemd_could_answer_otherwise(host, change):
     host.keep()
     change(host)
@@ -109,7 +131,7 @@ def test_an_edited_drop_in_named_by_systemd_is_seen(host, tmp_path):
 
 @pytest.mark.parametrize("fact", [{"ActiveState": "activating", "SubState": "start"},
                                   {"ActiveState": "active", "SubState": "exited"},
-                                  {"MainPID": "0"}, {"InvocationID": "run0"}])
+                                  {"MainPID": "0"}, {"InvocationID": "run0"}, {"Job": "77"}])
 def test_only_a_running_unit_of_the_run_witnessed_is_kept(host, fact):
     seen, now = unitkeep.witness("sglang", unitkeep.paths(host.fact)), time.time()
     assert unitkeep.keepable("sglang", host.fact, seen, now)
@@ -152,3 +174,33 @@ def test_a_timer_is_kept_while_active_in_the_same_run(host, tmp_path):
     assert unitkeep.reuse("textfile.timer", kept, host.starttime) == timer
     os.unlink(tmp_path / "run/units/invocation:textfile.timer")
     assert unitkeep.reuse("textfile.timer", kept, host.starttime) is None
+
+
+def test_nothing_is_kept_where_a_reload_would_not_show(host, tmp_path):
+    """No generators' directory (a host whose systemd runs none): a daemon-reload after an edit
+    systemd had not loaded would leave no trace, so nothing is kept."""
+    os.rmdir(tmp_path / "run/generator")
+    seen = unitkeep.witness("sglang", unitkeep.paths(host.fact))
+    assert not unitkeep.keepable("sglang", host.fact, seen, time.time())
+
+
+def test_a_main_process_gone_before_it_was_kept_is_not_kept(host):
+    """MainPID's start time unread (gone since systemd answered): nothing to tie the fact to its run."""
+    host.started.clear()
+    unitkeep.keep("sglang", {}, host.fact, time.time(), host.starttime)
+    assert unitkeep.load().get("sglang") is None
+
+
+def test_another_units_transient_file_or_a_login_session_changes_nothing(host, tmp_path):
+    """pam_systemd writes each SSH login's session scope into /run/systemd/transient."""
+    host.keep()
+    (tmp_path / "run/transient").mkdir()
+    (tmp_path / "run/transient/session-7.scope").write_text("[Scope]\n")
+    assert host.reused() == host.fact
+
+
+def test_kept_facts_with_a_second_name_are_not_read(host, tmp_path):
+    """A hard link to the kept facts (made while the directory was open to others) is not trusted."""
+    host.keep()
+    os.link(tmp_path / "state/units.json", tmp_path / "other-name.json")
+    assert unitkeep.load() == {} and host.reused() is None

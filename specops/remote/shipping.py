@@ -107,7 +107,10 @@ def trusted(path, digest):
         if sha256(f.read()).hexdigest() != digest:
             return False
     if st.st_ctime_ns / 1e9 < asked - (2 if st.st_ctime_ns % 1000000000 == 0 else 0.05):
-        keep(seen, ident.encode(), sync=False)  # lost in a crash: hashed again, no harm
+        try:
+            keep(seen, ident.encode(), sync=False)  # lost in a crash: hashed again, no harm
+        except OSError:  # a full disk, a leftover .tmp: the next run hashes again
+            pass
     return True
 def read_seen(seen):
     try:
@@ -115,7 +118,8 @@ def read_seen(seen):
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
-        return f.read(200).decode("ascii", "replace")
+        st = os.fstat(f.fileno())  # ours, and under this name alone (not a link made to forge one)
+        return f.read(200).decode("ascii", "replace") if st.st_uid == os.getuid() and st.st_nlink == 1 else None
 def keep(path, data, sync=True):
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

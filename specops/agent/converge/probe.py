@@ -106,9 +106,9 @@ def unit_fact(name, reuse=False):
         for line in output(["systemctl", "show", name, "-p", ",".join(UNIT_PROPS)]).splitlines():
             k, _, v = line.partition("=")
             fact[k] = v
-        for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes
-            fact[k] = wall_time(fact.pop(k + "Monotonic", "0"))
-        unitkeep.keep(name, kept, fact, asked, procs.starttime)
+        unitkeep.keep(name, kept, dict(fact), asked, procs.starttime)
+    for k in ("ActiveEnterTimestamp", "ExecMainStartTimestamp"):  # compared with file mtimes, at this clock
+        fact[k] = wall_time(fact.pop(k + "Monotonic", "0"))
     try:
         with open(fact.get("FragmentPath") or "/nonexistent") as f:
             fact["text"] = f.read(65536)

@@ -1,22 +1,26 @@
-"""A unit's facts kept from its last `systemctl show`, reused while nothing systemd would answer
-differently can have changed: a no-op's probe then spawns no systemctl and makes PID 1 answer
-nothing (~5 ms of a host's CPU a unit: 3.4 systemctl's own, 1.7 PID 1's, on a bench host).
+"""A unit's facts kept from its last `systemctl show`, reused while nothing that moves what
+systemd answers has moved: a no-op's probe then spawns no systemctl and makes PID 1 answer nothing
+(~5 ms of a host's CPU a unit: 3.4 systemctl's own, 1.7 PID 1's, on a bench host).
 
 A kept fact is reused only while all of these hold, each read from /proc, /run or an inode:
 - the same boot (/proc/sys/kernel/random/boot_id);
 - the same run of the unit: /run/systemd/units/invocation:NAME, which systemd writes when a run
-  starts and removes when it ends, names the kept InvocationID, and the kept MainPID is alive
-  with its kept start time;
-- it was active when kept, and a service's main process was running;
+  starts and removes when it ends, names the kept InvocationID, and a service's kept MainPID is
+  alive with its kept start time;
+- it was active with no job queued when kept, and a service's main process was running;
+- systemd has not reloaded: it makes its generators' directories anew on every daemon-reload
+  (/run/systemd/generator*; a host without them keeps nothing);
 - its unit file, its drop-ins and what enables or masks it are as they were: device, inode,
-  size, mtime and ctime of FragmentPath, of each of DropInPaths, and of every entry of the
+  size, mtime and ctime of FragmentPath, of each of DropInPaths, of every entry of the
   directories where `systemctl edit`, `enable`, `mask` and `set-property` write (a link added
-  to a .wants directory moves that directory's times).
-The witness is taken just after systemd answered, and the fact is kept only if none of those
-times is later than a clock tick before it was asked (settled()): a change made while it was
-asked, or a second write in the same tick as the last one, would not show in them.
-A job queued for the unit and not started yet is not seen: a probe's answer is a snapshot
-anyway, which a `systemctl stop` may follow at once.
+  to a .wants directory moves that directory's times), and of the places a package or a
+  transient unit of that name would put one.
+So a change on disk is seen at once, and what PID 1 loaded late (an edit or `disable
+--no-reload` followed later by a reload) at the reload.  The witness is taken just after systemd
+answered, and the fact is kept only if none of those times is later than a clock tick before it
+was asked (settled()).  The start timestamps are kept as systemd's monotonic clock gives them.
+A stop in progress (`deactivating`, its main process still there) reads as the run it ends until
+that process is gone: a probe's answer is a snapshot anyway, which a stop may follow at once.
 """
 import os
 import time
@@ -27,16 +31,23 @@ from specops.layout import UNIT_DIR, UNIT_FACTS
 TICK, COARSE = 0.05, 2.0  # seconds: above a kernel's coarse clock tick; a filesystem of whole seconds
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 INVOCATION = "/run/systemd/units/invocation:"
-WRITTEN = (UNIT_DIR, "/run/systemd/system", UNIT_DIR + ".control",
-           "/run/systemd/system.control", "/run/systemd/transient")
+WRITTEN = (UNIT_DIR, "/run/systemd/system", UNIT_DIR + ".control", "/run/systemd/system.control")  # every entry
+RELOADED = ("/run/systemd/generator", "/run/systemd/generator.early", "/run/systemd/generator.late")
+VENDOR = "/usr/lib/systemd/system"  # a package's units and drop-ins
+# A transient unit's own file (not the directory: every SSH login's session scope is written there)
+TRANSIENT, ATTACHED = "/run/systemd/transient", "/run/systemd/system.attached"
 
 
 def _read(path):
+    """A file of root's (or this user's) with one name only, never through a link; else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.getuid() or st.st_nlink != 1:
+            return None
         return f.read(1 << 20).decode("utf-8", "replace")
 
 
@@ -55,7 +66,11 @@ def witness(name, paths):
     newest = [0.0]
     unit = name if "." in name else name + ".service"  # as systemctl takes it; systemd's link has the suffix
     parts = [_read(BOOT_ID) or "", "run %s" % _link(INVOCATION + unit)]
+    kind = unit.rsplit(".", 1)[1]
     parts += [_ident(p, newest) for p in paths if p]
+    elsewhere = (VENDOR, "%s/%s.d" % (VENDOR, unit), "%s/%s.d" % (VENDOR, kind), "%s/%s" % (TRANSIENT, unit),
+                 "%s/%s.d" % (TRANSIENT, unit), ATTACHED)
+    parts += [_ident(p, newest) for p in RELOADED + elsewhere]
     for d in WRITTEN:
         parts.append(_ident(d, newest))
         try:
@@ -105,8 +120,11 @@ def keepable(name, fact, seen, asked):
     `seen` (witness(): taken after), may be kept: a service's while it runs its main process, a
     timer's while it is active; nothing in the witness written after a tick before it was asked."""
     witnessed, newest = seen
-    same_run = "run %s" % fact.get("InvocationID") in witnessed.split("\n")
-    if fact.get("ActiveState") != "active" or not same_run or not settled(newest, asked):
+    lines = witnessed.split("\n")
+    same_run = "run %s" % fact.get("InvocationID") in lines
+    reloads_seen = any(line.split(" ")[0] in RELOADED and not line.endswith(" -") for line in lines)
+    if fact.get("ActiveState") != "active" or fact.get("Job", "") not in ("", "0") or not same_run \
+            or not reloads_seen or not settled(newest, asked):
         return False
     if name.endswith(".timer"):  # no process of its own: its run is its invocation
         return True
@@ -116,8 +134,9 @@ def keepable(name, fact, seen, asked):
 def keep(name, kept, fact, asked, starttime):
     """Keep (in UNIT_FACTS) a fact systemd just gave, if it may be reused; forget an older one."""
     seen = witness(name, paths(fact))
-    entry = dict(fact=fact, witness=seen[0], main_started=starttime(int(fact.get("MainPID") or 0))) \
-        if keepable(name, fact, seen, asked) else None
+    started = starttime(int(fact.get("MainPID") or 0))
+    entry = dict(fact=fact, witness=seen[0], main_started=started) \
+        if keepable(name, fact, seen, asked) and (started is not None or name.endswith(".timer")) else None
     if kept.get(name) != entry:
         kept[name] = entry
         save(kept)
