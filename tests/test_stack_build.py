@@ -68,8 +68,8 @@ def test_uv_s_no_version_names_the_project_also_with_extras_and_an_agent_error_s
     for said, name in (("there is no version of sglang==0.5.26 and", "sglang"),
                        ("there is no version of sglang[all]==0.5.26 and", "sglang"),
                        ("there is no version of flash-linear-attention==0.6.1 and", "flash-linear-attention")):
-        assert stacks._NO_VERSION.search(said).group(1) == name
-    assert stacks._NO_VERSION.search("error: 404 Not Found") is None
+        assert re.search(stacks._NO_VERSION, said).group(1) == name
+    assert re.search(stacks._NO_VERSION, "error: 404 Not Found") is None
     host = {"sglang": {"version": "0.5.23"}, "torch": {"version": "2.9.1"}}
     with pytest.raises(wheelfiles.SourceError, match="^http://ix/simple: unreachable$"):
         stack.wheel_files(host, ["sglang/x.py"], {"error": "http://ix/simple: unreachable"})
