@@ -92,9 +92,10 @@ def main() -> None:
         f"`monitoring` adds {(m['wall_s'] - p['wall_s']) * 1000:+.0f} ms of wall time to the no-op deploy and "
         f"{m['round_trips'] - p['round_trips']:g} round trips. The textfile itself costs the agent the CPU above "
         f"(it goes in the last call's round trip, and reuses the unit facts verify just read). The rest is most "
-        f"likely the monitoring role's no-op checks (dpkg-query for node exporter, the timer's state, the agent "
-        f"zip's and the units' hashes), which run on every host at once on this machine's two cores, and the "
-        f"hosts' idle node exporters and timers: not measured apart.\n")
+        f"likely the monitoring role's no-op checks (the timer's `systemctl show`, which no kept fact can spare: "
+        f"systemd links no invocation of a timer; dpkg's status file read; the agent zip's and the units' "
+        f"hashes), which run on every host at once on this machine's two cores, and the hosts' idle node "
+        f"exporters and timers: not measured apart.\n")
     print((HERE / "textfile.md").read_text())
 
 

@@ -162,20 +162,6 @@ def test_kept_facts_never_follow_a_link(host, tmp_path):
     assert unitkeep.load() == {} and host.reused() is None
 
 
-def test_a_timer_is_kept_while_active_in_the_same_run(host, tmp_path):
-    """A timer has no process of its own: its invocation is its run."""
-    (tmp_path / "run/units/invocation:textfile.timer").symlink_to("run7")
-    timer = {"ActiveState": "active", "SubState": "waiting", "InvocationID": "run7", "FragmentPath": None}
-    before, now = unitkeep.witness("textfile.timer", []), time.time()
-    assert unitkeep.keepable("textfile.timer", timer, before, now)
-    assert not unitkeep.keepable("textfile.timer", {**timer, "ActiveState": "inactive"}, before, now)
-    assert not unitkeep.keepable("textfile.service", timer, before, now)  # a service without its process
-    kept = {"textfile.timer": {"fact": timer, "witness": before[0], "main_started": None}}
-    assert unitkeep.reuse("textfile.timer", kept, host.starttime) == timer
-    os.unlink(tmp_path / "run/units/invocation:textfile.timer")
-    assert unitkeep.reuse("textfile.timer", kept, host.starttime) is None
-
-
 def test_nothing_is_kept_where_a_reload_would_not_show(host, tmp_path):
     """No generators' directory (a host whose systemd runs none): a daemon-reload after an edit
     systemd had not loaded would leave no trace, so nothing is kept."""

@@ -106,10 +106,9 @@ def reuse(name, kept, starttime):
     if not isinstance(entry, dict) or not isinstance(entry.get("fact"), dict):
         return None
     fact = entry["fact"]
-    if not name.endswith(".timer"):
-        pid = fact.get("MainPID", "0")
-        if not pid.isdigit() or pid == "0" or starttime(int(pid)) != entry.get("main_started"):
-            return None
+    pid = fact.get("MainPID", "0")
+    if not pid.isdigit() or pid == "0" or starttime(int(pid)) != entry.get("main_started"):
+        return None
     if witness(name, paths(fact))[0] != entry.get("witness"):
         return None
     return dict(fact)
@@ -117,8 +116,9 @@ def reuse(name, kept, starttime):
 
 def keepable(name, fact, seen, asked):
     """Whether a fact systemd gave of unit `name` when `asked` (a time.time()), with the witness
-    `seen` (witness(): taken after), may be kept: a service's while it runs its main process, a
-    timer's while it is active; nothing in the witness written after a tick before it was asked."""
+    `seen` (witness(): taken after), may be kept: a service's while it runs its main process
+    (a timer's never: systemd links no invocation of a timer); nothing in the witness written
+    after a tick before it was asked."""
     witnessed, newest = seen
     lines = witnessed.split("\n")
     same_run = "run %s" % fact.get("InvocationID") in lines
@@ -126,8 +126,6 @@ def keepable(name, fact, seen, asked):
     if fact.get("ActiveState") != "active" or fact.get("Job", "") not in ("", "0") or not same_run \
             or not reloads_seen or not settled(newest, asked):
         return False
-    if name.endswith(".timer"):  # no process of its own: its run is its invocation
-        return True
     return fact.get("SubState") == "running" and fact.get("MainPID", "0") not in ("", "0")
 
 
@@ -136,7 +134,7 @@ def keep(name, kept, fact, asked, starttime):
     seen = witness(name, paths(fact))
     started = starttime(int(fact.get("MainPID") or 0))
     entry = dict(fact=fact, witness=seen[0], main_started=started) \
-        if keepable(name, fact, seen, asked) and (started is not None or name.endswith(".timer")) else None
+        if keepable(name, fact, seen, asked) and started is not None else None
     if kept.get(name) != entry:
         kept[name] = entry
         save(kept)
